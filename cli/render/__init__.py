@@ -1,0 +1,1 @@
+"""Rendering of result records (the only place that imports rich)."""

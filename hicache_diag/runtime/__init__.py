@@ -1,0 +1,1 @@
+"""A compact multi-process PP + HiCache runtime mirroring python/sglang/srt/."""

@@ -1,0 +1,1 @@
+"""Mirrors sglang/srt/mem_cache."""

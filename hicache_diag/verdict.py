@@ -1,0 +1,158 @@
+"""The verdict contract of DESIGN §4: outcomes, crash forms and exit codes, defined once."""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+VERDICT_SCHEMA = "hicache-diag/verdict/v1"
+
+
+class Outcome(str, enum.Enum):
+    OK = "ok"
+    CRASH = "crash"
+    HANG = "hang"
+    DIVERGED = "diverged"
+    WRONG_OUTPUT = "wrong-output"
+    LEAK = "leak"
+
+
+class CrashForm(str, enum.Enum):
+    """A = shape mismatch, B = pop from empty list (bookkeeping), C = hang."""
+
+    A = "A"
+    B = "B"
+    C = "C"
+
+
+class DivergenceSource(str, enum.Enum):
+    DMA_ACK_COUNT = "dma-ack-count"
+    L3_HIT = "l3-hit"
+    L3_PROGRESS = "l3-progress"
+    HOST_ALLOC = "host-alloc"
+    LRU_CLOCK = "lru-clock"
+    UNKNOWN = "unknown"
+
+
+class ExitCode(enum.IntEnum):
+    """Exit statuses of `run` and `triage` (DESIGN §4); `bisect` exits OK when it completed."""
+
+    OK = 0
+    INTERNAL_ERROR = 1
+    BAD_INPUT = 2
+    FORM_A = 10
+    FORM_B = 11
+    FORM_C = 12
+    DIVERGED = 13
+    WRONG_OUTPUT = 14
+    LEAK = 15
+
+
+def exit_code_for(outcome: Outcome, form: CrashForm | None) -> ExitCode:
+    """One mapping from a verdict to the process exit status."""
+    if form is CrashForm.A:
+        return ExitCode.FORM_A
+    if form is CrashForm.B:
+        return ExitCode.FORM_B
+    if form is CrashForm.C or outcome is Outcome.HANG:
+        return ExitCode.FORM_C
+    return {
+        Outcome.OK: ExitCode.OK,
+        Outcome.DIVERGED: ExitCode.DIVERGED,
+        Outcome.WRONG_OUTPUT: ExitCode.WRONG_OUTPUT,
+        Outcome.LEAK: ExitCode.LEAK,
+        # A crash that is neither A nor B (an unexpected exception in a rank) is the tool's
+        # "cannot tell" case in Jepsen's terms: report it as an internal error.
+        Outcome.CRASH: ExitCode.INTERNAL_ERROR,
+    }[outcome]
+
+
+@dataclass(slots=True)
+class FirstDivergence:
+    step: int
+    field: str
+    values: dict[str, Any]  # rank (as a string key) -> value
+    source: DivergenceSource = DivergenceSource.UNKNOWN
+
+
+@dataclass(slots=True)
+class RankState:
+    rank: int
+    pp: int
+    tp: int
+    pid: int | None = None
+    state: str = "exited"  # running|idle|blocked|crashed|exited|killed
+    where: str | None = None  # the frame or wait site it stopped in
+
+
+@dataclass(slots=True)
+class Verdict:
+    outcome: Outcome
+    form: CrashForm | None = None
+    failed_rank: int | None = None
+    culprit_rank: int | None = None
+    signature: str | None = None
+    first_divergence: FirstDivergence | None = None
+    ranks: list[RankState] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    seed: int | None = None
+    steps: int = 0
+    duration_s: float = 0.0
+    run_dir: str | None = None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return exit_code_for(self.outcome, self.form)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["schema"] = VERDICT_SCHEMA
+        data["outcome"] = self.outcome.value
+        data["form"] = self.form.value if self.form else None
+        if self.first_divergence is not None:
+            data["first_divergence"]["source"] = self.first_divergence.source.value
+        data["exit_code"] = int(self.exit_code)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Verdict:
+        fd = data.get("first_divergence")
+        return cls(
+            outcome=Outcome(data["outcome"]),
+            form=CrashForm(data["form"]) if data.get("form") else None,
+            failed_rank=data.get("failed_rank"),
+            culprit_rank=data.get("culprit_rank"),
+            signature=data.get("signature"),
+            first_divergence=(
+                FirstDivergence(
+                    step=fd["step"],
+                    field=fd["field"],
+                    values=fd.get("values", {}),
+                    source=DivergenceSource(fd.get("source", "unknown")),
+                )
+                if fd
+                else None
+            ),
+            ranks=[RankState(**r) for r in data.get("ranks", [])],
+            evidence=list(data.get("evidence", [])),
+            seed=data.get("seed"),
+            steps=data.get("steps", 0),
+            duration_s=data.get("duration_s", 0.0),
+            run_dir=data.get("run_dir"),
+        )
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON via a temp file + rename so a reader never sees half a verdict."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
