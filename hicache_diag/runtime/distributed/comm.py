@@ -10,6 +10,9 @@ from typing import Protocol
 
 import torch
 
+# Dedicated gloo groups, created collectively by every rank at init in this order.
+THREAD_GROUPS = ("prefetch_hits", "prefetch_completion")
+
 
 class HiCacheComm(Protocol):
     pp_rank: int
@@ -32,6 +35,11 @@ class HiCacheComm(Protocol):
 
     def drain_async_work(self) -> None:
         """Mirrors `_drain_async_work` (#28916): wait on every kept isend, then forget them."""
+
+    def all_reduce_thread_group(self, name: str, tensor: torch.Tensor, op: str = "min") -> None:
+        """In-place all-reduce over every rank on a dedicated gloo group reserved for one
+        background thread (`THREAD_GROUPS`). Two threads never share one communicator
+        (#27010, LMSYS blog §7): each storage thread calls only its own group."""
 
     def inflight_sends(self) -> int:
         """Number of kept isend handles (the #28902 leak grows this without bound)."""
