@@ -1,0 +1,67 @@
+"""Mirrors sglang/srt/mem_cache/kv_cache_builder.py: build one rank's cache tiers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hicache_diag.runtime.hooks import Hooks
+from hicache_diag.runtime.mem_cache.allocator import TokenToKVPoolAllocator
+from hicache_diag.runtime.mem_cache.base_prefix_cache import BasePrefixCache
+from hicache_diag.runtime.mem_cache.evict_policy import TreeClock
+from hicache_diag.runtime.mem_cache.memory_pool import MHATokenToKVPool
+from hicache_diag.runtime.mem_cache.radix_cache import RadixCache
+from hicache_diag.runtime.protocol import ProtocolConfig
+from hicache_diag.runtime.server_args import ServerArgs
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheBundle:
+    """What the scheduler and model runner of one rank use. `host_pool` and `controller` are
+    None when `enable_hierarchical_cache` is off."""
+
+    allocator: TokenToKVPoolAllocator
+    kv_pool: MHATokenToKVPool
+    tree_cache: BasePrefixCache
+    host_pool: Any = None
+    controller: Any = None
+
+    def shutdown(self) -> None:
+        """Stop the DMA thread (idempotent); call on every exit path of the rank."""
+        if self.controller is not None:
+            self.controller.shutdown()
+
+
+def build_kv_cache(
+    server_args: ServerArgs,
+    protocol: ProtocolConfig,
+    comm: Any,
+    hooks: Hooks | None,
+    pp_rank: int,
+    tp_rank: int,
+) -> KVCacheBundle:
+    """Device pool + allocator + tree; with HiCache also the host pool and controller. With
+    `host-capacity=min` this is a collective over every rank (`comm.all_reduce_pp`)."""
+    hooks = hooks or Hooks(pp_rank=pp_rank, tp_rank=tp_rank)
+    page = server_args.page_size
+    model = server_args.model
+    allocator = TokenToKVPoolAllocator(server_args.max_total_tokens, page)
+    kv_pool = MHATokenToKVPool(
+        allocator.size,
+        server_args.layers_of_stage(pp_rank),
+        max(1, model.num_heads // server_args.tp_size),
+        model.head_dim,
+        torch.float32,
+        server_args.device,
+    )
+    clock = TreeClock(protocol.lru_clock, hooks)
+    if not server_args.enable_hierarchical_cache:
+        return KVCacheBundle(allocator, kv_pool, RadixCache(allocator, page, clock))
+    from hicache_diag.runtime.mem_cache.hiradix_cache import build_hiradix_cache
+
+    tree, host_pool, controller = build_hiradix_cache(
+        server_args, protocol, comm, hooks, pp_rank, allocator, kv_pool, clock
+    )
+    return KVCacheBundle(allocator, kv_pool, tree, host_pool, controller)
