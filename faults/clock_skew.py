@@ -1,0 +1,53 @@
+"""clock-skew: the clock one rank's tree stamps `last_access_time` with runs off.
+
+`offset-ms` shifts it, `drift-ppm` makes it run fast or slow from its first reading, and
+`jitter-us` adds seeded noise that can reorder two stamps, which is what changes LRU victims
+(sglang-internals 3.4: a constant offset or drift keeps one rank's order; jitter does not).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from hicache_diag.faults import keys as K
+from hicache_diag.faults.base import Fault
+
+if TYPE_CHECKING:
+    from hicache_diag.faults.schedule import Schedule
+
+    from hicache_diag.runtime.hooks import Hooks
+
+
+@dataclass(frozen=True, slots=True)
+class ClockSkew(Fault):
+    NAME: ClassVar[str] = "clock-skew"
+    POINTS: ClassVar[tuple[str, ...]] = ("now",)
+    SUMMARY: ClassVar[str] = "the clock one rank's tree stamps last_access_time with"
+    EFFECT_KEYS: ClassVar[tuple[str, ...]] = ("offset-ms", "drift-ppm", "jitter-us")
+
+    offset_ms: float = K.key(0.0, K.real, "constant offset in milliseconds (may be negative)")
+    drift_ppm: float = K.key(0.0, K.real, "rate error in parts per million since first reading")
+    jitter_us: float = K.key(0.0, K.millis, "seeded uniform noise of +-jitter-us microseconds")
+
+    def skew(self, value: float, origin: float, noise_us: float) -> float:
+        """Seconds to add to a reading `value`, given the first reading `origin`."""
+        return self.offset_ms / 1e3 + self.drift_ppm * 1e-6 * (value - origin) + noise_us / 1e6
+
+    def install(self, hooks: Hooks, schedule: Schedule) -> None:
+        state: dict[str, Any] = {"origin": None, "recorded_step": None}
+
+        def on_now(value: float, ctx: dict[str, Any]) -> float:
+            if state["origin"] is None:
+                state["origin"] = value
+            if not schedule.fires(ctx["step"]):
+                return value
+            noise = schedule.uniform(-self.jitter_us, self.jitter_us)
+            delta = self.skew(value, state["origin"], noise)
+            # The clock is read many times per step; one record per step keeps the jsonl small.
+            if state["recorded_step"] != ctx["step"]:
+                state["recorded_step"] = ctx["step"]
+                hooks.record(self.NAME, skew_ms=round(delta * 1e3, 6))
+            return value + delta
+
+        hooks.register("now", on_now)

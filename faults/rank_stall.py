@@ -1,0 +1,44 @@
+"""rank-stall: one rank's scheduler thread sleeps before a step (GIL or CPU contention).
+
+A short stall must be harmless under every protocol; a stall beyond `--hang-timeout` is how a
+run gets a stalled rank for crash form C. The runtime does the sleeping: we return seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from hicache_diag.faults import keys as K
+from hicache_diag.faults.base import Fault
+
+if TYPE_CHECKING:
+    from hicache_diag.faults.schedule import Schedule
+
+    from hicache_diag.runtime.hooks import Hooks
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RankStall(Fault):
+    NAME: ClassVar[str] = "rank-stall"
+    POINTS: ClassVar[tuple[str, ...]] = ("scheduler_step",)
+    SUMMARY: ClassVar[str] = "one rank's scheduler thread sleeps (GIL or CPU contention)"
+    EFFECT_KEYS: ClassVar[tuple[str, ...]] = ("ms",)
+
+    ms: float = K.key(0.0, K.millis, "milliseconds the scheduler thread sleeps before the step")
+    every: int = K.key(1, K.count, "only every N-th step in the window stalls (default 1)")
+
+    def install(self, hooks: Hooks, schedule: Schedule) -> None:
+        def on_scheduler_step(value: float, ctx: dict[str, Any]) -> float:
+            if not self.ms or not schedule.fires(ctx["step"]):
+                return value
+            # Recorded before the sleep: a stall past the hang timeout never finishes its step,
+            # so the log line is the evidence that survives.
+            logger.warning("rank-stall: stalling %.0f ms at step %d", self.ms, ctx["step"])
+            hooks.record(self.NAME, stall_ms=self.ms)
+            return value + self.ms / 1000.0
+
+        hooks.register("scheduler_step", on_scheduler_step)
