@@ -1,0 +1,180 @@
+"""Pure checks over a loaded run: each returns a Finding or None; classify composes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hicache_diag.diagnosis import stacks as stk
+from hicache_diag.diagnosis.divergence import Divergence, first_divergence
+from hicache_diag.diagnosis.load import RunData
+from hicache_diag.diagnosis.outputs import compare_outputs
+from hicache_diag.diagnosis.tracebacks import SHAPE_RE, RankCrash, parse_crash
+from hicache_diag.verdict import CrashForm, Outcome
+
+LEAK_MIN_STEPS = 8
+LEAK_MIN_FINAL = 8  # bounded sends stay at a handful; below this nothing is "without bound"
+
+
+@dataclass(slots=True)
+class Finding:
+    outcome: Outcome
+    form: CrashForm | None = None
+    failed_rank: int | None = None
+    culprit_rank: int | None = None
+    signature: str | None = None
+    evidence: list[str] = field(default_factory=list)
+
+
+def rank_crashes(run: RunData) -> dict[int, RankCrash]:
+    crashes = {}
+    for rank, log in run.logs.items():
+        crash = parse_crash(rank, log)
+        if crash:
+            crashes[rank] = crash
+    return crashes
+
+
+def _stage(run: RunData, rank: int) -> int | None:
+    rows = run.rank_frames(rank)
+    if not rows.empty and "pp" in rows.columns:
+        return int(rows["pp"].iloc[0])
+    for entry in run.manifest.get("topology", {}).get("ranks", []) or []:
+        if int(entry.get("rank", -1)) == rank:
+            return int(entry.get("pp", 0))
+    return None
+
+
+def _tokens_disagree_with_upstream(run: RunData, rank: int) -> bool:
+    """A downstream stage's own extend_num_tokens differ from its upstream stage's at its last
+    step: the shape mismatch of form A, even when the op that noticed raised another text."""
+    pp = _stage(run, rank)
+    rows = run.rank_frames(rank)
+    if not pp or rows.empty or "extend_num_tokens" not in rows.columns:
+        return False
+    last = int(rows["step"].max())
+    frames = run.frames
+    at = frames[(frames["step"] == last) & (frames["rank"] != rank)]
+    if "pp" in at.columns:
+        at = at[at["pp"] == pp - 1]
+    mine = rows[rows["step"] == last]["extend_num_tokens"].iloc[0]
+    return any(v != mine for v in at["extend_num_tokens"])
+
+
+def _crash_time(run: RunData, crash: RankCrash, order: int) -> tuple[float, int]:
+    first = (run.launcher or {}).get("first_failure") or {}
+    if first.get("rank") == crash.rank and first.get("t") is not None:
+        return float(first["t"]), order
+    if crash.t is not None:
+        return crash.t, order
+    rows = run.rank_frames(crash.rank)
+    if not rows.empty and "t" in rows.columns:
+        return float(rows["t"].max()), order
+    return float("inf"), order
+
+
+def _form_of(run: RunData, crash: RankCrash) -> CrashForm | None:
+    if crash.kind == "A":
+        return CrashForm.A
+    if crash.kind == "B":
+        return CrashForm.B
+    if crash.kind == "other" and "RuntimeError" in crash.signature:
+        return CrashForm.A if _tokens_disagree_with_upstream(run, crash.rank) else None
+    return None
+
+
+def check_crash(run: RunData) -> Finding | None:
+    """Root cause = the first non-cascade failure in time; survivors' gloo errors are secondary."""
+    crashes = rank_crashes(run)
+    if not crashes:
+        return None
+    ordered = sorted(crashes.values(), key=lambda c: _crash_time(run, c, c.rank))
+    primary = [c for c in ordered if c.kind != "secondary"] or ordered
+    root = primary[0]
+    form = _form_of(run, root)
+    lines = [f"rank {root.rank} raised first: {root.signature}"]
+    if root.where:
+        lines.append(f"rank {root.rank} stopped in {root.where}")
+    if form is CrashForm.A and (m := SHAPE_RE.search(root.text)):
+        lines.append(
+            f"form A: rank {root.rank} reshaped with its own {m[1]} tokens but received "
+            f"{int(m[3]) // max(1, int(m[2]))} x {m[2]} values from upstream"
+        )
+    elif form is CrashForm.A:
+        lines.append(f"form A: rank {root.rank}'s extend_num_tokens disagree with upstream")
+    if form is CrashForm.B:
+        lines.append("form B: bookkeeping consumed an ack or entry this rank never had")
+    for other in ordered:
+        if other is not root:
+            what = "secondary (cascade)" if other.kind == "secondary" else "later"
+            lines.append(f"rank {other.rank} {what}: {other.signature}")
+    return Finding(Outcome.CRASH, form, root.rank, root.rank, root.signature, lines)
+
+
+def _hang_rank(run: RunData, hang: dict) -> tuple[int | None, str | None]:
+    for rank in sorted(run.stacks):
+        site = stk.hicache_wait(run.stacks[rank])
+        if site:
+            return rank, site
+    progress = hang.get("last_progress") or {}
+    if progress:
+        rank = min(progress, key=lambda r: progress[r])
+        return int(rank), None
+    stalled = hang.get("stalled_ranks") or []
+    return (int(stalled[0]) if stalled else None), None
+
+
+def check_hang(run: RunData) -> Finding | None:
+    hang = (run.launcher or {}).get("hang")
+    if not hang:
+        return None
+    rank, site = _hang_rank(run, hang)
+    lines = [f"no progress from ranks {hang.get('stalled_ranks')} (hang detected)"]
+    if site:
+        lines.append(f"rank {rank} is blocked in {site} (a HiCache protocol wait)")
+    for r in sorted(run.stacks):
+        lines.append(f"rank {r} waits in {stk.where(run.stacks[r]) or 'an unreadable stack'}")
+    tool = (run.launcher or {}).get("stacks") or {}
+    if not run.stacks:
+        lines.append(f"no stacks were saved ({tool.get('error') or 'reason not recorded'})")
+    signature = f"hang: no progress for the hang timeout; rank {rank} waits" + (
+        f" in {site}" if site else ""
+    )
+    return Finding(Outcome.HANG, CrashForm.C, rank, rank, signature, lines)
+
+
+def check_divergence(run: RunData) -> Divergence | None:
+    return first_divergence(run.frames)
+
+
+def check_wrong_output(run: RunData) -> Finding | None:
+    mismatches = compare_outputs(run.outputs, run.reference)
+    if not mismatches:
+        return None
+    lines = [f"{len(mismatches)} request(s) differ from the no-cache reference"]
+    for m in mismatches[:5]:
+        lines.append(f"{m.rid}: token {m.position} is {m.got}, reference {m.want}")
+    first = mismatches[0]
+    return Finding(Outcome.WRONG_OUTPUT, signature=f"wrong output for {first.rid}", evidence=lines)
+
+
+def _grows_without_bound(series: list[float], min_ratio: float = 1.0) -> bool:
+    if len(series) < LEAK_MIN_STEPS or series[-1] < LEAK_MIN_FINAL:
+        return False
+    if series[-1] < series[0] * min_ratio:
+        return False
+    quarter = max(1, len(series) // 4)
+    return min(series[-quarter:]) > max(series[:quarter]) and series[-1] >= max(series) * 0.9
+
+
+def check_leak(run: RunData) -> Finding | None:
+    frames = run.frames
+    # RSS wobbles by allocator noise, so it must also grow by half before it counts.
+    for column, ratio in (("inflight_sends", 1.0), ("rss", 1.5)):
+        if frames.empty or column not in frames.columns:
+            continue
+        for rank, rows in frames.groupby("rank"):
+            series = [float(v) for v in rows[column].dropna()]
+            if _grows_without_bound(series, ratio):
+                line = f"rank {rank}: {column} grew from {series[0]:g} to {series[-1]:g}"
+                return Finding(Outcome.LEAK, None, int(rank), int(rank), line, [line])
+    return None

@@ -1,0 +1,125 @@
+"""classify_run: compose the checks over a run directory into one Verdict (DESIGN §4)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hicache_diag.diagnosis import checks
+from hicache_diag.diagnosis import stacks as stk
+from hicache_diag.diagnosis.divergence import Divergence
+from hicache_diag.diagnosis.load import RunData, load_run
+from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict
+
+_LAUNCH_STATE = {"hung": "blocked", "exited": "exited", "crashed": "crashed", "killed": "killed"}
+
+
+def _safe(name: str, check: Callable[[RunData], Any], run: RunData, notes: list[str]) -> Any:
+    """Jepsen's check-safe: a check that breaks says 'unknown' instead of breaking the verdict."""
+    try:
+        return check(run)
+    except Exception as exc:  # noqa: BLE001 - any failure of one check is reported, not raised
+        notes.append(f"check {name}: unknown ({type(exc).__name__}: {exc})")
+        return None
+
+
+def _rank_entries(run: RunData) -> list[dict[str, Any]]:
+    launched = (run.launcher or {}).get("ranks") or []
+    if launched:
+        return launched
+    topo = run.manifest.get("topology", {}).get("ranks") or []
+    return topo or [{"rank": r, "pp": r, "tp": 0} for r in run.ranks]
+
+
+def _rank_states(run: RunData, crashes: dict) -> list[RankState]:
+    states = []
+    for entry in _rank_entries(run):
+        rank = int(entry["rank"])
+        state = _LAUNCH_STATE.get(entry.get("state", ""), entry.get("state") or "exited")
+        crash = crashes.get(rank)
+        where = crash.where if crash else None
+        if rank in run.stacks:
+            where = stk.where(run.stacks[rank]) or where
+        if crash and state == "exited":
+            state = "crashed"
+        states.append(
+            RankState(
+                rank,
+                int(entry.get("pp", 0)),
+                int(entry.get("tp", 0)),
+                entry.get("pid"),
+                state,
+                where,
+            )
+        )
+    return states
+
+
+def _duration(run: RunData) -> float:
+    launcher = run.launcher or {}
+    for a, b in (("started_at", "ended_at"),):
+        start, end = launcher.get(a), launcher.get(b)
+        if isinstance(start, int | float) and isinstance(end, int | float):
+            return float(end - start)
+    frames = run.frames
+    if not frames.empty and "t" in frames.columns and frames["t"].notna().any():
+        return float(frames["t"].max() - frames["t"].min())
+    return 0.0
+
+
+def _pick(finding: checks.Finding | None, div: Divergence | None, rest: list) -> checks.Finding:
+    """Crash > hang > wrong output > latent divergence > leak > ok."""
+    if finding:
+        return finding
+    wrong, leak = rest
+    if wrong:
+        return wrong
+    if div:
+        return checks.Finding(
+            Outcome.DIVERGED,
+            failed_rank=div.culprit_rank,
+            culprit_rank=div.culprit_rank,
+            signature=f"ranks disagree on {div.first.field} at step {div.first.step}",
+        )
+    return leak or checks.Finding(Outcome.OK)
+
+
+def verdict_from(run: RunData) -> Verdict:
+    notes: list[str] = []
+    crashes = _safe("tracebacks", checks.rank_crashes, run, notes) or {}
+    crash = _safe("crash", checks.check_crash, run, notes)
+    hang = None if crash else _safe("hang", checks.check_hang, run, notes)
+    div = _safe("divergence", checks.check_divergence, run, notes)
+    wrong = _safe("outputs", checks.check_wrong_output, run, notes)
+    leak = _safe("leak", checks.check_leak, run, notes)
+    found = _pick(crash or hang, div, [wrong, leak])
+    culprit = found.culprit_rank
+    if div and div.culprit_rank is not None and found.outcome is not Outcome.LEAK:
+        culprit = div.culprit_rank  # the rank whose local input made the decisions diverge
+    evidence = list(found.evidence) + (div.evidence if div else [])
+    if found.outcome is Outcome.CRASH and found.form is None:
+        evidence.append("crash is neither form A nor B: unknown form")
+    return Verdict(
+        outcome=found.outcome,
+        form=found.form,
+        failed_rank=found.failed_rank,
+        culprit_rank=culprit,
+        signature=found.signature,
+        first_divergence=div.first if div else None,
+        ranks=_safe("ranks", lambda r: _rank_states(r, crashes), run, notes) or [],
+        evidence=evidence + notes + [f"missing: {m}" for m in run.missing],
+        seed=run.manifest.get("seed"),
+        steps=int(run.frames["step"].max()) + 1 if not run.frames.empty else 0,
+        duration_s=round(_duration(run), 3),
+        run_dir=str(run.run_dir),
+    )
+
+
+def classify_run(run_dir: Path) -> Verdict:
+    """Classify a finished run from its directory alone (DESIGN §4). Raises RunDirError when the
+    directory holds nothing to classify."""
+    return verdict_from(load_run(run_dir))
+
+
+__all__ = ["classify_run", "verdict_from", "CrashForm"]

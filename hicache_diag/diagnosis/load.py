@@ -1,0 +1,161 @@
+"""Run directory -> pandas frames and parsed side files (docs/evidence.md); tolerant of old runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hicache_diag.errors import RunDirError
+
+_RANK_FILE = re.compile(r"^rank(\d+)\.(jsonl|log)$")
+_STACK_FILE = re.compile(r"^rank(\d+)\.(json|txt)$")
+
+
+@dataclass(slots=True)
+class RunData:
+    """Everything a run directory holds; absent optional files are listed in `missing`."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+    frames: pd.DataFrame  # one row per (rank, step), sorted by step then rank
+    launcher: dict[str, Any] | None = None
+    logs: dict[int, str] = field(default_factory=dict)
+    stacks: dict[int, Any] = field(default_factory=dict)  # rank -> py-spy JSON list or text
+    outputs: Any = None
+    reference: Any = None
+    verdict: dict[str, Any] | None = None
+    missing: list[str] = field(default_factory=list)
+    bad_lines: int = 0  # jsonl lines that did not parse (a torn last line of a killed rank)
+
+    @property
+    def ranks(self) -> list[int]:
+        found = set(self.logs) | set(self.stacks)
+        if not self.frames.empty:
+            found |= {int(r) for r in self.frames["rank"].unique()}
+        for entry in self.manifest.get("topology", {}).get("ranks", []) or []:
+            found.add(int(entry["rank"]))
+        return sorted(found)
+
+    @property
+    def evidence_version(self) -> int:
+        return int(self.manifest.get("evidence_version", 0) or 0)
+
+    def rank_frames(self, rank: int) -> pd.DataFrame:
+        if self.frames.empty:
+            return self.frames
+        return self.frames[self.frames["rank"] == rank]
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RunDirError(f"{path} is unreadable: {exc}") from None
+
+
+def _read_jsonl(path: Path, rank: int) -> tuple[list[dict[str, Any]], int]:
+    rows, bad = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            bad += 1  # a rank killed mid-write leaves a torn line; keep the rest
+            continue
+        if isinstance(row, dict):
+            row.setdefault("rank", rank)
+            rows.append(row)
+    return rows, bad
+
+
+def _load_frames(run_dir: Path) -> tuple[pd.DataFrame, int]:
+    rows: list[dict[str, Any]] = []
+    bad = 0
+    for path in sorted(run_dir.glob("rank*.jsonl")):
+        m = _RANK_FILE.match(path.name)
+        if m:
+            got, nbad = _read_jsonl(path, int(m.group(1)))
+            rows.extend(got)
+            bad += nbad
+    if not rows:
+        return pd.DataFrame(columns=["rank", "step"]), bad
+    df = pd.DataFrame(rows)
+    if "step" not in df.columns:
+        df["step"] = df.groupby("rank").cumcount()
+    return df.sort_values(["step", "rank"], kind="stable").reset_index(drop=True), bad
+
+
+def _load_rank_files(directory: Path, pattern: re.Pattern[str]) -> dict[int, Path]:
+    found: dict[int, Path] = {}
+    if not directory.is_dir():
+        return found
+    for path in sorted(directory.iterdir()):
+        m = pattern.match(path.name)
+        # py-spy JSON wins over the faulthandler text fallback when both exist
+        if m and (int(m.group(1)) not in found or path.suffix == ".json"):
+            found[int(m.group(1))] = path
+    return found
+
+
+def _load_stacks(run_dir: Path) -> dict[int, Any]:
+    stacks: dict[int, Any] = {}
+    for rank, path in _load_rank_files(run_dir / "stacks", _STACK_FILE).items():
+        text = path.read_text(errors="replace")
+        try:
+            stacks[rank] = json.loads(text) if path.suffix == ".json" else text
+        except ValueError:
+            stacks[rank] = text
+    return stacks
+
+
+def _load_logs(run_dir: Path) -> dict[int, str]:
+    logs = {}
+    for path in sorted(run_dir.glob("rank*.log")):
+        m = _RANK_FILE.match(path.name)
+        if m:
+            logs[int(m.group(1))] = path.read_text(errors="replace")
+    return logs
+
+
+def _optional(run_dir: Path, name: str, missing: list[str]) -> Any:
+    path = run_dir / name
+    if not path.is_file():
+        missing.append(name)
+        return None
+    return _read_json(path)
+
+
+def load_run(run_dir: Path | str) -> RunData:
+    """Read a run directory; RunDirError names what is missing when nothing usable is there.
+
+    Optional files (launcher.json, outputs, stacks) may be absent in older or partial runs."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise RunDirError(f"run directory {run_dir} does not exist")
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir} is not a directory")
+    missing: list[str] = []
+    manifest = _optional(run_dir, "manifest.json", missing) or {}
+    frames, bad = _load_frames(run_dir)
+    logs = _load_logs(run_dir)
+    if not manifest and frames.empty and not logs:
+        raise RunDirError(
+            f"{run_dir} is not a run directory: missing manifest.json, rank*.jsonl and rank*.log"
+        )
+    if frames.empty:
+        missing.append("rank*.jsonl")
+    data = RunData(run_dir=run_dir, manifest=manifest, frames=frames, logs=logs, bad_lines=bad)
+    data.launcher = _optional(run_dir, "launcher.json", missing)
+    data.outputs = _optional(run_dir, "outputs.json", missing)
+    data.reference = _optional(run_dir, "reference.json", missing)
+    vpath = run_dir / "verdict.json"
+    data.verdict = _read_json(vpath) if vpath.is_file() else None
+    data.stacks = _load_stacks(run_dir)
+    data.missing = missing
+    return data

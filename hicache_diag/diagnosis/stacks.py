@@ -1,0 +1,75 @@
+"""Saved stacks (py-spy JSON, or faulthandler text) -> where each rank's main thread waits."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# Functions of a HiCache protocol wait, ours and SGLang's (sglang-internals §2, §7).
+HICACHE_WAIT = (
+    "check_hicache_events",
+    "writing_check",
+    "loading_check",
+    "pp_sync",
+    "_pp_sync",
+    "drain_async_work",
+    "check_prefetch_progress",
+)
+_FH_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def _main_thread(threads: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for th in threads:
+        if th.get("thread_name") == "MainThread":
+            return th
+    return threads[0] if threads else None
+
+
+def _frames_from_json(dump: Any) -> list[tuple[str, str, int]]:
+    """Innermost first: (function, file, line)."""
+    threads = dump if isinstance(dump, list) else (dump or {}).get("threads", [])
+    main = _main_thread([t for t in threads if isinstance(t, dict)])
+    if not main:
+        return []
+    out = []
+    for fr in main.get("frames", []):
+        filename = fr.get("filename") or fr.get("short_filename") or "?"
+        out.append((str(fr.get("name", "?")), filename, int(fr.get("line") or 0)))
+    return out
+
+
+def _frames_from_text(text: str) -> list[tuple[str, str, int]]:
+    """faulthandler prints the current thread first, most recent call first."""
+    out = []
+    for line in text.splitlines():
+        if out and not line.strip():
+            break  # end of the first thread's block
+        m = _FH_FRAME.match(line)
+        if m:
+            out.append((m["func"], m["file"], int(m["line"])))
+    return out
+
+
+def main_frames(dump: Any) -> list[tuple[str, str, int]]:
+    if isinstance(dump, str):
+        return _frames_from_text(dump)
+    return _frames_from_json(dump)
+
+
+def where(dump: Any) -> str | None:
+    """The innermost frame of our own code (else the innermost frame) as 'func (file:line)'."""
+    frames = main_frames(dump)
+    if not frames:
+        return None
+    ours = [f for f in frames if "hicache_diag" in f[1] or "sglang" in f[1]]
+    func, filename, line = (ours or frames)[0]
+    return f"{func} ({filename.rsplit('/', 1)[-1]}:{line})"
+
+
+def hicache_wait(dump: Any) -> str | None:
+    """The HiCache protocol function this rank is blocked under, if any."""
+    names = [f[0] for f in main_frames(dump)]
+    for name in names:
+        if name in HICACHE_WAIT:
+            return name
+    return None

@@ -1,0 +1,215 @@
+import json
+
+import pytest
+
+from hicache_diag.diagnosis import classify_run
+from hicache_diag.diagnosis.classify import verdict_from
+from hicache_diag.diagnosis.load import load_run
+from hicache_diag.errors import RunDirError
+from hicache_diag.verdict import CrashForm, DivergenceSource, ExitCode, Outcome
+
+from .builder import PEER_ERR, POP_ERR, SHAPE_ERR, RunDir, pyspy_dump
+
+
+def test_clean_run_is_ok(tmp_path):
+    v = classify_run(RunDir(tmp_path).write())
+    assert v.outcome is Outcome.OK and v.form is None
+    assert v.first_divergence is None
+    assert v.steps == 10 and v.seed == 7
+    assert [r.state for r in v.ranks] == ["exited", "exited"]
+    assert v.exit_code is ExitCode.OK
+
+
+def test_form_a_root_cause_is_first_in_time_not_the_cascade(tmp_path):
+    rd = RunDir(tmp_path)
+    # rank 0 dies of the cascade *later*; rank 1's shape error is the root cause.
+    rd.set(1, 5, extend_num_tokens=12).crash(1, 5, SHAPE_ERR, t=1000.05)
+    rd.crash(0, 6, PEER_ERR, t=1000.07, state="killed")
+    v = classify_run(rd.write())
+    assert (v.outcome, v.form, v.failed_rank) == (Outcome.CRASH, CrashForm.A, 1)
+    assert "shape '[12, -1, 16]'" in v.signature
+    assert any("secondary" in line and "rank 0" in line for line in v.evidence)
+    assert v.first_divergence.field == "extend_num_tokens"
+    assert v.first_divergence.values == {"0": 16, "1": 12}
+    ranks = {r.rank: r for r in v.ranks}
+    assert ranks[1].state == "crashed" and ranks[1].where.startswith("event_loop_pp")
+    assert v.exit_code is ExitCode.FORM_A
+
+
+def test_form_a_even_when_cascade_is_logged_first(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.crash(0, 5, PEER_ERR, t=1000.01).crash(1, 5, SHAPE_ERR, t=1000.02)
+    v = classify_run(rd.write())
+    assert (v.form, v.failed_rank) == (CrashForm.A, 1)
+
+
+def test_other_runtime_error_downstream_with_token_mismatch_is_form_a(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.set(1, 4, extend_num_tokens=8)
+    rd.crash(1, 4, "RuntimeError: The size of tensor a (8) must match tensor b (16)", t=1000.04)
+    v = classify_run(rd.write())
+    assert (v.outcome, v.form, v.failed_rank) == (Outcome.CRASH, CrashForm.A, 1)
+
+
+def test_other_runtime_error_without_mismatch_is_unknown_crash(tmp_path):
+    rd = RunDir(tmp_path).crash(1, 4, "RuntimeError: something else", t=1000.04)
+    v = classify_run(rd.write())
+    assert (v.outcome, v.form) == (Outcome.CRASH, None)
+    assert v.exit_code is ExitCode.INTERNAL_ERROR
+
+
+def test_form_b_pop_from_empty_with_ack_culprit(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.set(1, 3, acks_ready={"write": 0, "load": 0}, acks_consumed={"write": 0, "load": 0})
+    rd.set(1, 3, faults_fired=[{"fault": "dma-delay", "step": 3}])
+    rd.crash(1, 6, POP_ERR, t=1000.06)
+    v = classify_run(rd.write())
+    assert (v.outcome, v.form, v.failed_rank) == (Outcome.CRASH, CrashForm.B, 1)
+    assert v.first_divergence.step == 3 and v.first_divergence.field == "acks_consumed"
+    assert v.first_divergence.source is DivergenceSource.DMA_ACK_COUNT
+    assert v.culprit_rank == 1
+    assert {r.rank: r.where for r in v.ranks}[1] == "writing_check (cache_controller.py:9)"
+
+
+def test_form_b_keyerror_on_bookkeeping(tmp_path):
+    err = "  File \"/x/hiradix_cache.py\", line 3, in writing_check\n" \
+          "    node = self.ongoing_write_through[ack_id]\nKeyError: 17"  # fmt: skip
+    v = classify_run(RunDir(tmp_path).crash(0, 5, err, t=1000.0).write())
+    assert (v.form, v.failed_rank) == (CrashForm.B, 0)
+
+
+def test_plain_keyerror_is_not_form_b(tmp_path):
+    err = "  File \"/x/a.py\", line 3, in f\n    d[k]\nKeyError: 'model'"
+    v = classify_run(RunDir(tmp_path).crash(0, 5, err, t=1000.0).write())
+    assert v.form is None
+
+
+def test_form_c_hang_picks_the_rank_at_the_hicache_wait(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.launcher["hang"] = {"detected_at": 1006.0, "last_progress": {"0": 1000.5, "1": 1000.4},
+                           "stalled_ranks": [0, 1]}  # fmt: skip
+    for e in rd.launcher["ranks"]:
+        e["state"] = "hung"
+    rd.stacks = {
+        0: pyspy_dump(("all_reduce", "/t/distributed_c10d.py", 10),
+                      ("all_reduce_tp", "/x/hicache_diag/runtime/distributed/parallel_state.py", 5),
+                      ("writing_check", "/x/hicache_diag/runtime/mem_cache/hiradix_cache.py", 7),
+                      ("event_loop_pp", "/x/hicache_diag/runtime/managers/sched.py", 3)),
+        1: pyspy_dump(("recv", "/t/distributed_c10d.py", 10),
+                      ("point_to_point_pyobj", "/x/hicache_diag/runtime/distributed/ps.py", 9)),
+    }  # fmt: skip
+    v = classify_run(rd.write())
+    assert (v.outcome, v.form, v.failed_rank) == (Outcome.HANG, CrashForm.C, 0)
+    where = {r.rank: (r.state, r.where) for r in v.ranks}
+    assert where[0] == ("blocked", "all_reduce_tp (parallel_state.py:5)")
+    assert where[1] == ("blocked", "point_to_point_pyobj (ps.py:9)")
+    assert any("writing_check" in line for line in v.evidence)
+    assert v.exit_code is ExitCode.FORM_C
+
+
+def test_hang_without_stacks_explains_why(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.launcher["hang"] = {"detected_at": 1, "last_progress": {"0": 5.0, "1": 3.0},
+                           "stalled_ranks": [0, 1]}  # fmt: skip
+    rd.launcher["stacks"] = {"tool": None, "error": "ptrace denied: need CAP_SYS_PTRACE"}
+    v = classify_run(rd.write())
+    assert v.failed_rank == 1
+    assert any("CAP_SYS_PTRACE" in line for line in v.evidence)
+
+
+def test_faulthandler_text_stacks(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.launcher["hang"] = {"detected_at": 1, "last_progress": {}, "stalled_ranks": [1]}
+    rd.stacks = {1: 'Current thread 0x1 (most recent call first):\n'
+                    '  File "/x/hicache_diag/runtime/comm.py", line 4 in pp_sync\n'
+                    '  File "/x/sched.py", line 9 in event_loop_pp\n'}  # fmt: skip
+    v = classify_run(rd.write())
+    assert v.failed_rank == 1
+    assert {r.rank: r.where for r in v.ranks}[1] == "pp_sync (comm.py:4)"
+
+
+def test_latent_divergence_without_crash(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.set(0, 6, host_alloc_failed=2)
+    rd.set(0, 7, write_backs=0, tree_digest="x")
+    v = classify_run(rd.write())
+    assert v.outcome is Outcome.DIVERGED and v.exit_code is ExitCode.DIVERGED
+    assert (v.first_divergence.step, v.first_divergence.field) == (7, "write_backs")
+    assert v.first_divergence.source is DivergenceSource.HOST_ALLOC
+    assert v.culprit_rank == 0
+
+
+def test_wrong_output_beyond_tolerance(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.outputs = {"r0": [1, 2, 3], "r1": [1, 9, 3], "r2": [1, 2, 3]}
+    v = classify_run(rd.write())
+    assert v.outcome is Outcome.WRONG_OUTPUT
+    assert any("r1: token 1 is 9, reference 2" in line for line in v.evidence)
+
+
+def test_wrong_output_within_tie_tolerance_is_ok(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.outputs = {"r0": [1, 2, 3], "r1": [1, 9, 7], "r2": [1, 2, 3]}
+    rd.reference["gaps"] = {"r1": [5.0, 1e-6, 3.0]}
+    rd.reference["tolerance"] = 1e-4
+    assert classify_run(rd.write()).outcome is Outcome.OK
+
+
+def test_leak_when_inflight_sends_grow_on_one_rank(tmp_path):
+    rd = RunDir(tmp_path, steps=40)
+    for s in range(40):
+        rd.set(0, s, inflight_sends=s)
+        rd.set(1, s, inflight_sends=s % 2)
+    v = classify_run(rd.write())
+    assert (v.outcome, v.failed_rank) == (Outcome.LEAK, 0)
+    assert v.exit_code is ExitCode.LEAK
+
+
+def test_bounded_inflight_sends_are_not_a_leak(tmp_path):
+    rd = RunDir(tmp_path, steps=40)
+    for s in range(40):
+        rd.set(0, s, inflight_sends=s % 3)
+    assert classify_run(rd.write()).outcome is Outcome.OK
+
+
+def test_a_broken_check_yields_unknown_evidence_not_a_crash(tmp_path, monkeypatch):
+    from hicache_diag.diagnosis import checks
+
+    def boom(run):
+        raise ZeroDivisionError("bad data")
+
+    monkeypatch.setattr(checks, "check_leak", boom)
+    v = classify_run(RunDir(tmp_path).write())
+    assert v.outcome is Outcome.OK
+    assert "check leak: unknown (ZeroDivisionError: bad data)" in v.evidence
+
+
+def test_missing_run_dir_and_empty_dir(tmp_path):
+    with pytest.raises(RunDirError, match="does not exist"):
+        classify_run(tmp_path / "nope")
+    with pytest.raises(RunDirError, match="missing manifest.json"):
+        classify_run(tmp_path)
+
+
+def test_partial_run_tolerates_torn_line_and_missing_files(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.launcher = None
+    rd.outputs = rd.reference = None
+    root = rd.write()
+    with (root / "rank1.jsonl").open("a") as fh:
+        fh.write('{"step": 10, "rank": 1, "extend_')
+    run = load_run(root)
+    assert run.bad_lines == 1
+    assert set(run.missing) == {"launcher.json", "outputs.json", "reference.json"}
+    v = verdict_from(run)
+    assert v.outcome is Outcome.OK
+    assert "missing: launcher.json" in v.evidence
+
+
+def test_verdict_round_trips_as_json(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.set(1, 5, extend_num_tokens=12).crash(1, 5, SHAPE_ERR, t=1000.05)
+    v = classify_run(rd.write())
+    data = json.loads(json.dumps(v.to_json()))
+    assert data["schema"] == "hicache-diag/verdict/v1" and data["exit_code"] == 10
+    assert data["first_divergence"]["source"] == "unknown"
