@@ -1,0 +1,109 @@
+import pandas as pd
+
+from hicache_diag.diagnosis.divergence import first_divergence
+from hicache_diag.verdict import DivergenceSource
+
+from .builder import step_record
+
+
+def frames(world=2, steps=8, over=None):
+    over = over or {}
+    rows = [step_record(r, s, **over.get((r, s), {})) for s in range(steps) for r in range(world)]
+    return pd.DataFrame(rows)
+
+
+def test_no_divergence():
+    assert first_divergence(frames()) is None
+
+
+def test_first_step_and_field_win_over_later_ones():
+    d = first_divergence(frames(over={(1, 3): {"evicted": 4}, (1, 5): {"rids": ["x"]}}))
+    assert (d.first.step, d.first.field, d.first.values) == (3, "evicted", {"0": 0, "1": 4})
+
+
+def test_only_must_agree_fields_count():
+    d = first_divergence(frames(over={(1, 2): {"clock": 99.0, "queues": {"write_queue": 3}}}))
+    assert d is None
+
+
+def test_dma_ack_count_local_mode_names_the_slow_rank():
+    slow = {"acks_ready": {"write": 0, "load": 0}, "acks_consumed": {"write": 0, "load": 0}}
+    d = first_divergence(frames(over={(1, 4): slow}))
+    assert d.first.field == "acks_consumed"
+    assert d.first.source is DivergenceSource.DMA_ACK_COUNT
+    assert d.culprit_rank == 1
+
+
+def test_dma_ack_count_when_the_relayed_count_differs():
+    over = {(r, s): {"sync_received": {"ack_count": [1, 0]}} for r in (0, 1) for s in range(8)}
+    over[(1, 2)] = {"sync_received": {"ack_count": [0, 0]}}
+    over[(1, 3)] = {"write_backs": 0, "sync_received": {"ack_count": [1, 0]}}
+    d = first_divergence(frames(over=over))
+    assert d.first.field == "write_backs"
+    assert d.first.source is DivergenceSource.DMA_ACK_COUNT
+
+
+def test_host_alloc_failure_just_before_on_one_rank():
+    d = first_divergence(frames(over={(1, 2): {"host_alloc_failed": 1},
+                                      (1, 3): {"tree_digest": "other"}}))  # fmt: skip
+    assert d.first.source is DivergenceSource.HOST_ALLOC and d.culprit_rank == 1
+
+
+def test_host_alloc_failure_on_every_rank_is_not_the_source():
+    over = {(r, 2): {"host_alloc_failed": 1} for r in (0, 1)}
+    over[(1, 3)] = {"tree_digest": "other"}
+    assert first_divergence(frames(over=over)).first.source is DivergenceSource.UNKNOWN
+
+
+def test_lru_clock_different_victims_from_identical_trees():
+    over = {
+        (0, 5): {"evict_victims": ["a"], "evicted": 4, "clock": 5.0},
+        (1, 5): {"evict_victims": ["b"], "evicted": 4, "clock": 9.0, "tree_digest": "t1"},
+        (0, 6): {"tree_digest": "t0"},
+        (1, 6): {"tree_digest": "t1"},
+    }
+    d = first_divergence(frames(over=over))
+    assert (d.first.step, d.first.field) == (5, "tree_digest")
+    assert d.first.source is DivergenceSource.LRU_CLOCK
+    assert d.culprit_rank == 1
+
+
+def test_victims_after_trees_already_differed_are_not_lru():
+    over = {(1, 4): {"tree_digest": "x"}, (0, 5): {"evict_victims": ["a"]},
+            (1, 5): {"evict_victims": ["b"]}}  # fmt: skip
+    d = first_divergence(frames(over=over))
+    assert d.first.step == 4 and d.first.source is DivergenceSource.UNKNOWN
+
+
+def test_l3_hit_local_lengths_differ():
+    over = {(0, 3): {"l3_hit_len_local": {"r3": 64}, "l3_hit_len": {"r3": 64}},
+            (1, 3): {"l3_hit_len_local": {"r3": 32}, "l3_hit_len": {"r3": 32},
+                     "extend_num_tokens": 48}}  # fmt: skip
+    d = first_divergence(frames(over=over))
+    assert d.first.source is DivergenceSource.L3_HIT and d.culprit_rank == 1
+
+
+def test_l3_hit_with_consensus_is_not_the_source():
+    over = {(0, 3): {"l3_hit_len_local": {"r3": 64}, "l3_hit_len": {"r3": 32}},
+            (1, 3): {"l3_hit_len_local": {"r3": 32}, "l3_hit_len": {"r3": 32}},
+            (1, 4): {"evicted": 8}}  # fmt: skip
+    assert first_divergence(frames(over=over)).first.source is DivergenceSource.UNKNOWN
+
+
+def test_l3_progress_differs():
+    over = {(0, 2): {"sync_received": {"l3_progress": 128}},
+            (1, 2): {"sync_received": {"l3_progress": 64}},
+            (1, 3): {"host_hit_len": {"r3": 4}}}  # fmt: skip
+    d = first_divergence(frames(over=over))
+    assert d.first.source is DivergenceSource.L3_PROGRESS
+
+
+def test_minority_rank_is_culprit_with_three_ranks():
+    d = first_divergence(frames(world=3, over={(2, 1): {"evicted": 8}}))
+    assert d.culprit_rank == 2 and d.first.values == {"0": 0, "1": 0, "2": 8}
+
+
+def test_a_rank_that_stopped_early_is_not_a_divergence():
+    f = frames()
+    f = f[~((f["rank"] == 1) & (f["step"] > 4))]
+    assert first_divergence(f) is None
