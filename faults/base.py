@@ -6,13 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hicache_diag.faults import keys as K
-
 from hicache_diag.errors import UsageError
+from hicache_diag.faults import keys as K
 
 if TYPE_CHECKING:  # the runtime's Hooks; imported lazily so validation stays light
     from hicache_diag.faults.schedule import Schedule
-
     from hicache_diag.runtime.hooks import Hooks
 
 COMMON_KEYS = ("rank", "p", "after", "until", "seed")

@@ -16,7 +16,6 @@ from hicache_diag.faults.base import Fault
 
 if TYPE_CHECKING:
     from hicache_diag.faults.schedule import Schedule
-
     from hicache_diag.runtime.hooks import Hooks
 
 

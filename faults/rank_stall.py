@@ -15,7 +15,6 @@ from hicache_diag.faults.base import Fault
 
 if TYPE_CHECKING:
     from hicache_diag.faults.schedule import Schedule
-
     from hicache_diag.runtime.hooks import Hooks
 
 logger = logging.getLogger(__name__)

@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_diag.faults.spec import FaultSpec, make_fault_spec
-
 from hicache_diag.errors import UsageError
+from hicache_diag.faults.spec import FaultSpec, make_fault_spec
 
 try:
     import tomllib

@@ -10,10 +10,9 @@ import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from hicache_diag.errors import UsageError
 from hicache_diag.faults.base import Fault
 from hicache_diag.faults.registry import FAULTS
-
-from hicache_diag.errors import UsageError
 
 GRAMMAR = "NAME[:key=value[,key=value...]]"
 
