@@ -1,14 +1,55 @@
-"""`hicache-diag report` (being built; see the issue that owns it)."""
+"""`hicache-diag report RUN_DIR`: render a run directory (verdict, divergence, timelines, plots)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-from hicache_diag.errors import HicacheDiagError
+from hicache_diag.cli.render.console import print_json
+from hicache_diag.diagnosis.report import build_report
+
+
+def _render(report, summary: Path | None) -> None:
+    from rich.console import Console
+
+    from hicache_diag.cli.render.report import markdown_summary, render_report
+
+    render_report(report, Console(highlight=False, width=140))
+    if summary is not None:
+        markdown_summary(report, summary)
+        typer.echo(f"summary: {summary}")
 
 
 def register(app: typer.Typer) -> None:
     @app.command("report")
-    def _report() -> None:
-        """Not built yet."""
-        raise HicacheDiagError("'report' is not built yet")
+    def report(
+        run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/<utc>-<seed>/).")],
+        plots: Annotated[
+            Path | None, typer.Option("--plots", help="Write per-rank timeline PNGs here.")
+        ] = None,
+        summary: Annotated[
+            Path | None,
+            typer.Option("--summary", help="Markdown summary file (default: PLOTS/report.md)."),
+        ] = None,
+        json_out: Annotated[
+            bool, typer.Option("--json", help="Print the verdict as JSON.")
+        ] = False,
+        reclassify: Annotated[
+            bool, typer.Option("--reclassify", help="Ignore verdict.json; classify afresh.")
+        ] = False,
+    ) -> None:
+        """Render a run directory: verdict, first divergence, per-rank timelines and plots."""
+        result = build_report(run_dir, plots, reclassify)
+        if summary is None and plots is not None:
+            summary = plots / "report.md"
+        if json_out:
+            if summary is not None:
+                from hicache_diag.cli.render.report import markdown_summary
+
+                markdown_summary(result, summary)
+            print_json(result.verdict.to_json())
+        else:
+            _render(result, summary)
+        raise typer.Exit(0)

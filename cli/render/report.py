@@ -1,0 +1,123 @@
+"""Render a RunReport: rich tables on stderr-free stdout console, and the Markdown summary."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from hicache_diag.diagnosis.report import RunReport
+from hicache_diag.verdict import Verdict
+
+MAX_TIMELINE_ROWS = 40
+
+
+def _headline(v: Verdict) -> str:
+    form = f" (form {v.form.value})" if v.form else ""
+    return f"{v.outcome.value}{form}, exit {int(v.exit_code)}"
+
+
+def _verdict_lines(v: Verdict) -> list[str]:
+    lines = [f"verdict: {_headline(v)}"]
+    if v.signature:
+        lines.append(f"signature: {v.signature}")
+    lines.append(f"failed rank: {v.failed_rank}    culprit rank: {v.culprit_rank}")
+    lines.append(f"seed: {v.seed}    steps: {v.steps}    duration: {v.duration_s:.2f}s")
+    return lines
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _frame_table(df: pd.DataFrame, title: str, index_name: str, prefix: str = "") -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column(index_name, justify="right")
+    for col in df.columns:
+        table.add_column(f"{prefix}{col}", justify="right")
+    for idx, row in df.iterrows():
+        table.add_row(str(idx), *(_cell(v) for v in row))
+    return table
+
+
+def _rank_table(v: Verdict) -> Table:
+    table = Table(title="ranks", title_justify="left")
+    for col in ("rank", "pp", "tp", "pid", "state", "where"):
+        table.add_column(col)
+    for r in v.ranks:
+        table.add_row(str(r.rank), str(r.pp), str(r.tp), _cell(r.pid), r.state, r.where or "-")
+    return table
+
+
+def _timeline_view(report: RunReport) -> pd.DataFrame:
+    table = report.timelines.set_index(["step", "rank"])
+    fd = report.verdict.first_divergence
+    if fd is not None:  # centre the view on the divergence rather than the start of the run
+        steps = table.index.get_level_values("step")
+        table = table[(steps >= fd.step - 5) & (steps <= fd.step + 5)]
+    return table.head(MAX_TIMELINE_ROWS)
+
+
+def render_report(report: RunReport, console: Console) -> None:
+    v = report.verdict
+    source = "verdict.json" if report.recorded else "classified now"
+    console.print(Panel("\n".join(_verdict_lines(v)), title=f"{report.run.run_dir} ({source})"))
+    fd = v.first_divergence
+    if fd is not None:
+        console.print(f"first divergence: step {fd.step}, field {fd.field}, source "
+                      f"{fd.source.value}, values {fd.values}")  # fmt: skip
+        if not report.window.empty:
+            title = f"{fd.field} around step {fd.step}"
+            console.print(_frame_table(report.window, title, "step", "rank "))
+    console.print(_rank_table(v))
+    if not report.timelines.empty:
+        view = _timeline_view(report).reset_index().set_index("step")
+        console.print(_frame_table(view, "per-rank timelines", "step"))
+    for line in v.evidence:
+        console.print(f"  - {line}", markup=False)
+    for path in report.plots:
+        console.print(f"plot: {path}")
+
+
+def _md_table(df: pd.DataFrame, index_name: str) -> list[str]:
+    cols = [str(c) for c in df.columns]
+    out = ["| " + " | ".join([index_name, *cols]) + " |", "|" + "---|" * (len(cols) + 1)]
+    for idx, row in df.iterrows():
+        out.append("| " + " | ".join([str(idx), *(_cell(v) for v in row)]) + " |")
+    return out
+
+
+def markdown_summary(report: RunReport, path: Path) -> str:
+    """One page: verdict, first divergence, ranks, evidence, and links to the plots."""
+    v = report.verdict
+    md = [f"# hicache-diag report: `{report.run.run_dir}`", ""]
+    md += [f"- {line}" for line in _verdict_lines(v)] + [""]
+    fd = v.first_divergence
+    if fd is not None:
+        md += [f"## First divergence: step {fd.step}, `{fd.field}` ({fd.source.value})", ""]
+        if not report.window.empty:
+            md += _md_table(report.window.rename(columns=lambda r: f"rank {r}"), "step") + [""]
+    ranks = pd.DataFrame([[r.pp, r.tp, r.pid, r.state, r.where] for r in v.ranks],
+                         index=[r.rank for r in v.ranks],
+                         columns=["pp", "tp", "pid", "state", "where"])  # fmt: skip
+    md += ["## Ranks", ""] + _md_table(ranks, "rank") + ["", "## Evidence", ""]
+    md += [f"- {line}" for line in v.evidence] + [""]
+    if report.plots:
+        md += ["## Timelines", ""]
+        for plot in report.plots:
+            rel = os.path.relpath(plot, path.parent)
+            md.append(f"![{plot.stem}]({rel})")
+        md.append("")
+    text = "\n".join(md)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return text

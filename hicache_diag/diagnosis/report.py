@@ -1,0 +1,47 @@
+"""The report of one run directory: verdict, divergence window, timelines, plots (data only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from hicache_diag.diagnosis.classify import verdict_from
+from hicache_diag.diagnosis.load import RunData, load_run
+from hicache_diag.diagnosis.series import around, timelines
+from hicache_diag.verdict import Verdict
+
+
+@dataclass(slots=True)
+class RunReport:
+    run: RunData
+    verdict: Verdict
+    recorded: bool  # the verdict came from verdict.json rather than a fresh classification
+    window: pd.DataFrame  # the diverging field, step x rank, around the first divergence
+    timelines: pd.DataFrame
+    plots: list[Path] = field(default_factory=list)
+
+
+def _recorded_verdict(run: RunData) -> Verdict | None:
+    if not run.verdict:
+        return None
+    try:
+        return Verdict.from_json(run.verdict)
+    except (KeyError, ValueError, TypeError):
+        return None  # a verdict from an older schema: classify afresh instead
+
+
+def build_report(run_dir: Path, plots_dir: Path | None = None, reclassify: bool = False):
+    """Load and analyse `run_dir`; write plots into `plots_dir` when given."""
+    run = load_run(run_dir)
+    recorded = None if reclassify else _recorded_verdict(run)
+    verdict = recorded or verdict_from(run)
+    fd = verdict.first_divergence
+    window = around(run.frames, fd.step, fd.field) if fd else pd.DataFrame()
+    report = RunReport(run, verdict, recorded is not None, window, timelines(run.frames))
+    if plots_dir is not None:
+        from hicache_diag.diagnosis.plots import write_plots  # matplotlib only when asked
+
+        report.plots = write_plots(run.frames, plots_dir, fd.step if fd else None)
+    return report
