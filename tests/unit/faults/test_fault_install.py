@@ -1,5 +1,7 @@
 """install_faults: rank targeting, string specs, and a package free of torch."""
 
+import json
+import os
 import subprocess
 import sys
 
@@ -48,3 +50,35 @@ def test_importing_faults_does_not_import_torch():
     code = "import sys, hicache_diag.faults; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+_FIRINGS = """
+import json, sys
+from hicache_diag.faults import install_faults
+from hicache_diag.runtime.hooks import Hooks
+hooks = Hooks(rank=1, pp_rank=1, tp_rank=0)
+install_faults(hooks, sys.argv[1:], 42, rank=1, pp_rank=1, tp_rank=0)
+for step in range(40):
+    hooks.step = step
+    hooks.apply("host_alloc", True, num_tokens=4)
+    hooks.apply("dma_complete", 0.0, direction="write", num_tokens=4)
+print(json.dumps(hooks.drain_fired()))
+"""
+
+
+def test_rank_processes_draw_the_same_schedule_whatever_their_hash_seed():
+    # Rank processes are separate interpreters: the draws must not depend on PYTHONHASHSEED.
+    specs = ["host-alloc-fail:p=0.3", "dma-delay:ms=1,jitter-ms=4,p=0.5,seed=3"]
+    runs = []
+    for hash_seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", _FIRINGS, *specs],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+        )
+        runs.append(json.loads(out.stdout))
+    assert runs[0] == runs[1]
+    assert {f["fault"] for f in runs[0]} == {"host-alloc-fail", "dma-delay"}
+    assert 0 < len(runs[0]) < 80
