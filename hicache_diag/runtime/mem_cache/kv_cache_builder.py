@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from hicache_diag.runtime.hooks import Hooks
+from hicache_diag.runtime.managers.cache_controller import HiCacheController
 from hicache_diag.runtime.mem_cache.allocator import TokenToKVPoolAllocator
 from hicache_diag.runtime.mem_cache.base_prefix_cache import BasePrefixCache
 from hicache_diag.runtime.mem_cache.evict_policy import TreeClock
+from hicache_diag.runtime.mem_cache.hiradix_cache import HiRadixCache
 from hicache_diag.runtime.mem_cache.memory_pool import MHATokenToKVPool
+from hicache_diag.runtime.mem_cache.memory_pool_host import HostKVCache
 from hicache_diag.runtime.mem_cache.radix_cache import RadixCache
 from hicache_diag.runtime.protocol import ProtocolConfig
 from hicache_diag.runtime.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +65,44 @@ def build_kv_cache(
     clock = TreeClock(protocol.lru_clock, hooks)
     if not server_args.enable_hierarchical_cache:
         return KVCacheBundle(allocator, kv_pool, RadixCache(allocator, page, clock))
-    from hicache_diag.runtime.mem_cache.hiradix_cache import build_hiradix_cache
-
     tree, host_pool, controller = build_hiradix_cache(
         server_args, protocol, comm, hooks, pp_rank, allocator, kv_pool, clock
     )
     return KVCacheBundle(allocator, kv_pool, tree, host_pool, controller)
+
+
+def build_hiradix_cache(server_args, protocol, comm, hooks, pp_rank, allocator, kv_pool, clock):
+    """Host pool (capacity MIN-synced across ranks with host-capacity=min, #29258), controller
+    and tree. Returns (tree, host_pool, controller)."""
+    capacity = server_args.host_token_capacity(pp_rank)
+    if protocol.host_capacity == "min" and comm is not None:
+        t = torch.tensor([capacity], dtype=torch.int64)
+        comm.all_reduce_pp(t, "min")
+        if int(t.item()) != capacity:
+            logger.info(
+                "Sync fixed-size HiCache host token capacity from %d to %d.",
+                capacity,
+                int(t.item()),
+            )
+        capacity = int(t.item())
+    host_pool = HostKVCache(
+        capacity,
+        server_args.page_size,
+        kv_pool.layer_num,
+        kv_pool.head_num,
+        kv_pool.head_dim,
+        kv_pool.dtype,
+        hooks,
+    )
+    controller = HiCacheController(allocator, kv_pool, host_pool, hooks)
+    tree = HiRadixCache(
+        allocator,
+        server_args.page_size,
+        clock,
+        host_pool,
+        controller,
+        protocol,
+        comm,
+        server_args.hicache_write_policy,
+    )
+    return tree, host_pool, controller
