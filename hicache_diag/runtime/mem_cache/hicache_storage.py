@@ -79,9 +79,11 @@ class HiCacheStorage(ABC):
 
     Called from the storage threads (prefetch, IO, backup) concurrently; implementations must
     be thread safe. Faults are collected, never raised, so a thread's message flow never stops.
+    The batch calls carry the `storage_exists` / `storage_read` hook points for every backend.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, hooks: Hooks | None = None) -> None:
+        self.hooks = hooks if hooks is not None else Hooks()
         self._faults: list[StorageFault] = []
         self._faults_lock = threading.Lock()
 
@@ -98,17 +100,33 @@ class HiCacheStorage(ABC):
         """Whether `key` is stored (SGLang: a present but empty page counts)."""
 
     def batch_exists(self, keys: Sequence[str]) -> int:
-        """Number of leading `keys` that exist."""
+        """Number of leading `keys` that exist, after the `storage_exists` hook."""
+        hit_pages = len(keys)
         for i, key in enumerate(keys):
             if not self.exists(key):
-                return i
-        return len(keys)
+                hit_pages = i
+                break
+        # l3-partial-hit acts here; it may only shorten what was really found.
+        hooked = self.hooks.apply("storage_exists", hit_pages, num_pages=len(keys))
+        return max(0, min(int(hooked), hit_pages))
 
     def batch_get(
-        self, keys: Sequence[str], target_locations: Sequence[torch.Tensor] | None = None
+        self,
+        keys: Sequence[str],
+        target_locations: Sequence[torch.Tensor] | None = None,
+        *,
+        page_offset: int = 0,
+        num_pages: int | None = None,
     ) -> list[torch.Tensor | None]:
+        """Read pages; a `storage_read` hook returning False fails that page (l3-partial-hit).
+        `page_offset`/`num_pages` place this batch inside its whole prefetch for the hook."""
         targets = target_locations if target_locations is not None else [None] * len(keys)
-        return [self.get(key, target) for key, target in zip(keys, targets, strict=True)]
+        total = num_pages if num_pages is not None else len(keys)
+        pages: list[torch.Tensor | None] = []
+        for i, (key, target) in enumerate(zip(keys, targets, strict=True)):
+            ok = self.hooks.apply("storage_read", True, page_index=page_offset + i, num_pages=total)
+            pages.append(self.get(key, target) if ok else None)
+        return pages
 
     def batch_set(self, keys: Sequence[str], values: Sequence[torch.Tensor]) -> bool:
         """Store pages in order; stops at the first failure (SGLang semantics)."""
@@ -153,9 +171,8 @@ class HiCacheFile(HiCacheStorage):
     def __init__(
         self, config: HiCacheStorageConfig, file_path: str, hooks: Hooks | None = None
     ) -> None:
-        super().__init__()
+        super().__init__(hooks)
         self.file_path = check_storage_dir(file_path)
-        self.hooks = hooks if hooks is not None else Hooks()
         model_name = "-".join(config.model_name.split("/"))
         self.config_suffix = f"_{model_name}_{config.tp_rank}_{config.tp_size}"
         if config.pp_size > 1:
@@ -166,12 +183,6 @@ class HiCacheFile(HiCacheStorage):
 
     def exists(self, key: str) -> bool:
         return os.path.exists(self.key_path(key))
-
-    def batch_exists(self, keys: Sequence[str]) -> int:
-        hit_pages = super().batch_exists(keys)
-        # l3-partial-hit acts here; it may only shorten what was really found.
-        hooked = self.hooks.apply("storage_exists", hit_pages, num_pages=len(keys))
-        return max(0, min(int(hooked), hit_pages))
 
     def get(self, key: str, target_location: torch.Tensor | None = None) -> torch.Tensor | None:
         path = self.key_path(key)
@@ -207,24 +218,6 @@ class HiCacheFile(HiCacheStorage):
         if staging is not target:
             target.copy_(staging)
         return target
-
-    def batch_get(
-        self,
-        keys: Sequence[str],
-        target_locations: Sequence[torch.Tensor] | None = None,
-        *,
-        page_offset: int = 0,
-        num_pages: int | None = None,
-    ) -> list[torch.Tensor | None]:
-        """Read pages; a `storage_read` hook returning False fails that page (l3-partial-hit).
-        `page_offset`/`num_pages` place this batch inside its whole prefetch for the hook."""
-        targets = target_locations if target_locations is not None else [None] * len(keys)
-        total = num_pages if num_pages is not None else len(keys)
-        pages: list[torch.Tensor | None] = []
-        for i, (key, target) in enumerate(zip(keys, targets, strict=True)):
-            ok = self.hooks.apply("storage_read", True, page_index=page_offset + i, num_pages=total)
-            pages.append(self.get(key, target) if ok else None)
-        return pages
 
     def set(self, key: str, value: torch.Tensor) -> bool:
         path = self.key_path(key)

@@ -1,0 +1,216 @@
+"""The storage half of SGLang's HiCacheController (sglang/srt/managers/cache_controller.py):
+the L2<->L3 queues, the thread lifecycle and the scheduler-side calls; ours as a class, with
+SGLang's names for the queues and methods. The thread bodies live in `storage_threads.py`.
+
+The scheduler thread submits operations, allocates host memory for agreed hits, consumes the
+control queues by agreed counts (blocking until its own threads produced them) and decides
+termination; the threads never touch the radix tree.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from queue import Empty, Queue
+from typing import Any, Protocol
+
+import torch
+
+from hicache_diag.runtime.distributed.comm import HiCacheComm
+from hicache_diag.runtime.managers.storage_operation import (
+    PrefetchAck,
+    PrefetchOperation,
+    PrefetchTimeoutConfig,
+    StorageOperation,
+)
+from hicache_diag.runtime.managers.storage_pages import HostPages
+from hicache_diag.runtime.managers.storage_threads import StorageThreadsMixin
+from hicache_diag.runtime.mem_cache.hicache_storage import (
+    STORAGE_BATCH_SIZE,
+    HiCacheStorage,
+    StorageFault,
+)
+from hicache_diag.runtime.protocol import ProtocolConfig
+
+logger = logging.getLogger(__name__)
+
+INPUT_QUEUES = ("prefetch_queue", "prefetch_buffer", "prefetch_sync_queue", "backup_queue")
+CONTROL_QUEUES = ("prefetch_hit_queue", "ack_prefetch_queue", "ack_backup_queue",
+                  "host_mem_release_queue")  # fmt: skip
+STORAGE_QUEUES = INPUT_QUEUES + CONTROL_QUEUES
+DEFAULT_TIMEOUT = PrefetchTimeoutConfig()
+
+
+class HostPool(Protocol):
+    def alloc(self, need_size: int) -> torch.Tensor | None: ...
+    def free(self, indices: torch.Tensor) -> Any: ...
+
+
+class StorageController(StorageThreadsMixin):
+    """L3 queues and threads of one rank. `start()` / `stop()` bracket the threads; every
+    public method without a `_thread_func` suffix is for the scheduler thread only."""
+
+    def __init__(
+        self,
+        storage: HiCacheStorage,
+        host_pool: HostPool,
+        page_size: int,
+        comm: HiCacheComm,
+        protocol: ProtocolConfig,
+        prefetch_policy: str = "best_effort",
+        timeout: PrefetchTimeoutConfig = DEFAULT_TIMEOUT,
+        clock: Callable[[], float] = time.monotonic,
+        storage_batch_size: int = STORAGE_BATCH_SIZE,
+    ) -> None:
+        self.storage, self.host_pool, self.comm = storage, host_pool, comm
+        self.page_size = page_size
+        self.host_pages = HostPages(host_pool, page_size)
+        self.l3_hit_min = protocol.mode("l3-hit") == "min"
+        self.l3_progress_min = protocol.mode("l3-progress") == "min"
+        self.prefetch_policy, self.timeout, self.clock = prefetch_policy, timeout, clock
+        self.storage_batch_size = storage_batch_size
+        for name in STORAGE_QUEUES:
+            setattr(self, name, Queue())
+        self.storage_stop_event = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._faults: list[StorageFault] = []
+        self._faults_lock = threading.Lock()
+        self.stats = {"hit_pages_local": 0, "hit_pages": 0, "read_pages": 0, "backup_pages": 0}
+        # the last value each thread used after its (optional) MIN; evidence `sync_received`
+        self.sync_received: dict[str, int | None] = {"l3_hit": None, "l3_progress": None}
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._threads:
+            raise RuntimeError("storage threads already started")
+        targets = (
+            ("prefetch", self.prefetch_thread_func),
+            ("prefetch-io", self.prefetch_io_aux_func),
+            ("prefetch-sync", self.prefetch_sync_thread_func),
+            ("backup", self.backup_thread_func),
+        )
+        for name, target in targets:
+            thread = threading.Thread(target=target, name=f"hicache-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 5.0) -> list[str]:
+        """Stop and join every thread; returns the names of threads still alive (a thread
+        stuck in a collective whose peer is gone). Idempotent."""
+        self.storage_stop_event.set()
+        for name in INPUT_QUEUES:
+            getattr(self, name).put(None)  # wake a blocked get() at once
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        alive = [t.name for t in self._threads if t.is_alive()]
+        if alive:
+            logger.error("HiCache storage threads did not stop: %s", alive)
+        return alive
+
+    # ---- scheduler-side API ---------------------------------------------------------------
+
+    def prefetch(
+        self, request_id: str, new_input_tokens: list[int], last_hash: str | None = None
+    ) -> PrefetchOperation:
+        operation = PrefetchOperation(request_id, new_input_tokens, self.clock(), last_hash)
+        self.prefetch_queue.put(operation)
+        return operation
+
+    def submit_prefetch_io(self, operation: PrefetchOperation) -> bool:
+        """Allocate host slots for the agreed hit and hand the reads to the IO thread; False
+        (nothing queued, no acks will come) when the host pool is short."""
+        host_indices = self.host_pool.alloc(operation.storage_hit_count)
+        if host_indices is None:
+            return False
+        operation.host_indices = host_indices
+        self.prefetch_buffer.put(operation)
+        return True
+
+    def terminate_prefetch(self, operation: PrefetchOperation) -> tuple[int, list[str]]:
+        operation.mark_terminate()
+        return operation.completed_tokens, operation.hash_value
+
+    def write_storage(
+        self,
+        host_indices: torch.Tensor,
+        token_ids: list[int],
+        hash_value: list[str] | None = None,
+        last_hash: str | None = None,
+    ) -> int:
+        """Queue a backup of host pages to L3 (after write-through); returns the operation id."""
+        operation = StorageOperation(host_indices, token_ids, last_hash, hash_value)
+        self.backup_queue.put(operation)
+        return operation.id
+
+    def append_host_mem_release(self, host_indices: torch.Tensor) -> None:
+        for page in host_indices.split(self.page_size):
+            self.host_mem_release_queue.put(page)
+
+    def storage_queue_sizes(self) -> dict[str, int]:
+        return {name: getattr(self, name).qsize() for name in STORAGE_QUEUES}
+
+    def drain_queue(self, name: str, count: int, timeout: float | None = None) -> list[Any]:
+        """Take exactly `count` items, blocking until this rank's own thread produced them
+        (every rank consumes the agreed count). Raises TimeoutError past `timeout` seconds,
+        RuntimeError if the threads stop while waiting."""
+        queue: Queue = getattr(self, name)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        items: list[Any] = []
+        while len(items) < count:
+            if self.storage_stop_event.is_set():
+                raise RuntimeError(f"storage threads stopped while draining {name}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"{name}: got {len(items)} of {count} after {timeout}s")
+            try:
+                items.append(queue.get(timeout=0.05))
+            except Empty:
+                continue
+        return items
+
+    def consume_prefetch_acks(self, count: int, timeout: float | None = None) -> list[PrefetchAck]:
+        """Drain `count` prefetch acks and apply them to their operations."""
+        acks = self.drain_queue("ack_prefetch_queue", count, timeout)
+        for ack in acks:
+            if ack.completed_req:
+                ack.operation.io_done = True
+            elif ack.completed_tokens is not None:
+                ack.operation.completed_tokens = ack.completed_tokens
+        return acks
+
+    def can_terminate_prefetch(self, operation: PrefetchOperation) -> bool:
+        """This rank's view of the prefetch stop policy (the caller makes it agree)."""
+        if self.prefetch_policy == "best_effort":
+            return True
+        expected = len(operation.hash_value) * self.page_size
+        completed = operation.io_done or (
+            operation.host_indices is not None and operation.completed_tokens >= expected
+        )
+        if self.prefetch_policy == "wait_complete" or completed:
+            return completed
+        elapsed = self.clock() - operation.start_time
+        return elapsed > self.timeout.timeout_s(len(operation.token_ids))
+
+    # ---- evidence -------------------------------------------------------------------------
+
+    def _fault(self, op: str, key: str, error: BaseException) -> None:
+        logger.error("HiCache storage %s failed for %s: %r", op, key, error)
+        with self._faults_lock:
+            self._faults.append(StorageFault(op, key, f"{type(error).__name__}: {error}"))
+
+    def drain_storage_faults(self) -> list[StorageFault]:
+        """Faults from the threads and from the backend since the last call."""
+        with self._faults_lock:
+            faults, self._faults = self._faults, []
+        return faults + self.storage.drain_faults()
+
+    def probe_stats(self) -> dict[str, Any]:
+        return {
+            "queues": self.storage_queue_sizes(),
+            "storage": dict(self.stats),
+            "sync_received": dict(self.sync_received),
+            "threads_alive": sum(t.is_alive() for t in self._threads),
+        }
