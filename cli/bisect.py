@@ -1,14 +1,92 @@
-"""`hicache-diag bisect` (being built; see the issue that owns it)."""
+"""`hicache-diag bisect`: crash rates over a matrix of switches (DESIGN §6)."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-from hicache_diag.errors import HicacheDiagError
+from hicache_diag.cli.render.console import print_json
+from hicache_diag.harness.bisect import (
+    HOST_AXIS,
+    STORAGE_AXIS,
+    Axis,
+    BisectConfig,
+    parse_switch,
+    parse_values,
+    run_bisect,
+)
+
+
+def _run_options(app: typer.Typer) -> set[str]:
+    """Long option names of the `run` command, so --switch can vary any of them."""
+    group = typer.main.get_command(app)
+    run = getattr(group, "commands", {}).get("run")
+    names = set()
+    for param in getattr(run, "params", []):
+        names |= {o.removeprefix("--") for o in param.opts if o.startswith("--")}
+    return names - {"out", "json", "seed"}
+
+
+def _axes(app, storage: str | None, size: str | None, switches: list[str]) -> tuple[Axis, ...]:
+    axes = []
+    if storage is not None:
+        axes.append(Axis(STORAGE_AXIS, parse_values("--storage-backend", storage)))
+    if size is not None:
+        axes.append(Axis(HOST_AXIS, parse_values("--hicache-size", size)))
+    options = _run_options(app) if switches else set()
+    axes += [parse_switch(spec, options) for spec in switches]
+    return tuple(axes)
+
+
+def _cells(axes: tuple[Axis, ...]) -> int:
+    n = 1
+    for a in axes:
+        n *= len(a.values)
+    return n
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("bisect")
-    def _bisect() -> None:
-        """Not built yet."""
-        raise HicacheDiagError("'bisect' is not built yet")
+    @app.command(
+        "bisect", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+    )
+    def bisect(
+        ctx: typer.Context,
+        storage_backend: Annotated[
+            str | None, typer.Option("--storage-backend", help="Values, e.g. none,file.")
+        ] = None,
+        hicache_size: Annotated[
+            str | None, typer.Option("--hicache-size", help="Values, e.g. 16MiB,64MiB.")
+        ] = None,
+        switch: Annotated[
+            list[str] | None,
+            typer.Option("--switch", help="NAME=v1,v2 for a protocol switch or a run option."),
+        ] = None,
+        trials: Annotated[int, typer.Option("--trials", help="Trials per cell.")] = 3,
+        jobs: Annotated[int, typer.Option("--jobs", "-j", help="Trials run in parallel.")] = 1,
+        seed: Annotated[int, typer.Option("--seed", help="Seed of trial 0 (trial j: +j).")] = 0,
+        out: Annotated[Path | None, typer.Option("--out", help="Parent of the run dirs.")] = None,
+        trial_timeout: Annotated[
+            float, typer.Option("--trial-timeout", help="Seconds before a trial is killed.")
+        ] = 300.0,
+        json_out: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+    ) -> None:
+        """Repeat `run` over a matrix of switches; any other `run` flag applies to every cell."""
+        from hicache_diag.cli.render.bisect import render_bisect, trial_progress
+        from hicache_diag.cli.render.console import err_console
+
+        axes = _axes(app, storage_backend, hicache_size, switch or [])
+        out = out or Path("runs") / f"bisect-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(ctx.args), trial_timeout)
+        progress, on_result = trial_progress(err_console, _cells(axes) * trials)
+        with progress:
+            table = run_bisect(cfg, on_result)
+        if json_out:
+            print_json(table.to_json())
+        else:
+            from rich.console import Console
+
+            render_bisect(table, Console(highlight=False))
+        raise typer.Exit(130 if table.interrupted else 0)

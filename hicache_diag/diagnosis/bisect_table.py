@@ -1,0 +1,160 @@
+"""Bisect results: per-cell crash rates with Wilson intervals, and the verdict lines (DESIGN §6)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from hicache_diag.diagnosis.stats import median_ttf, wilson
+
+BISECT_SCHEMA = "hicache-diag/bisect/v1"
+STORAGE_AXIS = "storage-backend"
+HOST_AXIS = "hicache-size"
+
+
+@dataclass(frozen=True, slots=True)
+class TrialResult:
+    seed: int
+    run_dir: str
+    outcome: str | None  # verdict outcome; None when the trial produced no verdict
+    form: str | None = None
+    duration_s: float | None = None
+    error: str | None = None  # why there is no verdict (timeout, tool error)
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome is not None and self.outcome != "ok"
+
+
+@dataclass(slots=True)
+class Cell:
+    values: dict[str, str]
+    results: list[TrialResult] = field(default_factory=list)
+
+    @property
+    def trials(self) -> int:
+        return sum(1 for r in self.results if r.outcome is not None)
+
+    @property
+    def failures(self) -> int:
+        return sum(1 for r in self.results if r.failed)
+
+    @property
+    def rate(self) -> float:
+        return self.failures / self.trials if self.trials else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        lo, hi = wilson(self.failures, self.trials)
+        forms = Counter(r.form or r.outcome for r in self.results if r.failed)
+        return {
+            "values": dict(self.values),
+            "trials": self.trials,
+            "failures": self.failures,
+            "rate": round(self.rate, 4),
+            "ci95": [round(lo, 4), round(hi, 4)],
+            "forms": dict(sorted(forms.items())),
+            "median_ttf_s": median_ttf(r.duration_s for r in self.results if r.failed),
+            "run_dirs": [r.run_dir for r in self.results],
+            "errors": [f"{r.run_dir}: {r.error}" for r in self.results if r.error],
+        }
+
+
+def _pooled(cells: list[Cell], axis: str) -> dict[str, tuple[int, int]]:
+    """value -> (failures, trials) pooled over every other axis."""
+    pooled: dict[str, tuple[int, int]] = {}
+    for c in cells:
+        if axis in c.values:
+            f, t = pooled.get(c.values[axis], (0, 0))
+            pooled[c.values[axis]] = (f + c.failures, t + c.trials)
+    return pooled
+
+
+def _pct(f: int, t: int) -> str:
+    return f"{f}/{t}" + (f" ({100 * f / t:.0f}%)" if t else "")
+
+
+def _storage_line(cells: list[Cell]) -> str | None:
+    pooled = _pooled(cells, STORAGE_AXIS)
+    f, t = pooled.get("none", (0, 0))
+    if f:
+        return (f"failures with no storage backend ({_pct(f, t)}): L2-dimension divergence "
+                "(L1<->L2 acks, host pool), not L3")  # fmt: skip
+    others = {v: ft for v, ft in pooled.items() if v != "none" and ft[0]}
+    if "none" in pooled and others:
+        v, (f2, t2) = next(iter(others.items()))
+        return f"failures only with storage backend {v} ({_pct(f2, t2)}): L3-dimension divergence"
+    return None
+
+
+def _size_key(value: str) -> float:
+    from hicache_diag.runtime.server_args import parse_size
+
+    try:
+        return float(parse_size(value))
+    except Exception:  # noqa: BLE001 - an unparsable size sorts last rather than failing
+        return float("inf")
+
+
+def _host_line(cells: list[Cell]) -> str | None:
+    pooled = _pooled(cells, HOST_AXIS)
+    if len(pooled) < 2:
+        return None
+    order = sorted(pooled, key=_size_key)
+    (fs, ts), (fl, tl) = pooled[order[0]], pooled[order[-1]]
+    if not ts or not tl or (fs == 0 and fl == 0):
+        return None
+    small, large = fs / ts, fl / tl
+    both = f"({order[0]}: {_pct(fs, ts)} vs {order[-1]}: {_pct(fl, tl)})"
+    if small < large:
+        return f"rate falls with a smaller host size {both}: eviction-pressure related"
+    if small > large:
+        return f"rate rises with a smaller host size {both}: host-capacity pressure"
+    return f"host size does not change the rate {both}"
+
+
+def _switch_lines(cells: list[Cell], axes: list[str], describe) -> list[str]:
+    lines = []
+    for axis in axes:
+        if axis in (STORAGE_AXIS, HOST_AXIS):
+            continue
+        pooled = _pooled(cells, axis)
+        clean = [v for v, (f, t) in pooled.items() if t and f == 0]
+        dirty = {v: ft for v, ft in pooled.items() if ft[0]}
+        if clean and dirty:
+            bad = ", ".join(f"{v}: {_pct(*ft)}" for v, ft in dirty.items())
+            lines.append(f"{axis}={'/'.join(clean)} removes all failures ({bad} otherwise)"
+                         + describe(axis))  # fmt: skip
+    return lines
+
+
+@dataclass(slots=True)
+class BisectTable:
+    switches: list[str]
+    cells: list[Cell]
+    interrupted: bool = False
+    describe: Any = field(default=lambda axis: "", repr=False)  # axis -> " : the fix is ..."
+
+    @property
+    def total_trials(self) -> int:
+        return sum(c.trials for c in self.cells)
+
+    def verdict(self) -> list[str]:
+        lines = []
+        failures = sum(c.failures for c in self.cells)
+        if failures == 0:
+            lines.append(f"no failures in {self.total_trials} trials")
+        lines += [x for x in (_storage_line(self.cells), _host_line(self.cells)) if x]
+        lines += _switch_lines(self.cells, self.switches, self.describe)
+        if self.interrupted:
+            lines.append("interrupted: partial table")
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": BISECT_SCHEMA,
+            "switches": list(self.switches),
+            "cells": [c.to_json() for c in self.cells],
+            "verdict": self.verdict(),
+            "interrupted": self.interrupted,
+        }

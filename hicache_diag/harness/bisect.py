@@ -1,0 +1,290 @@
+"""bisect: repeat `run` trials over a matrix of switches, in parallel, into a BisectTable.
+
+Each trial is its own `hicache-diag run ... --json --out DIR` subprocess in its own process
+group, so a trial (launcher and ranks) can be killed as a whole on timeout or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from hicache_diag.diagnosis.bisect_table import (
+    HOST_AXIS,
+    STORAGE_AXIS,
+    BisectTable,
+    Cell,
+    TrialResult,
+)
+from hicache_diag.errors import UsageError
+from hicache_diag.runtime.protocol import SWITCHES
+from hicache_diag.verdict import ExitCode
+
+
+@dataclass(frozen=True, slots=True)
+class Axis:
+    name: str  # storage-backend | hicache-size | a protocol switch | a run option
+    values: tuple[str, ...]
+
+    def args(self, value: str) -> list[str]:
+        """The `run` flags that set this axis to `value`."""
+        if self.name in SWITCHES:
+            return ["--fix", f"{self.name}={value}"]
+        return [f"--{self.name}", value]
+
+
+@dataclass(frozen=True, slots=True)
+class BisectConfig:
+    axes: tuple[Axis, ...]
+    trials: int = 3
+    jobs: int = 1
+    base_seed: int = 0
+    out: Path = Path("runs/bisect")
+    run_args: tuple[str, ...] = ()  # every other `run` flag, applied to all cells
+    trial_timeout_s: float = 300.0
+    # The trial command; tests substitute a stand-in script for `run`.
+    command: tuple[str, ...] = (sys.executable, "-m", "hicache_diag.cli.main", "run")
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise UsageError(f"--trials must be >= 1 (got {self.trials})")
+        if self.jobs < 1:
+            raise UsageError(f"--jobs must be >= 1 (got {self.jobs})")
+        if self.trial_timeout_s <= 0:
+            raise UsageError(f"--trial-timeout must be > 0 (got {self.trial_timeout_s})")
+
+
+def parse_values(flag: str, text: str) -> tuple[str, ...]:
+    values = tuple(v.strip() for v in text.split(","))
+    if not text.strip() or any(not v for v in values):
+        raise UsageError(f"{flag} needs a comma-separated list of values (got {text!r})")
+    return values
+
+
+def parse_switch(spec: str, run_options: set[str] | None = None) -> Axis:
+    """`NAME=v1,v2` for a protocol switch (modes checked) or any `run` option (`--NAME`)."""
+    name, sep, rest = spec.partition("=")
+    name = name.strip().removeprefix("--")
+    if not sep or not name:
+        raise UsageError(f"malformed --switch {spec!r}; expected NAME=v1,v2")
+    values = parse_values(f"--switch {name}", rest)
+    if name in SWITCHES:
+        bad = [v for v in values if v not in SWITCHES[name].modes]
+        if bad:
+            modes = ", ".join(SWITCHES[name].modes)
+            raise UsageError(f"unknown mode {bad[0]!r} for switch {name!r}; valid: {modes}")
+    elif run_options is not None and name not in run_options:
+        valid = ", ".join([*SWITCHES, *sorted(run_options)])
+        raise UsageError(f"unknown switch {name!r}; valid: {valid}")
+    return Axis(name, values)
+
+
+def matrix(axes: tuple[Axis, ...]) -> list[dict[str, str]]:
+    if not axes:
+        return [{}]
+    return [
+        dict(zip([a.name for a in axes], combo, strict=True))
+        for combo in itertools.product(*(a.values for a in axes))
+    ]
+
+
+def _slug(values: dict[str, str]) -> str:
+    text = "_".join(f"{k}={v}" for k, v in values.items()) or "base"
+    return "".join(ch if ch.isalnum() or ch in "=-_." else "-" for ch in text)
+
+
+@dataclass(slots=True)
+class _Trial:
+    cell: int
+    seed: int
+    out: Path
+    argv: list[str]
+
+
+def trial_argv(cfg: BisectConfig, values: dict[str, str], seed: int, out: Path) -> list[str]:
+    argv = [*cfg.command, *cfg.run_args]
+    for axis in cfg.axes:
+        argv += axis.args(values[axis.name])
+    return argv + ["--seed", str(seed), "--out", str(out), "--json"]
+
+
+def _plan(cfg: BisectConfig) -> tuple[list[Cell], list[_Trial]]:
+    cells = [Cell(values) for values in matrix(cfg.axes)]
+    trials = []
+    # Trial j uses the same seed in every cell (paired comparison between cells).
+    for j in range(cfg.trials):
+        for i, cell in enumerate(cells):
+            seed = cfg.base_seed + j
+            out = cfg.out / f"cell{i}-{_slug(cell.values)}" / f"trial{j}-seed{seed}"
+            trials.append(_Trial(i, seed, out, trial_argv(cfg, cell.values, seed, out)))
+    return cells, trials
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def _read_verdict(stdout: str, out: Path) -> dict | None:
+    for line in reversed((stdout or "").strip().splitlines()):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and "outcome" in data:
+            return data
+    try:
+        return json.loads((out / "verdict.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _result(trial: _Trial, rc: int, stdout: str, stderr: str, wall_s: float) -> TrialResult:
+    if rc == ExitCode.BAD_INPUT:
+        return TrialResult(
+            trial.seed, str(trial.out), None, error=f"bad input: {_last_line(stderr)}"
+        )
+    verdict = _read_verdict(stdout, trial.out)
+    if verdict is None:
+        why = _last_line(stderr) or "no verdict"
+        return TrialResult(trial.seed, str(trial.out), None, error=f"exit {rc}: {why}")
+    return TrialResult(
+        trial.seed,
+        str(trial.out),
+        str(verdict.get("outcome")),
+        verdict.get("form"),
+        float(verdict.get("duration_s") or wall_s),
+    )
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGINT the trial's group (the launcher reaps its ranks), then SIGKILL what is left."""
+    try:
+        import psutil
+
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - already gone
+        kids = []
+    for sig, grace in ((signal.SIGINT, 3.0), (signal.SIGKILL, 2.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            proc.wait(timeout=grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    for kid in kids:  # ranks that left the group (their own session) must not outlive us
+        try:
+            kid.kill()
+        except Exception:  # noqa: BLE001 - gone already
+            pass
+
+
+class _Runner:
+    """Runs trial subprocesses and keeps their handles so they can all be killed at once."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._procs: dict[int, subprocess.Popen] = {}
+
+    def _start(self, trial: _Trial) -> subprocess.Popen | None:
+        trial.out.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        with self._lock:
+            if self.stopping.is_set():
+                return None
+            proc = subprocess.Popen(
+                trial.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True, env=env,
+            )  # fmt: skip
+            self._procs[proc.pid] = proc
+        return proc
+
+    def run(self, trial: _Trial) -> TrialResult | None:
+        start = time.monotonic()
+        proc = self._start(trial)
+        if proc is None:
+            return None
+        try:
+            stdout, stderr = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            proc.communicate()
+            why = f"timed out after {self.timeout_s:g}s"
+            return TrialResult(trial.seed, str(trial.out), None, error=why)
+        finally:
+            with self._lock:
+                self._procs.pop(proc.pid, None)
+        if self.stopping.is_set():
+            return None  # killed by Ctrl-C: not a trial outcome
+        return _result(trial, proc.returncode, stdout, stderr, time.monotonic() - start)
+
+    def kill_all(self) -> None:
+        with self._lock:
+            self.stopping.set()
+            procs = list(self._procs.values())
+        for proc in procs:
+            _kill_group(proc)
+
+
+def describe_axis(axis: str) -> str:
+    sw = SWITCHES.get(axis)
+    return f": {sw.what} ({sw.upstream})" if sw else ""
+
+
+OnResult = Callable[[Cell, TrialResult], None]
+
+
+def run_bisect(cfg: BisectConfig, on_result: OnResult | None = None) -> BisectTable:
+    """Run every trial (`cfg.jobs` at a time). Ctrl-C kills the running trials' process groups
+    and returns the partial table with `interrupted` set."""
+    cells, trials = _plan(cfg)
+    table = BisectTable([a.name for a in cfg.axes], cells, describe=describe_axis)
+    runner = _Runner(cfg.trial_timeout_s)
+    pool = ThreadPoolExecutor(max_workers=cfg.jobs, thread_name_prefix="bisect-trial")
+    futures: dict[Future, _Trial] = {pool.submit(runner.run, t): t for t in trials}
+    clean = False
+    try:
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            for fut in done:
+                _collect(fut.result(), cells[futures[fut].cell], on_result)
+        clean = True
+    except KeyboardInterrupt:
+        table.interrupted = True
+    finally:
+        if not clean:
+            runner.kill_all()
+        pool.shutdown(wait=True, cancel_futures=True)
+    return table
+
+
+def _collect(res: TrialResult | None, cell: Cell, on_result: OnResult | None) -> None:
+    if res is None:
+        return
+    if res.error and res.error.startswith("bad input"):
+        raise UsageError(f"trial rejected its arguments: {res.error.removeprefix('bad input: ')}")
+    cell.results.append(res)
+    if on_result is not None:
+        on_result(cell, res)
+
+
+__all__ = [
+    "HOST_AXIS", "STORAGE_AXIS", "Axis", "BisectConfig", "matrix", "parse_switch", "parse_values",
+    "run_bisect", "trial_argv",
+]  # fmt: skip
