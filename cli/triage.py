@@ -1,14 +1,73 @@
-"""`hicache-diag triage` (being built; see the issue that owns it)."""
+"""`hicache-diag triage`: flags -> TriageRequest -> run_triage -> render or --json -> exit code."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-from hicache_diag.errors import HicacheDiagError
+from hicache_diag.cli.render.console import print_json
+from hicache_diag.cli.render.triage import render_triage
+from hicache_diag.triage import TriageRequest, run_triage
+
+Pids = Annotated[
+    list[int] | None, typer.Option("--pid", help="Scheduler PID (repeat for several ranks).")
+]
+Discover = Annotated[
+    bool,
+    typer.Option(
+        "--discover", help="Dump every sglang::scheduler* / hicache-diag::scheduler* process."
+    ),
+]
+Dumps = Annotated[
+    Path | None, typer.Option("--dumps", help="Folder of py-spy dumps (text or --json).")
+]
+Logs = Annotated[
+    list[Path] | None, typer.Option("--logs", help="SGLang server log (repeat for several).")
+]
+Save = Annotated[
+    Path | None, typer.Option("--save", help="Write the live samples here (merge with --dumps).")
+]
 
 
 def register(app: typer.Typer) -> None:
     @app.command("triage")
-    def _triage() -> None:
-        """Not built yet."""
-        raise HicacheDiagError("'triage' is not built yet")
+    def _triage(
+        pid: Pids = None,
+        discover: Discover = False,
+        dumps: Dumps = None,
+        logs: Logs = None,
+        save: Save = None,
+        interval: Annotated[float, typer.Option(help="Seconds between live samples.")] = 0.5,
+        samples: Annotated[
+            int, typer.Option(help="Live samples per rank (>= 2 tells progress from a wedge).")
+        ] = 2,  # fmt: skip
+        native: Annotated[bool, typer.Option(help="Add a py-spy --native pass.")] = False,
+        deadline: Annotated[float, typer.Option(help="Seconds allowed per dump pass.")] = 5.0,
+        num_heads: Annotated[
+            int | None, typer.Option(help="Local attention heads, to decode form A's sizes.")
+        ] = None,
+        json_out: Annotated[bool, typer.Option("--json", help="Print hicache-diag/triage/v1.")] = (
+            False
+        ),
+    ) -> None:
+        """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits."""
+        request = TriageRequest(
+            pids=tuple(pid or ()),
+            discover=discover,
+            dumps=dumps,
+            logs=tuple(logs or ()),
+            save=save,
+            samples=samples,
+            interval=interval,
+            deadline_s=deadline,
+            native=native,
+            num_heads=num_heads,
+        )
+        report = run_triage(request)
+        if json_out:
+            print_json(report.to_json())
+        else:
+            render_triage(report)
+        raise typer.Exit(int(report.exit_code))

@@ -1,0 +1,83 @@
+"""Render a TriageReport: verdict line, culprit, per-rank table, rank-set stack tree, next steps."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from hicache_diag.triage.report import TriageReport
+from hicache_diag.triage.stacks import StackNode, format_rank_set
+
+_STYLE = {"crash": "bold red", "hang": "bold red", "busy": "green", "healthy": "green"}
+_STATE = {"blocked": "red", "crashed": "red", "exited": "yellow", "running": "green"}
+MAX_TREE_DEPTH = 40
+
+
+def verdict_line(report: TriageReport) -> str:
+    parts = [report.kind.upper()]
+    if report.form:
+        parts.append(f"form {report.form}")
+    if report.cause:
+        parts.append(report.cause)
+    line = " · ".join(parts)
+    if report.culprit is not None:
+        c = report.culprit
+        where = f" at {c.wait_site}" if c.wait_site else ""
+        line += f" — culprit {c.rank.label} (pid {c.pid}){where}"
+    return line
+
+
+def _rank_table(report: TriageReport) -> Table:
+    table = Table(title="ranks", show_lines=False)
+    for col in ("rank", "pid", "role", "state", "wait site", "innermost frame"):
+        table.add_column(col)
+    culprit = report.culprit.rank if report.culprit else None
+    for r in report.ranks:
+        label = Text(r.rank.label, style="bold red" if r.rank == culprit else "")
+        state = Text(r.state, style=_STATE.get(r.state, ""))
+        top = r.frames[0] if r.frames else (r.error or "")
+        table.add_row(label, str(r.pid or "-"), r.role, state, r.wait_site or "-", top)
+    return table
+
+
+def _add(tree: Tree, node: StackNode, total: int, depth: int) -> None:
+    for child in node.children.values():
+        # Collapse a chain whose rank set does not change: one line per branch point.
+        chain = [child]
+        while len(chain[-1].children) == 1:
+            nxt = next(iter(chain[-1].children.values()))
+            if nxt.ranks != child.ranks:
+                break
+            chain.append(nxt)
+        style = "" if len(child.ranks) == total else "bold yellow"
+        label = Text(f"[{_ranks(child)}] ", style=style)
+        label.append(chain[0].label if len(chain) == 1 else f"{chain[0].label} … {chain[-1].label}")
+        branch = tree.add(label)
+        if depth < MAX_TREE_DEPTH:
+            _add(branch, chain[-1], total, depth + 1)
+
+
+def _ranks(node: StackNode) -> str:
+    return format_rank_set(node.ranks)
+
+
+def render_triage(report: TriageReport, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(Text(verdict_line(report), style=_STYLE.get(report.kind, "bold yellow")))
+    if report.signature:
+        console.print(f"signature: {report.signature}")
+    if report.reason:
+        console.print(f"reason: {report.reason}")
+    if report.ranks:
+        console.print(_rank_table(report))
+    for line in report.evidence:
+        console.print(f"• {line}")
+    if report.stack_tree is not None and report.stack_tree.children:
+        tree = Tree("stacks (innermost last; [ranks] at each branch)")
+        _add(tree, report.stack_tree, len(report.stack_tree.ranks), 0)
+        console.print(tree)
+    console.print("next steps:")
+    for i, step in enumerate(report.next_steps, 1):
+        console.print(f"  {i}. {step}")

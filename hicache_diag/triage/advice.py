@@ -1,0 +1,66 @@
+"""Next steps in the seed's troubleshooting order: classify, crash form, hang cause, bisect."""
+
+from __future__ import annotations
+
+BISECT = (
+    "bisect the switches: `hicache-diag bisect --storage-backend none,file "
+    "--hicache-size 16MiB,64MiB --trials 20`; still failing without a storage backend => "
+    "L2-dimension divergence; a lower rate with a smaller host size => eviction pressure"
+)
+
+_CRASH = {
+    "A": [
+        "form A: compare each rank's extend_num_tokens for the failing batch; the downstream "
+        "stage scheduled a different token count than the upstream stage sent",
+        "look for the per-rank prefix / host-hit length that differs (ack counts, L3 hit "
+        "length, host alloc, LRU clock); a `hicache-diag run` records them per step",
+        "check the build has pp_sync (#27285) and the PP MIN of host capacity (#29258)",
+    ],
+    "B": [
+        "form B: compare each rank's ack_write_queue / ack_load_queue depth at the failing "
+        "step; the agreed finish count exceeded this rank's local queue",
+        "check whether write_backup / host alloc failed on this rank only (#28429, #31425)",
+    ],
+    None: [
+        "read the first failing rank's full traceback; errors on the other ranks after it "
+        "(Connection closed by peer) are the cascade, not the cause",
+    ],
+}
+
+_HANG = {
+    "protocol-deadlock": [
+        "not a network fault: one rank waits at a HiCache sync point that its peers never "
+        "reach; compare per-rank call counts of check_hicache_events / writing_check / "
+        "check_prefetch_progress",
+        "try the fixed protocol: `--fix tp-collective=unconditional`, `--fix ack-count=leader` "
+        "(upstream #26923/#28429, #27285)",
+    ],
+    "network-suspect": [
+        "every rank sits in the same communication call: check the links first (NCCL_DEBUG=INFO, "
+        "gloo timeouts, NIC / IB errors), then rerun with TORCH_NCCL_TRACE_BUFFER_SIZE=2000 "
+        "for the NCCL flight recorder",
+    ],
+    "straggler": [
+        "the culprit is outside communication while its peers wait: look for CPU / GIL "
+        "contention or a slow device on that rank (`py-spy top --pid PID`)",
+    ],
+    None: [
+        "take another look with --samples 3 --interval 2 to tell a wedge from slow progress",
+    ],
+}
+
+
+def next_steps(kind: str, form: str | None, cause: str | None) -> list[str]:
+    if kind == "crash":
+        return _CRASH.get(form, _CRASH[None]) + [BISECT]
+    if kind == "hang":
+        return _HANG.get(cause, _HANG[None]) + [BISECT]
+    if kind in ("healthy", "busy"):
+        steps = ["no hang: the ranks make progress or wait for requests"]
+        if cause == "straggler":
+            steps += _HANG["straggler"]
+        return steps + ["for load/write ack latency per iteration run `hicache-diag timeline`"]
+    return [
+        "give triage something to read: --discover on the serving host, --pid of the "
+        "scheduler processes, --dumps with py-spy output, or --logs with the server log",
+    ]

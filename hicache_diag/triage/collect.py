@@ -1,0 +1,155 @@
+"""Gather stack samples: live from pids (py-spy, several samples), or from a dump directory."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psutil
+
+from hicache_diag.errors import UsageError
+from hicache_diag.triage.discover import RankId, describe_pid, parse_rank_tokens
+from hicache_diag.triage.dumps import RankDump, parse_dump_text, threads_from_json
+from hicache_diag.triage.hang import RankSamples
+from hicache_diag.triage.pyspy import dump_stacks
+
+_SAMPLE = re.compile(r"_s(\d+)\b")
+_GLOBAL_RANK = re.compile(r"rank[_-]?(\d+)", re.I)
+
+
+def _describe(pids: list[int]) -> list[RankSamples]:
+    """Title and rank per pid; processes whose title names no rank are numbered TP0..n in order."""
+    out: list[RankSamples] = []
+    unnamed = 0
+    for pid in pids:
+        try:
+            proc = describe_pid(pid)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            out.append(RankSamples(RankId(tp=len(out)), pid, None, error=f"no such process: {pid}"))
+            continue
+        except psutil.AccessDenied:
+            proc = None
+        title = proc.title if proc else None
+        rank = parse_rank_tokens(title.split(None, 1)[0]) if title else None
+        if rank is None:
+            rank, unnamed = RankId(tp=unnamed), unnamed + 1
+        out.append(RankSamples(rank, pid, title))
+    return _dedupe(out)
+
+
+def _dedupe(ranks: list[RankSamples]) -> list[RankSamples]:
+    """Two processes claiming one rank (two clusters on one host) would merge; renumber them."""
+    seen: set[RankId] = set()
+    for i, rs in enumerate(ranks):
+        if rs.rank in seen:
+            rs.rank = RankId(pp=rs.rank.pp, tp=1000 + i)
+        seen.add(rs.rank)
+    return ranks
+
+
+def capture_live(
+    pids: list[int],
+    *,
+    samples: int = 2,
+    interval: float = 0.5,
+    deadline_s: float = 5.0,
+    native: bool = False,
+) -> list[RankSamples]:
+    """`samples` parallel py-spy passes `interval` apart; never signals the targets."""
+    ranks = _describe(pids)
+    live = {rs.pid: rs for rs in ranks if rs.error is None and rs.pid is not None}
+    for n in range(samples):
+        if n:
+            time.sleep(interval)
+        _sample(live, deadline_s, False, f"sample {n}")
+    if native:
+        # A separate pass: native frames would make every stack look changed between samples.
+        _sample(live, deadline_s, True, "native")
+    for rs in ranks:
+        if rs.dumps:
+            rs.error = None  # one good sample is enough to place the rank
+    return ranks
+
+
+def _sample(live: dict[int, RankSamples], deadline_s: float, native: bool, tag: str) -> None:
+    for pid, res in dump_stacks(list(live), deadline_s=deadline_s, native=native).items():
+        rs = live[pid]
+        if res.threads is None:
+            rs.error = rs.error or res.error
+            continue
+        dump = RankDump(rs.rank, pid, rs.title, threads_from_json(res.threads), f"pid {pid} {tag}")
+        if native:
+            rs.native = dump
+        else:
+            rs.dumps.append(dump)
+            rs.raw.append(res.threads)
+
+
+def save_samples(ranks: list[RankSamples], folder: Path) -> list[Path]:
+    """One JSON envelope per rank and sample, so dumps from several nodes merge with --dumps."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    now = datetime.now(timezone.utc).isoformat()
+    for rs in ranks:
+        for n, raw in enumerate(rs.raw):
+            name = f"{rs.rank.label.replace(' ', '_')}_pid{rs.pid}_s{n}.json"
+            body = {"pid": rs.pid, "title": rs.title, "rank": rs.rank.label, "sample": n}
+            body |= {"captured_at": now, "tool": "py-spy", "threads": raw}
+            path = folder / name
+            path.write_text(json.dumps(body, indent=1))
+            written.append(path)
+    return written
+
+
+def _manifest_ranks(folder: Path) -> dict[int, RankId]:
+    for candidate in (folder / "manifest.json", folder.parent / "manifest.json"):
+        try:
+            topo = json.loads(candidate.read_text())["topology"]["ranks"]
+            return {int(r["rank"]): RankId(pp=int(r["pp"]), tp=int(r["tp"])) for r in topo}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return {}
+
+
+def _rank_of(dump: RankDump, path: Path, manifest: dict[int, RankId]) -> RankId | None:
+    if dump.rank is not None:
+        return dump.rank
+    if (rank := parse_rank_tokens(path.stem)) is not None:
+        return rank
+    if m := _GLOBAL_RANK.search(path.stem):
+        return manifest.get(int(m.group(1)), RankId(tp=int(m.group(1))))
+    return None
+
+
+def load_dumps(folder: Path) -> list[RankSamples]:
+    """Every stack file in `folder` (py-spy JSON or text, faulthandler), grouped by rank."""
+    if not folder.is_dir():
+        raise UsageError(f"--dumps {folder}: not a directory")
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    manifest = _manifest_ranks(folder)
+    by_rank: dict[RankId, RankSamples] = {}
+    order: list[tuple[int, RankDump]] = []
+    unreadable = 0
+    for path in files:
+        try:
+            dumps = parse_dump_text(path.read_text(errors="replace"), str(path))
+        except OSError:
+            unreadable += 1
+            continue
+        m = _SAMPLE.search(path.stem)
+        for dump in dumps:
+            dump.rank = _rank_of(dump, path, manifest)
+            order.append((int(m.group(1)) if m else 0, dump))
+    if not order:
+        what = f"{len(files)} files" + (f", {unreadable} unreadable" if unreadable else "")
+        raise UsageError(f"--dumps {folder}: no py-spy or faulthandler stacks found ({what})")
+    unnamed = 0
+    for _, dump in sorted(order, key=lambda x: x[0]):
+        if dump.rank is None:
+            dump.rank, unnamed = RankId(tp=500 + unnamed), unnamed + 1
+        rs = by_rank.setdefault(dump.rank, RankSamples(dump.rank, dump.pid, dump.title))
+        rs.dumps.append(dump)
+    return sorted(by_rank.values(), key=lambda rs: rs.rank.key)

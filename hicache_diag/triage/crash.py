@@ -1,0 +1,100 @@
+"""Crash forms from log tracebacks: A (shape mismatch), B (bookkeeping), the root vs the cascade."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hicache_diag.triage.logs import LogException
+
+_SHAPE = re.compile(r"shape '\[(\d+), -1, (\d+)\]' is invalid for input of size (\d+)")
+_SIZE_MISMATCH = re.compile(r"Size mismatch for shape#\d+\('\w+'\): expected (\d+) but got (\d+)")
+_BOOKKEEPING_FRAMES = frozenset(
+    {
+        "writing_check",
+        "loading_check",
+        "_finish_write_through_ack",
+        "finish_write_through_ack",
+        "check_hicache_events",
+        "_drain_ack_prefetch",
+        "handle_prefetch_result",
+        "_handle_prefetch_result",
+        "check_prefetch_progress",
+    }
+)
+_B_TEXTS = (
+    "pop from empty list",
+    "duplicate-reclaim victims diverged",
+    "Found rank divergence",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CrashFinding:
+    form: str | None  # "A" | "B" | None
+    root: LogException
+    secondary: list[LogException]
+    evidence: list[str]
+
+
+def crash_form(exc: LogException) -> str | None:
+    text = exc.text
+    if _SHAPE.search(text) or _SIZE_MISMATCH.search(text):
+        return "A"
+    if any(t in text for t in _B_TEXTS):
+        return "B"
+    # KeyError on the in-flight dicts (ongoing_write_through / ongoing_load_back) is form B too.
+    if exc.exc_type.endswith("KeyError") and _BOOKKEEPING_FRAMES.intersection(exc.frames):
+        return "B"
+    return None
+
+
+def decode_shape(text: str, num_heads: int | None = None) -> str | None:
+    """`shape '[N, -1, D]' is invalid for input of size M`: N = tokens this stage scheduled;
+    M / D = upstream tokens x local heads, so with the head count we get the upstream tokens."""
+    m = _SHAPE.search(text)
+    if not m:
+        return None
+    n, d, size = (int(g) for g in m.groups())
+    rows = size // d if d else 0
+    line = f"local stage scheduled N={n} tokens; the received hidden states hold M/D={rows} rows"
+    if num_heads and rows % num_heads == 0:
+        upstream = rows // num_heads
+        delta = n - upstream
+        return (
+            f"{line} = {upstream} upstream tokens x {num_heads} heads (local - upstream = {delta})"
+        )
+    return f"{line} (= upstream tokens x local heads; pass --num-heads to split them)"
+
+
+def _order_key(exc: LogException) -> tuple[str, int, str, int]:
+    # Missing timestamps sort last; within a file, earlier lines first.
+    return (exc.ts or "9999", 0, exc.source, exc.lineno)
+
+
+def find_crash(exceptions: list[LogException], num_heads: int | None) -> CrashFinding | None:
+    """The first non-cascade, non-timeout exception in time is the root; the rest is secondary."""
+    real = [e for e in exceptions if not e.is_timeout]
+    if not real:
+        return None
+    roots = sorted((e for e in real if not e.is_cascade), key=_order_key)
+    cascades = sorted((e for e in real if e.is_cascade), key=_order_key)
+    if not roots:
+        first = cascades[0]
+        note = "only cascade errors (a peer closed the connection): the root crash is elsewhere"
+        return CrashFinding(None, first, cascades[1:], [note])
+    root, others = roots[0], roots[1:] + cascades
+    evidence = [f"first error: {_where(root)}: {root.text}"]
+    if decoded := decode_shape(root.text, num_heads):
+        evidence.append(decoded)
+    for exc in others:
+        evidence.append(f"secondary ({'cascade' if exc.is_cascade else 'later'}): "
+                        f"{_where(exc)}: {exc.text}")  # fmt: skip
+    return CrashFinding(crash_form(root), root, others, evidence)
+
+
+def _where(exc: LogException) -> str:
+    rank = exc.rank.label if exc.rank else "rank ?"
+    thread = f" thread {exc.thread}" if exc.thread else ""
+    ts = f" at {exc.ts}" if exc.ts else ""
+    return f"{rank}{thread}{ts} ({exc.source}:{exc.lineno})"

@@ -1,0 +1,86 @@
+"""Find scheduler processes by title and parse their rank tokens (DP/PP/ATTN_CP/MOE_DP/TP/EP)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import psutil
+
+TITLE_PREFIXES = ("sglang::scheduler", "hicache-diag::scheduler")
+# Titles come in several orders across SGLang versions (`_DP0_TP0_PP1`, `_PP1_ATTN_CP3_TP3_EP3`),
+# so each token is found on its own; ATTN_CP and MOE_DP must win over a bare CP/DP match.
+_TOKEN = re.compile(r"(?<![A-Z])(ATTN_CP|MOE_DP|DP|PP|TP|EP)(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class RankId:
+    """A scheduler's position; absent tokens mean size 1 (SGLang omits them from the title)."""
+
+    pp: int = 0
+    tp: int = 0
+    dp: int | None = None
+    attn_cp: int | None = None
+    moe_dp: int | None = None
+    ep: int | None = None
+
+    @property
+    def key(self) -> tuple[int, ...]:
+        """Sort key that tolerates absent tokens (None never compares with int)."""
+        opt = (self.dp, self.attn_cp, self.moe_dp, self.ep)
+        return (self.dp or 0, self.pp, self.tp, *(-1 if v is None else v for v in opt))
+
+    @property
+    def label(self) -> str:
+        parts = [f"DP{self.dp}"] if self.dp is not None else []
+        parts.append(f"PP{self.pp}")
+        if self.attn_cp is not None:
+            parts.append(f"ATTN_CP{self.attn_cp}")
+        parts.append(f"TP{self.tp}")
+        return " ".join(parts)
+
+
+def parse_rank_tokens(text: str) -> RankId | None:
+    """Rank from any title, log prefix or file name; None when it names no rank at all."""
+    found = {name: int(value) for name, value in _TOKEN.findall(text.upper())}
+    if not found:
+        return None
+    return RankId(
+        pp=found.get("PP", 0),
+        tp=found.get("TP", 0),
+        dp=found.get("DP"),
+        attn_cp=found.get("ATTN_CP"),
+        moe_dp=found.get("MOE_DP"),
+        ep=found.get("EP"),
+    )
+
+
+def is_scheduler_title(cmdline: str) -> bool:
+    return cmdline.startswith(TITLE_PREFIXES)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerProcess:
+    pid: int
+    title: str
+    rank: RankId
+
+
+def describe_pid(pid: int) -> SchedulerProcess:
+    """Title and rank of one pid (rank 0 when the title names none). Raises psutil errors."""
+    proc = psutil.Process(pid)
+    title = " ".join(proc.cmdline()) or proc.name()
+    rank = parse_rank_tokens(title.split(None, 1)[0]) if is_scheduler_title(title) else None
+    return SchedulerProcess(pid, title, rank or RankId())
+
+
+def discover_schedulers() -> list[SchedulerProcess]:
+    """Every live process whose cmdline starts with a scheduler title (cmdline, not the 15-byte
+    comm, which the kernel truncates to `sglang::schedul`)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(proc.info.get("cmdline") or [])
+        if is_scheduler_title(cmdline):
+            rank = parse_rank_tokens(cmdline.split(None, 1)[0]) or RankId()
+            found.append(SchedulerProcess(proc.info["pid"], cmdline, rank))
+    return sorted(found, key=lambda p: (p.rank.key, p.pid))

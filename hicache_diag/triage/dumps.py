@@ -1,0 +1,158 @@
+"""Stack dumps as one model: parse py-spy JSON, py-spy text and faulthandler text."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from hicache_diag.triage.discover import RankId, parse_rank_tokens
+
+_PROCESS = re.compile(r"^Process (\d+): (.*)$")
+_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \((\w+)\)(?:: "(.*)")?')
+_PYSPY_FRAME = re.compile(r"^\s+(.+?) \((.+?)(?::(\d+))?\)\s*$")
+_FH_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\)")
+_FH_FRAME = re.compile(r'^\s+File "(.+?)", line (\d+) in (.+)$')
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    name: str
+    filename: str
+    line: int = 0
+
+    @property
+    def short(self) -> str:
+        return f"{self.name} ({_short_path(self.filename)})"
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStack:
+    """One thread; `frames[0]` is the innermost frame (where it waits), as py-spy prints."""
+
+    name: str | None
+    active: bool | None
+    frames: tuple[Frame, ...]
+
+    @property
+    def signature(self) -> tuple[tuple[str, str, int], ...]:
+        return tuple((f.name, f.filename, f.line) for f in self.frames)
+
+
+@dataclass(slots=True)
+class RankDump:
+    """One sample of one process. `rank` is None until a title, file name or manifest names it."""
+
+    rank: RankId | None
+    pid: int | None
+    title: str | None
+    threads: list[ThreadStack] = field(default_factory=list)
+    source: str = ""
+
+    def main_thread(self) -> ThreadStack | None:
+        for thread in self.threads:
+            if thread.name == "MainThread":
+                return thread
+        return self.threads[0] if self.threads else None
+
+
+def _short_path(path: str) -> str:
+    for marker in ("site-packages/", "dist-packages/", "/python/"):
+        if marker in path:
+            return path.rsplit(marker, 1)[1]
+    return path
+
+
+def threads_from_json(data: list[dict[str, Any]]) -> list[ThreadStack]:
+    """`py-spy dump --json`: an array of threads; tolerate missing optional keys."""
+    threads = []
+    for item in data:
+        frames = tuple(
+            Frame(
+                str(f.get("name", "?")),
+                str(f.get("filename") or f.get("short_filename") or "?"),
+                int(f.get("line") or 0),
+            )
+            for f in item.get("frames") or []
+        )
+        threads.append(ThreadStack(item.get("thread_name"), item.get("active"), frames))
+    return threads
+
+
+def dump_from_json(data: Any, source: str) -> RankDump | None:
+    """A JSON file: a py-spy thread list, or our envelope `{pid, title, threads}`."""
+    if isinstance(data, dict) and isinstance(data.get("threads"), list):
+        title = data.get("title")
+        rank = parse_rank_tokens(title) if title else None
+        return RankDump(rank, data.get("pid"), title, threads_from_json(data["threads"]), source)
+    if isinstance(data, list) and all(isinstance(t, dict) and "frames" in t for t in data):
+        pid = data[0].get("pid") if data else None
+        return RankDump(None, pid, None, threads_from_json(data), source)
+    return None
+
+
+def parse_pyspy_text(lines: list[str], source: str) -> list[RankDump]:
+    """py-spy text (`Process N: title`, `Thread N (idle): "Name"`, indented frames); one dump per
+    `Process` header, or one for a headerless block."""
+    dumps: list[RankDump] = []
+    current: RankDump | None = None
+    thread: tuple[str | None, bool | None, list[Frame]] | None = None
+
+    def close_thread() -> None:
+        nonlocal thread
+        if current is not None and thread is not None:
+            current.threads.append(ThreadStack(thread[0], thread[1], tuple(thread[2])))
+        thread = None
+
+    for raw in lines:
+        line = raw.rstrip("\n")
+        if m := _PROCESS.match(line.strip()):
+            close_thread()
+            title = m.group(2).strip()
+            current = RankDump(parse_rank_tokens(title), int(m.group(1)), title, [], source)
+            dumps.append(current)
+        elif m := _THREAD.match(line.strip()):
+            close_thread()
+            if current is None:
+                current = RankDump(None, None, None, [], source)
+                dumps.append(current)
+            thread = (m.group(3), m.group(2) == "active", [])
+        elif thread is not None and (m := _PYSPY_FRAME.match(line)):
+            thread[2].append(Frame(m.group(1), m.group(2), int(m.group(3) or 0)))
+    close_thread()
+    return [d for d in dumps if d.threads]
+
+
+def parse_faulthandler(lines: list[str], source: str) -> RankDump | None:
+    """faulthandler's `Thread 0x... (most recent call first):` blocks (the no-ptrace fallback)."""
+    dump = RankDump(None, None, None, [], source)
+    frames: list[Frame] | None = None
+    name: str | None = None
+    for line in lines:
+        if m := _FH_THREAD.match(line.strip()):
+            if frames is not None:
+                dump.threads.append(ThreadStack(name, None, tuple(frames)))
+            frames, name = [], "MainThread" if line.strip().startswith("Current") else None
+        elif frames is not None and (m := _FH_FRAME.match(line)):
+            frames.append(Frame(m.group(3).strip(), m.group(1), int(m.group(2))))
+    if frames is not None:
+        dump.threads.append(ThreadStack(name, None, tuple(frames)))
+    return dump if dump.threads else None
+
+
+def parse_dump_text(text: str, source: str) -> list[RankDump]:
+    """Any stack text we know: JSON, py-spy text or faulthandler."""
+    stripped = text.lstrip()
+    if stripped.startswith(("[", "{")):
+        try:
+            dump = dump_from_json(json.loads(stripped), source)
+        except json.JSONDecodeError:
+            dump = None
+        return [dump] if dump else []
+    lines = text.splitlines()
+    dumps = parse_pyspy_text(lines, source)
+    if dumps:
+        return dumps
+    fh = parse_faulthandler(lines, source)
+    return [fh] if fh else []

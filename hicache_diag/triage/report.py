@@ -1,0 +1,95 @@
+"""The triage record (DESIGN §5): one object, rendered as a rich report or `--json`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hicache_diag.triage.discover import RankId
+from hicache_diag.triage.stacks import StackNode
+from hicache_diag.verdict import CrashForm, ExitCode, Outcome, exit_code_for
+
+TRIAGE_SCHEMA = "hicache-diag/triage/v1"
+KINDS = ("crash", "hang", "healthy", "busy", "unknown")
+CAUSES = ("protocol-deadlock", "network-suspect", "straggler")
+
+
+@dataclass(slots=True)
+class RankReport:
+    rank: RankId
+    pid: int | None
+    title: str | None
+    role: str
+    state: str  # running|idle|blocked|crashed|exited
+    wait_site: str | None
+    frames: list[str] = field(default_factory=list)  # main thread, innermost first
+    wait_kind: str | None = None
+    progressed: bool | None = None  # None: a single sample, cannot tell
+    error: str | None = None  # why no dump was taken, or the exception text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pp": self.rank.pp,
+            "tp": self.rank.tp,
+            "label": self.rank.label,
+            "pid": self.pid,
+            "title": self.title,
+            "role": self.role,
+            "state": self.state,
+            "wait_site": self.wait_site,
+            "wait_kind": self.wait_kind,
+            "progressed": self.progressed,
+            "frames": self.frames,
+            "error": self.error,
+        }
+
+
+@dataclass(slots=True)
+class TriageReport:
+    kind: str
+    form: str | None = None
+    cause: str | None = None
+    culprit: RankReport | None = None
+    ranks: list[RankReport] = field(default_factory=list)
+    stack_tree: StackNode | None = None
+    evidence: list[str] = field(default_factory=list)
+    next_steps: list[str] = field(default_factory=list)
+    signature: str | None = None  # the root error line, or the culprit's wait site
+    reason: str | None = None  # why kind is unknown
+    samples: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS or (self.cause is not None and self.cause not in CAUSES):
+            raise ValueError(f"bad triage kind/cause: {self.kind}/{self.cause}")
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """DESIGN §4: hang 12, A 10, B 11, healthy/busy 0; `unknown` means the inputs told us
+        nothing usable, which is bad input (2); a crash of another form cannot be placed (1)."""
+        if self.kind in ("healthy", "busy"):
+            return ExitCode.OK
+        if self.kind == "unknown":
+            return ExitCode.BAD_INPUT
+        outcome = Outcome.HANG if self.kind == "hang" else Outcome.CRASH
+        return exit_code_for(outcome, CrashForm(self.form) if self.form else None)
+
+    def to_json(self) -> dict[str, Any]:
+        culprit = None
+        if self.culprit is not None:
+            c = self.culprit
+            culprit = {"pp": c.rank.pp, "tp": c.rank.tp, "pid": c.pid, "label": c.rank.label}
+        return {
+            "schema": TRIAGE_SCHEMA,
+            "kind": self.kind,
+            "form": self.form,
+            "cause": self.cause,
+            "culprit": culprit,
+            "ranks": [r.to_json() for r in self.ranks],
+            "stack_tree": self.stack_tree.to_json() if self.stack_tree else None,
+            "evidence": self.evidence,
+            "next_steps": self.next_steps,
+            "signature": self.signature,
+            "reason": self.reason,
+            "samples": self.samples,
+            "exit_code": int(self.exit_code),
+        }

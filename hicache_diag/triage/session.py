@@ -1,0 +1,82 @@
+"""One triage: validate the inputs, gather samples and logs, classify (no rendering here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hicache_diag.errors import UsageError
+from hicache_diag.triage.classify import classify
+from hicache_diag.triage.collect import capture_live, load_dumps, save_samples
+from hicache_diag.triage.discover import discover_schedulers
+from hicache_diag.triage.hang import RankSamples
+from hicache_diag.triage.logs import LogEvidence, parse_log_file
+from hicache_diag.triage.report import TriageReport
+
+
+@dataclass(frozen=True, slots=True)
+class TriageRequest:
+    pids: tuple[int, ...] = ()
+    discover: bool = False
+    dumps: Path | None = None
+    logs: tuple[Path, ...] = ()
+    save: Path | None = None
+    samples: int = 2
+    interval: float = 0.5
+    deadline_s: float = 5.0
+    native: bool = False
+    num_heads: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.pids or self.discover or self.dumps or self.logs):
+            raise UsageError("nothing to triage: give --pid, --discover, --dumps or --logs")
+        if self.samples < 1:
+            raise UsageError(f"--samples must be at least 1, got {self.samples}")
+        if self.interval < 0 or self.deadline_s <= 0:
+            raise UsageError("--interval must be >= 0 and --deadline > 0")
+        if self.save and not (self.pids or self.discover):
+            raise UsageError("--save writes live samples: use it with --pid or --discover")
+        if self.num_heads is not None and self.num_heads < 1:
+            raise UsageError(f"--num-heads must be positive, got {self.num_heads}")
+
+
+def _live_pids(req: TriageRequest) -> list[int]:
+    pids = list(req.pids)
+    if req.discover:
+        found = [p.pid for p in discover_schedulers()]
+        if not found and not (pids or req.dumps or req.logs):
+            raise UsageError("--discover: no sglang::scheduler or hicache-diag::scheduler process")
+        pids += [p for p in found if p not in pids]
+    return pids
+
+
+def _read_logs(paths: tuple[Path, ...], alone: bool) -> LogEvidence:
+    evidence = LogEvidence()
+    for path in paths:
+        try:
+            evidence.extend(parse_log_file(path))
+        except OSError as exc:
+            raise UsageError(f"--logs {path}: cannot read ({exc.strerror or exc})") from None
+    if paths and alone and evidence.recognised == 0:
+        names = ", ".join(str(p) for p in paths)
+        raise UsageError(f"--logs {names}: no SGLang log line recognised (prefix, traceback, dump)")
+    return evidence
+
+
+def run_triage(req: TriageRequest) -> TriageReport:
+    pids = _live_pids(req)
+    ranks: list[RankSamples] = []
+    if pids:
+        ranks = capture_live(
+            pids,
+            samples=req.samples,
+            interval=req.interval,
+            deadline_s=req.deadline_s,
+            native=req.native,
+        )
+        if req.save:
+            save_samples(ranks, req.save)
+    if req.dumps:
+        ranks += load_dumps(req.dumps)
+    logs = _read_logs(req.logs, alone=not ranks)
+    return classify(ranks, logs, num_heads=req.num_heads)

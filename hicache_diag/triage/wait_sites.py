@@ -1,0 +1,171 @@
+"""Name where a thread waits, from a table of call-chain signatures.
+
+The table covers SGLang's real chains (HiRadixCache and UnifiedRadixCache, scheduler_pp_mixin,
+parallel_state, utils/common) and hicache-diag's own runtime names. Frame names are matched
+without leading underscores, so `_pp_sync` (SGLang) and `pp_sync` (ours) are one signature.
+Contextual rules (named functions) win over generic ones (a bare `recv` or `get`), searched from
+the innermost frame outwards, so the nearest meaningful caller names the site.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from hicache_diag.triage.dumps import Frame, ThreadStack
+
+
+class WaitKind(str, enum.Enum):
+    HICACHE_LOCAL = "hicache-local"  # scheduler thread waits on its own DMA / storage thread
+    HICACHE_COMM = "hicache-comm"  # a HiCache sync point: pp_sync relay or TP/CP MIN
+    P2P = "p2p"  # PP stage-to-stage tensors or objects
+    REQUEST = "request"  # waiting for the next requests (normal when idle)
+    COLLECTIVE = "collective"  # a collective outside HiCache (forward all-reduce, NCCL)
+    DEVICE = "device"  # device/stream synchronize outside HiCache
+    IDLE = "idle"  # idle loop, polling
+    COMPUTE = "compute"  # running the model or other work
+    OTHER = "other"
+
+
+COMM_KINDS = frozenset({WaitKind.HICACHE_COMM, WaitKind.P2P, WaitKind.REQUEST, WaitKind.COLLECTIVE})
+HICACHE_KINDS = frozenset({WaitKind.HICACHE_LOCAL, WaitKind.HICACHE_COMM})
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    site: str
+    kind: WaitKind
+    names: frozenset[str]  # this frame's (normalized) function name
+    outer: frozenset[str] = frozenset()  # if set, one caller further out must be one of these
+    file_hint: str = ""  # if set, the frame's file name must contain it
+
+    def matches(self, frames: list[str], files: list[str], i: int) -> bool:
+        if frames[i] not in self.names or self.file_hint not in files[i]:
+            return False
+        return not self.outer or any(name in self.outer for name in frames[i + 1 :])
+
+
+def _s(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+_ACK_CHECKS = _s(
+    "writing_check", "loading_check", "check_hicache_events", "is_load_back_event_done"
+)
+_HICACHE_SYNCS = _ACK_CHECKS | _s(
+    "can_terminate_prefetch",
+    "check_prefetch_progress",
+    "drain_storage_control_queues",
+    "drain_storage_control_queues_impl",
+    "query_storage_hit_length",
+    "sync_and_clamp_prefetch_result",
+    "bulk_check_prefetch_progress",
+)
+_OUTPUT_RECV = _s(
+    "pp_recv_dict_from_prev_stage",
+    "pp_send_recv_and_preprocess_output_tensors",
+    "pp_commit_send_output_work_and_preprocess_output_tensors",
+    "recv_outputs",
+)
+_REQUESTS = _s("recv_requests", "recv_reqs", "pp_recv_pyobj_from_prev_stage")
+_STORAGE_THREADS = _s(
+    "prefetch_thread_func",
+    "prefetch_io_aux_func",
+    "prefetch_sync_thread_func",
+    "backup_thread_func",
+)
+
+K = WaitKind
+CONTEXT_RULES: tuple[Signature, ...] = (
+    Signature("hicache-pp-sync-recv", K.HICACHE_COMM, _s("pp_sync", "pp_sync_recv")),
+    Signature("hicache-pp-sync-drain", K.HICACHE_COMM, _s("drain_async_work")),
+    Signature("hicache-tp-allreduce", K.HICACHE_COMM, _s("all_reduce_attn_groups")),
+    Signature("hicache-tp-allreduce", K.HICACHE_COMM, _s("all_reduce_tp")),
+    Signature("hicache-pp-allreduce", K.HICACHE_COMM, _s("all_reduce_pp")),
+    Signature("l3-thread-allreduce", K.HICACHE_COMM, _s("all_reduce_thread_group")),
+    Signature("hicache-tp-allreduce", K.HICACHE_COMM, _s("sync_hicache_ready_counts")),
+    Signature("hicache-tp-allreduce", K.HICACHE_COMM, _s("all_reduce"), _HICACHE_SYNCS),
+    Signature("l3-hit-allreduce", K.HICACHE_COMM, _s("all_reduce"), _s("prefetch_thread_func")),
+    Signature("l3-progress-allreduce", K.HICACHE_COMM, _s("reduce_prefetch_ack")),
+    Signature("l3-progress-allreduce", K.HICACHE_COMM, _s("all_reduce"), _STORAGE_THREADS),
+    Signature("ack-event-synchronize", K.HICACHE_LOCAL, _s("synchronize", "wait"), _ACK_CHECKS),
+    Signature("layer-load-wait", K.HICACHE_LOCAL, _s("wait_until")),
+    Signature("storage-queue-get", K.HICACHE_LOCAL, _s("drain_queue")),
+    Signature("storage-queue-get", K.HICACHE_LOCAL, _s("get"), _HICACHE_SYNCS, "queue"),
+    Signature("storage-thread-idle", K.IDLE, _s("get"), _STORAGE_THREADS, "queue"),
+    Signature("pp-output-recv", K.P2P, _s("recv_tensor_dict", "recv_object"), _OUTPUT_RECV),
+    Signature("pp-output-recv", K.P2P, _s("pp_recv_typed_dict"), _OUTPUT_RECV),
+    Signature("pp-output-recv", K.P2P, _s("pp_recv_dict_from_prev_stage", "recv_outputs")),
+    Signature("pp-proxy-recv", K.P2P, _s("recv_tensor_dict", "pp_recv_typed_dict")),
+    Signature("pp-proxy-recv", K.P2P, _s("pp_recv_proxy_tensors", "recv_object")),
+    Signature("pp-send", K.P2P, _s("send_tensor_dict", "send_object")),
+    Signature("pp-send", K.P2P, _s("pp_send_dict_to_next_stage")),
+    Signature("pp-send", K.P2P, _s("pp_commit_comm_work", "pp_send_pyobj_to_next_stage")),
+    Signature("request-broadcast", K.REQUEST, _s("broadcast_pyobj", "broadcast_reqs_across_ranks")),
+    Signature("request-recv", K.REQUEST, _s("point_to_point_pyobj"), _REQUESTS),
+    Signature("pp-pyobj-p2p", K.P2P, _s("point_to_point_pyobj")),
+    Signature("idle-loop", K.IDLE, _s("on_idle", "self_check_during_idle", "maybe_sleep_on_idle")),
+    Signature("request-poll", K.IDLE, _s("recv_pyobj", "recv_multipart", "poll"), _REQUESTS),
+)
+
+GENERIC_RULES: tuple[Signature, ...] = (
+    Signature("nccl-collective", K.COLLECTIVE, _s("all_reduce", "all_gather", "reduce_scatter")),
+    Signature("nccl-collective", K.COLLECTIVE, _s("broadcast", "barrier", "all_to_all_single")),
+    Signature("nccl-collective", K.COLLECTIVE, _s("all_gather_into_tensor", "all_to_all")),
+    Signature("p2p-recv", K.P2P, _s("recv", "irecv", "waitRecv")),
+    Signature("p2p-send", K.P2P, _s("send", "isend", "waitSend")),
+    Signature("comm-wait", K.P2P, _s("wait"), frozenset(), "distributed"),
+    Signature("device-synchronize", K.DEVICE, _s("synchronize", "cuStreamSynchronize")),
+    Signature("device-synchronize", K.DEVICE, _s("cudaStreamSynchronize", "cuEventSynchronize")),
+    Signature("queue-get", K.OTHER, _s("get"), frozenset(), "queue"),
+    Signature("sleep", K.COMPUTE, _s("sleep")),
+    Signature("lock-wait", K.OTHER, _s("wait", "acquire"), frozenset(), "threading"),
+)
+
+# Last: a forward that waits inside a collective must be named by the collective above.
+FALLBACK_RULES: tuple[Signature, ...] = (
+    Signature("forward", K.COMPUTE, _s("forward_extend", "forward_decode", "run_batch")),
+    Signature("forward", K.COMPUTE, _s("forward_batch_generation", "pp_launch_batch", "forward")),
+)
+
+
+def normalize(name: str) -> str:
+    """`Class.method` -> `method`, `_pp_sync` -> `pp_sync`; native `a::b::c` -> `c`."""
+    return name.rsplit("::", 1)[-1].rsplit(".", 1)[-1].lstrip("_")
+
+
+@dataclass(frozen=True, slots=True)
+class WaitSite:
+    site: str
+    kind: WaitKind
+    frame: Frame | None  # the frame that named it
+
+    @property
+    def in_comm(self) -> bool:
+        return self.kind in COMM_KINDS
+
+
+UNKNOWN_SITE = WaitSite("unknown", WaitKind.OTHER, None)
+
+
+def _nccl_native(frames: tuple[Frame, ...]) -> Frame | None:
+    for frame in frames:
+        if "nccl" in frame.name.lower() or "nccl" in frame.filename.lower():
+            return frame
+    return None
+
+
+def classify_thread(thread: ThreadStack | None) -> WaitSite:
+    """The wait site of one thread (innermost meaningful frame first)."""
+    if thread is None or not thread.frames:
+        return UNKNOWN_SITE
+    names = [normalize(f.name) for f in thread.frames]
+    files = [f.filename for f in thread.frames]
+    for rules in (CONTEXT_RULES, GENERIC_RULES, FALLBACK_RULES):
+        for i in range(len(names)):
+            for rule in rules:
+                if rule.matches(names, files, i):
+                    return WaitSite(rule.site, rule.kind, thread.frames[i])
+        if rules is CONTEXT_RULES and (frame := _nccl_native(thread.frames)):
+            return WaitSite("nccl-collective", WaitKind.COLLECTIVE, frame)
+    return WaitSite("running", WaitKind.COMPUTE if thread.active else WaitKind.OTHER, None)
