@@ -86,7 +86,11 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json(table.to_json())
         else:
+            import sys
+
             from rich.console import Console
 
-            render_bisect(table, Console(highlight=False))
+            # Piped output gets a wide table instead of rich's 80-column truncation.
+            width = None if sys.stdout.isatty() else 140
+            render_bisect(table, Console(highlight=False, width=width))
         raise typer.Exit(130 if table.interrupted else 0)

@@ -12,11 +12,15 @@ from hicache_diag.diagnosis.report import build_report
 
 
 def _render(report, summary: Path | None) -> None:
+    import sys
+
     from rich.console import Console
 
     from hicache_diag.cli.render.report import markdown_summary, render_report
 
-    render_report(report, Console(highlight=False, width=140))
+    # Piped output gets wide tables instead of rich's 80-column truncation.
+    width = None if sys.stdout.isatty() else 140
+    render_report(report, Console(highlight=False, width=width))
     if summary is not None:
         markdown_summary(report, summary)
         typer.echo(f"summary: {summary}")

@@ -13,7 +13,7 @@ def trial_progress(console: Console, total: int):
     """A started Progress and a callback that advances it per finished trial."""
     progress = Progress(
         TextColumn("bisect"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-        TimeElapsedColumn(), console=console, transient=False,
+        TimeElapsedColumn(), console=console, transient=True,
     )  # fmt: skip
     task = progress.add_task("", total=total)
     failures = [0]

@@ -1,0 +1,71 @@
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hicache_diag.cli import bisect as bisect_cli
+from hicache_diag.cli.main import app, run_cli
+from hicache_diag.harness.bisect import BisectConfig
+
+FAKE = (sys.executable, str(Path(__file__).parents[1] / "unit" / "harness" / "fake_run.py"))
+
+
+@pytest.fixture
+def fake_run(monkeypatch):
+    """Trials run the stand-in script instead of the runtime (real subprocesses all the same)."""
+
+    def make(*args, **kw):
+        return dataclasses.replace(BisectConfig(*args, **kw), command=FAKE)
+
+    monkeypatch.setattr(bisect_cli, "BisectConfig", make)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--storage-backend", ""], "--storage-backend needs a comma-separated list"),
+        (["--hicache-size", "16MiB,"], "--hicache-size needs a comma-separated list"),
+        (["--switch", "ack-count="], "--switch ack-count needs a comma-separated list"),
+        (["--switch", "warp=1,2"], "unknown switch 'warp'; valid: ack-count"),
+        (["--switch", "lru-clock=monotonic,sundial"], "unknown mode 'sundial'"),
+        (["--trials", "0"], "--trials must be >= 1 (got 0)"),
+        (["--jobs", "0"], "--jobs must be >= 1 (got 0)"),
+        (["--trials", "many"], "Invalid value for '--trials'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, message):
+    assert run_cli(["bisect", "--out", str(tmp_path / "b"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert message in err[0] and err[0].startswith("hicache-diag: error:")
+
+
+def test_bisect_json_schema(fake_run, tmp_path, capsys):
+    code = run_cli(["bisect", "--hicache-size", "16MiB,64MiB", "--switch",
+                    "ack-count=local,leader", "--trials", "2", "--jobs", "2", "--out",
+                    str(tmp_path / "b"), "--json"])  # fmt: skip
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema"] == "hicache-diag/bisect/v1"
+    assert len(data["cells"]) == 4
+    keys = {"values", "trials", "failures", "rate", "ci95", "forms", "median_ttf_s", "run_dirs"}
+    assert keys <= set(data["cells"][0])
+    assert any("removes all failures" in line for line in data["verdict"])
+
+
+def test_bisect_table_and_passthrough_flags(fake_run, tmp_path):
+    argv = ["bisect", "--storage-backend", "none,file", "--trials", "2", "--protocol", "legacy"]
+    result = CliRunner().invoke(app, [*argv, "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    assert "storage-backend" in result.output and "95% CI" in result.output
+    assert "verdict: failures with no storage backend" in result.output
+    assert "L2-dimension divergence" in result.output
+
+
+def test_trial_rejecting_a_passthrough_flag_is_exit_2(fake_run, tmp_path, capsys):
+    assert run_cli(["bisect", "--bad", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown fault 'nope'" in err[0]
