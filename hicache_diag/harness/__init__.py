@@ -1,0 +1,1 @@
+"""The harness (ours): one trial = launch ranks, watch them, collect evidence, reap, classify."""

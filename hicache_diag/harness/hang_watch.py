@@ -1,0 +1,85 @@
+"""Hang watch (ours): no rank writes a jsonl line for `hang_timeout` seconds => hang.
+
+It also tails each rank's jsonl for the live progress view, so the files are read once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Before its first line a rank imports torch and joins gloo; on a loaded 2-core box that takes a
+# few seconds, so the first line gets this much longer than later ones.
+STARTUP_GRACE_S = 30.0
+
+
+@dataclass
+class RankTail:
+    path: Path
+    last_change: float
+    offset: int = 0
+    last: dict[str, Any] | None = None
+    faults_fired: int = 0
+    _partial: bytes = b""
+
+    def poll(self, now: float) -> None:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return
+        if not data:
+            return
+        self.offset += len(data)
+        self.last_change = now
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            if line.strip():
+                rec = json.loads(line)
+                self.faults_fired += len(rec.get("faults_fired", ()))
+                self.last = rec
+
+
+@dataclass
+class HangWatch:
+    run_dir: Path
+    world_size: int
+    hang_timeout: float
+    started: float = field(default_factory=time.time)
+    tails: dict[int, RankTail] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        first = self.started + max(0.0, STARTUP_GRACE_S - self.hang_timeout)
+        for r in range(self.world_size):
+            self.tails[r] = RankTail(self.run_dir / f"rank{r}.jsonl", last_change=first)
+
+    def poll(self, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        for tail in self.tails.values():
+            tail.poll(now)
+
+    def stalled(self, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        return now - max(t.last_change for t in self.tails.values()) > self.hang_timeout
+
+    def last_progress(self) -> dict[str, float]:
+        return {str(r): t.last_change for r, t in self.tails.items()}
+
+    def snapshot(self) -> dict[int, dict[str, Any]]:
+        """Per rank: last step, queue depths and faults fired so far (for the live view)."""
+        out = {}
+        for r, t in self.tails.items():
+            rec = t.last or {}
+            out[r] = {
+                "step": rec.get("step"),
+                "queues": rec.get("queues", {}),
+                "num_waiting": rec.get("num_waiting", 0),
+                "num_running": rec.get("num_running", 0),
+                "faults_fired": t.faults_fired,
+            }
+        return out

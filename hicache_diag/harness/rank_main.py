@@ -1,0 +1,141 @@
+"""Per-rank entry (ours): `python -m hicache_diag.harness.rank_main --run-dir DIR [--rank R]`.
+
+Spawned by the launcher (TCPStore client on --store-port) or by torchrun (env://: RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Sets the process title first so triage can find the rank
+while torch is still importing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import faulthandler
+import logging
+import os
+import signal
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import setproctitle
+
+from hicache_diag.harness.rundir import write_json
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # SGLang's kill_itself_when_parent_died: the launcher's death takes every rank with it.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _setup_logging(pp: int, tp: int) -> None:
+    fmt = f"[%(asctime)s PP{pp} TP{tp}] %(message)s"
+    logging.basicConfig(
+        level=logging.INFO, format=fmt, datefmt="%Y-%m-%d %H:%M:%S", stream=sys.stderr, force=True
+    )
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="hicache_diag.harness.rank_main")
+    ap.add_argument("--run-dir", required=True, type=Path)
+    ap.add_argument("--rank", type=int, default=None)
+    ap.add_argument("--store-port", type=int, default=None)
+    return ap.parse_args(argv)
+
+
+def _install_faults(hooks, cfg, rank: int, pp: int, tp: int) -> list[str]:
+    if not cfg.faults:
+        return []
+    try:
+        from hicache_diag.faults import install_faults
+    except ImportError:  # the faults package has not landed in this tree
+        logging.warning("faults requested but hicache_diag.faults.install_faults is missing")
+        return []
+    return install_faults(hooks, list(cfg.faults), cfg.seed, rank=rank, pp_rank=pp, tp_rank=tp)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    rank = args.rank if args.rank is not None else int(os.environ["RANK"])
+    from hicache_diag.harness.rundir import load_config
+
+    cfg = load_config(args.run_dir)
+    sa = cfg.server_args
+    pp, tp = divmod(rank, sa.tp_size)
+    setproctitle.setproctitle(f"hicache-diag::scheduler_PP{pp}_TP{tp}")
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the launcher, which reaps
+    stacks = open(args.run_dir / "stacks" / f"rank{rank}.txt", "w")  # noqa: SIM115
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    _setup_logging(pp, tp)
+    return run_rank(cfg, args.run_dir, rank, pp, tp, args.store_port)
+
+
+def _join_world(rank: int, world_size: int, store_port: int | None, timeout_s: float) -> None:
+    import torch.distributed as dist
+
+    from hicache_diag.runtime.distributed.parallel_state import init_distributed
+
+    store = None
+    if store_port is not None:
+        store = dist.TCPStore(
+            "127.0.0.1", store_port, world_size, is_master=False, timeout=timedelta(seconds=60)
+        )
+    init_distributed(rank, world_size, store, timeout_s)
+
+
+def run_rank(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port: int | None) -> int:
+    """Join gloo, build hooks, faults and caches, run the scheduler, write PP0's outputs."""
+    import torch
+
+    torch.set_num_threads(1)
+    from hicache_diag.harness.workload import Workload
+    from hicache_diag.probes.recorder import StepRecorder
+    from hicache_diag.runtime.distributed.parallel_state import ParallelState
+    from hicache_diag.runtime.hooks import Hooks
+    from hicache_diag.runtime.managers.scheduler import run_scheduler_process
+    from hicache_diag.runtime.mem_cache.kv_cache_builder import build_kv_cache
+
+    sa = cfg.server_args
+    _join_world(rank, sa.world_size, store_port, timeout_s=max(600.0, cfg.hang_timeout * 4))
+    hooks = Hooks(rank=rank, pp_rank=pp, tp_rank=tp)
+    installed = _install_faults(hooks, cfg, rank, pp, tp)
+    comm = ParallelState(pp, sa.pp_size, tp, sa.tp_size, hooks)
+    bundle = build_kv_cache(sa, cfg.protocol, comm, hooks, pp, tp)
+    recorder = StepRecorder(
+        run_dir / f"rank{rank}.jsonl",
+        rank,
+        pp,
+        tp,
+        protocol=cfg.protocol,
+        storage=sa.hicache_storage_backend != "none",
+    )
+    workload = Workload(cfg.workload, sa)
+    logging.info(
+        "rank %d up: layers %s, faults %s", rank, list(sa.layers_of_stage(pp)), installed or "none"
+    )
+    source = workload.arrivals if pp == 0 else None
+    scheduler = run_scheduler_process(
+        cfg, comm, bundle, hooks, recorder, source, stop_after=workload.last_arrival_step
+    )
+    recorder.close()
+    if rank == 0:
+        write_json(run_dir / "outputs.json", scheduler.finished_outputs)
+    logging.info("rank %d done after %d steps", rank, scheduler.step)
+    _shutdown()
+    return 0
+
+
+def _shutdown() -> None:
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

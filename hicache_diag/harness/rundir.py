@@ -1,0 +1,110 @@
+"""The run directory of docs/evidence.md (ours): layout, manifest.json, config round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import socket
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from hicache_diag import __version__
+from hicache_diag.errors import UsageError
+from hicache_diag.runtime.protocol import ProtocolConfig
+from hicache_diag.runtime.server_args import ModelConfig, RunConfig, ServerArgs, WorkloadConfig
+
+EVIDENCE_VERSION = 1
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def prepare_run_dir(out: str | None, seed: int) -> Path:
+    """`--out` or `runs/<utc>-<seed>/`; raises UsageError (one line) when it is not writable."""
+    if out:
+        path = Path(out)
+    else:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%f")
+        path = Path("runs") / f"{stamp}-{seed}"
+    try:
+        (path / "stacks").mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--out {str(path)!r} is not writable: {exc.strerror or exc}") from None
+    return path.resolve()
+
+
+def check_writable(out: str | None) -> None:
+    """Validate --out without creating it (bad input must not start anything)."""
+    if not out:
+        return
+    path = Path(out)
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out!r} is not writable")
+
+
+def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def config_from_dict(data: dict[str, Any]) -> RunConfig:
+    sa = dict(data["server_args"])
+    sa["model"] = ModelConfig(**sa["model"])
+    return RunConfig(
+        server_args=ServerArgs(**sa),
+        protocol=ProtocolConfig(**data["protocol"]),
+        workload=WorkloadConfig(**data["workload"]),
+        faults=tuple(data.get("faults", ())),
+        seed=data["seed"],
+        out=data.get("out"),
+        hang_timeout=data["hang_timeout"],
+        max_steps=data["max_steps"],
+    )
+
+
+def topology(sa: ServerArgs) -> dict[str, Any]:
+    ranks = [
+        {"rank": p * sa.tp_size + t, "pp": p, "tp": t}
+        for p in range(sa.pp_size)
+        for t in range(sa.tp_size)
+    ]
+    return {"pp": sa.pp_size, "tp": sa.tp_size, "world_size": sa.world_size, "ranks": ranks}
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_manifest(run_dir: Path, cfg: RunConfig, argv: list[str], torch_version: str) -> None:
+    write_json(
+        run_dir / "manifest.json",
+        {
+            "tool": "hicache-diag",
+            "version": __version__,
+            "evidence_version": EVIDENCE_VERSION,
+            "python": platform.python_version(),
+            "torch": torch_version,
+            "host": socket.gethostname(),
+            "argv": list(argv) if argv else sys.argv,
+            "seed": cfg.seed,
+            "config": config_to_dict(cfg),
+            "protocol": cfg.protocol.as_dict(),
+            "faults": list(cfg.faults),
+            "topology": topology(cfg.server_args),
+            "started_at": utc_now(),
+        },
+    )
+
+
+def load_config(run_dir: Path) -> RunConfig:
+    return config_from_dict(json.loads((run_dir / "manifest.json").read_text())["config"])

@@ -1,0 +1,233 @@
+"""One trial (ours): prepare the run dir, launch, watch, reap, classify, write verdict.json last.
+
+The root cause is the first failure in time: the first rank to exit non-zero is recorded, the
+survivors get a short grace to log their cascade (`Connection closed by peer`), then are reaped.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hicache_diag.harness.hang_watch import HangWatch
+from hicache_diag.harness.reference import compare_outputs, compute_reference
+from hicache_diag.harness.rundir import prepare_run_dir, utc_now, write_json, write_manifest
+from hicache_diag.harness.workload import Workload
+from hicache_diag.runtime.launcher import Launcher
+from hicache_diag.runtime.server_args import RunConfig
+from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict, write_json_atomic
+
+POLL_S = 0.1
+CASCADE_GRACE_S = 1.0  # survivors of a crash get this long to log their own error
+STACK_DEADLINE_S = 5.0
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass(slots=True)
+class TrialResult:
+    verdict: Verdict
+    run_dir: Path
+
+
+@dataclass
+class _Watch:
+    first_failure: dict[str, Any] | None = None
+    hang: dict[str, Any] | None = None
+    stacks: dict[str, Any] | None = None
+    interrupted: bool = False
+
+
+def run_trial(
+    cfg: RunConfig, argv: list[str] | None = None, on_progress: Progress | None = None
+) -> TrialResult:
+    run_dir = prepare_run_dir(cfg.out, cfg.seed)
+    write_manifest(run_dir, cfg, argv or [], torch.__version__)
+    workload = Workload(cfg.workload, cfg.server_args)
+    started, t0 = utc_now(), time.time()
+    launcher = Launcher(run_dir, cfg.server_args)
+    watch = _Watch()
+    old = _trap_sigterm()
+    try:
+        launcher.start()
+        reference = compute_reference(cfg.server_args.model, workload.requests)
+        write_json(run_dir / "reference.json", reference)
+        _watch_loop(launcher, cfg, run_dir, watch, on_progress)
+    except KeyboardInterrupt:
+        watch.interrupted = True
+        raise
+    finally:
+        launcher.close()
+        _restore_sigterm(old)
+        _write_launcher_json(run_dir, launcher, watch, started)
+    verdict = _classify(run_dir)
+    verdict.duration_s = round(time.time() - t0, 3)
+    verdict.run_dir = str(run_dir)
+    write_json_atomic(run_dir / "verdict.json", verdict.to_json())
+    return TrialResult(verdict, run_dir)
+
+
+def _watch_loop(
+    launcher: Launcher, cfg: RunConfig, run_dir: Path, watch: _Watch, on_progress: Progress | None
+) -> None:
+    hang = HangWatch(run_dir, cfg.server_args.world_size, cfg.hang_timeout)
+    grace_until = None
+    while launcher.alive():
+        time.sleep(POLL_S)
+        now = time.time()
+        for p in launcher.poll():
+            if p.state == "crashed" and watch.first_failure is None:
+                watch.first_failure = {"rank": p.rank, "t": p.ended_at}
+                grace_until = now + CASCADE_GRACE_S
+        hang.poll(now)
+        if on_progress is not None:
+            on_progress({"ranks": hang.snapshot(), "elapsed_s": now - hang.started})
+        if grace_until is not None and now > grace_until:
+            launcher.kill_all("killed")
+        elif grace_until is None and hang.stalled(now):
+            _handle_hang(launcher, hang, run_dir, watch, now)
+
+
+def _handle_hang(
+    launcher: Launcher, hang: HangWatch, run_dir: Path, watch: _Watch, now: float
+) -> None:
+    watch.hang = {
+        "detected_at": now,
+        "last_progress": hang.last_progress(),
+        "stalled_ranks": [p.rank for p in launcher.alive()],
+    }
+    watch.stacks = dump_rank_stacks(launcher, run_dir)
+    launcher.kill_all("hung")
+
+
+def dump_rank_stacks(launcher: Launcher, run_dir: Path) -> dict[str, Any]:
+    """py-spy every live rank in parallel; on any failure fall back to the ranks' faulthandler
+    (SIGUSR1 -> stacks/rank{r}.txt) and record why."""
+    alive = launcher.alive()
+    try:
+        from hicache_diag.triage.pyspy import dump_stacks
+
+        results = dump_stacks([p.pid for p in alive], deadline_s=STACK_DEADLINE_S)
+        errors = []
+        for p in alive:
+            res = results.get(p.pid)
+            if res is not None and res.threads is not None:
+                write_json(run_dir / "stacks" / f"rank{p.rank}.json", res.threads)
+            else:
+                errors.append(f"rank{p.rank}: {res.error if res else 'no dump'}")
+        if not errors:
+            return {"tool": "py-spy", "error": None}
+        error = "; ".join(errors)
+    except Exception as exc:  # noqa: BLE001 - any py-spy failure means: use the fallback
+        error = f"{type(exc).__name__}: {exc}"
+    launcher.signal_all(signal.SIGUSR1)
+    time.sleep(0.5)  # faulthandler writes from a signal handler; give it a moment
+    return {"tool": "faulthandler", "error": error}
+
+
+def _write_launcher_json(run_dir: Path, launcher: Launcher, watch: _Watch, started: str) -> None:
+    write_json(
+        run_dir / "launcher.json",
+        {
+            "ranks": [p.to_json() for p in launcher.procs],
+            "first_failure": watch.first_failure,
+            "hang": watch.hang,
+            "stacks": watch.stacks or {"tool": None, "error": None},
+            "interrupted": watch.interrupted,
+            "started_at": started,
+            "ended_at": utc_now(),
+        },
+    )
+
+
+def _classify(run_dir: Path) -> Verdict:
+    """The diagnosis engineer's classifier; our minimal one if it is missing or fails (a checker
+    that crashes must not crash the run: Jepsen's check-safe)."""
+    try:
+        from hicache_diag.diagnosis.classify import classify_run
+    except ImportError:
+        return fallback_verdict(run_dir)
+    try:
+        return classify_run(run_dir)
+    except Exception as exc:  # noqa: BLE001
+        verdict = fallback_verdict(run_dir)
+        verdict.evidence.append(f"classifier failed ({type(exc).__name__}: {exc}); fallback used")
+        return verdict
+
+
+def _trap_sigterm():
+    # SIGTERM on the CLI reaps like Ctrl-C; only the main thread may install handlers.
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _restore_sigterm(old) -> None:
+    if old is not None:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _read_json(path: Path, default: Any = None) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return default
+
+
+def _last_error_line(log: Path) -> str | None:
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    errors = [ln.strip() for ln in lines if ln and not ln.startswith((" ", "[", "Traceback"))]
+    return errors[-1] if errors else None
+
+
+def _count_steps(run_dir: Path) -> int:
+    try:
+        with open(run_dir / "rank0.jsonl", "rb") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return 0
+
+
+def fallback_verdict(run_dir: Path) -> Verdict:
+    """Minimal classification: hang / crash (A, B by signature) / wrong-output / ok."""
+    launcher = _read_json(run_dir / "launcher.json", {})
+    manifest = _read_json(run_dir / "manifest.json", {})
+    ranks = [
+        RankState(r["rank"], r["pp"], r["tp"], r["pid"], r["state"])
+        for r in launcher.get("ranks", [])
+    ]
+    v = Verdict(Outcome.OK, ranks=ranks, seed=manifest.get("seed"), steps=_count_steps(run_dir))
+    if launcher.get("first_failure"):
+        rank = launcher["first_failure"]["rank"]
+        sig = _last_error_line(run_dir / f"rank{rank}.log")
+        v.outcome, v.failed_rank, v.culprit_rank, v.signature = Outcome.CRASH, rank, rank, sig
+        if sig and "is invalid for input of size" in sig:
+            v.form = CrashForm.A
+        elif sig and "pop from empty list" in sig:
+            v.form = CrashForm.B
+        v.evidence.append(f"rank {rank} failed first: {sig}")
+    elif launcher.get("hang"):
+        v.outcome, v.form = Outcome.HANG, CrashForm.C
+        v.evidence.append(f"no rank progressed; stalled: {launcher['hang']['stalled_ranks']}")
+    else:
+        outputs = _read_json(run_dir / "outputs.json", {})
+        problems = compare_outputs(outputs, _read_json(run_dir / "reference.json", {}))
+        if problems:
+            v.outcome = Outcome.WRONG_OUTPUT
+            v.evidence.extend(problems[:10])
+    return v

@@ -1,0 +1,80 @@
+"""Deterministic workloads (ours): prompts and an arrival schedule by scheduler step.
+
+Arrivals are spread over steps so earlier requests finish (and insert into the tree) before later
+ones arrive: that is what makes prefix reuse, and with enough unique tokens eviction, happen.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from hicache_diag.runtime.managers.io_struct import TokenizedGenerateReqInput
+from hicache_diag.runtime.server_args import ServerArgs, WorkloadConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    step: int
+    req: TokenizedGenerateReqInput
+
+
+def _tokens(rng: random.Random, n: int, vocab: int) -> list[int]:
+    return [rng.randrange(1, vocab) for _ in range(n)]
+
+
+def _shared_prefix(rng, i, prefixes, vocab):
+    return prefixes[i % len(prefixes)] + _tokens(rng, rng.randint(8, 24), vocab), 2
+
+
+def _random(rng, i, prefixes, vocab):
+    return _tokens(rng, rng.randint(8, 64), vocab), rng.randint(1, 3)
+
+
+def _long_prompt(rng, i, prefixes, vocab):
+    return prefixes[0] * 2 + _tokens(rng, rng.randint(24, 96), vocab), 4
+
+
+def _idle(rng, i, prefixes, vocab):
+    # Mostly idle: a request now and then, the loop spins empty in between (#30158).
+    return prefixes[i % len(prefixes)] + _tokens(rng, 8, vocab), 25
+
+
+_KINDS = {
+    "shared-prefix": _shared_prefix,
+    "random": _random,
+    "long-prompt": _long_prompt,
+    "idle": _idle,
+}
+
+
+class Workload:
+    """The whole schedule, built up front from the seed; `arrivals(step)` is what PP0 receives."""
+
+    def __init__(self, config: WorkloadConfig, server_args: ServerArgs) -> None:
+        rng = random.Random(f"{config.workload}:{config.seed}")
+        vocab = server_args.model.vocab_size
+        prefixes = [_tokens(rng, 48, vocab) for _ in range(4)]
+        make = _KINDS[config.workload]
+        limit = min(server_args.chunked_prefill_size, server_args.max_total_tokens // 2)
+        step, self.arrivals_list = 0, []
+        for i in range(config.requests):
+            prompt, gap = make(rng, i, prefixes, vocab)
+            prompt = prompt[: max(1, limit - config.max_new_tokens)]
+            req = TokenizedGenerateReqInput(f"r{i:04d}", tuple(prompt), config.max_new_tokens)
+            self.arrivals_list.append(Arrival(step, req))
+            step += gap
+        self._by_step: dict[int, list[TokenizedGenerateReqInput]] = {}
+        for a in self.arrivals_list:
+            self._by_step.setdefault(a.step, []).append(a.req)
+
+    @property
+    def requests(self) -> list[TokenizedGenerateReqInput]:
+        return [a.req for a in self.arrivals_list]
+
+    @property
+    def last_arrival_step(self) -> int:
+        return self.arrivals_list[-1].step if self.arrivals_list else 0
+
+    def arrivals(self, step: int) -> list[TokenizedGenerateReqInput]:
+        return self._by_step.get(step, [])

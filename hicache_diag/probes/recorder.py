@@ -1,0 +1,127 @@
+"""rank{r}.jsonl writer (ours): one object per scheduler step, flushed per line.
+
+Keys follow docs/evidence.md; `tree_cache.probe_stats()` is merged over our defaults so the cache
+tiers can add or refine fields without touching the scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+MUST_AGREE = (
+    "rids",
+    "extend_num_tokens",
+    "prefix_len",
+    "host_hit_len",
+    "acks_consumed",
+    "evicted",
+    "load_backs",
+    "write_backs",
+    "device_free",
+    "tree_digest",
+)
+
+
+def _defaults() -> dict[str, Any]:
+    return {
+        "l3_hit_len_local": {},
+        "queues": {"write_queue": 0, "load_queue": 0, "ack_write_queue": 0, "ack_load_queue": 0},
+        "acks_ready": {"write": 0, "load": 0},
+        "acks_consumed": {"write": 0, "load": 0},
+        "sync_received": {},
+        "host_alloc_failed": 0,
+        "host_free": 0,
+        "host_capacity": 0,
+        "evicted": 0,
+        "evict_victims": [],
+        "load_backs": 0,
+        "write_backs": 0,
+        "clock": 0.0,
+        "events": [],
+    }
+
+
+def batch_fields(batch: Any) -> dict[str, Any]:
+    if not batch:
+        return {
+            "rids": [],
+            "forward_mode": None,
+            "extend_num_tokens": 0,
+            "prefix_len": {},
+            "host_hit_len": {},
+            "l3_hit_len": {},
+        }
+    extend = batch.forward_mode.is_extend()
+    return {
+        "rids": batch.rids,
+        "forward_mode": batch.forward_mode.value,
+        "extend_num_tokens": sum(batch.extend_lens()),
+        "prefix_len": dict(zip(batch.rids, batch.prefix_lens, strict=True)) if extend else {},
+        "host_hit_len": {r.rid: r.host_hit_length for r in batch.reqs} if extend else {},
+        "l3_hit_len": {r.rid: r.l3_hit_length for r in batch.reqs} if extend else {},
+    }
+
+
+class StepRecorder:
+    """Appends to `path`; every line is flushed so a crashed or killed rank leaves its history."""
+
+    def __init__(
+        self,
+        path: Path,
+        rank: int,
+        pp: int,
+        tp: int,
+        *,
+        protocol: Any = None,
+        storage: bool = False,
+    ) -> None:
+        self.rank, self.pp, self.tp = rank, pp, tp
+        self._fh = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the rank
+        self.must_agree = list(MUST_AGREE)
+        if protocol is not None and protocol.mode("host-capacity") == "min":
+            self.must_agree += ["host_free", "host_capacity"]
+        if storage:
+            self.must_agree.append("l3_hit_len")
+
+    def record(
+        self,
+        *,
+        step: int,
+        slot: int,
+        batch: Any,
+        tree_cache: Any,
+        allocator: Any,
+        hooks: Any,
+        comm: Any,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        rec: dict[str, Any] = {
+            "rank": self.rank,
+            "pp": self.pp,
+            "tp": self.tp,
+            "step": step,
+            "slot": slot,
+            **batch_fields(batch),
+            **_defaults(),
+        }
+        stats = tree_cache.probe_stats() or {}
+        extra = dict(extra or {})
+        scheduler_evicted = extra.pop("evicted_by_scheduler", 0)
+        rec.update(extra)
+        rec.update(stats)
+        if "evicted" not in stats:
+            rec["evicted"] = scheduler_evicted
+        rec["device_free"] = allocator.available_size()
+        rec["inflight_sends"] = comm.inflight_sends()
+        rec["tree_digest"] = tree_cache.tree_digest()
+        rec["faults_fired"] = hooks.drain_fired()
+        rec["must_agree"] = self.must_agree
+        rec["t"] = time.time()
+        self._fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
+        return rec
+
+    def close(self) -> None:
+        self._fh.close()

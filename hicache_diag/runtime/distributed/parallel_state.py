@@ -1,0 +1,205 @@
+"""Mirrors sglang/srt/distributed/parallel_state.py: gloo groups, PP p2p transport, HiCache comm.
+
+Every rank creates the same groups in the same order (torch.distributed requires it): the world,
+one TP group per PP stage, one PP group per TP column, then the dedicated `THREAD_GROUPS`.
+Global rank = pp_rank * tp_size + tp_rank, as SGLang numbers them.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hicache_diag.runtime.distributed.comm import THREAD_GROUPS
+from hicache_diag.runtime.hooks import Hooks
+
+# sglang/srt/distributed/communication_tags.py: P2PTag.HIRADIX_PP_SYNC
+HIRADIX_PP_SYNC = int.from_bytes(b"PpHi", "big")
+# Our own tags for the PP channels, so requests, proxies and outputs never cross-match (SGLang
+# demultiplexes by `__msg_type__` instead; distinct tags give the same isolation).
+MSG_TAGS = {"reqs": 11, "proxy": 12, "output": 13}
+
+_REDUCE_OPS = {"min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX, "sum": dist.ReduceOp.SUM}
+
+
+@dataclass(slots=True)
+class P2PWork:
+    """An isend handle plus the tensors it reads, kept alive until `wait()`."""
+
+    work: Any
+    payload: list[torch.Tensor] = field(default_factory=list)
+
+    def wait(self) -> None:
+        self.work.wait()
+
+
+def init_distributed(rank: int, world_size: int, store: Any = None, timeout_s: float = 600.0):
+    """Join the gloo world: from a TCPStore client when the launcher gave one, else env://
+    (torchrun sets MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE)."""
+    kwargs: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
+    if store is not None:
+        kwargs["store"] = store
+    else:
+        kwargs["init_method"] = "env://"
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, **kwargs)
+
+
+def _send_bytes(data: Any, dst: int, group: Any, tag: int, works: list[P2PWork]) -> None:
+    buf = torch.frombuffer(bytearray(pickle.dumps(data)), dtype=torch.uint8)
+    size = torch.tensor([buf.numel()], dtype=torch.long)
+    for t in (size, buf):
+        works.append(P2PWork(dist.isend(t, dst=dst, group=group, tag=tag), [t]))
+
+
+def _recv_bytes(src: int, group: Any, tag: int) -> Any:
+    size = torch.empty(1, dtype=torch.long)
+    dist.recv(size, src=src, group=group, tag=tag)
+    buf = torch.empty(int(size.item()), dtype=torch.uint8)
+    dist.recv(buf, src=src, group=group, tag=tag)
+    return pickle.loads(buf.numpy().tobytes())
+
+
+def point_to_point_pyobj(
+    data: Any, rank: int, group: Any, src: int, dst: int, *, async_send: bool = True, tag: int = 0
+) -> Any:
+    """Mirrors utils/common.py: a size tensor then a byte tensor. The sender (rank == src) returns
+    its work handles; the receiver (rank == dst) returns the object."""
+    if rank == src:
+        works: list[P2PWork] = []
+        _send_bytes(data, dst, group, tag, works)
+        if not async_send:
+            for w in works:
+                w.wait()
+            return []
+        return works
+    return _recv_bytes(src, group, tag)
+
+
+def send_tensor_dict(
+    tensor_dict: dict[str, torch.Tensor], dst: int, group: Any = None, tag: int = 0
+) -> list[P2PWork]:
+    """Metadata object first, then each tensor. The receiver allocates what the metadata says,
+    so it takes whatever size the sender sent (this is how a token-count mismatch reaches the
+    downstream model and becomes form A)."""
+    works: list[P2PWork] = []
+    meta = [(k, tuple(v.shape), v.dtype) for k, v in tensor_dict.items()]
+    _send_bytes(meta, dst, group, tag, works)
+    for _, v in tensor_dict.items():
+        t = v.detach().contiguous()
+        works.append(P2PWork(dist.isend(t, dst=dst, group=group, tag=tag), [t]))
+    return works
+
+
+def recv_tensor_dict(src: int, group: Any = None, tag: int = 0) -> dict[str, torch.Tensor]:
+    meta = _recv_bytes(src, group, tag)
+    out: dict[str, torch.Tensor] = {}
+    for key, shape, dtype in meta:
+        t = torch.empty(shape, dtype=dtype)
+        dist.recv(t, src=src, group=group, tag=tag)
+        out[key] = t
+    return out
+
+
+class ParallelState:
+    """This rank's coordinates and groups. Implements the `HiCacheComm` Protocol of
+    `distributed/comm.py`; `pp_sync`/`drain_async_work` run on the scheduler thread only, each
+    thread group on its own background thread only."""
+
+    def __init__(self, pp_rank: int, pp_size: int, tp_rank: int, tp_size: int, hooks: Hooks):
+        self.pp_rank, self.pp_size, self.tp_rank, self.tp_size = pp_rank, pp_size, tp_rank, tp_size
+        self.hooks = hooks
+        self.rank = pp_rank * tp_size + tp_rank
+        self.work_list: list[P2PWork] = []
+        self._build_groups()
+
+    def _build_groups(self) -> None:
+        pp, tp = self.pp_size, self.tp_size
+        # Same order on every rank: TP groups per stage, PP groups per TP column, thread groups.
+        tp_groups = [dist.new_group([p * tp + t for t in range(tp)]) for p in range(pp)]
+        pp_groups = [dist.new_group([p * tp + t for p in range(pp)]) for t in range(tp)]
+        self.thread_groups = {name: dist.new_group(list(range(pp * tp))) for name in THREAD_GROUPS}
+        self.tp_group = tp_groups[self.pp_rank]
+        self.pp_group = pp_groups[self.tp_rank]
+        self.world_group = dist.group.WORLD
+
+    # ---- coordinates -------------------------------------------------------------------------
+    @property
+    def is_first_rank(self) -> bool:
+        return self.pp_rank == 0
+
+    @property
+    def is_last_rank(self) -> bool:
+        return self.pp_rank == self.pp_size - 1
+
+    def stage_rank(self, pp_rank: int) -> int:
+        """Global rank of `pp_rank` in this rank's TP column."""
+        return (pp_rank % self.pp_size) * self.tp_size + self.tp_rank
+
+    # ---- PP transport (scheduler thread) -----------------------------------------------------
+    def _delay_send(self, msg: str) -> None:
+        delay = self.hooks.apply("p2p_send", 0.0, msg=msg)
+        if delay:
+            time.sleep(delay)
+
+    def send_pyobj_to_next(self, data: Any) -> list[P2PWork]:
+        self._delay_send("reqs")
+        dst = self.stage_rank(self.pp_rank + 1)
+        return point_to_point_pyobj(data, self.rank, None, self.rank, dst, tag=MSG_TAGS["reqs"])
+
+    def recv_pyobj_from_prev(self) -> Any:
+        src = self.stage_rank(self.pp_rank - 1)
+        return point_to_point_pyobj(None, self.rank, None, src, self.rank, tag=MSG_TAGS["reqs"])
+
+    def send_dict_to_next(self, tensors: dict[str, torch.Tensor], msg: str) -> list[P2PWork]:
+        self._delay_send(msg)
+        return send_tensor_dict(tensors, self.stage_rank(self.pp_rank + 1), tag=MSG_TAGS[msg])
+
+    def recv_dict_from_prev(self, msg: str) -> dict[str, torch.Tensor]:
+        return recv_tensor_dict(self.stage_rank(self.pp_rank - 1), tag=MSG_TAGS[msg])
+
+    # ---- HiCacheComm -------------------------------------------------------------------------
+    def all_reduce_tp(self, tensor: torch.Tensor, op: str = "min") -> None:
+        if self.tp_size > 1:
+            dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self.tp_group)
+
+    def all_reduce_pp(self, tensor: torch.Tensor, op: str = "min") -> None:
+        if self.pp_size * self.tp_size > 1:
+            dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self.world_group)
+
+    def pp_sync(self, tensor: torch.Tensor) -> None:
+        # _pp_sync (#27285): a directional relay, not a collective. PP>0 blocks for the value
+        # from the previous stage; every non-last stage isends a clone on and keeps the handle.
+        if self.pp_size <= 1:
+            return
+        if self.pp_rank > 0:
+            dist.recv(tensor, src=self.stage_rank(self.pp_rank - 1), tag=HIRADIX_PP_SYNC)
+        if not self.is_last_rank:
+            self._delay_send("sync")
+            clone = tensor.clone()
+            dst = self.stage_rank(self.pp_rank + 1)
+            self.work_list.append(P2PWork(dist.isend(clone, dst=dst, tag=HIRADIX_PP_SYNC), [clone]))
+
+    def drain_async_work(self) -> None:
+        # _drain_async_work (#28916): backpressure; PP0 blocks here if PP1 has not consumed.
+        for w in self.work_list:
+            w.wait()
+        self.work_list.clear()
+
+    def all_reduce_thread_group(self, name: str, tensor: torch.Tensor, op: str = "min") -> None:
+        if self.pp_size * self.tp_size > 1:
+            dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self.thread_groups[name])
+
+    def inflight_sends(self) -> int:
+        return len(self.work_list)
+
+    # ---- model TP ----------------------------------------------------------------------------
+    def tp_all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.tp_size > 1:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.tp_group)
+        return tensor

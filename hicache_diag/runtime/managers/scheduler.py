@@ -1,0 +1,155 @@
+"""Mirrors sglang/srt/managers/scheduler.py: `Scheduler` and `run_scheduler_process`.
+
+One Scheduler per rank. It owns the waiting queue, the per-slot running batches and this rank's
+caches; the PP event loop lives in `SchedulerPPMixin`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from typing import Any
+
+from hicache_diag.runtime.managers.io_struct import RecvReqs
+from hicache_diag.runtime.managers.schedule_batch import Req, ScheduleBatch
+from hicache_diag.runtime.managers.schedule_policy import PrefillAdder
+from hicache_diag.runtime.managers.scheduler_pp_mixin import SchedulerPPMixin
+from hicache_diag.runtime.model_executor.forward_batch_info import ForwardMode
+from hicache_diag.runtime.model_executor.model_runner import ModelRunner
+from hicache_diag.runtime.server_args import RunConfig
+
+logger = logging.getLogger("hicache_diag.scheduler")
+
+
+class Scheduler(SchedulerPPMixin):
+    """Runs on the rank's main thread. `request_source(step) -> list[TokenizedGenerateReqInput]`
+    feeds PP0 (None on other stages); `recorder.record(...)` writes one jsonl line per step."""
+
+    def __init__(
+        self,
+        run_config: RunConfig,
+        comm: Any,
+        bundle: Any,
+        hooks: Any,
+        recorder: Any,
+        request_source: Any = None,
+        stop_after: int = 0,
+    ) -> None:
+        self.server_args = sa = run_config.server_args
+        self.max_steps = run_config.max_steps
+        self.comm, self.hooks, self.recorder = comm, hooks, recorder
+        self.pp_rank, self.pp_size = comm.pp_rank, comm.pp_size
+        self.tree_cache, self.allocator = bundle.tree_cache, bundle.allocator
+        self.model_runner = ModelRunner(sa, comm.pp_rank, comm.tp_rank, bundle.kv_pool, comm)
+        self.request_source, self.stop_after = request_source, stop_after
+        self.waiting_queue: list[Req] = []
+        self.num_active = 0  # admitted, not finished (in a running batch or in flight)
+        self.finished_outputs: dict[str, list[int]] = {}
+        self.step = 0
+        self.evicted_tokens = 0
+        self._stop_next = False
+
+    # ---- requests ----------------------------------------------------------------------------
+    def recv_requests(self) -> RecvReqs:
+        """PP0 takes this step's arrivals and decides when to stop; others get PP0's object."""
+        if not self.comm.is_first_rank:
+            return self.comm.recv_pyobj_from_prev()
+        stop = self._stop_next
+        reqs = tuple(self.request_source(self.step)) if not stop else ()
+        # Stop one slot after the last result was processed, so that slot's output relay still
+        # runs on every stage.
+        done = self.step >= self.stop_after and not self.waiting_queue and self.num_active == 0
+        self._stop_next = done or self.step + 1 >= self.max_steps
+        return RecvReqs(reqs=reqs, stop=stop)
+
+    def process_input_requests(self, recv: RecvReqs) -> None:
+        for r in recv.reqs:
+            self.waiting_queue.append(Req(r.rid, list(r.input_ids), r.max_new_tokens))
+
+    # ---- scheduling --------------------------------------------------------------------------
+    def get_next_batch_to_run(self, mb_id: int) -> ScheduleBatch | None:
+        self.tree_cache.check_hicache_events()  # ① consume DMA acks per the protocol switches
+        running = self.running_mbs[mb_id]
+        last = self.last_mbs[mb_id]
+        if last is not None and last.forward_mode.is_extend():
+            running.extend(r for r in last.reqs if not r.finished)
+        self.last_mbs[mb_id] = None
+        running[:] = [r for r in running if not r.finished]
+        batch = self.get_new_batch_prefill()
+        if batch is not None:
+            return batch
+        if running:
+            return ScheduleBatch(list(running), ForwardMode.DECODE)
+        return None
+
+    def get_new_batch_prefill(self) -> ScheduleBatch | None:
+        if not self.waiting_queue:
+            return None
+        sa = self.server_args
+        adder = PrefillAdder(
+            self.tree_cache,
+            self.allocator,
+            sa.page_size,
+            rem_reqs=sa.max_running_requests - self.num_active,
+            rem_input_tokens=sa.chunked_prefill_size,
+        )
+        for req in list(self.waiting_queue):
+            if not adder.add_one_req(req):
+                break
+        self.evicted_tokens += adder.evicted
+        if not adder.can_run_list:
+            return None
+        admitted = set(map(id, adder.can_run_list))
+        self.waiting_queue = [r for r in self.waiting_queue if id(r) not in admitted]
+        self.num_active += len(adder.can_run_list)
+        batch = ScheduleBatch(adder.can_run_list, ForwardMode.EXTEND, adder.prefix_lens)
+        batch.hicache_consumer_index = self.tree_cache.ready_to_load_host_cache()
+        return batch
+
+    # ---- results -----------------------------------------------------------------------------
+    def process_batch_result(self, batch: ScheduleBatch, next_token_ids: Any) -> None:
+        for req, tok in zip(batch.reqs, next_token_ids.tolist(), strict=True):
+            req.output_ids.append(int(tok))
+            if req.check_finished():
+                self.cache_finished_req(req)
+                self.finished_outputs[req.rid] = list(req.output_ids)
+                self.num_active -= 1
+
+    def cache_finished_req(self, req: Req) -> None:
+        """Insert the request's KV into the tree, free duplicate and unused slots, unlock."""
+        page = self.server_args.page_size
+        kv_len = req.seqlen - 1  # the last sampled token never had its KV written
+        aligned = kv_len // page * page
+        kv = req.kv_indices()
+        plen = len(req.prefix_indices)
+        cached = self.tree_cache.insert(req.fill_ids[:aligned], kv[:aligned].clone())
+        if cached > plen:
+            self.allocator.free(kv[plen:cached])
+        rest = req.alloc_slots[aligned - plen :]
+        if len(rest):
+            self.allocator.free(rest)
+        self.tree_cache.dec_lock_ref(req.last_node)
+
+
+def run_scheduler_process(
+    run_config: RunConfig,
+    comm: Any,
+    bundle: Any,
+    hooks: Any,
+    recorder: Any,
+    request_source: Any = None,
+    stop_after: int = 0,
+) -> Any:
+    """Run the event loop; on any exception log SGLang's line with the traceback and exit 1."""
+    try:
+        scheduler = Scheduler(run_config, comm, bundle, hooks, recorder, request_source, stop_after)
+        scheduler.event_loop_pp()
+        return scheduler
+    except BaseException:
+        logger.error("Scheduler hit an exception: %s", traceback.format_exc())
+        for h in logging.getLogger().handlers + logger.handlers:
+            h.flush()
+        sys.stderr.flush()
+        os._exit(1)
