@@ -151,7 +151,7 @@ def test_wrong_output_within_tie_tolerance_is_ok(tmp_path):
     rd = RunDir(tmp_path)
     rd.outputs = {"r0": [1, 2, 3], "r1": [1, 9, 7], "r2": [1, 2, 3]}
     rd.reference["gaps"] = {"r1": [5.0, 1e-6, 3.0]}
-    rd.reference["tolerance"] = 1e-4
+    rd.reference["tolerance"] = 1e-4  # a recorded tolerance wins over the default
     assert classify_run(rd.write()).outcome is Outcome.OK
 
 
@@ -213,3 +213,17 @@ def test_verdict_round_trips_as_json(tmp_path):
     data = json.loads(json.dumps(v.to_json()))
     assert data["schema"] == "hicache-diag/verdict/v1" and data["exit_code"] == 10
     assert data["first_divergence"]["source"] == "unknown"
+
+
+def test_wrong_output_against_the_harness_reference_format(tmp_path):
+    # harness/reference.py writes {rid: {"tokens": [...], "top2_gap": [...]}} and no tolerance.
+    rd = RunDir(tmp_path)
+    rd.reference = {"r0": {"tokens": [1, 2, 3], "top2_gap": [1.0, 5e-4, 1.0]},
+                    "r1": {"tokens": [4, 5, 6], "top2_gap": [1.0, 0.5, 1.0]}}  # fmt: skip
+    rd.outputs = {"r0": [1, 7, 9], "r1": [4, 5, 6]}
+    assert classify_run(rd.write()).outcome is Outcome.OK  # r0 flipped at a tie (gap < 1e-3)
+    rd.outputs = {"r0": [1, 2, 3], "r1": [4, 8, 6]}
+    v = classify_run(rd.write())
+    assert v.outcome is Outcome.WRONG_OUTPUT and v.signature == "wrong output for r1"
+    rd.outputs = {"r0": [1, 2, 3, 4], "r1": [4, 5, 6]}
+    assert classify_run(rd.write()).outcome is Outcome.WRONG_OUTPUT
