@@ -43,6 +43,10 @@ STORAGE_QUEUES = INPUT_QUEUES + CONTROL_QUEUES
 DEFAULT_TIMEOUT = PrefetchTimeoutConfig()
 
 
+def _empty_step() -> dict[str, dict[str, int | None]]:
+    return {k: {} for k in ("l3_hit_len", "l3_hit_len_local", "l3_progress", "l3_progress_local")}
+
+
 class HostPool(Protocol):
     def alloc(self, need_size: int) -> torch.Tensor | None: ...
     def free(self, indices: torch.Tensor) -> Any: ...
@@ -80,6 +84,7 @@ class StorageController(StorageThreadsMixin):
         self.stats = {"hit_pages_local": 0, "hit_pages": 0, "read_pages": 0, "backup_pages": 0}
         # the last value each thread used after its (optional) MIN; evidence `sync_received`
         self.sync_received: dict[str, int | None] = {"l3_hit": None, "l3_progress": None}
+        self._step = _empty_step()  # scheduler thread only
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -171,6 +176,16 @@ class StorageController(StorageThreadsMixin):
                 continue
         return items
 
+    def consume_prefetch_hits(
+        self, count: int, timeout: float | None = None
+    ) -> list[PrefetchOperation]:
+        """Drain `count` hit-queried operations; their hit lengths become this step's evidence."""
+        operations = self.drain_queue("prefetch_hit_queue", count, timeout)
+        for op in operations:
+            self._step["l3_hit_len"][op.request_id] = op.storage_hit_count
+            self._step["l3_hit_len_local"][op.request_id] = op.storage_hit_count_local
+        return operations
+
     def consume_prefetch_acks(self, count: int, timeout: float | None = None) -> list[PrefetchAck]:
         """Drain `count` prefetch acks and apply them to their operations."""
         acks = self.drain_queue("ack_prefetch_queue", count, timeout)
@@ -179,6 +194,8 @@ class StorageController(StorageThreadsMixin):
                 ack.operation.io_done = True
             elif ack.completed_tokens is not None:
                 ack.operation.completed_tokens = ack.completed_tokens
+                self._step["l3_progress"][ack.rid] = ack.completed_tokens
+                self._step["l3_progress_local"][ack.rid] = ack.completed_tokens_local
         return acks
 
     def can_terminate_prefetch(self, operation: PrefetchOperation) -> bool:
@@ -206,6 +223,12 @@ class StorageController(StorageThreadsMixin):
         with self._faults_lock:
             faults, self._faults = self._faults, []
         return faults + self.storage.drain_faults()
+
+    def drain_step_evidence(self) -> dict[str, Any]:
+        """Per-step jsonl keys (docs/evidence.md): L3 hit length and progress per rid, after
+        consensus and as this rank saw them, consumed since the last call, plus storage faults."""
+        step, self._step = self._step, _empty_step()
+        return {**step, "storage_faults": [f.to_json() for f in self.drain_storage_faults()]}
 
     def probe_stats(self) -> dict[str, Any]:
         return {

@@ -406,6 +406,40 @@ def test_stop_reports_a_thread_stuck_in_a_collective(make_ctrl):
     assert c.stop() == []
 
 
+def test_step_evidence_has_hit_and_progress_before_and_after_consensus(make_ctrl):
+    hooks = Hooks()
+    hooks.register("storage_exists", lambda found, ctx: min(found, 4))
+    hooks.register("storage_read", lambda ok, ctx: ctx["page_index"] != 1)
+    pair = comms(2)
+    c0 = make_ctrl(pair[0], storage_batch_size=8)
+    c1 = make_ctrl(pair[1], hooks=hooks, storage_batch_size=8)
+    fill(c0, 5)
+    fill(c1, 5)
+    for i, c in enumerate((c0, c1)):
+        c.prefetch(f"rid{i}", TOKENS)
+    op0, op1 = (c.consume_prefetch_hits(1, timeout=5)[0] for c in (c0, c1))
+    for c, op in ((c0, op0), (c1, op1)):
+        c.submit_prefetch_io(op)
+    for c in (c0, c1):
+        c.consume_prefetch_acks(2, timeout=5)  # one batch, then completion
+    ev0, ev1 = c0.drain_step_evidence(), c1.drain_step_evidence()
+    assert ev0["l3_hit_len"] == {"rid0": 8} and ev0["l3_hit_len_local"] == {"rid0": 10}
+    assert ev1["l3_hit_len"] == {"rid1": 8} and ev1["l3_hit_len_local"] == {"rid1": 8}
+    assert ev0["l3_progress"] == {"rid0": 2} and ev0["l3_progress_local"] == {"rid0": 8}
+    assert ev1["l3_progress_local"] == {"rid1": 2} and ev1["storage_faults"] == []
+    assert c0.drain_step_evidence()["l3_hit_len"] == {}  # drained: per step
+
+
+def test_step_evidence_carries_storage_faults(make_ctrl):
+    (c,) = (make_ctrl(x) for x in comms(1))
+    fill(c, 1)
+    open(c.storage.key_path(HASHES[0]), "wb").close()
+    (op,) = hit_query([c])
+    run_io(c, op, expect_acks=2)
+    (fault,) = c.drain_step_evidence()["storage_faults"]
+    assert fault["op"] == "read" and fault["key"] == HASHES[0]
+
+
 def test_probe_stats_shows_every_storage_queue(make_ctrl):
     (c,) = (make_ctrl(x) for x in comms(1))
     stats = c.probe_stats()
