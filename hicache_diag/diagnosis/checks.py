@@ -111,14 +111,21 @@ def check_crash(run: RunData) -> Finding | None:
 
 
 def _hang_rank(run: RunData, hang: dict) -> tuple[int | None, str | None]:
+    """Where the wait is observed: a rank blocked at a HiCache protocol wait; else the rank that
+    stopped progressing first; on a tie the one blocked receiving (it observes the missing
+    message); else the first stalled rank."""
     for rank in sorted(run.stacks):
         site = stk.hicache_wait(run.stacks[rank])
         if site:
             return rank, site
-    progress = hang.get("last_progress") or {}
+    progress = {int(r): float(t) for r, t in (hang.get("last_progress") or {}).items()}
     if progress:
-        rank = min(progress, key=lambda r: progress[r])
-        return int(rank), None
+        first = min(progress.values())
+        earliest = sorted(r for r, t in progress.items() if t == first)
+        if len(earliest) == 1:
+            return earliest[0], None
+        receiving = [r for r in earliest if r in run.stacks and stk.is_receiving(run.stacks[r])]
+        return (receiving or earliest)[0], None
     stalled = hang.get("stalled_ranks") or []
     return (int(stalled[0]) if stalled else None), None
 

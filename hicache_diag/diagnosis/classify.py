@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +57,23 @@ def _rank_states(run: RunData, crashes: dict) -> list[RankState]:
     return states
 
 
+def _epoch(value: Any) -> float | None:
+    """launcher.json times: epoch seconds or UTC ISO strings."""
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
 def _duration(run: RunData) -> float:
     launcher = run.launcher or {}
-    for a, b in (("started_at", "ended_at"),):
-        start, end = launcher.get(a), launcher.get(b)
-        if isinstance(start, int | float) and isinstance(end, int | float):
-            return float(end - start)
+    start, end = _epoch(launcher.get("started_at")), _epoch(launcher.get("ended_at"))
+    if start is not None and end is not None:
+        return max(0.0, end - start)
     frames = run.frames
     if not frames.empty and "t" in frames.columns and frames["t"].notna().any():
         return float(frames["t"].max() - frames["t"].min())

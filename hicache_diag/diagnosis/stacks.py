@@ -73,3 +73,10 @@ def hicache_wait(dump: Any) -> str | None:
         if name in HICACHE_WAIT:
             return name
     return None
+
+
+def is_receiving(dump: Any) -> bool:
+    """Blocked in a receive (p2p recv, recv_tensor_dict, point_to_point_pyobj on the recv side)."""
+    names = [f[0].rsplit(".", 1)[-1] for f in main_frames(dump)[:6]]
+    return any(n in ("recv", "irecv", "_recv_bytes", "recv_object", "recv_tensor_dict")
+               for n in names)  # fmt: skip

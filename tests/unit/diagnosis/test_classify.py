@@ -227,3 +227,19 @@ def test_wrong_output_against_the_harness_reference_format(tmp_path):
     assert v.outcome is Outcome.WRONG_OUTPUT and v.signature == "wrong output for r1"
     rd.outputs = {"r0": [1, 2, 3, 4], "r1": [4, 5, 6]}
     assert classify_run(rd.write()).outcome is Outcome.WRONG_OUTPUT
+
+
+def test_hang_tie_picks_the_receiving_rank_and_iso_times_give_duration(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.launcher["hang"] = {"detected_at": 1, "last_progress": {"0": 5.0, "1": 5.0},
+                           "stalled_ranks": [0, 1]}  # fmt: skip
+    rd.launcher["started_at"] = "2026-11-29T18:20:01.876+00:00"
+    rd.launcher["ended_at"] = "2026-11-29T18:20:10.376+00:00"
+    rd.stacks = {
+        0: pyspy_dump(("P2PWork.wait", "/x/hicache_diag/runtime/distributed/ps.py", 39)),
+        1: pyspy_dump(("recv", "/t/distributed_c10d.py", 1),
+                      ("_recv_bytes", "/x/hicache_diag/runtime/distributed/ps.py", 62)),
+    }  # fmt: skip
+    v = classify_run(rd.write())
+    assert (v.form, v.failed_rank) == (CrashForm.C, 1)
+    assert v.duration_s == pytest.approx(8.5)
