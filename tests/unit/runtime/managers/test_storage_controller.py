@@ -8,6 +8,8 @@ import time
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hicache_diag.runtime.hooks import Hooks
 from hicache_diag.runtime.managers.storage_controller import STORAGE_QUEUES, StorageController
@@ -445,3 +447,58 @@ def test_probe_stats_shows_every_storage_queue(make_ctrl):
     stats = c.probe_stats()
     assert set(stats["queues"]) == set(STORAGE_QUEUES) and len(STORAGE_QUEUES) == 8
     assert set(stats["sync_received"]) == {"l3_hit", "l3_progress"}
+
+
+# ---- conservation, property-based (the IO loop driven synchronously, no threads) -------------
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    n_pages=st.integers(0, 9),
+    batch=st.integers(1, 4),
+    failing=st.sets(st.integers(0, 8), max_size=4),
+    raising=st.sets(st.integers(0, 8), max_size=2),
+    terminate_at=st.one_of(st.none(), st.integers(0, 8)),
+)
+def test_io_acks_are_conserved_whatever_fails(
+    tmp_path, n_pages, batch, failing, raising, terminate_at
+):
+    hooks = Hooks()
+    op_box = []
+
+    def on_read(ok, ctx):
+        i = ctx["page_index"]
+        if terminate_at is not None and i >= terminate_at:
+            op_box[0].mark_terminate()
+        if i in raising:
+            raise RuntimeError("backend blew up")
+        return i not in failing
+
+    hooks.register("storage_read", on_read)
+    storage = HiCacheFile(HiCacheStorageConfig(model_name="p"), str(tmp_path / "l3"), hooks)
+    ctrl = StorageController(storage, TinyHostPool(size=32), PAGE, comms(1)[0], FULL,
+                             storage_batch_size=batch)  # fmt: skip
+    tokens = list(range(n_pages * PAGE))
+    hashes = get_page_hashes(tokens, PAGE)
+    fill(ctrl, n_pages, hashes)
+    op = ctrl.prefetch("r", tokens)
+    op_box.append(op)
+    op.hash_value, op.host_indices = hashes, ctrl.host_pool.alloc(n_pages * PAGE)
+    ctrl._prefetch_io_one(op)
+    acks = [ctrl.prefetch_sync_queue.get_nowait() for _ in range(ctrl.prefetch_sync_queue.qsize())]
+    n_batches = -(-n_pages // batch)
+    assert len(acks) == n_batches + 1, "one ack per batch, then one completion"
+    assert [a.completed_req for a in acks] == [False] * n_batches + [True]
+    progress = [a.completed_tokens for a in acks[:-1]]
+    assert progress == sorted(progress) and all(p % PAGE == 0 for p in progress)
+    done = progress[-1] // PAGE if progress else 0
+    first_bad = next((i for i in range(n_pages) if i in failing | raising), n_pages)
+    # a failed read ends the count at that page; a raising backend voids its whole batch
+    voided = first_bad < n_pages and first_bad in raising - failing
+    expected = first_bad - first_bad % batch if voided else first_bad
+    assert done <= expected, "pages past the first failure were counted"
+    if terminate_at is None:
+        assert done == expected
+    ctrl.stop()
