@@ -96,8 +96,8 @@ def check_crash(run: RunData) -> Finding | None:
         lines.append(f"rank {root.rank} stopped in {root.where}")
     if form is CrashForm.A and (m := SHAPE_RE.search(root.text)):
         lines.append(
-            f"form A: rank {root.rank} reshaped with its own {m[1]} tokens (head_dim {m[2]}) "
-            f"the {m[3]} values computed upstream for a different token count"
+            f"form A: rank {root.rank} reshaped {m[3]} values received from upstream with its "
+            f"own token count {m[1]} (head_dim {m[2]}): the stages built different batches"
         )
     elif form is CrashForm.A:
         lines.append(f"form A: rank {root.rank}'s extend_num_tokens disagree with upstream")

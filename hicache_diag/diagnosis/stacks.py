@@ -68,7 +68,8 @@ def where(dump: Any) -> str | None:
 
 def hicache_wait(dump: Any) -> str | None:
     """The HiCache protocol function this rank is blocked under, if any."""
-    names = [f[0] for f in main_frames(dump)]
+    # py-spy qualifies methods ("HiRadixCache.writing_check"): match the last component.
+    names = [f[0].rsplit(".", 1)[-1] for f in main_frames(dump)]
     for name in names:
         if name in HICACHE_WAIT:
             return name

@@ -93,7 +93,7 @@ def test_form_c_hang_picks_the_rank_at_the_hicache_wait(tmp_path):
     rd.stacks = {
         0: pyspy_dump(("all_reduce", "/t/distributed_c10d.py", 10),
                       ("all_reduce_tp", "/x/hicache_diag/runtime/distributed/parallel_state.py", 5),
-                      ("writing_check", "/x/hicache_diag/runtime/mem_cache/hiradix_cache.py", 7),
+                      ("HiRadixCache.writing_check", "/x/hicache_diag/runtime/mem_cache/hr.py", 7),
                       ("event_loop_pp", "/x/hicache_diag/runtime/managers/sched.py", 3)),
         1: pyspy_dump(("recv", "/t/distributed_c10d.py", 10),
                       ("point_to_point_pyobj", "/x/hicache_diag/runtime/distributed/ps.py", 9)),
