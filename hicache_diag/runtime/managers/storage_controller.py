@@ -18,7 +18,9 @@ from typing import Any, Protocol
 
 import torch
 
+from hicache_diag.errors import UsageError
 from hicache_diag.runtime.distributed.comm import HiCacheComm
+from hicache_diag.runtime.hooks import Hooks
 from hicache_diag.runtime.managers.storage_operation import (
     PrefetchAck,
     PrefetchOperation,
@@ -29,10 +31,13 @@ from hicache_diag.runtime.managers.storage_pages import HostPages
 from hicache_diag.runtime.managers.storage_threads import StorageThreadsMixin
 from hicache_diag.runtime.mem_cache.hicache_storage import (
     STORAGE_BATCH_SIZE,
+    HiCacheFile,
     HiCacheStorage,
+    HiCacheStorageConfig,
     StorageFault,
 )
 from hicache_diag.runtime.protocol import ProtocolConfig
+from hicache_diag.runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
@@ -237,3 +242,31 @@ class StorageController(StorageThreadsMixin):
             "sync_received": dict(self.sync_received),
             "threads_alive": sum(t.is_alive() for t in self._threads),
         }
+
+
+def build_storage_controller(
+    server_args: ServerArgs,
+    protocol: ProtocolConfig,
+    comm: HiCacheComm,
+    host_pool: HostPool,
+    *,
+    hooks: Hooks | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    default_dir: str | None = None,
+) -> StorageController | None:
+    """The rank's L3 controller (not started), or None with `--hicache-storage-backend none`.
+    Without `--hicache-storage-dir` the pages go to `default_dir` (the run's own directory,
+    never a fixed path shared by parallel runs). Raises UsageError for a bad directory."""
+    if server_args.hicache_storage_backend == "none":
+        return None
+    path = server_args.hicache_storage_dir or default_dir
+    if path is None:
+        raise UsageError("--hicache-storage-backend file needs --hicache-storage-dir")
+    config = HiCacheStorageConfig(
+        comm.tp_rank, comm.tp_size, comm.pp_rank, comm.pp_size, server_args.model.name
+    )
+    storage = HiCacheFile(config, path, hooks)
+    policy = server_args.hicache_storage_prefetch_policy
+    return StorageController(
+        storage, host_pool, server_args.page_size, comm, protocol, policy, clock=clock
+    )

@@ -3,6 +3,7 @@ the MIN across two "ranks" (two controllers in this process) and records which t
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -11,8 +12,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hicache_diag.errors import UsageError
 from hicache_diag.runtime.hooks import Hooks
-from hicache_diag.runtime.managers.storage_controller import STORAGE_QUEUES, StorageController
+from hicache_diag.runtime.managers.storage_controller import (
+    STORAGE_QUEUES,
+    StorageController,
+    build_storage_controller,
+)
 from hicache_diag.runtime.managers.storage_operation import PrefetchTimeoutConfig
 from hicache_diag.runtime.mem_cache.hicache_storage import (
     HiCacheFile,
@@ -20,6 +26,7 @@ from hicache_diag.runtime.mem_cache.hicache_storage import (
     get_page_hashes,
 )
 from hicache_diag.runtime.protocol import build_protocol
+from hicache_diag.runtime.server_args import ServerArgs
 
 PAGE = 2  # tokens per page
 TOKENS = list(range(100, 110))  # 5 pages
@@ -502,3 +509,34 @@ def test_io_acks_are_conserved_whatever_fails(
     if terminate_at is None:
         assert done == expected
     ctrl.stop()
+
+
+# ---- factory --------------------------------------------------------------------------------
+
+
+def test_build_storage_controller_from_server_args(tmp_path):
+    pool = TinyHostPool()
+    comm = comms(2)[1]
+    assert build_storage_controller(ServerArgs(), FULL, comm, pool) is None
+    sa = ServerArgs(
+        hicache_storage_backend="file",
+        hicache_storage_dir=str(tmp_path / "l3"),
+        hicache_storage_prefetch_policy="timeout",
+    )
+    ctrl = build_storage_controller(sa, LEGACY, comm, pool)
+    assert ctrl.storage.config_suffix == "_tiny-llama_0_1_2_1"
+    assert ctrl.prefetch_policy == "timeout" and not ctrl.l3_hit_min and ctrl._threads == []
+    fallback = build_storage_controller(
+        dataclasses.replace(sa, hicache_storage_dir=None), FULL, comm, pool,
+        default_dir=str(tmp_path / "run" / "l3"),
+    )  # fmt: skip
+    assert fallback.storage.file_path.endswith("run/l3") and fallback.l3_hit_min
+
+
+@pytest.mark.parametrize("bad", ["missing", "file"])
+def test_build_storage_controller_rejects_bad_dirs(tmp_path, bad):
+    (tmp_path / "f").write_text("x")
+    path = None if bad == "missing" else str(tmp_path / "f")
+    sa = ServerArgs(hicache_storage_backend="file", hicache_storage_dir=path)
+    with pytest.raises(UsageError, match="storage-dir"):
+        build_storage_controller(sa, FULL, comms(1)[0], TinyHostPool())
