@@ -70,7 +70,7 @@ def analyse_rank(rs: RankSamples, pp_size: int, tp_size: int) -> RankReport:
         # Spinning between idle-poll lines is not progress; anything else that moved is.
         progressed = len(sigs) > 1 and not all(s.kind.value in _IDLE_KINDS for s in sites)
     site = sites[-1]
-    if progressed or (site.kind is WaitKind.COMPUTE and len(rs.dumps) == 1):
+    if progressed or site.kind is WaitKind.COMPUTE:
         state = "running"
     else:
         state = "idle" if site.kind.value in _IDLE_KINDS else "blocked"

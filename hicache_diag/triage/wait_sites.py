@@ -67,7 +67,8 @@ _OUTPUT_RECV = _s(
     "pp_commit_send_output_work_and_preprocess_output_tensors",
     "recv_outputs",
 )
-_REQUESTS = _s("recv_requests", "recv_reqs", "pp_recv_pyobj_from_prev_stage")
+_PROXY_RECV = _s("recv_tensor_dict", "pp_recv_typed_dict", "pp_recv_proxy_tensors")
+_REQUESTS = _s("recv_requests", "recv_reqs", "pull_raw_reqs", "pp_recv_pyobj_from_prev_stage")
 _STORAGE_THREADS = _s(
     "prefetch_thread_func",
     "prefetch_io_aux_func",
@@ -88,7 +89,7 @@ CONTEXT_RULES: tuple[Signature, ...] = (
     Signature("l3-hit-allreduce", K.HICACHE_COMM, _s("all_reduce"), _s("prefetch_thread_func")),
     Signature("l3-progress-allreduce", K.HICACHE_COMM, _s("reduce_prefetch_ack")),
     Signature("l3-progress-allreduce", K.HICACHE_COMM, _s("all_reduce"), _STORAGE_THREADS),
-    Signature("ack-event-synchronize", K.HICACHE_LOCAL, _s("synchronize", "wait"), _ACK_CHECKS),
+    Signature("ack-event-synchronize", K.HICACHE_LOCAL, _s("synchronize"), _ACK_CHECKS),
     Signature("layer-load-wait", K.HICACHE_LOCAL, _s("wait_until")),
     Signature("storage-queue-get", K.HICACHE_LOCAL, _s("drain_queue")),
     Signature("storage-queue-get", K.HICACHE_LOCAL, _s("get"), _HICACHE_SYNCS, "queue"),
@@ -97,11 +98,13 @@ CONTEXT_RULES: tuple[Signature, ...] = (
     Signature("pp-output-recv", K.P2P, _s("pp_recv_typed_dict"), _OUTPUT_RECV),
     Signature("pp-output-recv", K.P2P, _s("pp_recv_dict_from_prev_stage", "recv_outputs")),
     Signature("pp-proxy-recv", K.P2P, _s("recv_tensor_dict", "pp_recv_typed_dict")),
-    Signature("pp-proxy-recv", K.P2P, _s("pp_recv_proxy_tensors", "recv_object")),
+    Signature("pp-proxy-recv", K.P2P, _s("pp_recv_proxy_tensors")),
+    Signature("pp-proxy-recv", K.P2P, _s("recv_object"), _PROXY_RECV),
     Signature("pp-send", K.P2P, _s("send_tensor_dict", "send_object")),
     Signature("pp-send", K.P2P, _s("pp_send_dict_to_next_stage")),
     Signature("pp-send", K.P2P, _s("pp_commit_comm_work", "pp_send_pyobj_to_next_stage")),
-    Signature("request-broadcast", K.REQUEST, _s("broadcast_pyobj", "broadcast_reqs_across_ranks")),
+    Signature("request-broadcast", K.REQUEST, _s("broadcast_pyobj", "attn_cp_tp_broadcast_pyobj")),
+    Signature("request-broadcast", K.REQUEST, _s("broadcast_reqs_across_ranks")),
     Signature("request-recv", K.REQUEST, _s("point_to_point_pyobj"), _REQUESTS),
     Signature("pp-pyobj-p2p", K.P2P, _s("point_to_point_pyobj")),
     Signature("idle-loop", K.IDLE, _s("on_idle", "self_check_during_idle", "maybe_sleep_on_idle")),
@@ -168,4 +171,6 @@ def classify_thread(thread: ThreadStack | None) -> WaitSite:
                     return WaitSite(rule.site, rule.kind, thread.frames[i])
         if rules is CONTEXT_RULES and (frame := _nccl_native(thread.frames)):
             return WaitSite("nccl-collective", WaitKind.COLLECTIVE, frame)
-    return WaitSite("running", WaitKind.COMPUTE if thread.active else WaitKind.OTHER, None)
+    if thread.active:
+        return WaitSite("running", WaitKind.COMPUTE, thread.frames[0])
+    return WaitSite("local-wait", WaitKind.OTHER, thread.frames[0])
