@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from hicache_diag.cli.render.console import print_json
-from hicache_diag.diagnosis.report import build_report
 
 
 def _render(report, summary: Path | None) -> None:
@@ -45,6 +44,8 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Render a run directory: verdict, first divergence, per-rank timelines and plots."""
+        from hicache_diag.diagnosis.report import build_report  # pandas only when used
+
         result = build_report(run_dir, plots, reclassify)
         if summary is None and plots is not None:
             summary = plots / "report.md"
