@@ -283,7 +283,7 @@ def test_local_hits_with_min_progress_unbalance_the_collective(make_ctrl):
     hooks.register("storage_exists", lambda found, ctx: min(found, 1))
     pair = comms(2)
     for comm in pair:
-        comm.timeout = 0.5
+        comm.timeout = 1.0
     c0, c1 = make_ctrl(pair[0], proto), make_ctrl(pair[1], proto, hooks=hooks)
     fill(c0, 5)
     fill(c1, 5)
@@ -291,10 +291,17 @@ def test_local_hits_with_min_progress_unbalance_the_collective(make_ctrl):
     assert (len(op0.hash_value), len(op1.hash_value)) == (5, 1)
     for c, op in ((c0, op0), (c1, op1)):
         c.submit_prefetch_io(op)
-    time.sleep(1.5)
-    n0, n1 = (sum(g == "prefetch_completion" for _, g, _ in c.comm.calls) for c in (c0, c1))
-    assert n0 > n1 == 1, (n0, n1)
-    assert any(f.op == "thread" for f in c0.drain_storage_faults())  # the broken barrier
+
+    def progress_calls(c):
+        return sum(g == "prefetch_completion" for _, g, _ in c.comm.calls)
+
+    deadline = time.monotonic() + 20
+    while progress_calls(c0) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (progress_calls(c0), progress_calls(c1)) == (3, 1)  # 3 batches vs 1: no partner
+    # the unmatched MIN broke (a hang on gloo); the thread survived, acks still flow
+    assert any(f.op == "thread" for f in c0.drain_storage_faults())
+    assert len(c0.consume_prefetch_acks(4, timeout=10)) == 4
 
 
 def test_host_pool_short_means_no_io_and_no_acks(make_ctrl):
@@ -405,11 +412,16 @@ def test_stop_joins_every_thread_and_is_idempotent(make_ctrl):
 
 def test_stop_reports_a_thread_stuck_in_a_collective(make_ctrl):
     (comm,) = comms(1)
-    release = threading.Event()
-    comm.all_reduce_thread_group = lambda name, tensor, op="min": release.wait(10)
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck(name, tensor, op="min"):
+        entered.set()
+        release.wait(10)
+
+    comm.all_reduce_thread_group = stuck
     c = make_ctrl(comm)
     c.prefetch("r", TOKENS)
-    time.sleep(0.3)
+    assert entered.wait(10)
     assert c.stop(timeout=0.3) == ["hicache-prefetch"]
     release.set()
     assert c.stop() == []
@@ -503,7 +515,7 @@ def test_io_acks_are_conserved_whatever_fails(
     done = progress[-1] // PAGE if progress else 0
     first_bad = next((i for i in range(n_pages) if i in failing | raising), n_pages)
     # a failed read ends the count at that page; a raising backend voids its whole batch
-    voided = first_bad < n_pages and first_bad in raising - failing
+    voided = first_bad < n_pages and first_bad in raising  # the hook raises before it answers
     expected = first_bad - first_bad % batch if voided else first_bad
     assert done <= expected, "pages past the first failure were counted"
     if terminate_at is None:
