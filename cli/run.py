@@ -1,14 +1,125 @@
-"""`hicache-diag run` (being built; see the issue that owns it)."""
+"""`hicache-diag run`: flags (+ scenario) -> RunConfig -> one trial -> verdict panel or JSON."""
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import typer
 
-from hicache_diag.errors import HicacheDiagError
+from hicache_diag.cli import options as o
+from hicache_diag.cli.render.console import err_console, print_json
+from hicache_diag.cli.render.progress import LiveProgress
+from hicache_diag.cli.render.verdict import render_verdict
+from hicache_diag.errors import UsageError
+from hicache_diag.runtime.protocol import build_protocol
+from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig, parse_size
+
+
+def _pick(flags: dict[str, Any], scenario: dict[str, Any], name: str) -> Any:
+    """Command line, then scenario file, then the run default."""
+    if flags.get(name) is not None:
+        return flags[name]
+    if scenario.get(name) is not None:
+        return scenario[name]
+    return o.RUN_DEFAULTS.get(name)
+
+
+def _scenario(path: str | None) -> tuple[tuple[str, ...], dict[str, Any]]:
+    if not path:
+        return (), {}
+    from hicache_diag.faults import load_scenario
+
+    sc = load_scenario(path)
+    opts = dict(sc.options)
+    # Scenario keys use run flag names in snake_case; map the storage aliases.
+    for alias, name in (
+        ("storage_backend", "hicache_storage_backend"),
+        ("storage_dir", "hicache_storage_dir"),
+    ):
+        if alias in opts:
+            opts.setdefault(name, opts.pop(alias))
+    return sc.fault_specs(), opts
+
+
+def build_run_config(flags: dict[str, Any]) -> RunConfig:
+    """Validate everything (raising UsageError) before any process starts."""
+    scenario_faults, sopts = _scenario(flags.get("scenario"))
+    pick = lambda name: _pick(flags, sopts, name)  # noqa: E731
+    device = pick("device")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA device is available on this host")
+    sa = ServerArgs(
+        pp_size=pick("pp"),
+        tp_size=pick("tp"),
+        pp_async_batch_depth=pick("async_depth"),
+        page_size=pick("page_size"),
+        max_total_tokens=pick("max_total_tokens"),
+        hicache_size=parse_size(pick("hicache_size")),
+        hicache_ratio=float(pick("hicache_ratio")),
+        hicache_write_policy=pick("hicache_write_policy"),
+        hicache_storage_backend=pick("hicache_storage_backend"),
+        hicache_storage_dir=pick("hicache_storage_dir"),
+        hicache_storage_prefetch_policy=pick("hicache_storage_prefetch_policy"),
+        device=device,
+    )
+    seed = int(pick("seed"))
+    workload = WorkloadConfig(pick("workload"), pick("requests"), pick("max_new_tokens"), seed)
+    fixes = list(sopts.get("fix") or []) + list(flags.get("fix") or [])
+    protocol = build_protocol(pick("protocol"), fixes)
+    faults = scenario_faults + tuple(flags.get("fault") or ())
+    if faults:
+        from hicache_diag.faults import validate_faults
+
+        faults = tuple(f.to_spec() for f in validate_faults(faults, sa.pp_size, sa.tp_size))
+    hang_timeout = float(pick("hang_timeout"))
+    if hang_timeout <= 0:
+        raise UsageError(f"--hang-timeout must be > 0 (got {hang_timeout})")
+    from hicache_diag.harness.rundir import check_writable
+
+    check_writable(flags.get("out"))
+    return RunConfig(sa, protocol, workload, faults, seed, flags.get("out"), hang_timeout)
 
 
 def register(app: typer.Typer) -> None:
     @app.command("run")
-    def _run() -> None:
-        """Not built yet."""
-        raise HicacheDiagError("'run' is not built yet")
+    def run(
+        fault: o.FaultOpt = None,
+        fix: o.FixOpt = None,
+        protocol: o.ProtocolOpt = None,
+        scenario: o.ScenarioOpt = None,
+        seed: o.SeedOpt = None,
+        out: o.OutOpt = None,
+        json_: o.JsonOpt = False,
+        pp: o.PpOpt = None,
+        tp: o.TpOpt = None,
+        async_depth: o.AsyncDepthOpt = None,
+        page_size: o.PageSizeOpt = None,
+        max_total_tokens: o.MaxTotalTokensOpt = None,
+        hicache_size: o.HicacheSizeOpt = None,
+        hicache_ratio: o.HicacheRatioOpt = None,
+        hicache_write_policy: o.WritePolicyOpt = None,
+        hicache_storage_backend: o.StorageBackendOpt = None,
+        hicache_storage_dir: o.StorageDirOpt = None,
+        hicache_storage_prefetch_policy: o.PrefetchPolicyOpt = None,
+        workload: o.WorkloadOpt = None,
+        requests: o.RequestsOpt = None,
+        max_new_tokens: o.MaxNewTokensOpt = None,
+        hang_timeout: o.HangTimeoutOpt = None,
+        device: o.DeviceOpt = None,
+    ) -> None:
+        """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
+        flags = dict(locals())
+        cfg = build_run_config(flags)
+        from hicache_diag.harness.trial import run_trial
+
+        with LiveProgress(err_console, cfg.server_args.world_size) as progress:
+            result = run_trial(cfg, ["hicache-diag", *sys.argv[1:]], on_progress=progress.update)
+        if json_:
+            print_json(result.verdict.to_json())
+        else:
+            render_verdict(err_console, result.verdict)
+        raise typer.Exit(int(result.verdict.exit_code))

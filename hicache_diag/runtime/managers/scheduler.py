@@ -58,11 +58,13 @@ class Scheduler(SchedulerPPMixin):
             return self.comm.recv_pyobj_from_prev()
         stop = self._stop_next
         reqs = tuple(self.request_source(self.step)) if not stop else ()
-        # Stop one slot after the last result was processed, so that slot's output relay still
-        # runs on every stage.
+        return RecvReqs(reqs=reqs, stop=stop)
+
+    def decide_stop(self) -> None:
+        """PP0, at the end of a step: stop once every request is done. The stop travels with the
+        next step's requests, so that step's output relay still runs on every stage."""
         done = self.step >= self.stop_after and not self.waiting_queue and self.num_active == 0
         self._stop_next = done or self.step + 1 >= self.max_steps
-        return RecvReqs(reqs=reqs, stop=stop)
 
     def process_input_requests(self, recv: RecvReqs) -> None:
         for r in recv.reqs:

@@ -81,6 +81,8 @@ class SchedulerPPMixin:
         self.pp_outputs = next_outputs
         self._record_step(mb_id, cur_batch)
         self.stopped = recv.stop
+        if self.comm.is_first_rank:
+            self.decide_stop()
         self.step += 1
 
     def _pp_launch_batch(self: Any, batch: ScheduleBatch, proxy: dict | None) -> Any:

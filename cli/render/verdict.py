@@ -1,0 +1,41 @@
+"""The verdict panel (stderr): outcome, form, ranks, signature, divergence, evidence."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from hicache_diag.verdict import Outcome, Verdict
+
+_STYLE = {Outcome.OK: "green", Outcome.DIVERGED: "yellow", Outcome.WRONG_OUTPUT: "yellow"}
+
+
+def verdict_table(v: Verdict) -> Table:
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    form = f" (form {v.form.value})" if v.form else ""
+    t.add_row("outcome", f"{v.outcome.value}{form}   exit {int(v.exit_code)}")
+    if v.failed_rank is not None:
+        t.add_row("failed rank", str(v.failed_rank))
+    if v.culprit_rank is not None:
+        t.add_row("culprit rank", str(v.culprit_rank))
+    if v.signature:
+        t.add_row("signature", v.signature)
+    if v.first_divergence is not None:
+        fd = v.first_divergence
+        t.add_row("first divergence", f"step {fd.step}, {fd.field} ({fd.source.value})")
+    for r in v.ranks:
+        where = f" at {r.where}" if r.where else ""
+        t.add_row(f"rank {r.rank} PP{r.pp} TP{r.tp}", f"{r.state}{where}")
+    for line in v.evidence:
+        t.add_row("evidence", line)
+    t.add_row("steps / time", f"{v.steps} steps in {v.duration_s:.1f} s, seed {v.seed}")
+    t.add_row("run dir", str(v.run_dir))
+    return t
+
+
+def render_verdict(console: Console, v: Verdict) -> None:
+    style = _STYLE.get(v.outcome, "red")
+    console.print(Panel(verdict_table(v), title="hicache-diag run", border_style=style))
