@@ -1,0 +1,45 @@
+"""Crash form A/B detection, shape decoding, and root vs cascade ordering."""
+
+from __future__ import annotations
+
+from hicache_diag.triage.crash import crash_form, decode_shape, find_crash
+from hicache_diag.triage.discover import RankId
+from hicache_diag.triage.logs import LogException
+
+GLOO = "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] Connection closed by peer [x]:1"
+
+
+def exc(ts, exc_type, msg, pp=0, frames=()):
+    return LogException(RankId(pp=pp), ts, "l", 1, exc_type, msg, list(frames))
+
+
+def test_forms():
+    a = exc("t", "RuntimeError", "shape '[65, -1, 64]' is invalid for input of size 827392")
+    assert crash_form(a) == "A"
+    assert crash_form(exc("t", "IndexError", "pop from empty list")) == "B"
+    assert crash_form(exc("t", "KeyError", "17", frames=["writing_check"])) == "B"
+    assert crash_form(exc("t", "KeyError", "17", frames=["tokenize"])) is None
+    assert crash_form(exc("t", "ValueError", "bad")) is None
+
+
+def test_decode_shape_with_and_without_heads():
+    text = "shape '[3013, -1, 128]' is invalid for input of size 8192000"
+    assert "1000 upstream tokens x 64 heads (local - upstream = 2013)" in decode_shape(text, 64)
+    assert "M/D=64000" in decode_shape(text, None)
+    assert decode_shape("other", 64) is None
+
+
+def test_root_is_first_non_cascade_even_if_cascade_logged_first():
+    cascade = exc("2026-01-01 00:00:01", "RuntimeError", GLOO, pp=0)
+    root = exc("2026-01-01 00:00:02", "IndexError", "pop from empty list", pp=1)
+    finding = find_crash([cascade, root], None)
+    assert finding.root is root and finding.form == "B"
+    assert finding.secondary == [cascade]
+    assert any("secondary (cascade)" in e for e in finding.evidence)
+
+
+def test_only_cascades_and_timeouts():
+    only = find_crash([exc("t", "RuntimeError", GLOO)], None)
+    assert only.form is None and "root crash is elsewhere" in only.evidence[0]
+    timeout = exc("t", "RuntimeError", "Timed out waiting 1800000ms for recv operation")
+    assert find_crash([timeout], None) is None

@@ -1,0 +1,62 @@
+"""Hang cause and culprit from per-rank wait sites (no processes: RankReports built directly)."""
+
+from __future__ import annotations
+
+from hicache_diag.triage.discover import RankId
+from hicache_diag.triage.hang import classify_stacks
+from hicache_diag.triage.report import RankReport
+
+
+def rank(pp, tp, site, kind, progressed=False):
+    r = RankReport(RankId(pp=pp, tp=tp), 100 + pp * 10 + tp, None, "r", "blocked", site)
+    r.wait_kind, r.progressed, r.frames = kind, progressed, [f"{site} (x.py)"]
+    return r
+
+
+def test_tp_deadlock_names_the_odd_rank_at_the_hicache_site():
+    ranks = [rank(0, 0, "hicache-tp-allreduce", "hicache-comm")]
+    ranks += [rank(0, t, "request-broadcast", "request") for t in (1, 2, 3)]
+    f = classify_stacks(ranks, hang_hint=False)
+    assert (f.kind, f.cause) == ("hang", "protocol-deadlock")
+    assert [c.rank for c in f.culprits] == [RankId(pp=0, tp=0)]
+
+
+def test_hicache_local_wait_beats_a_hicache_comm_wait():
+    ranks = [
+        rank(0, 0, "hicache-pp-sync-drain", "hicache-comm"),
+        rank(1, 0, "storage-queue-get", "hicache-local"),
+    ]
+    f = classify_stacks(ranks, hang_hint=False)
+    assert f.culprits[0].rank == RankId(pp=1, tp=0)
+
+
+def test_symmetric_waits_are_a_network_suspect():
+    same = [rank(0, t, "nccl-collective", "collective") for t in range(4)]
+    assert classify_stacks(same, False).cause == "network-suspect"
+    hicache_same = [rank(0, t, "hicache-tp-allreduce", "hicache-comm") for t in range(2)]
+    f = classify_stacks(hicache_same, False)
+    assert (f.kind, f.cause, f.culprits) == ("hang", "network-suspect", [])
+    send_recv = [rank(0, 0, "pp-send", "p2p"), rank(1, 0, "pp-proxy-recv", "p2p")]
+    assert classify_stacks(send_recv, False).cause == "network-suspect"
+
+
+def test_different_collectives_are_a_protocol_deadlock():
+    ranks = [rank(0, 0, "nccl-collective", "collective")]
+    ranks += [rank(0, t, "request-broadcast", "request") for t in (1, 2)]
+    f = classify_stacks(ranks, False)
+    assert f.cause == "protocol-deadlock" and f.culprits[0].rank == RankId(pp=0, tp=0)
+
+
+def test_straggler_outside_communication():
+    ranks = [rank(0, 0, "pp-proxy-recv", "p2p"), rank(1, 0, "local-wait", "other")]
+    f = classify_stacks(ranks, hang_hint=True)
+    assert (f.kind, f.cause, f.culprits[0].rank) == ("hang", "straggler", RankId(pp=1, tp=0))
+
+
+def test_progress_means_busy_and_idle_means_healthy():
+    moving = [rank(0, 0, "forward", "compute", True), rank(1, 0, "pp-proxy-recv", "p2p", True)]
+    assert classify_stacks(moving, False).kind == "busy"
+    idle = [rank(0, 0, "idle-loop", "idle"), rank(1, 0, "request-recv", "request")]
+    assert classify_stacks(idle, False).kind == "healthy"
+    assert classify_stacks(idle, hang_hint=True).kind == "hang"
+    assert classify_stacks([], False) is None
