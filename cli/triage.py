@@ -20,6 +20,9 @@ Discover = Annotated[
         "--discover", help="Dump every sglang::scheduler* / hicache-diag::scheduler* process."
     ),
 ]
+Parent = Annotated[
+    int | None, typer.Option("--parent", help="With --discover: only this launcher's tree.")
+]
 Dumps = Annotated[
     Path | None, typer.Option("--dumps", help="Folder of py-spy dumps (text or --json).")
 ]
@@ -36,6 +39,7 @@ def register(app: typer.Typer) -> None:
     def _triage(
         pid: Pids = None,
         discover: Discover = False,
+        parent: Parent = None,
         dumps: Dumps = None,
         logs: Logs = None,
         save: Save = None,
@@ -56,6 +60,7 @@ def register(app: typer.Typer) -> None:
         request = TriageRequest(
             pids=tuple(pid or ()),
             discover=discover,
+            parent=parent,
             dumps=dumps,
             logs=tuple(logs or ()),
             save=save,

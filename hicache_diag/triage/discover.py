@@ -74,13 +74,24 @@ def describe_pid(pid: int) -> SchedulerProcess:
     return SchedulerProcess(pid, title, rank or RankId())
 
 
-def discover_schedulers() -> list[SchedulerProcess]:
+def _candidates(parent: int | None) -> list[psutil.Process]:
+    if parent is None:
+        return list(psutil.process_iter())
+    # SGLang's own collect_scheduler_processes walks the launcher's children the same way.
+    return psutil.Process(parent).children(recursive=True)
+
+
+def discover_schedulers(parent: int | None = None) -> list[SchedulerProcess]:
     """Every live process whose cmdline starts with a scheduler title (cmdline, not the 15-byte
-    comm, which the kernel truncates to `sglang::schedul`)."""
+    comm, which the kernel truncates to `sglang::schedul`); only `parent`'s tree when given.
+    Raises psutil.NoSuchProcess for a missing parent."""
     found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmdline = " ".join(proc.info.get("cmdline") or [])
+    for proc in _candidates(parent):
+        try:
+            cmdline = " ".join(proc.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
         if is_scheduler_title(cmdline):
             rank = parse_rank_tokens(cmdline.split(None, 1)[0]) or RankId()
-            found.append(SchedulerProcess(proc.info["pid"], cmdline, rank))
+            found.append(SchedulerProcess(proc.pid, cmdline, rank))
     return sorted(found, key=lambda p: (p.rank.key, p.pid))

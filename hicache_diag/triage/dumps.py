@@ -86,7 +86,7 @@ def dump_from_json(data: Any, source: str) -> RankDump | None:
         title = data.get("title")
         rank = parse_rank_tokens(title) if title else None
         return RankDump(rank, data.get("pid"), title, threads_from_json(data["threads"]), source)
-    if isinstance(data, list) and all(isinstance(t, dict) and "frames" in t for t in data):
+    if isinstance(data, list) and data and all(isinstance(t, dict) and "frames" in t for t in data):
         pid = data[0].get("pid") if data else None
         return RankDump(None, pid, None, threads_from_json(data), source)
     return None

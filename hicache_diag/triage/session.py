@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from hicache_diag.errors import UsageError
 from hicache_diag.triage.classify import classify
 from hicache_diag.triage.collect import capture_live, load_dumps, save_samples
@@ -18,6 +20,7 @@ from hicache_diag.triage.report import TriageReport
 class TriageRequest:
     pids: tuple[int, ...] = ()
     discover: bool = False
+    parent: int | None = None  # limit --discover to this launcher's process tree
     dumps: Path | None = None
     logs: tuple[Path, ...] = ()
     save: Path | None = None
@@ -36,6 +39,8 @@ class TriageRequest:
             raise UsageError("--interval must be >= 0 and --deadline > 0")
         if self.save and not (self.pids or self.discover):
             raise UsageError("--save writes live samples: use it with --pid or --discover")
+        if self.parent is not None and not self.discover:
+            raise UsageError("--parent limits --discover: give both")
         if self.num_heads is not None and self.num_heads < 1:
             raise UsageError(f"--num-heads must be positive, got {self.num_heads}")
 
@@ -43,7 +48,10 @@ class TriageRequest:
 def _live_pids(req: TriageRequest) -> list[int]:
     pids = list(req.pids)
     if req.discover:
-        found = [p.pid for p in discover_schedulers()]
+        try:
+            found = [p.pid for p in discover_schedulers(req.parent)]
+        except psutil.NoSuchProcess:
+            raise UsageError(f"--parent {req.parent}: no such process") from None
         if not found and not (pids or req.dumps or req.logs):
             raise UsageError("--discover: no sglang::scheduler or hicache-diag::scheduler process")
         pids += [p for p in found if p not in pids]

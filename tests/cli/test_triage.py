@@ -1,0 +1,210 @@
+"""`hicache-diag triage` through the CLI: every sample, bad input, and live real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from hicache_diag.cli.main import app, run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+DUMPS, LOGS = ROOT / "samples" / "dumps", ROOT / "samples" / "logs"
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "triage"))
+from triage_cluster import FakeCluster  # noqa: E402
+
+runner = CliRunner()
+
+
+def triage_json(*args: str) -> tuple[int, dict]:
+    result = runner.invoke(app, ["triage", *args, "--json"])
+    return result.exit_code, json.loads(result.stdout)
+
+
+@pytest.fixture
+def no_leftovers():
+    yield
+    children = psutil.Process().children(recursive=True)
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, f"processes left behind: {[p.pid for p in alive]}"
+
+
+# sample -> (exit code, kind, form, cause, culprit label, culprit wait site)
+PD = "protocol-deadlock"
+SAMPLES = {
+    "dumps/pp_hang_pp_sync": (12, "hang", "C", PD, "PP1 TP0", "hicache-pp-sync-recv"),
+    "dumps/tp_hang_allreduce": (12, "hang", "C", PD, "PP0 TP0", "hicache-tp-allreduce"),
+    "dumps/network_suspect": (12, "hang", "C", "network-suspect", None, None),
+    "dumps/healthy_busy": (0, "busy", None, None, None, None),
+    "logs/form_a_cascade.log": (10, "crash", "A", None, "PP1 TP0", None),
+    "logs/form_b_pop_empty.log": (11, "crash", "B", None, "PP1 TP1", None),
+    "logs/form_c_watchdog.log": (12, "hang", "C", PD, "PP1 TP0", "storage-queue-get"),
+    "logs/nccl_timeout.log": (12, "hang", "C", None, None, None),
+    "logs/healthy_busy.log": (0, "busy", None, None, None, None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("sample", sorted(SAMPLES))
+def test_every_sample_is_classified(sample):
+    code, kind, form, cause, culprit, site = SAMPLES[sample]
+    flag = "--dumps" if sample.startswith("dumps/") else "--logs"
+    exit_code, data = triage_json(flag, str(ROOT / "samples" / sample))
+    assert data["schema"] == "hicache-diag/triage/v1"
+    assert (exit_code, data["kind"], data["form"], data["cause"]) == (code, kind, form, cause)
+    assert (data["culprit"] or {}).get("label") == culprit
+    if site:
+        [row] = [r for r in data["ranks"] if r["label"] == culprit]
+        assert row["wait_site"] == site and row["state"] == "blocked"
+
+
+def test_samples_cover_every_file():
+    files = {f"dumps/{p.name}" for p in DUMPS.iterdir() if p.is_dir()}
+    files |= {f"logs/{p.name}" for p in LOGS.glob("*.log")}
+    assert files == set(SAMPLES)
+
+
+def test_form_a_decodes_token_counts_and_marks_the_cascade():
+    _, data = triage_json("--logs", str(LOGS / "form_a_cascade.log"), "--num-heads", "64")
+    text = "\n".join(data["evidence"])
+    assert "1000 upstream tokens x 64 heads" in text
+    assert "secondary (cascade): PP0 TP0" in text
+
+
+def test_rich_report_has_verdict_table_tree_and_next_steps():
+    result = runner.invoke(app, ["triage", "--dumps", str(DUMPS / "tp_hang_allreduce")])
+    assert result.exit_code == 12
+    out = result.stdout
+    assert "HANG · form C · protocol-deadlock — culprit PP0 TP0" in out
+    assert "hicache-tp-allreduce" in out and "request-broadcast" in out
+    assert "[PP0 TP0]" in out and "[PP0 TP1-3]" in out  # rank-set labels in the tree
+    assert "next steps:" in out
+
+
+def test_merged_stack_tree_in_json():
+    _, data = triage_json("--dumps", str(DUMPS / "pp_hang_pp_sync"))
+    tree = data["stack_tree"]
+    assert tree["count"] == 4 and tree["ranks"] == "PP0 TP0-1, PP1 TP0-1"
+
+
+# --- bad input: one line on stderr, exit 2, never a traceback ---------------------------------
+
+
+def one_line_error(argv: list[str], capsys) -> str:
+    code = run_cli(["triage", *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def test_no_input(capsys):
+    assert "nothing to triage" in one_line_error([], capsys)
+
+
+def test_empty_and_missing_dump_dirs(tmp_path, capsys):
+    assert "no py-spy or faulthandler stacks" in one_line_error(["--dumps", str(tmp_path)], capsys)
+    missing = tmp_path / "nope"
+    assert "not a directory" in one_line_error(["--dumps", str(missing)], capsys)
+
+
+def test_dump_dir_with_junk_and_unreadable_files(tmp_path, capsys):
+    (tmp_path / "junk.txt").write_text("not a stack\n")
+    secret = tmp_path / "secret.json"
+    secret.write_text("[]")
+    secret.chmod(0)
+    err = one_line_error(["--dumps", str(tmp_path)], capsys)
+    expected = "2 files" if os.geteuid() == 0 else "1 unreadable"
+    assert expected in err
+
+
+def test_logs_with_nothing_recognisable_or_missing(tmp_path, capsys):
+    junk = tmp_path / "junk.log"
+    junk.write_text("hello\nworld\n")
+    assert "no SGLang log line recognised" in one_line_error(["--logs", str(junk)], capsys)
+    assert "cannot read" in one_line_error(["--logs", str(tmp_path / "none.log")], capsys)
+
+
+def test_bad_numbers(capsys):
+    one_line_error(["--pid", "1", "--samples", "0"], capsys)
+    one_line_error(["--pid", "1", "--deadline", "0"], capsys)
+    one_line_error(["--dumps", str(DUMPS), "--save", "/tmp/x"], capsys)
+    one_line_error(["--pid", "abc"], capsys)
+
+
+def test_dead_pid_is_unknown_with_reason():
+    exit_code, data = triage_json("--pid", str(2**22 + 4321))
+    assert exit_code == 2 and data["kind"] == "unknown"
+    assert "no such process" in data["reason"]
+
+
+def test_non_python_pid_is_unknown_with_reason(no_leftovers):
+    import subprocess
+
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        exit_code, data = triage_json("--pid", str(sleeper.pid), "--samples", "1")
+        assert exit_code == 2 and data["kind"] == "unknown"
+        assert "not a Python process" in data["reason"]
+        assert sleeper.poll() is None  # never signalled
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+# --- live: real gloo processes parked in real waits, real py-spy ----------------------------
+
+
+def test_live_pp_hang_names_culprit_and_site(no_leftovers, tmp_path):
+    with FakeCluster("pp-hang", 2) as cluster:
+        pids = [a for pid in cluster.pids for a in ("--pid", str(pid))]
+        exit_code, data = triage_json(*pids, "--interval", "0.2", "--save", str(tmp_path))
+        assert all(psutil.pid_exists(p) for p in cluster.pids)  # read-only
+    assert (exit_code, data["kind"], data["cause"]) == (12, "hang", "protocol-deadlock")
+    assert data["culprit"]["label"] == "PP1 TP0" and data["samples"] == 2
+    culprit = [r for r in data["ranks"] if r["label"] == "PP1 TP0"][0]
+    assert culprit["wait_site"] == "hicache-pp-sync-recv" and culprit["progressed"] is False
+    # --save then --dumps gives the same verdict offline (dumps from several nodes merge)
+    saved = sorted(p.name for p in tmp_path.iterdir())
+    assert len(saved) == 4 and saved[0].startswith("PP0_TP0_pid")
+    exit_code, offline = triage_json("--dumps", str(tmp_path))
+    assert (exit_code, offline["culprit"]["label"]) == (12, "PP1 TP0")
+
+
+def test_live_idle_cluster_is_healthy_via_discover(no_leftovers):
+    with FakeCluster("idle", 2) as cluster:
+        # other engineers' clusters run on this host too: only our own tree
+        me = str(os.getpid())
+        exit_code, data = triage_json("--discover", "--parent", me, "--interval", "0.2")
+    assert {r["pid"] for r in data["ranks"]} == set(cluster.pids)
+    assert (exit_code, data["kind"]) == (0, "healthy")
+
+
+def test_live_busy_cluster_is_not_a_hang(no_leftovers):
+    with FakeCluster("busy", 2) as cluster:
+        pids = [a for pid in cluster.pids for a in ("--pid", str(pid))]
+        exit_code, data = triage_json(*pids, "--interval", "0.3", "--samples", "3")
+    assert (exit_code, data["kind"]) == (0, "busy")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("scenario", "world", "culprit", "site", "cause"),
+    [
+        ("tp-hang", 4, "PP0 TP0", "hicache-tp-allreduce", "protocol-deadlock"),
+        ("queue-hang", 3, "PP2 TP0", "storage-queue-get", "protocol-deadlock"),
+        ("sync-hang", 3, "PP2 TP0", "ack-event-synchronize", "protocol-deadlock"),
+        ("straggler", 3, "PP2 TP0", "local-wait", "straggler"),
+    ],
+)
+def test_live_hang_scenarios(no_leftovers, scenario, world, culprit, site, cause):
+    with FakeCluster(scenario, world) as cluster:
+        pids = [a for pid in cluster.pids for a in ("--pid", str(pid))]
+        exit_code, data = triage_json(*pids, "--interval", "0.3", "--native")
+    assert (exit_code, data["kind"], data["cause"]) == (12, "hang", cause)
+    assert data["culprit"]["label"] == culprit
+    assert [r["wait_site"] for r in data["ranks"] if r["label"] == culprit] == [site]
