@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import heapq
 import logging
+from collections import deque
 from typing import Any
 
 import torch
 
 from hicache_diag.runtime.mem_cache.base_prefix_cache import MatchResult
+from hicache_diag.runtime.mem_cache.l2_protocol import L2ProtocolMixin
 from hicache_diag.runtime.mem_cache.radix_cache import RadixCache, TreeNode, _cat
 
 logger = logging.getLogger(__name__)
 
 
-class HiRadixCache(RadixCache):
+class HiRadixCache(L2ProtocolMixin, RadixCache):
     """RadixCache whose nodes can also live on the host. Scheduler thread only.
 
     Nodes get a host copy by `write_backup` once their hit count reaches the policy's threshold;
@@ -37,6 +39,7 @@ class HiRadixCache(RadixCache):
         protocol: Any,
         comm: Any,
         write_policy: str = "write_through",
+        vote_slack: int = 0,
     ) -> None:
         super().__init__(allocator, page_size, clock)
         self.mem_pool_host, self.cache_controller = host_pool, cache_controller
@@ -45,6 +48,10 @@ class HiRadixCache(RadixCache):
         self.load_back_threshold = page_size
         self.ongoing_write_through: dict[int, TreeNode] = {}
         self.ongoing_load_back: dict[int, TreeNode] = {}
+        self.pending_backup: dict[int, TreeNode] = {}  # two-phase: requested, not yet decided
+        self._queued_backup: list[TreeNode] = []
+        self._votes: deque = deque()
+        self.vote_delay = getattr(comm, "pp_size", 1) + vote_slack
         self.host_capacity = host_pool.size
         self._reset_stats()
 
@@ -95,10 +102,15 @@ class HiRadixCache(RadixCache):
     # ---- write path -------------------------------------------------------------------------
     def write_backup(self, node: TreeNode, write_back: bool = False) -> int:
         """Start a device->host copy of `node`; returns tokens written (0: not backed up)."""
-        if node.backuped or node.evicted:
+        if node.backuped or node.evicted or node.id in self.pending_backup:
             return 0
-        if node.parent is not self.root_node and not node.parent.backuped:
+        parent = node.parent
+        if parent is not self.root_node and not (
+            parent.backuped or parent.id in self.pending_backup
+        ):
             return 0  # the host tree stays contiguous
+        if self.protocol.host_alloc == "two-phase" and not write_back:
+            return self.request_backup(node)  # agreed at the next ① (see l2_protocol)
         n = len(node.key)
         tag = {"ancestor_ids": self._ancestor_ids(node), "write_back": write_back}
         if self.protocol.host_alloc == "two-phase":
@@ -120,8 +132,9 @@ class HiRadixCache(RadixCache):
         return n
 
     def _reserve_two_phase(self, n: int) -> torch.Tensor | None:
-        """#31425: reserve -> MIN of success over every rank -> commit, or abort everywhere.
-        A short round makes every rank evict_host together, so host trees stay identical."""
+        """#31425 at once, for write_back evictions (at ②, a safe point for a collective):
+        reserve -> MIN of success over every rank -> commit, or abort everywhere. A short round
+        makes every rank evict_host together, so host trees stay identical."""
         for attempt in range(2):
             if attempt:
                 self.evict_host(n)
@@ -231,75 +244,6 @@ class HiRadixCache(RadixCache):
         self.cache_controller.layer_done_counter.set_consumer(producer_id)
         return producer_id
 
-    # ---- ack protocol (step ① of every slot) ------------------------------------------------
-    def check_hicache_events(self) -> None:
-        if self.protocol.inflight_sends == "bounded":
-            self.comm.drain_async_work()  # #28916: backpressure instead of a growing leak
-        if self.protocol.ack_count == "leader-batched":
-            write, load = self._agree_counts(("write", "load"))  # one relay for both (#33473)
-        else:
-            (write,) = self._agree_counts(("write",))
-            (load,) = self._agree_counts(("load",))
-        self.writing_check(write)
-        self.loading_check(load)
-
-    def _ack_queue(self, kind: str) -> list:
-        c = self.cache_controller
-        return c.ack_write_queue if kind == "write" else c.ack_load_queue
-
-    def _ready_prefix(self, kind: str) -> int:
-        n = 0
-        for ack in self._ack_queue(kind):
-            if not ack.finish_event.query():
-                break
-            n += 1
-        self.acks_ready[kind] = n
-        return n
-
-    def _agree_counts(self, kinds: tuple[str, ...]) -> list[int]:
-        """How many acks of each kind to consume now, per the `ack-count` switch."""
-        ready = [self._ready_prefix(k) for k in kinds]
-        local = self.protocol.ack_count == "local"
-        decides = local or self.comm.pp_rank == 0
-        counts = torch.tensor(ready if decides else [0] * len(kinds), dtype=torch.int64)
-        if decides:
-            self._all_reduce_tp(counts, empty=all(not self._ack_queue(k) for k in kinds))
-        if not local:
-            self.comm.pp_sync(counts)  # #27285: PP0 decides, the chain relays
-            received = self.sync_received.setdefault("ack_count", {})
-            received.update(zip(kinds, counts.tolist(), strict=True))
-        return counts.tolist()
-
-    def _all_reduce_tp(self, counts: torch.Tensor, empty: bool) -> None:
-        if empty and self.protocol.tp_collective == "conditional":
-            self.tp_allreduce_skipped += 1  # #28429: a TP peer with acks now waits forever
-            return
-        self.comm.all_reduce_tp(counts, "min")
-
-    def writing_check(self, finish_count: int) -> None:
-        queue = self.cache_controller.ack_write_queue
-        for _ in range(finish_count):
-            ack = queue.pop(0)  # IndexError "pop from empty list" when this rank is behind: form B
-            ack.finish_event.synchronize()  # blocks if this rank's DMA is slower than PP0's
-            for node_id in ack.node_ids:
-                self.dec_lock_ref(self.ongoing_write_through.pop(node_id))
-            self._consumed("write", ack)
-
-    def loading_check(self, finish_count: int) -> None:
-        queue = self.cache_controller.ack_load_queue
-        for _ in range(finish_count):
-            ack = queue.pop(0)
-            ack.finish_event.synchronize()
-            for node_id in ack.node_ids:
-                self.dec_lock_ref(self.ongoing_load_back.pop(node_id))
-            self._consumed("load", ack)
-
-    def _consumed(self, kind: str, ack: Any) -> None:
-        self.acks_consumed[kind] += 1
-        self.cache_controller.events.append(
-            {"event": kind, "phase": "consumed", "ack_id": ack.ack_id, "node_ids": ack.node_ids}
-        )
-
     # ---- evidence and invariants ------------------------------------------------------------
     def probe_stats(self) -> dict[str, Any]:
         stats = super().probe_stats()
@@ -333,6 +277,7 @@ class HiRadixCache(RadixCache):
             assert node.backuped or not node.evicted, f"node {node.id} on no tier"
             host_tokens += len(node.host_value) if node.backuped else 0
         used = self.mem_pool_host.size - self.mem_pool_host.available_size()
+        used -= self.reserved_host_tokens()
         assert host_tokens == used, f"tree holds {host_tokens} host tokens, pool has {used} used"
         for name, ongoing in (
             ("write", self.ongoing_write_through),

@@ -104,5 +104,6 @@ def build_hiradix_cache(server_args, protocol, comm, hooks, pp_rank, allocator, 
         protocol,
         comm,
         server_args.hicache_write_policy,
+        vote_slack=server_args.pp_async_batch_depth,
     )
     return tree, host_pool, controller

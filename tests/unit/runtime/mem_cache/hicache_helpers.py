@@ -24,7 +24,7 @@ class FakeComm:
     tp_rank: int = 0
     tp_size: int = 1
     relay: list[list[int]] = field(default_factory=list)
-    peers: list[int] = field(default_factory=list)
+    peers: list = field(default_factory=list)
     calls: list[tuple] = field(default_factory=list)
     kept: int = 0
 
@@ -33,8 +33,8 @@ class FakeComm:
 
     def all_reduce_pp(self, tensor: torch.Tensor, op: str = "min") -> None:
         self.calls.append(("all_reduce_pp", tensor.tolist(), op))
-        if self.peers:
-            tensor.copy_(torch.minimum(tensor, torch.tensor([self.peers.pop(0)])))
+        if self.peers:  # a scalar, or one value per element
+            tensor.copy_(torch.minimum(tensor, torch.tensor(self.peers.pop(0))))
 
     def pp_sync(self, tensor: torch.Tensor) -> None:
         if self.pp_rank > 0:
@@ -66,6 +66,8 @@ def make_bundle(*fixes: str, comm=None, hooks=None, preset="full", **args):
         **args,
     )
     comm = comm or FakeComm(pp_size=1)
+    # host-alloc=local unless asked: two-phase defers every write-through to the next ①
+    fixes = ("host-alloc=local", *fixes)
     return build_kv_cache(server, build_protocol(preset, list(fixes)), comm, hooks or Hooks(), 0, 0)
 
 

@@ -89,7 +89,10 @@ class HiRadixMachine(RuleBasedStateMachine):
     @rule()
     def check_events(self):
         settle(self.b)
+        self.tree.check_hicache_events()  # two-phase: commits the pending backups here
+        settle(self.b)
         self.tree.check_hicache_events()
+        assert not self.tree.pending_backup
         assert self.b.controller.ack_write_queue == [] and self.b.controller.ack_load_queue == []
         assert not self.tree.ongoing_write_through and not self.tree.ongoing_load_back
 
@@ -108,6 +111,15 @@ class SelectiveMachine(HiRadixMachine):
 
 class WriteBackMachine(HiRadixMachine):
     policy = "write_back"
+
+
+class TwoPhaseMachine(HiRadixMachine):
+    host_alloc = "two-phase"
+
+
+class TwoPhaseWriteBackMachine(HiRadixMachine):
+    policy = "write_back"
+    host_alloc = "two-phase"
 
 
 class HostPoolMachine(RuleBasedStateMachine):
@@ -146,5 +158,9 @@ TestSelectiveMachine = SelectiveMachine.TestCase
 TestSelectiveMachine.settings = _fast
 TestWriteBackMachine = WriteBackMachine.TestCase
 TestWriteBackMachine.settings = _fast
+TestTwoPhaseMachine = TwoPhaseMachine.TestCase
+TestTwoPhaseMachine.settings = _fast
+TestTwoPhaseWriteBackMachine = TwoPhaseWriteBackMachine.TestCase
+TestTwoPhaseWriteBackMachine.settings = _fast
 TestHostPoolMachine = HostPoolMachine.TestCase
 TestHostPoolMachine.settings = _fast

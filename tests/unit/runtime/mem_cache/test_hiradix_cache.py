@@ -108,19 +108,47 @@ def test_host_alloc_fail_local_returns_zero_silently(bundles):
     assert not b.tree_cache.match_prefix([1, 1]).last_device_node.backuped
 
 
-def test_host_alloc_two_phase_aborts_when_a_peer_fails(bundles):
-    comm = FakeComm(pp_size=1, peers=[0, 0])  # the other rank fails both rounds
+def vote(*flags: int) -> list[int]:
+    return [len(flags), -len(flags), *flags] + [0] * (32 - len(flags))
+
+
+def test_host_alloc_two_phase_votes_later_and_aborts_everywhere(bundles):
+    comm = FakeComm(pp_size=1, peers=[vote(0)])  # the peer could not reserve
     b = bundles("host-alloc=two-phase", "host-capacity=local", comm=comm)
+    tree = b.tree_cache
     free = b.host_pool.available_size()
     put(b, [1, 1])
+    assert "all_reduce_pp" not in comm.names(), "no collective at ④ (PP1 waits for our proxy)"
+    assert tree.protected_size() == 2 and b.controller.ack_write_queue == []
+    tree.check_hicache_events()  # issues the vote with our reservation
+    assert b.host_pool.available_size() == free - 2 and tree.protected_size() == 2
+    assert [c for c in comm.calls if c[0] == "all_reduce_pp"] == [("all_reduce_pp", vote(1), "min")]
+    tree.check_hicache_events()  # vote_delay later: applied
     assert b.host_pool.available_size() == free, "the reservation was rolled back"
-    stats = b.tree_cache.probe_stats()
-    assert stats["sync_received"]["host_alloc"] == [0, 0]
+    assert tree.protected_size() == 0
+    stats = tree.probe_stats()
+    assert stats["sync_received"]["host_alloc"] == [0]
     assert stats["write_backs"] == 0 and stats["host_alloc_failed"] == 1
-    assert comm.names().count("all_reduce_pp") == 2
-    comm.peers = [1]
+    put(b, [1, 1])  # hit again: retried, and this time every rank agrees
+    tree.check_hicache_events()
+    tree.check_hicache_events()
+    assert tree.probe_stats()["write_backs"] == 2 and len(b.controller.ack_write_queue) == 1
+    tree.check_integrity()
+
+
+def test_two_phase_surplus_entries_abort_on_the_longer_rank(bundles):
+    comm = FakeComm(pp_size=1, peers=[vote(1)])  # the peer queued one node, we queue two
+    b = bundles("host-alloc=two-phase", "host-capacity=local", comm=comm)
+    put(b, [1, 1])
     put(b, [2, 2])
-    assert b.tree_cache.probe_stats()["write_backs"] == 2
+    b.tree_cache.check_hicache_events()
+    sent = [c[1] for c in comm.calls if c[0] == "all_reduce_pp"]
+    assert sent == [vote(1, 1)], "fixed width: shapes match whatever the counts"
+    b.tree_cache.check_hicache_events()
+    stats = b.tree_cache.probe_stats()
+    assert stats["write_backs"] == 2 and stats["host_alloc_failed"] == 1
+    assert stats["sync_received"]["host_alloc"] == [1, 0]
+    b.tree_cache.check_integrity()
 
 
 def test_host_capacity_min_syncs_at_build(bundles):

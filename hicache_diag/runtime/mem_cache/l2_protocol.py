@@ -1,0 +1,186 @@
+"""The L2 consensus half of HiRadixCache: ack counting and two-phase host alloc; ours.
+
+Upstream keeps these in hiradix_cache.py; they live apart here because each is one protocol
+switch of DESIGN §2 (`ack-count`, `tp-collective`, `inflight-sends`, `host-alloc`). The methods
+keep SGLang's names (`check_hicache_events`, `writing_check`, `loading_check`).
+
+Where collectives may run: ① (`check_hicache_events`) and ② (admission, eviction) are reached by
+every stage without waiting on a later send of a peer, but ④ (`process_batch_result`, where
+inserts trigger `write_backup`) is not: PP0 sends its proxy only after ④ while PP1 waits for it
+in ③. Symmetric collectives inside the loop deadlock: PPn finishes step s only after PP0's exchange
+of a later step. So the two-phase host alloc votes asynchronously: nodes queued at ④ are
+reserved and put to an async MIN at the next ①, which is waited for `vote_delay` (= pp_loop_size)
+①s later, when every stage has surely issued it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+VOTE_WIDTH = 32  # nodes decided per vote; more wait for the next ①
+
+
+class L2ProtocolMixin:
+    """Mixed into HiRadixCache; uses its tree, controller, host pool, comm and protocol."""
+
+    def check_hicache_events(self) -> None:
+        if self.protocol.inflight_sends == "bounded":
+            self.comm.drain_async_work()  # #28916: backpressure instead of a growing leak
+        if self.protocol.host_alloc == "two-phase":
+            self.commit_pending_backups()
+        if self.protocol.ack_count == "leader-batched":
+            write, load = self._agree_counts(("write", "load"))  # one relay for both (#33473)
+        else:
+            (write,) = self._agree_counts(("write",))
+            (load,) = self._agree_counts(("load",))
+        self.writing_check(write)
+        self.loading_check(load)
+
+    def _ack_queue(self, kind: str) -> list:
+        c = self.cache_controller
+        return c.ack_write_queue if kind == "write" else c.ack_load_queue
+
+    def _ready_prefix(self, kind: str) -> int:
+        n = 0
+        for ack in self._ack_queue(kind):
+            if not ack.finish_event.query():
+                break
+            n += 1
+        self.acks_ready[kind] = n
+        return n
+
+    def _agree_counts(self, kinds: tuple[str, ...]) -> list[int]:
+        """How many acks of each kind to consume now, per the `ack-count` switch."""
+        ready = [self._ready_prefix(k) for k in kinds]
+        local = self.protocol.ack_count == "local"
+        decides = local or self.comm.pp_rank == 0
+        counts = torch.tensor(ready if decides else [0] * len(kinds), dtype=torch.int64)
+        if decides:
+            self._all_reduce_tp(counts, empty=all(not self._ack_queue(k) for k in kinds))
+        if not local:
+            self.comm.pp_sync(counts)  # #27285: PP0 decides, the chain relays
+            received = self.sync_received.setdefault("ack_count", {})
+            received.update(zip(kinds, counts.tolist(), strict=True))
+        return counts.tolist()
+
+    def _all_reduce_tp(self, counts: torch.Tensor, empty: bool) -> None:
+        if empty and self.protocol.tp_collective == "conditional":
+            self.tp_allreduce_skipped += 1  # #28429: a TP peer with acks now waits forever
+            return
+        self.comm.all_reduce_tp(counts, "min")
+
+    def writing_check(self, finish_count: int) -> None:
+        queue = self.cache_controller.ack_write_queue
+        for _ in range(finish_count):
+            ack = queue.pop(0)  # IndexError "pop from empty list" when this rank is behind: form B
+            ack.finish_event.synchronize()  # blocks if this rank's DMA is slower than PP0's
+            for node_id in ack.node_ids:
+                self.dec_lock_ref(self.ongoing_write_through.pop(node_id))
+            self._consumed("write", ack)
+
+    def loading_check(self, finish_count: int) -> None:
+        queue = self.cache_controller.ack_load_queue
+        for _ in range(finish_count):
+            ack = queue.pop(0)
+            ack.finish_event.synchronize()
+            for node_id in ack.node_ids:
+                self.dec_lock_ref(self.ongoing_load_back.pop(node_id))
+            self._consumed("load", ack)
+
+    def _consumed(self, kind: str, ack: Any) -> None:
+        self.acks_consumed[kind] += 1
+        self.cache_controller.events.append(
+            {"event": kind, "phase": "consumed", "ack_id": ack.ack_id, "node_ids": ack.node_ids}
+        )
+
+    # ---- two-phase host alloc (#31425) ------------------------------------------------------
+    def request_backup(self, node: Any) -> int:
+        """write_backup at ④ under two-phase: lock the node and queue it for the next vote."""
+        if node.id not in self.pending_backup:
+            self.pending_backup[node.id] = node
+            self._queued_backup.append(node)
+            self.inc_lock_ref(node)  # its device value must survive until the decision
+        return 0
+
+    def commit_pending_backups(self) -> None:
+        """Issue this ①'s vote, then apply the one issued `vote_delay` ①s ago. Every rank issues
+        exactly one vote per ①, so the collectives pair up by order whatever the timing."""
+        self._votes.append(self._issue_vote())
+        if len(self._votes) > self.vote_delay:
+            self._apply_vote(self._votes.popleft())
+
+    def _issue_vote(self) -> HostAllocVote:
+        batch = self._queued_backup[:VOTE_WIDTH]
+        self._queued_backup = self._queued_backup[VOTE_WIDTH:]
+        eligible = [self._eligible(n) for n in batch]
+        reserved = [
+            self.mem_pool_host.alloc(len(n.key)) if ok else None
+            for n, ok in zip(batch, eligible, strict=True)
+        ]
+        flags = [int(r is not None) for r in reserved]
+        # [n, -n] MINs to (min n, -max n); missing entries stay 0, so a rank that queued fewer
+        # nodes aborts the surplus on every rank instead of mismatching shapes.
+        vote = torch.tensor([len(batch), -len(batch), *flags, *[0] * (VOTE_WIDTH - len(batch))])
+        return HostAllocVote(batch, eligible, reserved, vote, self._all_reduce_pp_async(vote))
+
+    def _eligible(self, node: Any) -> bool:
+        """A node may be backed up if its parent is, or is itself on the way to be."""
+        parent = node.parent
+        ok = parent is self.root_node or parent.backuped or parent.id in self.pending_backup
+        return ok and not node.backuped and not node.evicted
+
+    def _apply_vote(self, vote: HostAllocVote) -> None:
+        if vote.work is not None:
+            vote.work.wait()
+        agreed = vote.tensor[2:].tolist()
+        if vote.nodes or vote.tensor[1] != 0:
+            self.sync_received.setdefault("host_alloc", []).extend(agreed[: len(vote.nodes)])
+        for node, ok, host, yes in zip(
+            vote.nodes, vote.eligible, vote.reserved, agreed, strict=False
+        ):
+            del self.pending_backup[node.id]
+            self.dec_lock_ref(node)
+            if yes and (node.parent is self.root_node or node.parent.backuped):
+                self._commit_backup(node, host)
+                continue
+            if host is not None:
+                self.mem_pool_host.free(host)  # abort: some rank could not reserve
+            if ok:
+                self.host_alloc_failed += 1
+                self.evict_host(len(node.key))  # every rank makes room the same way
+
+    def _all_reduce_pp_async(self, tensor: torch.Tensor) -> Any:
+        """The vote's MIN over every rank, waited for `vote_delay` ①s later. A blocking
+        collective here would deadlock: PPn finishes a step only after PP0's next exchange."""
+        start = getattr(self.comm, "all_reduce_pp_async", None)
+        if start is not None:
+            return start(tensor, "min")
+        group = getattr(self.comm, "world_group", None)
+        if group is not None and dist.is_available() and dist.is_initialized():
+            return dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=group, async_op=True)
+        self.comm.all_reduce_pp(tensor, "min")  # fakes and single-process use
+        return None
+
+    def reserved_host_tokens(self) -> int:
+        return sum(len(r) for v in self._votes for r in v.reserved if r is not None)
+
+    def _commit_backup(self, node: Any, host: torch.Tensor) -> None:
+        tag = {"ancestor_ids": self._ancestor_ids(node), "write_back": False}
+        self.cache_controller.write(node.value, node.id, host, tag)
+        node.host_value = host.clone()
+        self.ongoing_write_through[node.id] = node
+        self.inc_lock_ref(node)
+        self.write_backs += len(node.key)
+
+
+@dataclass
+class HostAllocVote:
+    nodes: list
+    eligible: list[bool]
+    reserved: list
+    tensor: torch.Tensor
+    work: Any
