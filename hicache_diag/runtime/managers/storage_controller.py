@@ -48,8 +48,9 @@ STORAGE_QUEUES = INPUT_QUEUES + CONTROL_QUEUES
 DEFAULT_TIMEOUT = PrefetchTimeoutConfig()
 
 
-def _empty_step() -> dict[str, dict[str, int | None]]:
-    return {k: {} for k in ("l3_hit_len", "l3_hit_len_local", "l3_progress", "l3_progress_local")}
+def _empty_step() -> dict[str, dict[str, Any]]:
+    keys = ("l3_hit_len", "l3_hit_len_local", "l3_progress", "l3_progress_local", "storage_counts")
+    return {k: {} for k in keys}
 
 
 class HostPool(Protocol):
@@ -185,7 +186,9 @@ class StorageController(StorageThreadsMixin):
         self, count: int, timeout: float | None = None
     ) -> list[PrefetchOperation]:
         """Drain `count` hit-queried operations; their hit lengths become this step's evidence."""
-        operations = self.drain_queue("prefetch_hit_queue", count, timeout)
+        return self._apply_hits(self.drain_queue("prefetch_hit_queue", count, timeout))
+
+    def _apply_hits(self, operations: list[PrefetchOperation]) -> list[PrefetchOperation]:
         for op in operations:
             self._step["l3_hit_len"][op.request_id] = op.storage_hit_count
             self._step["l3_hit_len_local"][op.request_id] = op.storage_hit_count_local
@@ -193,7 +196,9 @@ class StorageController(StorageThreadsMixin):
 
     def consume_prefetch_acks(self, count: int, timeout: float | None = None) -> list[PrefetchAck]:
         """Drain `count` prefetch acks and apply them to their operations."""
-        acks = self.drain_queue("ack_prefetch_queue", count, timeout)
+        return self._apply_acks(self.drain_queue("ack_prefetch_queue", count, timeout))
+
+    def _apply_acks(self, acks: list[PrefetchAck]) -> list[PrefetchAck]:
         for ack in acks:
             if ack.completed_req:
                 ack.operation.io_done = True
@@ -202,6 +207,30 @@ class StorageController(StorageThreadsMixin):
                 self._step["l3_progress"][ack.rid] = ack.completed_tokens
                 self._step["l3_progress_local"][ack.rid] = ack.completed_tokens_local
         return acks
+
+    def drain_storage_control_queues(self, timeout: float | None = None) -> dict[str, list]:
+        """Consume the four control queues by counts every rank agrees on (SGLang's
+        HiRadixCache.drain_storage_control_queues). l3-hit=min: PP0's sizes, MIN over TP,
+        relayed down the PP chain (#27010); a stage holding fewer blocks until its own threads
+        produce them. local (legacy): each stage drains its own sizes, MIN over TP only.
+        Applies prefetch hits/acks to their operations and frees released host pages; returns
+        what was drained for the tree (hits to allocate or revoke, backup acks to unprotect)."""
+        relay = self.l3_hit_min
+        decides = not relay or self.comm.pp_rank == 0
+        sizes = [getattr(self, name).qsize() if decides else 0 for name in CONTROL_QUEUES]
+        counts = torch.tensor(sizes, dtype=torch.int64)
+        if decides:
+            self.comm.all_reduce_tp(counts, "min")
+        if relay:
+            self.comm.pp_sync(counts)
+        agreed = dict(zip(CONTROL_QUEUES, counts.tolist(), strict=True))
+        self._step["storage_counts"] = agreed
+        drained = {name: self.drain_queue(name, n, timeout) for name, n in agreed.items()}
+        self._apply_hits(drained["prefetch_hit_queue"])
+        self._apply_acks(drained["ack_prefetch_queue"])
+        for pages in drained["host_mem_release_queue"]:
+            self.host_pool.free(pages)
+        return drained
 
     def can_terminate_prefetch(self, operation: PrefetchOperation) -> bool:
         """This rank's view of the prefetch stop policy (the caller makes it agree)."""
