@@ -146,6 +146,11 @@ class BisectTable:
             lines.append(f"no failures in {self.total_trials} trials")
         lines += [x for x in (_storage_line(self.cells), _host_line(self.cells)) if x]
         lines += _switch_lines(self.cells, self.switches, self.describe)
+        if failures and not lines:
+            lines.append(
+                f"{failures}/{self.total_trials} trials failed and no axis here removes the "
+                "failures: vary a protocol switch (--switch NAME=legacy,fixed)"
+            )
         if self.interrupted:
             lines.append("interrupted: partial table")
         return lines

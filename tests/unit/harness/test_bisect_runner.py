@@ -126,3 +126,11 @@ def test_ctrl_c_returns_the_partial_table_and_leaves_no_trial(tmp_path):
     assert "interrupted: partial table" in data["verdict"]
     assert len(list((tmp_path / "b").rglob("pid"))) == 2  # no new trial started after Ctrl-C
     assert not any(_alive(p) for p in pids)
+
+
+def test_failures_no_axis_explains_still_get_a_verdict_line(tmp_path):
+    table = run_bisect(cfg(tmp_path, [], trials=2, run_args=("--protocol", "legacy")))
+    assert table.verdict() == [
+        "1/2 trials failed and no axis here removes the failures: vary a protocol switch "
+        "(--switch NAME=legacy,fixed)"
+    ]

@@ -1,0 +1,160 @@
+"""Ack latency table from a run directory's recorded HiCache events (`timeline`); ours.
+
+Every number comes from `rank{r}.jsonl`: the step at which the runtime recorded a load or write
+as issued, its ack as queued, and the ack as consumed by `check_hicache_events`. The prefill
+launch is the first step whose batch had a host hit and whose load and follow-up write were both
+seen through to consumption. The formula is printed beside the measurement, never used for it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hicache_diag.errors import HicacheDiagError, RunDirError
+
+SCHEMA = "hicache-diag/timeline/v1"
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEvent:
+    event: str  # "load" or "write"
+    issued_iter: int  # all iterations relative to the prefill launch step
+    ack_queued_iter: int
+    ack_consumed_iter: int
+    ack_id: int
+
+    @property
+    def delay_iters(self) -> int:
+        return self.ack_consumed_iter
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event": self.event,
+            "issued_iter": self.issued_iter,
+            "ack_queued_iter": self.ack_queued_iter,
+            "ack_consumed_iter": self.ack_consumed_iter,
+            "delay_iters": self.delay_iters,
+            "ack_id": self.ack_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineTable:
+    loop_size: int
+    pp: int
+    async_depth: int
+    rank: int
+    rid: str
+    launch_step: int
+    events: tuple[TimelineEvent, ...]
+    ranks_agree: bool
+    run_dir: str
+
+    def formula(self, event: str) -> tuple[str, int]:
+        """What sglang-internals / seed 000 predict: (text, value)."""
+        if event == "load":
+            return "issued at launch; consumed at the next ① = +1", 1
+        n = self.loop_size
+        return f"(pp_loop_size - 1) + 1 = ({n} - 1) + 1 = +{n}", n
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "loop_size": self.loop_size,
+            "pp": self.pp,
+            "async_depth": self.async_depth,
+            "rank": self.rank,
+            "rid": self.rid,
+            "launch_step": self.launch_step,
+            "ranks_agree": self.ranks_agree,
+            "run_dir": self.run_dir,
+            "events": [e.to_json() for e in self.events],
+            "formula": {e.event: self.formula(e.event)[1] for e in self.events},
+        }
+
+
+def load_rank_records(run_dir: Path, rank: int) -> list[dict[str, Any]]:
+    path = Path(run_dir) / f"rank{rank}.jsonl"
+    if not path.is_file():
+        raise RunDirError(f"{path} is missing; not a run directory of a finished run")
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a killed rank may leave a torn last line
+    return sorted(rows, key=lambda r: r["step"])
+
+
+def _flat_events(rows: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    return [(row["step"], ev) for row in rows for ev in row.get("events") or []]
+
+
+def _first(events, kind: str, phase: str, since: int, match) -> tuple[int, dict] | None:
+    for step, ev in events:
+        if step >= since and ev["event"] == kind and ev["phase"] == phase and match(ev):
+            return step, ev
+    return None
+
+
+def _lifecycle(events, kind: str, launch: int, match) -> TimelineEvent | None:
+    """issued -> queued -> consumed of the first `kind` op at or after `launch` that `match`es."""
+    issued = _first(events, kind, "issued", launch, match)
+    if issued is None:
+        return None
+    ack_id = issued[1]["ack_id"]
+    same = lambda ev: ev["ack_id"] == ack_id  # noqa: E731
+    queued = _first(events, kind, "queued", issued[0], same)
+    consumed = _first(events, kind, "consumed", issued[0], same)
+    if queued is None or consumed is None:
+        return None
+    return TimelineEvent(
+        kind, issued[0] - launch, queued[0] - launch, consumed[0] - launch, int(ack_id)
+    )
+
+
+def measure_rank(rows: list[dict[str, Any]]) -> tuple[int, str, tuple[TimelineEvent, ...]] | None:
+    """(launch step, rid, (load, write)) of the first host-hit prefill seen to completion."""
+    events = _flat_events(rows)
+    for row in rows:
+        hits = {rid: n for rid, n in (row.get("host_hit_len") or {}).items() if n > 0}
+        if not hits:
+            continue
+        launch = row["step"]
+        issued = _first(events, "load", "issued", launch, lambda ev: ev.get("node_ids"))
+        if issued is None or issued[0] != launch:
+            continue
+        node = issued[1]["node_ids"][0]
+        load = _lifecycle(events, "load", launch, lambda ev, n=node: n in ev.get("node_ids", []))
+        # The prefill's own write: a new node below the node it loaded back.
+        below = lambda ev, n=node: n in ev.get("ancestor_ids", [])  # noqa: E731
+        write = _lifecycle(events, "write", launch, below)
+        if load and write:
+            return launch, next(iter(hits)), (load, write)
+    return None
+
+
+def compute_timeline(run_dir: Path, pp: int, async_depth: int, rank: int = 0) -> TimelineTable:
+    measured = measure_rank(load_rank_records(run_dir, rank))
+    if measured is None:
+        raise HicacheDiagError(
+            f"no prefill with a host hit and a consumed load and write ack in {run_dir}/rank{rank}"
+            ".jsonl; the workload produced no host hits (try more --requests)"
+        )
+    launch, rid, events = measured
+    agree = all(
+        _delays(measure_rank(load_rank_records(run_dir, r))) == _delays(measured)
+        for r in range(1, pp)
+        if (Path(run_dir) / f"rank{r}.jsonl").is_file()
+    )
+    return TimelineTable(
+        pp + async_depth, pp, async_depth, rank, rid, launch, events, agree, str(run_dir)
+    )
+
+
+def _delays(measured) -> tuple[int, ...] | None:
+    return None if measured is None else tuple(e.delay_iters for e in measured[2])
