@@ -1,6 +1,7 @@
 """Two real rank processes on gloo: backup through the real files, then prefetch with the real
 l3-partial-hit fault on rank 1. Legacy switches keep the divergence; l3-hit/l3-progress=min
-remove it, each MIN on its own group from its own thread, while the other thread runs."""
+remove it, each MIN on its own group from its own thread, on the runtime's real ParallelState;
+then the control queues drain by PP0's counts relayed with the real pp_sync."""
 
 from __future__ import annotations
 
@@ -15,18 +16,19 @@ TOKENS = list(range(40, 50))  # 5 pages of 2
 PAGE = 2
 
 
-class GlooThreadComm:
-    """The `all_reduce_thread_group` slice of HiCacheComm over dedicated gloo groups."""
+def _recording_state(pp_rank: int, hooks):
+    """The runtime's real ParallelState (gloo groups, pp_sync, thread groups), recording which
+    thread calls which thread group."""
+    from hicache_diag.runtime.distributed.parallel_state import ParallelState
 
-    def __init__(self, groups: dict) -> None:
-        self.groups = groups
-        self.calls: list[tuple[str, str]] = []
+    class Recording(ParallelState):
+        def all_reduce_thread_group(self, name, tensor, op="min"):
+            self.calls.append((threading.current_thread().name, name))
+            super().all_reduce_thread_group(name, tensor, op)
 
-    def all_reduce_thread_group(self, name: str, tensor: torch.Tensor, op: str = "min") -> None:
-        import torch.distributed as dist
-
-        self.calls.append((threading.current_thread().name, name))
-        dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self.groups[name])
+    state = Recording(pp_rank, 2, 0, 1, hooks)
+    state.calls = []
+    return state
 
 
 def _prefetch_once(rank: int, comm, hooks, l3_dir: str, preset: str) -> dict:
@@ -50,7 +52,11 @@ def _prefetch_once(rank: int, comm, hooks, l3_dir: str, preset: str) -> dict:
         assert ctrl.submit_prefetch_io(op)
         acks = ctrl.consume_prefetch_acks(2, timeout=30)  # one batch, then completion
         loaded = pool.k_buffer[:, op.host_indices[: op.completed_tokens]]
+        ctrl.append_host_mem_release(op.host_indices)
+        counts = ctrl.drain_storage_control_queues(timeout=30)
+        comm.drain_async_work()
         return {
+            "released": len(counts["host_mem_release_queue"]),
             "hit_local": op.storage_hit_count_local,
             "hit": op.storage_hit_count,
             "progress": [a.completed_tokens for a in acks],
@@ -65,14 +71,13 @@ def _rank_main(rank: int, store_path: str, l3_dir: str, out) -> None:
     import torch.distributed as dist
 
     from hicache_diag.faults.install import install_faults
-    from hicache_diag.runtime.distributed.comm import THREAD_GROUPS
     from hicache_diag.runtime.hooks import Hooks
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2)
     try:
-        comm = GlooThreadComm({name: dist.new_group([0, 1]) for name in THREAD_GROUPS})
         hooks = Hooks(rank=rank, pp_rank=rank)
+        comm = _recording_state(rank, hooks)
         install_faults(hooks, ["l3-partial-hit:rank=1,keep=0.4"], seed=0, rank=rank,
                        pp_rank=rank, tp_rank=0)  # fmt: skip
         result = {p: _prefetch_once(rank, comm, hooks, l3_dir, p) for p in ("legacy", "full")}
@@ -121,6 +126,7 @@ def test_l3_switches_on_real_gloo_ranks(two_ranks):
     for r in (r0, r1):
         assert r["legacy"]["data_ok"] and r["full"]["data_ok"]
         assert r["full"]["faults"] == 0
+        assert r["full"]["released"] == 2  # PP0's count of released pages, relayed to PP1
         assert r["calls"] == [
             ("hicache-prefetch", "prefetch_hits"),
             ("hicache-prefetch-sync", "prefetch_completion"),
