@@ -18,9 +18,7 @@ from typing import Any, Protocol
 
 import torch
 
-from hicache_diag.errors import UsageError
 from hicache_diag.runtime.distributed.comm import HiCacheComm
-from hicache_diag.runtime.hooks import Hooks
 from hicache_diag.runtime.managers.storage_operation import (
     PrefetchAck,
     PrefetchOperation,
@@ -31,13 +29,10 @@ from hicache_diag.runtime.managers.storage_pages import HostPages
 from hicache_diag.runtime.managers.storage_threads import StorageThreadsMixin
 from hicache_diag.runtime.mem_cache.hicache_storage import (
     STORAGE_BATCH_SIZE,
-    HiCacheFile,
     HiCacheStorage,
-    HiCacheStorageConfig,
     StorageFault,
 )
 from hicache_diag.runtime.protocol import ProtocolConfig
-from hicache_diag.runtime.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +86,8 @@ class StorageController(StorageThreadsMixin):
         # the last value each thread used after its (optional) MIN; evidence `sync_received`
         self.sync_received: dict[str, int | None] = {"l3_hit": None, "l3_progress": None}
         self._step = _empty_step()  # scheduler thread only
+        self.prefetch_tokens_occupied = 0
+        self.prefetch_capacity_limit = int(getattr(host_pool, "size", 0) * 0.5)
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -130,6 +127,12 @@ class StorageController(StorageThreadsMixin):
         operation = PrefetchOperation(request_id, new_input_tokens, self.clock(), last_hash)
         self.prefetch_queue.put(operation)
         return operation
+
+    def prefetch_rate_limited(self) -> bool:
+        """SGLang's cap: stop prefetching while reserved tokens reach half the host pool.
+        The tree adds to / subtracts from `prefetch_tokens_occupied`; a leak stops L3 silently
+        (sglang-internals §8.11), so probes report it."""
+        return self.prefetch_tokens_occupied >= self.prefetch_capacity_limit
 
     def submit_prefetch_io(self, operation: PrefetchOperation) -> bool:
         """Allocate host slots for the agreed hit and hand the reads to the IO thread; False
@@ -269,33 +272,6 @@ class StorageController(StorageThreadsMixin):
             "queues": self.storage_queue_sizes(),
             "storage": dict(self.stats),
             "sync_received": dict(self.sync_received),
+            "prefetch_tokens_occupied": self.prefetch_tokens_occupied,
             "threads_alive": sum(t.is_alive() for t in self._threads),
         }
-
-
-def build_storage_controller(
-    server_args: ServerArgs,
-    protocol: ProtocolConfig,
-    comm: HiCacheComm,
-    host_pool: HostPool,
-    *,
-    hooks: Hooks | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    default_dir: str | None = None,
-) -> StorageController | None:
-    """The rank's L3 controller (not started), or None with `--hicache-storage-backend none`.
-    Without `--hicache-storage-dir` the pages go to `default_dir` (the run's own directory,
-    never a fixed path shared by parallel runs). Raises UsageError for a bad directory."""
-    if server_args.hicache_storage_backend == "none":
-        return None
-    path = server_args.hicache_storage_dir or default_dir
-    if path is None:
-        raise UsageError("--hicache-storage-backend file needs --hicache-storage-dir")
-    config = HiCacheStorageConfig(
-        comm.tp_rank, comm.tp_size, comm.pp_rank, comm.pp_size, server_args.model.name
-    )
-    storage = HiCacheFile(config, path, hooks)
-    policy = server_args.hicache_storage_prefetch_policy
-    return StorageController(
-        storage, host_pool, server_args.page_size, comm, protocol, policy, clock=clock
-    )

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import sys
 import threading
 import time
+import traceback
 
 import pytest
 import torch
@@ -15,11 +17,8 @@ from hypothesis import strategies as st
 
 from hicache_diag.errors import UsageError
 from hicache_diag.runtime.hooks import Hooks
-from hicache_diag.runtime.managers.storage_controller import (
-    STORAGE_QUEUES,
-    StorageController,
-    build_storage_controller,
-)
+from hicache_diag.runtime.managers.storage_builder import build_storage_controller
+from hicache_diag.runtime.managers.storage_controller import STORAGE_QUEUES, StorageController
 from hicache_diag.runtime.managers.storage_operation import PrefetchTimeoutConfig
 from hicache_diag.runtime.mem_cache.hicache_storage import (
     HiCacheFile,
@@ -43,6 +42,7 @@ class TinyHostPool:
         self.k_buffer = torch.zeros(layers, size, heads, head_dim)
         self.v_buffer = torch.zeros(layers, size, heads, head_dim)
         self.free_slots = list(range(size))
+        self.size = size
 
     def alloc(self, n: int) -> torch.Tensor | None:
         if n > len(self.free_slots):
@@ -628,3 +628,25 @@ def test_drain_frees_released_host_pages(make_ctrl):
     drained = c.drain_storage_control_queues(timeout=5)
     assert len(drained["host_mem_release_queue"]) == 3
     assert len(c.host_pool.free_slots) == free_before
+
+
+def test_prefetch_rate_limit_at_half_the_host_pool(make_ctrl):
+    (c,) = (make_ctrl(x) for x in comms(1))
+    assert c.prefetch_capacity_limit == 16 and not c.prefetch_rate_limited()
+    c.prefetch_tokens_occupied = 16
+    assert c.prefetch_rate_limited()
+    assert c.probe_stats()["prefetch_tokens_occupied"] == 16
+
+
+def test_storage_threads_show_sglang_function_names_to_stack_dumps(make_ctrl):
+    """triage recognises storage threads by SGLang's function names in their stacks."""
+    (c,) = (make_ctrl(x) for x in comms(1))
+    frames = sys._current_frames()
+    names = {}
+    for t in threading.enumerate():
+        if t.name.startswith("hicache-"):
+            names[t.name] = {f.name for f in traceback.extract_stack(frames[t.ident])}
+    assert "prefetch_thread_func" in names["hicache-prefetch"]
+    assert "prefetch_io_aux_func" in names["hicache-prefetch-io"]
+    assert "prefetch_sync_thread_func" in names["hicache-prefetch-sync"]
+    assert "backup_thread_func" in names["hicache-backup"]
