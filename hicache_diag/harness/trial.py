@@ -49,6 +49,7 @@ class _Watch:
 def run_trial(
     cfg: RunConfig, argv: list[str] | None = None, on_progress: Progress | None = None
 ) -> TrialResult:
+    torch.set_num_threads(1)  # the reference shares 2 cores with the ranks; threads only thrash
     run_dir = prepare_run_dir(cfg.out, cfg.seed)
     write_manifest(run_dir, cfg, argv or [], torch.__version__)
     workload = Workload(cfg.workload, cfg.server_args)

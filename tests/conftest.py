@@ -1,0 +1,44 @@
+"""Shared fixtures: no test may leave a child process behind."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+# multiprocessing's own helper lives as long as the test process; it is not ours to reap.
+_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def live_children() -> list[psutil.Process]:
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            helper = any(h in " ".join(p.cmdline()) for h in _HELPERS)
+            if p.status() != psutil.STATUS_ZOMBIE and not helper:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def assert_no_children(timeout_s: float = 5.0) -> None:
+    """Children get `timeout_s` to finish exiting; any still alive fail the test (and are
+    killed, so one failure does not cascade into the next test)."""
+    deadline = time.time() + timeout_s
+    while (left := live_children()) and time.time() < deadline:
+        time.sleep(0.1)
+    for p in left:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    assert not left, f"leftover processes: {[(p.pid, p.cmdline()[:4]) for p in left]}"
+
+
+@pytest.fixture
+def no_leftover_processes():
+    """Assert after the test that every process it started is gone."""
+    yield
+    assert_no_children()
