@@ -2,18 +2,21 @@
 
     python bench/bisect.py [--trials 6] [--jobs 1,2] [-- extra run flags]
 
-Startup cost = a trial subprocess that imports the CLI and torch and exits (`run --help`), so
-it is what every trial pays before its ranks start. Prints a table; asserts nothing.
+Startup cost per trial = CLI import (`run --help`) + the time from the launcher's start to the
+first step any rank records (rank processes importing torch, joining gloo). Prints a table;
+asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -34,14 +37,30 @@ def startup_cost(samples: int = 3) -> float:
     return statistics.median(times)
 
 
-def trials_per_minute(trials: int, jobs: int, run_args: tuple[str, ...]) -> tuple[float, int]:
+def _rank_startup(run_dir: Path) -> float | None:
+    """Seconds from the launcher's start to the first recorded step of any rank."""
+    try:
+        started = json.loads((run_dir / "launcher.json").read_text())["started_at"]
+        t0 = datetime.fromisoformat(started).timestamp()
+        firsts = [json.loads(p.read_text().splitlines()[0])["t"] for p in run_dir.glob("*.jsonl")]
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+    return min(firsts) - t0 if firsts else None
+
+
+def trials_per_minute(trials: int, jobs: int, run_args: tuple[str, ...]):
+    """(trials per minute, errors, median rank start-up seconds, median trial seconds)."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = BisectConfig((), trials, jobs, 0, Path(tmp), run_args, trial_timeout_s=120)
         t0 = time.perf_counter()
         table = run_bisect(cfg)
         wall = time.perf_counter() - t0
-    cell = table.cells[0].to_json()
-    return 60.0 * cell["trials"] / wall, len(cell["errors"])
+        cell = table.cells[0].to_json()
+        ups = [u for d in cell["run_dirs"] if (u := _rank_startup(Path(d))) is not None]
+        durs = [r.duration_s for r in table.cells[0].results if r.duration_s]
+    med = statistics.median
+    return (60.0 * cell["trials"] / wall, len(cell["errors"]), med(ups) if ups else float("nan"),
+            med(durs) if durs else float("nan"))  # fmt: skip
 
 
 def main() -> None:
@@ -52,12 +71,14 @@ def main() -> None:
     ns = ap.parse_args()
     run_args = tuple(ns.run_args) or TINY
     table = Table(title=f"bisect throughput (2-rank trials, run {' '.join(run_args)})")
-    for col in ("jobs", "trials", "trials/min", "errors", "startup s/trial"):
+    cols = ("jobs", "trials", "trials/min", "errors", "CLI import s", "rank start-up s", "trial s")
+    for col in cols:
         table.add_column(col, justify="right")
     start = startup_cost()
     for jobs in (int(j) for j in ns.jobs.split(",")):
-        rate, errors = trials_per_minute(ns.trials, jobs, run_args)
-        table.add_row(str(jobs), str(ns.trials), f"{rate:.1f}", str(errors), f"{start:.2f}")
+        rate, errors, up, dur = trials_per_minute(ns.trials, jobs, run_args)
+        table.add_row(str(jobs), str(ns.trials), f"{rate:.1f}", str(errors), f"{start:.2f}",
+                      f"{up:.2f}", f"{dur:.2f}")  # fmt: skip
     Console().print(table)
 
 
