@@ -9,6 +9,7 @@ import typer
 
 from hicache_diag.cli.render.console import print_json
 from hicache_diag.cli.render.triage import render_triage
+from hicache_diag.errors import UsageError
 from hicache_diag.triage import TriageRequest, run_triage
 
 Pids = Annotated[
@@ -55,14 +56,19 @@ def register(app: typer.Typer) -> None:
         json_out: Annotated[bool, typer.Option("--json", help="Print hicache-diag/triage/v1.")] = (
             False
         ),
+        more_logs: Annotated[
+            list[Path] | None, typer.Argument(help="More log files after --logs FILE.", hidden=True)
+        ] = None,
     ) -> None:
         """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits."""
+        if more_logs and not logs:
+            raise UsageError(f"unexpected argument {more_logs[0]} (log files go after --logs)")
         request = TriageRequest(
             pids=tuple(pid or ()),
             discover=discover,
             parent=parent,
             dumps=dumps,
-            logs=tuple(logs or ()),
+            logs=tuple(logs or ()) + tuple(more_logs or ()),
             save=save,
             samples=samples,
             interval=interval,

@@ -25,7 +25,8 @@ def verdict_line(report: TriageReport) -> str:
     if report.culprit is not None:
         c = report.culprit
         where = f" at {c.wait_site}" if c.wait_site else ""
-        line += f" — culprit {c.rank.label} (pid {c.pid}){where}"
+        pid = f" (pid {c.pid})" if c.pid else ""
+        line += f" — culprit {c.rank.label}{pid}{where}"
     return line
 
 
@@ -38,7 +39,9 @@ def _rank_table(report: TriageReport) -> Table:
         label = Text(r.rank.label, style="bold red" if r.rank == culprit else "")
         state = Text(r.state, style=_STATE.get(r.state, ""))
         top = r.frames[0] if r.frames else (r.error or "")
-        table.add_row(label, str(r.pid or "-"), r.role, state, r.wait_site or "-", top)
+        cells = (str(r.pid or "-"), r.role)
+        site = Text(r.wait_site or "-")
+        table.add_row(label, *(Text(c) for c in cells), state, site, Text(top))
     return table
 
 
@@ -64,20 +67,21 @@ def _ranks(node: StackNode) -> str:
 
 
 def render_triage(report: TriageReport, console: Console | None = None) -> None:
+    # Error texts carry `[/pytorch/...]` paths that rich would parse as markup: print as Text.
     console = console or Console()
     console.print(Text(verdict_line(report), style=_STYLE.get(report.kind, "bold yellow")))
     if report.signature:
-        console.print(f"signature: {report.signature}")
+        console.print(Text(f"signature: {report.signature}"))
     if report.reason:
-        console.print(f"reason: {report.reason}")
+        console.print(Text(f"reason: {report.reason}"))
     if report.ranks:
         console.print(_rank_table(report))
     for line in report.evidence:
-        console.print(f"• {line}")
+        console.print(Text(f"• {line}"))
     if report.stack_tree is not None and report.stack_tree.children:
-        tree = Tree("stacks (innermost last; [ranks] at each branch)")
+        tree = Tree(Text("stacks (innermost last; [ranks] at each branch)"))
         _add(tree, report.stack_tree, len(report.stack_tree.ranks), 0)
         console.print(tree)
     console.print("next steps:")
     for i, step in enumerate(report.next_steps, 1):
-        console.print(f"  {i}. {step}")
+        console.print(Text(f"  {i}. {step}"))

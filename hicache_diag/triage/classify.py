@@ -12,8 +12,13 @@ from hicache_diag.triage.stacks import merge_stacks
 
 
 def merge_log_dumps(ranks: list[RankSamples], logs: LogEvidence) -> list[RankSamples]:
-    """Add the `Pyspy dump for PID` blocks from logs as samples of their ranks."""
+    """Add the `Pyspy dump for PID` blocks from logs as samples of their ranks, and every rank
+    the logs name, so a log-only triage still lists the cluster."""
     by_rank = {rs.rank: rs for rs in ranks}
+    named = [e.rank for e in logs.exceptions] + [ln.rank for ln in logs.hang_lines]
+    for rank in named + [ln.rank for ln in logs.progress_lines]:
+        if rank is not None and rank not in by_rank:
+            by_rank[rank] = RankSamples(rank)
     for dump in logs.dumps:
         rank = dump.rank or RankId()
         rs = by_rank.setdefault(rank, RankSamples(rank, dump.pid, dump.title))

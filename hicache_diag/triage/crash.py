@@ -67,6 +67,21 @@ def decode_shape(text: str, num_heads: int | None = None) -> str | None:
     return f"{line} (= upstream tokens x local heads; pass --num-heads to split them)"
 
 
+_MISMATCH = re.compile(
+    r"collective mismatch|doesn't match expected size|Mismatch between collectives"
+)
+
+
+def mismatch_note(exc: LogException) -> str | None:
+    """gloo aborts where NCCL would hang: ranks issued different collective sequences."""
+    if not _MISMATCH.search(exc.text):
+        return None
+    return (
+        "gloo detected mismatched collectives: the ranks issued different collective "
+        "sequences (a skipped or extra HiCache sync); with NCCL this is a hang (form C)"
+    )
+
+
 def _order_key(exc: LogException) -> tuple[str, int, str, int]:
     # Missing timestamps sort last; within a file, earlier lines first.
     return (exc.ts or "9999", 0, exc.source, exc.lineno)
@@ -87,6 +102,8 @@ def find_crash(exceptions: list[LogException], num_heads: int | None) -> CrashFi
     evidence = [f"first error: {_where(root)}: {root.text}"]
     if decoded := decode_shape(root.text, num_heads):
         evidence.append(decoded)
+    if note := mismatch_note(root):
+        evidence.append(note)
     for exc in others:
         evidence.append(f"secondary ({'cascade' if exc.is_cascade else 'later'}): "
                         f"{_where(exc)}: {exc.text}")  # fmt: skip

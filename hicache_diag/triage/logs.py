@@ -24,6 +24,8 @@ _FRAME = re.compile(r'^\s+File "(.+?)", line (\d+), in (.+)$')
 _EXC_LINE = re.compile(
     r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)?)(?::\s?(.*))?$"
 )
+_TERMINATE = re.compile(r"terminate called after throwing an instance of '(.+?)'")
+_WHAT = re.compile(r"^\s*what\(\):\s*(.*)$")
 _THREAD_EXC = re.compile(r"Exception in thread (.+?):")
 _PYSPY = re.compile(r"Pyspy dump for PID (\d+)")
 
@@ -175,6 +177,14 @@ def _consume(
         ctx.thread = None
         ev.recognised += 1
         return end
+    if m := _TERMINATE.search(msg):
+        # A C++ abort (gloo enforce, NCCL watchdog): no Python traceback, `what():` next line.
+        what = _WHAT.match(lines[i + 1]) if i + 1 < len(lines) else None
+        exc_type = m.group(1).rsplit("::", 1)[-1]
+        text = what.group(1).strip() if what else "terminate called"
+        ev.exceptions.append(LogException(ctx.rank, ctx.ts, source, i + 1, exc_type, text))
+        ev.recognised += 1
+        return i + 1 if what else i
     if thread := _THREAD_EXC.search(msg):
         ctx.thread = thread.group(1)
         return i

@@ -50,7 +50,11 @@ def _s(*names: str) -> frozenset[str]:
 
 
 _ACK_CHECKS = _s(
-    "writing_check", "loading_check", "check_hicache_events", "is_load_back_event_done"
+    "writing_check",
+    "loading_check",
+    "check_hicache_events",
+    "is_load_back_event_done",
+    "finish_write_back",
 )
 _HICACHE_SYNCS = _ACK_CHECKS | _s(
     "can_terminate_prefetch",
@@ -66,9 +70,16 @@ _OUTPUT_RECV = _s(
     "pp_send_recv_and_preprocess_output_tensors",
     "pp_commit_send_output_work_and_preprocess_output_tensors",
     "recv_outputs",
+    "pp_exchange_outputs",
 )
 _PROXY_RECV = _s("recv_tensor_dict", "pp_recv_typed_dict", "pp_recv_proxy_tensors")
-_REQUESTS = _s("recv_requests", "recv_reqs", "pull_raw_reqs", "pp_recv_pyobj_from_prev_stage")
+_REQUESTS = _s(
+    "recv_requests",
+    "recv_reqs",
+    "pull_raw_reqs",
+    "pp_recv_pyobj_from_prev_stage",
+    "recv_pyobj_from_prev",
+)
 _STORAGE_THREADS = _s(
     "prefetch_thread_func",
     "prefetch_io_aux_func",
@@ -86,6 +97,7 @@ CONTEXT_RULES: tuple[Signature, ...] = (
     Signature("l3-thread-allreduce", K.HICACHE_COMM, _s("all_reduce_thread_group")),
     Signature("hicache-tp-allreduce", K.HICACHE_COMM, _s("sync_hicache_ready_counts")),
     Signature("hicache-tp-allreduce", K.HICACHE_COMM, _s("all_reduce"), _HICACHE_SYNCS),
+    Signature("hicache-host-alloc-vote", K.HICACHE_COMM, _s("apply_vote")),
     Signature("l3-hit-allreduce", K.HICACHE_COMM, _s("all_reduce"), _s("prefetch_thread_func")),
     Signature("l3-progress-allreduce", K.HICACHE_COMM, _s("reduce_prefetch_ack")),
     Signature("l3-progress-allreduce", K.HICACHE_COMM, _s("all_reduce"), _STORAGE_THREADS),
@@ -103,6 +115,7 @@ CONTEXT_RULES: tuple[Signature, ...] = (
     Signature("pp-send", K.P2P, _s("send_tensor_dict", "send_object")),
     Signature("pp-send", K.P2P, _s("pp_send_dict_to_next_stage")),
     Signature("pp-send", K.P2P, _s("pp_commit_comm_work", "pp_send_pyobj_to_next_stage")),
+    Signature("pp-send", K.P2P, _s("commit"), _s("pp_loop_step", "event_loop_pp")),
     Signature("request-broadcast", K.REQUEST, _s("broadcast_pyobj", "attn_cp_tp_broadcast_pyobj")),
     Signature("request-broadcast", K.REQUEST, _s("broadcast_reqs_across_ranks")),
     Signature("request-recv", K.REQUEST, _s("point_to_point_pyobj"), _REQUESTS),

@@ -46,6 +46,9 @@ SAMPLES = {
     "logs/form_c_watchdog.log": (12, "hang", "C", PD, "PP1 TP0", "storage-queue-get"),
     "logs/nccl_timeout.log": (12, "hang", "C", None, None, None),
     "logs/healthy_busy.log": (0, "busy", None, None, None, None),
+    # a real crash of our runtime (legacy protocol, host-alloc-fail on one TP rank): gloo aborts
+    # on the mismatched TP collective where NCCL would hang; a crash of no form A/B exits 1
+    "logs/runtime_gloo_mismatch.log": (1, "crash", None, None, "PP0 TP0", None),
 }  # fmt: skip
 
 
@@ -83,6 +86,19 @@ def test_rich_report_has_verdict_table_tree_and_next_steps():
     assert "hicache-tp-allreduce" in out and "request-broadcast" in out
     assert "[PP0 TP0]" in out and "[PP0 TP1-3]" in out  # rank-set labels in the tree
     assert "next steps:" in out
+
+
+def test_several_log_files_after_one_flag_and_markup_safe_text():
+    logs = [str(LOGS / "form_a_cascade.log"), str(LOGS / "runtime_gloo_mismatch.log")]
+    result = runner.invoke(app, ["triage", "--logs", *logs])
+    assert result.exit_code == 10, result.output  # form A's traceback is first in time
+    assert "[/pytorch/third_party/gloo" in result.stdout  # printed verbatim, not as markup
+
+
+def test_collective_mismatch_is_explained():
+    _, data = triage_json("--logs", str(LOGS / "runtime_gloo_mismatch.log"))
+    text = "\n".join(data["evidence"])
+    assert "mismatched collectives" in text and text.count("secondary (cascade)") == 3
 
 
 def test_merged_stack_tree_in_json():
@@ -127,6 +143,10 @@ def test_logs_with_nothing_recognisable_or_missing(tmp_path, capsys):
     junk.write_text("hello\nworld\n")
     assert "no SGLang log line recognised" in one_line_error(["--logs", str(junk)], capsys)
     assert "cannot read" in one_line_error(["--logs", str(tmp_path / "none.log")], capsys)
+
+
+def test_stray_positional_without_logs(capsys):
+    assert "log files go after --logs" in one_line_error(["some.log"], capsys)
 
 
 def test_bad_numbers(capsys):

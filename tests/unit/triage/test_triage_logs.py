@@ -59,3 +59,15 @@ def test_truncated_traceback_still_reported():
         ["[PP0 TP0] boom Traceback (most recent call last):", '  File "a", line 1, in f'], "x"
     )
     assert ev.exceptions[0].message == "traceback cut short"
+
+
+def test_cpp_terminate_with_what_line():
+    lines = [
+        "[2026-11-29 18:26:14 PP0 TP0] rank 0 up",
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'",
+        "  what():  [enforce fail at pair.cc:456] Received data size doesn't match expected size.",
+    ]
+    ev = parse_log_lines(lines, "x")
+    [exc] = ev.exceptions
+    assert exc.rank == RankId(pp=0, tp=0) and exc.exc_type == "EnforceNotMet"
+    assert "doesn't match expected size" in exc.message and not exc.is_cascade
