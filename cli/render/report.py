@@ -84,6 +84,8 @@ def render_report(report: RunReport, console: Console) -> None:
         console.print(_frame_table(view, "per-rank timelines", "step"))
     for line in v.evidence:
         console.print(f"  - {line}", markup=False)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False)
     for path in report.plots:
         console.print(f"plot: {path}")
 
@@ -111,6 +113,8 @@ def markdown_summary(report: RunReport, path: Path) -> str:
                          columns=["pp", "tp", "pid", "state", "where"])  # fmt: skip
     md += ["## Ranks", ""] + _md_table(ranks, "rank") + ["", "## Evidence", ""]
     md += [f"- {line}" for line in v.evidence] + [""]
+    if report.notes:
+        md += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
     if report.plots:
         md += ["## Timelines", ""]
         for plot in report.plots:

@@ -12,6 +12,8 @@ from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.diagnosis.series import around, timelines
 from hicache_diag.verdict import Verdict
 
+EVIDENCE_VERSION = 1  # docs/evidence.md
+
 
 @dataclass(slots=True)
 class RunReport:
@@ -21,6 +23,7 @@ class RunReport:
     window: pd.DataFrame  # the diverging field, step x rank, around the first divergence
     timelines: pd.DataFrame
     plots: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what an old or partial run lacks
 
 
 def _recorded_verdict(run: RunData) -> Verdict | None:
@@ -32,6 +35,18 @@ def _recorded_verdict(run: RunData) -> Verdict | None:
         return None  # a verdict from an older schema: classify afresh instead
 
 
+def _notes(run: RunData) -> list[str]:
+    notes = []
+    version = run.evidence_version
+    if version < EVIDENCE_VERSION:
+        notes.append(f"evidence_version {version} (older than {EVIDENCE_VERSION}): keys this "
+                     "version lacks are left out of tables and plots")  # fmt: skip
+    notes += [f"missing: {m}" for m in run.missing]
+    if run.bad_lines:
+        notes.append(f"{run.bad_lines} torn jsonl line(s) skipped")
+    return notes
+
+
 def build_report(run_dir: Path, plots_dir: Path | None = None, reclassify: bool = False):
     """Load and analyse `run_dir`; write plots into `plots_dir` when given."""
     run = load_run(run_dir)
@@ -40,6 +55,7 @@ def build_report(run_dir: Path, plots_dir: Path | None = None, reclassify: bool 
     fd = verdict.first_divergence
     window = around(run.frames, fd.step, fd.field) if fd else pd.DataFrame()
     report = RunReport(run, verdict, recorded is not None, window, timelines(run.frames))
+    report.notes = _notes(run)
     if plots_dir is not None:
         from hicache_diag.diagnosis.plots import write_plots  # matplotlib only when asked
 

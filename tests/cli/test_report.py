@@ -66,6 +66,7 @@ def test_report_on_an_old_partial_run(tmp_path):
     result = CliRunner().invoke(app, ["report", str(root)])
     assert result.exit_code == 0, result.output
     assert "missing: launcher.json" in result.output
+    assert "note: evidence_version 0 (older than 1)" in result.output
 
 
 @pytest.mark.parametrize("make", ["missing", "empty", "file"])
@@ -79,3 +80,18 @@ def test_report_bad_run_dir_is_one_line_exit_2(tmp_path, capsys, make):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hicache-diag: error:")
     assert "Traceback" not in err[0]
+
+
+SAMPLE_RUNS = sorted(
+    p for p in (Path(__file__).parents[2] / "samples" / "runs").glob("*") if p.is_dir()
+)
+
+
+@pytest.mark.skipif(not SAMPLE_RUNS, reason="no committed sample runs yet")
+@pytest.mark.parametrize("run_dir", SAMPLE_RUNS, ids=lambda p: p.name)
+def test_report_renders_every_committed_sample_run(run_dir, tmp_path):
+    plots = tmp_path / "plots"
+    result = CliRunner().invoke(app, ["report", str(run_dir), "--plots", str(plots)])
+    assert result.exit_code == 0, result.output
+    assert "verdict:" in result.output
+    assert list(plots.glob("*.png")) and (plots / "report.md").is_file()

@@ -55,3 +55,14 @@ def test_bisect_over_real_trials(tmp_path):
     assert local["median_ttf_s"] > 0 and len(local["run_dirs"]) == 1
     assert cells["two-phase"]["trials"] == 1 and data["verdict"]
     _no_children_left()
+
+
+def test_run_leak_with_unbounded_inflight_sends(tmp_path):
+    args = ["run", "--requests", "16", "--max-new-tokens", "8", "--protocol", "full"]
+    args += ["--fix", "inflight-sends=unbounded", "--seed", "2"]
+    got = _run([*args, "--out", str(tmp_path / "r"), "--json"])
+    verdict = json.loads(got.stdout)
+    assert got.returncode == 15, got.stderr[-2000:]
+    assert (verdict["outcome"], verdict["failed_rank"]) == ("leak", 0)
+    assert "inflight_sends grew" in verdict["signature"]
+    _no_children_left()
