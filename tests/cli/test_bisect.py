@@ -69,3 +69,16 @@ def test_trial_rejecting_a_passthrough_flag_is_exit_2(fake_run, tmp_path, capsys
     assert run_cli(["bisect", "--bad", "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown fault 'nope'" in err[0]
+
+
+def test_switch_over_any_run_option(fake_run, tmp_path, capsys):
+    code = run_cli(["bisect", "--switch", "protocol=legacy,full", "--switch", "async-depth=0,1",
+                    "--trials", "2", "--out", str(tmp_path / "b"), "--json"])  # fmt: skip
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["switches"] == ["protocol", "async-depth"] and len(data["cells"]) == 4
+    by = {(c["values"]["protocol"], c["values"]["async-depth"]): c for c in data["cells"]}
+    assert by[("legacy", "0")]["failures"] == 1 and by[("full", "1")]["failures"] == 0
+    assert any(line.startswith("protocol=full removes all failures") for line in data["verdict"])
+    run_dir = Path(by[("full", "1")]["run_dirs"][0])
+    assert run_dir.name == "trial0-seed0" and "async-depth=1" in run_dir.parent.name
