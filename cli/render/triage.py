@@ -32,13 +32,13 @@ def verdict_line(report: TriageReport) -> str:
 
 def _rank_table(report: TriageReport) -> Table:
     table = Table(title="ranks", show_lines=False)
-    for col in ("rank", "pid", "role", "state", "wait site", "innermost frame"):
+    for col in ("rank", "pid", "role", "state", "wait site", "at frame"):
         table.add_column(col)
     culprit = report.culprit.rank if report.culprit else None
     for r in report.ranks:
         label = Text(r.rank.label, style="bold red" if r.rank == culprit else "")
         state = Text(r.state, style=_STATE.get(r.state, ""))
-        top = r.frames[0] if r.frames else (r.error or "")
+        top = r.site_frame or (r.frames[0] if r.frames else (r.error or ""))
         cells = (str(r.pid or "-"), r.role)
         site = Text(r.wait_site or "-")
         table.add_row(label, *(Text(c) for c in cells), state, site, Text(top))

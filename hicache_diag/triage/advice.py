@@ -50,11 +50,32 @@ _HANG = {
 }
 
 
-def next_steps(kind: str, form: str | None, cause: str | None) -> list[str]:
+# What the culprit's wait site says on its own (sglang-internals §5, §8).
+_SITE = {
+    "ack-event-synchronize": "the culprit waits for its own DMA completion "
+    "(finish_event.synchronize): its copies are slower than PP0's; with the leader ack count "
+    "this is a stall, so check that rank's copy engine before the protocol",
+    "storage-queue-get": "the culprit waits for its own storage thread to produce what PP0 "
+    "already saw: check that rank's prefetch/backup threads (a dead `Exception in thread` "
+    "in its log, slow or failing L3 reads)",
+    "hicache-pp-sync-recv": "the culprit waits for the pp_sync value from the previous stage: "
+    "that stage called check_hicache_events fewer times (an early return in "
+    "get_new_batch_prefill) or is stuck before it",
+    "hicache-pp-sync-drain": "PP0 waits for the next stage to consume last round's pp_sync "
+    "message: that stage lags or skipped a check_hicache_events call",
+    "hicache-tp-allreduce": "the culprit sits in a HiCache TP/CP MIN its TP peers never "
+    "entered: a conditional or rank-local early return skipped the collective (#28429, #30760)",
+}
+
+
+def next_steps(
+    kind: str, form: str | None, cause: str | None, site: str | None = None
+) -> list[str]:
     if kind == "crash":
         return _CRASH.get(form, _CRASH[None]) + [BISECT]
     if kind == "hang":
-        return _HANG.get(cause, _HANG[None]) + [BISECT]
+        hint = [_SITE[site]] if site in _SITE else []
+        return hint + _HANG.get(cause, _HANG[None]) + [BISECT]
     if kind in ("healthy", "busy"):
         steps = ["no hang: the ranks make progress or wait for requests"]
         if cause == "straggler":

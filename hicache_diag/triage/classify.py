@@ -117,6 +117,7 @@ def classify(
         report.reason = "; ".join(f"{r.rank.label} (pid {r.pid}): {r.error}" for r in errors)
     report.stack_tree = merge_stacks(rs.native or rs.dumps[-1] for rs in ranks if rs.dumps)
     report.samples = max((len(rs.dumps) for rs in ranks), default=0)
-    report.next_steps = next_steps(report.kind, report.form, report.cause)
+    site = report.culprit.wait_site if report.culprit else None
+    report.next_steps = next_steps(report.kind, report.form, report.cause, site)
     report.ranks.sort(key=lambda r: r.rank.key)
     return report

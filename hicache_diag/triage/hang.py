@@ -75,7 +75,16 @@ def analyse_rank(rs: RankSamples, pp_size: int, tp_size: int) -> RankReport:
     else:
         state = "idle" if site.kind.value in _IDLE_KINDS else "blocked"
     return RankReport(
-        rs.rank, rs.pid, rs.title, role, state, site.site, frames, site.kind.value, progressed
+        rs.rank,
+        rs.pid,
+        rs.title,
+        role,
+        state,
+        site.site,
+        frames,
+        wait_kind=site.kind.value,
+        progressed=progressed,
+        site_frame=site.frame.short if site.frame else None,
     )
 
 
@@ -107,7 +116,7 @@ def _hicache_hang(live: list[RankReport], hicache: list[RankReport]) -> HangFind
     lead = culprits[0]
     ev = [
         f"{lead.rank.label} is blocked at HiCache wait site {lead.wait_site} in its scheduler "
-        f"thread ({lead.frames[0] if lead.frames else '?'})",
+        f"thread ({lead.site_frame or '?'})",
         f"peers wait elsewhere: {', '.join(others)}" if others else "no peer shares its site",
     ]
     return HangFinding("hang", "protocol-deadlock", culprits, ev)

@@ -26,6 +26,7 @@ class RankReport:
     wait_kind: str | None = None
     progressed: bool | None = None  # None: a single sample, cannot tell
     error: str | None = None  # why no dump was taken, or the exception text
+    site_frame: str | None = None  # the frame that named the wait site
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,6 +41,7 @@ class RankReport:
             "wait_kind": self.wait_kind,
             "progressed": self.progressed,
             "frames": self.frames,
+            "site_frame": self.site_frame,
             "error": self.error,
         }
 

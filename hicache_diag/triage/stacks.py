@@ -78,6 +78,8 @@ def merge_stacks(dumps: Iterable[RankDump], main_only: bool = False) -> StackNod
             node = root.child(re.sub(r"Thread-\d+", "Thread-N", thread.name or "thread"))
             node.ranks.add(dump.rank)
             for frame in reversed(thread.frames):
+                if frame.name.startswith("0x"):
+                    continue  # unresolved native address: differs per process, merges nothing
                 node = node.child(frame.short)
                 node.ranks.add(dump.rank)
     return root
