@@ -10,12 +10,15 @@ dma-delay fault point. FIFO order means acks become ready in queue order, as on 
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+SWITCH_INTERVAL_S = 1e-4
 
 
 class DmaEvent:
@@ -60,6 +63,10 @@ class DmaEngine:
 
     def __init__(self, kv_pool: Any, host_pool: Any, hooks: Any = None) -> None:
         self.kv_pool, self.host_pool, self.hooks = kv_pool, host_pool, hooks
+        # A copy engine runs beside the scheduler; a Python thread only runs when it holds the
+        # GIL, which by default it may wait 5 ms for after every torch op. Shorten the switch
+        # interval of this (rank) process so a small copy finishes within a step, as on a GPU.
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self._ops: queue.Queue[DmaOp | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="hicache-dma", daemon=True)
         self._thread.start()
