@@ -48,33 +48,52 @@ def _cells(axes: tuple[Axis, ...]) -> int:
     return n
 
 
+Backends = Annotated[str | None, typer.Option("--storage-backend", help="Values, e.g. none,file.")]
+Sizes = Annotated[str | None, typer.Option("--hicache-size", help="Values, e.g. 16MiB,64MiB.")]
+Switches = Annotated[
+    list[str] | None,
+    typer.Option("--switch", help="NAME=v1,v2 for a protocol switch or a run option."),
+]
+Trials = Annotated[int, typer.Option("--trials", help="Trials per cell.")]
+Jobs = Annotated[int, typer.Option("--jobs", "-j", help="Trials run in parallel.")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed of trial 0 (trial j: +j).")]
+Out = Annotated[Path | None, typer.Option("--out", help="Parent of the run dirs.")]
+Timeout = Annotated[float, typer.Option("--trial-timeout", help="Seconds before killing a trial.")]
+Json = Annotated[bool, typer.Option("--json", help="Print the table as JSON.")]
+
+
+def _render(table, json_out: bool) -> None:
+    if json_out:
+        print_json(table.to_json())
+        return
+    import sys
+
+    from rich.console import Console
+
+    from hicache_diag.cli.render.bisect import render_bisect
+
+    # Piped output gets a wide table instead of rich's 80-column truncation.
+    render_bisect(table, Console(highlight=False, width=None if sys.stdout.isatty() else 140))
+
+
 def register(app: typer.Typer) -> None:
     @app.command(
         "bisect", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
     )
     def bisect(
         ctx: typer.Context,
-        storage_backend: Annotated[
-            str | None, typer.Option("--storage-backend", help="Values, e.g. none,file.")
-        ] = None,
-        hicache_size: Annotated[
-            str | None, typer.Option("--hicache-size", help="Values, e.g. 16MiB,64MiB.")
-        ] = None,
-        switch: Annotated[
-            list[str] | None,
-            typer.Option("--switch", help="NAME=v1,v2 for a protocol switch or a run option."),
-        ] = None,
-        trials: Annotated[int, typer.Option("--trials", help="Trials per cell.")] = 3,
-        jobs: Annotated[int, typer.Option("--jobs", "-j", help="Trials run in parallel.")] = 1,
-        seed: Annotated[int, typer.Option("--seed", help="Seed of trial 0 (trial j: +j).")] = 0,
-        out: Annotated[Path | None, typer.Option("--out", help="Parent of the run dirs.")] = None,
-        trial_timeout: Annotated[
-            float, typer.Option("--trial-timeout", help="Seconds before a trial is killed.")
-        ] = 300.0,
-        json_out: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+        storage_backend: Backends = None,
+        hicache_size: Sizes = None,
+        switch: Switches = None,
+        trials: Trials = 3,
+        jobs: Jobs = 1,
+        seed: Seed = 0,
+        out: Out = None,
+        trial_timeout: Timeout = 300.0,
+        json_out: Json = False,
     ) -> None:
         """Repeat `run` over a matrix of switches; any other `run` flag applies to every cell."""
-        from hicache_diag.cli.render.bisect import render_bisect, trial_progress
+        from hicache_diag.cli.render.bisect import trial_progress
         from hicache_diag.cli.render.console import err_console
 
         axes = _axes(app, storage_backend, hicache_size, switch or [])
@@ -83,14 +102,5 @@ def register(app: typer.Typer) -> None:
         progress, on_result = trial_progress(err_console, _cells(axes) * trials)
         with progress:
             table = run_bisect(cfg, on_result)
-        if json_out:
-            print_json(table.to_json())
-        else:
-            import sys
-
-            from rich.console import Console
-
-            # Piped output gets a wide table instead of rich's 80-column truncation.
-            width = None if sys.stdout.isatty() else 140
-            render_bisect(table, Console(highlight=False, width=width))
+        _render(table, json_out)
         raise typer.Exit(130 if table.interrupted else 0)
