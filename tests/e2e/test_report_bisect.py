@@ -3,8 +3,10 @@ over real trials (~10-15 s each on 2 cores, so not marked slow). Each asserts no
 behind."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import psutil
 
@@ -66,3 +68,30 @@ def test_run_leak_with_unbounded_inflight_sends(tmp_path):
     assert (verdict["outcome"], verdict["failed_rank"]) == ("leak", 0)
     assert "inflight_sends grew" in verdict["signature"]
     _no_children_left()
+
+
+def test_bisect_ctrl_c_prints_partial_table_and_leaves_no_rank(tmp_path):
+    argv = ["bisect", "--trials", "4", "--jobs", "2", "--out", str(tmp_path / "b"), "--json"]
+    proc = subprocess.Popen([*CLI, *argv, "--requests", "32", "--max-new-tokens", "8"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline, ranks = time.monotonic() + 60, []
+    while time.monotonic() < deadline and len(ranks) < 2:
+        time.sleep(0.2)
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        ranks = [k for k in kids if "scheduler_PP" in " ".join(_cmdline(k))]
+    assert ranks, "no rank process started"
+    everyone = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    data = json.loads(out)
+    assert data["interrupted"] is True and "interrupted: partial table" in data["verdict"]
+    alive = [p for p in everyone if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, alive
+
+
+def _cmdline(proc):
+    try:
+        return [proc.name(), *proc.cmdline()]
+    except psutil.Error:
+        return []
