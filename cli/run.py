@@ -116,8 +116,14 @@ def register(app: typer.Typer) -> None:
         cfg = build_run_config(flags)
         from hicache_diag.harness.trial import run_trial
 
-        with LiveProgress(err_console, cfg.server_args.world_size) as progress:
-            result = run_trial(cfg, ["hicache-diag", *sys.argv[1:]], on_progress=progress.update)
+        try:
+            with LiveProgress(err_console, cfg.server_args.world_size) as progress:
+                argv = ["hicache-diag", *sys.argv[1:]]
+                result = run_trial(cfg, argv, on_progress=progress.update)
+        except KeyboardInterrupt:
+            # The trial has already reaped every rank and written launcher.json.
+            sys.stderr.write("hicache-diag: interrupted; every rank was reaped\n")
+            raise typer.Exit(130) from None
         if json_:
             print_json(result.verdict.to_json())
         else:

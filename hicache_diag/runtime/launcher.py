@@ -89,13 +89,21 @@ class Launcher:
         return self
 
     def poll(self) -> list[RankProcess]:
-        """Ranks that ended since the last poll, with exit code and time."""
-        ended = []
-        for p in self.procs:
-            if p.state == "running" and (rc := p.popen.poll()) is not None:
-                self._mark_ended(p, rc, "exited" if rc == 0 else "crashed")
-                ended.append(p)
+        """Ranks that ended since the last poll, earliest first. Ranks that end within one poll
+        are ordered by when their log last changed: a rank that died (or raised) writes its last
+        line before the peers that fail in its wake write theirs."""
+        ended = [p for p in self.procs if p.state == "running" and p.popen.poll() is not None]
+        ended.sort(key=self._log_mtime)
+        for p in ended:
+            rc = p.popen.returncode
+            self._mark_ended(p, rc, "exited" if rc == 0 else "crashed")
         return ended
+
+    def _log_mtime(self, p: RankProcess) -> int:
+        try:
+            return (self.run_dir / f"rank{p.rank}.log").stat().st_mtime_ns
+        except OSError:
+            return 0
 
     def _mark_ended(self, p: RankProcess, rc: int, state: str) -> None:
         p.exitcode, p.state, p.ended_at = rc, state, time.time()

@@ -1,0 +1,91 @@
+"""`hicache-diag run` through the CLI: bad input is one line + exit 2; --json is JSON only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from hicache_diag.cli.main import app, run_cli
+from tests.conftest import live_children
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--workload", "nope"], "unknown workload 'nope'; valid: shared-prefix"),
+        (["--pp", "0"], "--pp must be >= 1"),
+        (["--tp", "0"], "--tp must be >= 1"),
+        (["--async-depth", "-1"], "--async-depth must be >= 0"),
+        (["--requests", "0"], "--requests must be > 0"),
+        (["--out", "/proc/hicache-diag-test/run"], "is not writable"),
+        (["--protocol", "bogus"], "unknown protocol preset 'bogus'"),
+        (["--fix", "ack-count=nope"], "unknown mode 'nope'"),
+        (["--hicache-size", "lots"], "malformed size 'lots'"),
+        (["--hang-timeout", "0"], "--hang-timeout must be > 0"),
+        (["--fault", "no-such-fault"], "no-such-fault"),
+        (["--pp", "7"], "exceeds the model's 5 layers"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, needle):
+    rc = run_cli(["run", *args])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hicache-diag: error:"), err
+    assert needle in lines[0]
+    assert "Traceback" not in err
+    assert not live_children(), "bad input must not start a rank"
+
+
+def test_out_that_is_a_file_is_rejected(capsys, tmp_path):
+    target = tmp_path / "afile"
+    target.write_text("x")
+    assert run_cli(["run", "--out", str(target / "run")]) == 2
+    assert "is not writable" in capsys.readouterr().err
+
+
+def test_help_lists_the_shared_flags():
+    res = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "240"})
+    assert res.exit_code == 0
+    out = res.output
+    for flag in (
+        "--fault",
+        "--fix",
+        "--protocol",
+        "--scenario",
+        "--async-depth",
+        "--storage-dir",
+        "--hicache-storage-backend",
+        "--hang-timeout",
+        "--device",
+    ):
+        assert flag in out
+
+
+@pytest.mark.usefixtures("no_leftover_processes")
+def test_json_run_prints_only_the_verdict(tmp_path):
+    out = tmp_path / "run"
+    res = CliRunner().invoke(
+        app, ["run", "--pp", "2", "--requests", "4", "--seed", "7", "--json", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    verdict = json.loads(res.stdout)  # stdout is exactly one JSON document
+    assert verdict["schema"] == "hicache-diag/verdict/v1"
+    assert verdict["outcome"] == "ok" and verdict["exit_code"] == 0
+    assert verdict["run_dir"] == str(out.resolve())
+    for name in (
+        "manifest.json",
+        "rank0.jsonl",
+        "rank1.jsonl",
+        "rank0.log",
+        "outputs.json",
+        "reference.json",
+        "launcher.json",
+        "verdict.json",
+    ):
+        assert (out / name).exists(), name
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["topology"]["world_size"] == 2 and manifest["seed"] == 7
+    assert manifest["protocol"]["ack-count"] == "leader-batched"

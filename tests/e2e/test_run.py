@@ -1,0 +1,216 @@
+"""`hicache-diag run` end to end: real rank processes, real gloo, every exit path reaped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from hicache_diag.harness.reference import compare_outputs
+from tests.conftest import assert_no_children
+
+CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
+
+
+def _run(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, "run", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _check_healthy(out: Path, proc: subprocess.CompletedProcess, world: int) -> dict:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    verdict = json.loads(proc.stdout)
+    assert verdict["outcome"] == "ok", verdict
+    outputs = json.loads((out / "outputs.json").read_text())
+    reference = json.loads((out / "reference.json").read_text())
+    assert set(outputs) == set(reference)
+    assert compare_outputs(outputs, reference) == []
+    steps = [[r["step"] for r in _lines(out / f"rank{r}.jsonl")] for r in range(world)]
+    for s in steps:
+        assert s == list(range(len(s))), "one line per step, no gaps"
+    assert len({len(s) for s in steps}) == 1, "every rank ran the same number of steps"
+    launcher = json.loads((out / "launcher.json").read_text())
+    assert [r["state"] for r in launcher["ranks"]] == ["exited"] * world
+    assert_no_children()
+    return verdict
+
+
+def test_default_pp2_run_is_healthy(tmp_path):
+    out = tmp_path / "run"
+    proc = _run(["--pp", "2", "--requests", "32", "--seed", "7", "--json", "--out", str(out)])
+    verdict = _check_healthy(out, proc, 2)
+    assert verdict["steps"] > 32
+    prefix_hits = sum(sum(r["prefix_len"].values()) for r in _lines(out / "rank1.jsonl"))
+    assert prefix_hits > 0, "the shared-prefix workload must reuse the tree on every stage"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "world"),
+    [
+        (["--pp", "1"], 1),
+        (["--pp", "3"], 3),
+        (["--pp", "2", "--tp", "2"], 4),
+        (["--async-depth", "1"], 2),
+        (["--pp", "3", "--async-depth", "2"], 3),
+    ],
+)
+def test_topologies_are_healthy(tmp_path, args, world):
+    out = tmp_path / "run"
+    proc = _run([*args, "--requests", "32", "--seed", "7", "--json", "--out", str(out)])
+    _check_healthy(out, proc, world)
+
+
+def _start(out: Path, extra: list[str] = ()) -> subprocess.Popen:
+    args = [
+        "run",
+        "--requests",
+        "400",
+        "--workload",
+        "idle",
+        "--seed",
+        "1",
+        "--out",
+        str(out),
+        "--json",
+        *extra,
+    ]
+    return subprocess.Popen(
+        [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _wait_for_steps(out: Path, rank: int, steps: int, timeout: float = 90) -> None:
+    path, deadline = out / f"rank{rank}.jsonl", time.time() + timeout
+    while time.time() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= steps:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"rank {rank} never reached step {steps}")
+
+
+def _rank_process(cli_pid: int, title: str) -> psutil.Process:
+    for p in psutil.Process(cli_pid).children(recursive=True):
+        if " ".join(p.cmdline()).startswith(title):
+            return p
+    raise AssertionError(f"no process titled {title}")
+
+
+def test_sigkill_of_one_rank_reaps_the_rest(tmp_path):
+    out = tmp_path / "run"
+    cli = _start(out)
+    try:
+        _wait_for_steps(out, 1, 5)
+        victim = _rank_process(cli.pid, "hicache-diag::scheduler_PP1_TP0")
+        victim.send_signal(signal.SIGKILL)
+        stdout, stderr = cli.communicate(timeout=60)
+    finally:
+        cli.kill()
+    assert cli.returncode not in (0, 2), stderr[-2000:]
+    verdict = json.loads(stdout)
+    assert verdict["outcome"] == "crash", verdict
+    launcher = json.loads((out / "launcher.json").read_text())
+    assert launcher["first_failure"]["rank"] == 1
+    by_rank = {r["rank"]: r for r in launcher["ranks"]}
+    assert by_rank[1]["signal"] == signal.SIGKILL
+    assert_no_children()
+
+
+def test_ctrl_c_of_the_cli_reaps_every_rank(tmp_path):
+    out = tmp_path / "run"
+    cli = _start(out)
+    try:
+        _wait_for_steps(out, 0, 5)
+        ranks = [p.pid for p in psutil.Process(cli.pid).children(recursive=True)]
+        cli.send_signal(signal.SIGINT)
+        _, stderr = cli.communicate(timeout=60)
+    finally:
+        cli.kill()
+    assert cli.returncode == 130, stderr[-2000:]
+    assert "interrupted" in stderr
+    assert json.loads((out / "launcher.json").read_text())["interrupted"] is True
+    assert not [
+        pid
+        for pid in ranks
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ]
+    assert_no_children()
+
+
+def test_stalled_rank_is_a_hang_with_stacks(tmp_path):
+    out = tmp_path / "run"
+    proc = _run(
+        [
+            "--requests",
+            "8",
+            "--seed",
+            "2",
+            "--json",
+            "--out",
+            str(out),
+            "--hang-timeout",
+            "2",
+            "--fault",
+            "rank-stall:rank=1,ms=60000,after=6",
+        ]
+    )
+    assert proc.returncode == 12, proc.stderr[-2000:]
+    verdict = json.loads(proc.stdout)
+    assert verdict["outcome"] == "hang" and verdict["form"] == "C"
+    launcher = json.loads((out / "launcher.json").read_text())
+    assert launcher["hang"] is not None and launcher["stacks"]["tool"] in ("py-spy", "faulthandler")
+    stacks = list((out / "stacks").iterdir())
+    assert any(p.stat().st_size > 0 for p in stacks), "some stack dump must be captured"
+    assert {r["state"] for r in launcher["ranks"]} == {"hung"}
+    assert_no_children()
+
+
+@pytest.mark.slow
+def test_rank_exception_is_logged_with_its_traceback(tmp_path):
+    out = tmp_path / "run"
+    proc = _run(
+        [
+            "--protocol",
+            "legacy",
+            "--fault",
+            "dma-delay:rank=1,ms=30",
+            "--max-total-tokens",
+            "512",
+            "--seed",
+            "7",
+            "--json",
+            "--out",
+            str(out),
+        ]
+    )
+    verdict = json.loads(proc.stdout)
+    assert verdict["outcome"] == "crash", verdict
+    log = (out / f"rank{verdict['failed_rank']}.log").read_text()
+    assert "Scheduler hit an exception: Traceback (most recent call last):" in log
+    assert "run_scheduler_process" in log
+    assert_no_children()
+
+
+def test_ranks_die_with_a_sigkilled_launcher(tmp_path):
+    """PR_SET_PDEATHSIG: even a launcher that cannot reap (SIGKILL) takes its ranks along."""
+    out = tmp_path / "run"
+    cli = _start(out)
+    try:
+        _wait_for_steps(out, 0, 3)
+        ranks = list(psutil.Process(cli.pid).children(recursive=True))
+        os.kill(cli.pid, signal.SIGKILL)
+        cli.wait(timeout=30)
+        gone, alive = psutil.wait_procs(ranks, timeout=15)
+    finally:
+        cli.kill()
+    assert not alive, [p.pid for p in alive]
