@@ -15,6 +15,13 @@ from hicache_diag.diagnosis.report import RunReport
 from hicache_diag.verdict import Verdict
 
 MAX_TIMELINE_ROWS = 40
+# Short headers so the per-rank timeline fits a terminal.
+SHORT = {
+    "extend_num_tokens": "extend", "write_queue": "write_q", "load_queue": "load_q",
+    "ack_write_queue": "ack_write_q", "ack_load_queue": "ack_load_q", "host_free": "host_free",
+    "acks_consumed_write": "consumed_w", "acks_consumed_load": "consumed_l",
+    "inflight_sends": "inflight",
+}  # fmt: skip
 
 
 def _headline(v: Verdict) -> str:
@@ -64,7 +71,7 @@ def _timeline_view(report: RunReport) -> pd.DataFrame:
     if fd is not None:  # centre the view on the divergence rather than the start of the run
         steps = table.index.get_level_values("step")
         table = table[(steps >= fd.step - 5) & (steps <= fd.step + 5)]
-    return table.head(MAX_TIMELINE_ROWS)
+    return table.head(MAX_TIMELINE_ROWS).rename(columns=SHORT)
 
 
 def render_report(report: RunReport, console: Console) -> None:
