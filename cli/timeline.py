@@ -1,14 +1,84 @@
-"""`hicache-diag timeline` (being built; see the issue that owns it)."""
+"""`hicache-diag timeline`: run a short prefill-heavy workload with host hits, then print the
+load/write ack latencies measured from its records, with the formula beside them."""
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-from hicache_diag.errors import HicacheDiagError
+from hicache_diag.cli.render.console import err_console, print_json
+from hicache_diag.errors import HicacheDiagError, UsageError
+from hicache_diag.runtime.protocol import build_protocol
+from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig
+
+# Small device pool so shared prefixes are evicted to host and hit there; one new token per
+# request so each prefill's insert (and its write-through) happens in its own result slot.
+# The `l2` preset is the protocol merged upstream, the one the seed's table describes; with
+# `host-alloc=two-phase` writes would wait for a vote and show that delay instead.
+DEVICE_TOKENS = 128
+PROTOCOL = "l2"
+
+
+def build_config(pp: int, async_depth: int, requests: int, seed: int, out: Path) -> RunConfig:
+    if requests < 4:
+        raise UsageError(f"--requests must be >= 4 to produce host hits (got {requests})")
+    server = ServerArgs(
+        pp_size=pp, pp_async_batch_depth=async_depth, max_total_tokens=DEVICE_TOKENS
+    )
+    workload = WorkloadConfig("shared-prefix", requests=requests, max_new_tokens=1, seed=seed)
+    return RunConfig(server, build_protocol(PROTOCOL), workload, seed=seed, out=str(out))
+
+
+def _run(cfg: RunConfig):
+    from hicache_diag.harness.trial import run_trial
+    from hicache_diag.verdict import Outcome
+
+    result = run_trial(cfg, ["hicache-diag", *sys.argv[1:]])
+    if result.verdict.outcome != Outcome.OK:
+        raise HicacheDiagError(
+            f"the timeline run ended {result.verdict.outcome.value}: "
+            f"{result.verdict.signature} (run dir {result.run_dir})"
+        )
 
 
 def register(app: typer.Typer) -> None:
     @app.command("timeline")
-    def _timeline() -> None:
-        """Not built yet."""
-        raise HicacheDiagError("'timeline' is not built yet")
+    def timeline(
+        pp: Annotated[int, typer.Option("--pp", help="Pipeline stages.")] = 2,
+        async_depth: Annotated[
+            int, typer.Option("--async-depth", help="pp_async_batch_depth; loop size pp+depth.")
+        ] = 1,
+        json_out: Annotated[
+            bool, typer.Option("--json", help="Print only the JSON table.")
+        ] = False,
+        requests: Annotated[int, typer.Option("--requests", help="Requests to run.")] = 12,
+        seed: Annotated[int, typer.Option("--seed", help="Workload seed.")] = 0,
+        out: Annotated[
+            Path | None, typer.Option("--out", help="Keep the run directory here.")
+        ] = None,
+    ) -> None:
+        """Measure load_ack / write_ack latencies of the PP event loop (seed 000's table)."""
+        from hicache_diag.diagnosis.timeline import compute_timeline
+
+        run_dir = out or Path(tempfile.mkdtemp(prefix="hicache-timeline-"))
+        cfg = build_config(pp, async_depth, requests, seed, run_dir)
+        loop = cfg.server_args.pp_loop_size
+        err_console.print(f"timeline: PP{pp} + {async_depth} async slot(s), loop size {loop}")
+        _run(cfg)
+        table = compute_timeline(run_dir, pp, async_depth)
+        if out is None:  # nothing to keep: the table is the product
+            shutil.rmtree(run_dir, ignore_errors=True)
+            table = dataclasses.replace(table, run_dir=None)
+        if json_out:
+            print_json(table.to_json())
+        else:
+            from hicache_diag.cli.render.timeline import render_timeline
+
+            render_timeline(table)
+        raise typer.Exit(0)

@@ -54,16 +54,16 @@ class TimelineTable:
     launch_step: int
     events: tuple[TimelineEvent, ...]
     ranks_agree: bool
-    run_dir: str
+    run_dir: str | None
     samples: int = 1
     observed: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def formula(self, event: str) -> tuple[str, int]:
         """What sglang-internals / seed 000 predict: (text, value)."""
         if event == "load":
-            return "issued at launch; consumed at the next ① = +1", 1
+            return "next check = +1", 1
         n = self.loop_size
-        return f"(pp_loop_size - 1) + 1 = ({n} - 1) + 1 = +{n}", n
+        return f"(loop {n} - 1) + next check = +{n}", n
 
     def to_json(self) -> dict[str, Any]:
         return {
