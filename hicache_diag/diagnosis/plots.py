@@ -1,4 +1,4 @@
-"""Per-rank timeline plots (queue depths, extend tokens, host pool free, consumed acks) as PNG."""
+"""Per-rank timeline plots (queue depths, extend tokens, host free, acks, isends) as PNGs."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ PANELS = (
     ("host_free.png", "host pool free tokens", ("host_free",)),
     ("acks_consumed.png", "acks consumed per step", ("acks_consumed_write", "acks_consumed_load")),
     ("queues.png", "HiCache queue depths", QUEUES),
+    ("inflight_sends.png", "pp_sync isends still kept (a leak grows here)", ("inflight_sends",)),
 )
 
 

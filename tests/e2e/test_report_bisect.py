@@ -36,7 +36,7 @@ def test_run_then_report_on_a_real_form_a(tmp_path):
     rep = _run(["report", str(run_dir), "--plots", str(plots)])
     assert rep.returncode == 0, rep.stderr
     assert "crash (form A), exit 10" in rep.stdout and "host-alloc" in rep.stdout
-    assert len(list(plots.glob("*.png"))) == 4
+    assert len(list(plots.glob("*.png"))) == 5
     assert "![queues](queues.png)" in (plots / "report.md").read_text()
     again = _run(["report", str(run_dir), "--json", "--reclassify"])
     fresh = json.loads(again.stdout)
