@@ -25,10 +25,18 @@ class Finding:
     evidence: list[str] = field(default_factory=list)
 
 
+def _exited_cleanly(run: RunData) -> set[int]:
+    ranks = (run.launcher or {}).get("ranks") or []
+    return {int(r["rank"]) for r in ranks if r.get("state") == "exited" and r.get("exitcode") == 0}
+
+
 def rank_crashes(run: RunData) -> dict[int, RankCrash]:
+    """Tracebacks in the logs of ranks that did not exit cleanly (a logged, handled exception on
+    a rank that went on to exit 0 is not a crash)."""
     crashes = {}
+    clean = _exited_cleanly(run)
     for rank, log in run.logs.items():
-        crash = parse_crash(rank, log)
+        crash = None if rank in clean else parse_crash(rank, log)
         if crash:
             crashes[rank] = crash
     return crashes

@@ -243,3 +243,10 @@ def test_hang_tie_picks_the_receiving_rank_and_iso_times_give_duration(tmp_path)
     v = classify_run(rd.write())
     assert (v.form, v.failed_rank) == (CrashForm.C, 1)
     assert v.duration_s == pytest.approx(8.5)
+
+
+def test_a_logged_traceback_on_a_rank_that_exited_0_is_not_a_crash(tmp_path):
+    rd = RunDir(tmp_path).crash(1, 9, "ValueError: handled and logged", t=1000.0)
+    rd.launcher["ranks"][1].update(state="exited", exitcode=0)
+    rd.launcher["first_failure"] = None
+    assert classify_run(rd.write()).outcome is Outcome.OK
