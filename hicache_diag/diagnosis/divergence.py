@@ -18,6 +18,13 @@ from hicache_diag.verdict import DivergenceSource, FirstDivergence
 # How many steps before the divergence still count as "just before" for an input difference.
 LOOKBACK_STEPS = 8
 _L3_PROGRESS_KEYS = ("l3_progress", "l3_completed", "prefetch_completed", "completed_tokens")
+# Within one step, report causes before effects: what a rank consumed or allocated decides the
+# tree, and the tree decides the next batch (rids, extend tokens).
+CAUSAL_ORDER = (
+    "acks_consumed", "host_capacity", "host_free", "l3_hit_len", "write_backs", "load_backs",
+    "evicted", "device_free", "tree_digest", "host_hit_len", "prefix_len", "rids",
+    "extend_num_tokens",
+)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -46,7 +53,8 @@ def _must_agree_fields(rows: pd.DataFrame) -> list[str]:
         for key in keys if isinstance(keys, list) else []:
             if key not in fields and key in rows.columns:
                 fields.append(key)
-    return fields
+    rank = {name: i for i, name in enumerate(CAUSAL_ORDER)}
+    return sorted(fields, key=lambda f: rank.get(f, -1))  # unknown keys first: recorded inputs
 
 
 def _values(rows: pd.DataFrame, column: str) -> dict[int, Any]:

@@ -107,3 +107,12 @@ def test_a_rank_that_stopped_early_is_not_a_divergence():
     f = frames()
     f = f[~((f["rank"] == 1) & (f["step"] > 4))]
     assert first_divergence(f) is None
+
+
+def test_within_a_step_the_cause_is_reported_before_its_effects():
+    over = {(1, 4): {"rids": ["a", "b"], "extend_num_tokens": 9,
+                     "acks_ready": {"write": 3, "load": 0},
+                     "acks_consumed": {"write": 3, "load": 0}}}  # fmt: skip
+    d = first_divergence(frames(over=over))
+    assert (d.first.step, d.first.field) == (4, "acks_consumed")
+    assert d.first.source is DivergenceSource.DMA_ACK_COUNT
