@@ -89,15 +89,32 @@ def _join_world(rank: int, world_size: int, store_port: int | None, timeout_s: f
 
 
 def run_rank(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port: int | None) -> int:
-    """Join gloo, build hooks, faults and caches, run the scheduler, write PP0's outputs."""
+    """Run the scheduler, then write PP0's outputs and leave the gloo world together."""
     import torch
 
     torch.set_num_threads(1)
+    from hicache_diag.runtime.managers.scheduler import run_scheduler_process
+
+    state: dict = {}
+    scheduler = run_scheduler_process(
+        lambda: _make_scheduler(cfg, run_dir, rank, pp, tp, store_port, state)
+    )
+    state["recorder"].close()
+    state["bundle"].shutdown()
+    if rank == 0:
+        write_json(run_dir / "outputs.json", scheduler.finished_outputs)
+    logging.info("rank %d done after %d steps", rank, scheduler.step)
+    _shutdown()
+    return 0
+
+
+def _make_scheduler(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port, state: dict):
+    """Join gloo, build hooks (+ faults), comm, caches, recorder and the Scheduler."""
     from hicache_diag.harness.workload import Workload
     from hicache_diag.probes.recorder import StepRecorder
     from hicache_diag.runtime.distributed.parallel_state import ParallelState
     from hicache_diag.runtime.hooks import Hooks
-    from hicache_diag.runtime.managers.scheduler import run_scheduler_process
+    from hicache_diag.runtime.managers.scheduler import Scheduler
     from hicache_diag.runtime.mem_cache.kv_cache_builder import build_kv_cache
 
     sa = cfg.server_args
@@ -105,29 +122,17 @@ def run_rank(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port: int | 
     hooks = Hooks(rank=rank, pp_rank=pp, tp_rank=tp)
     installed = _install_faults(hooks, cfg, rank, pp, tp)
     comm = ParallelState(pp, sa.pp_size, tp, sa.tp_size, hooks)
-    bundle = build_kv_cache(sa, cfg.protocol, comm, hooks, pp, tp)
-    recorder = StepRecorder(
-        run_dir / f"rank{rank}.jsonl",
-        rank,
-        pp,
-        tp,
-        protocol=cfg.protocol,
-        storage=sa.hicache_storage_backend != "none",
+    state["bundle"] = bundle = build_kv_cache(sa, cfg.protocol, comm, hooks, pp, tp)
+    storage = sa.hicache_storage_backend != "none"
+    path = run_dir / f"rank{rank}.jsonl"
+    state["recorder"] = recorder = StepRecorder(
+        path, rank, pp, tp, protocol=cfg.protocol, storage=storage
     )
     workload = Workload(cfg.workload, sa)
-    logging.info(
-        "rank %d up: layers %s, faults %s", rank, list(sa.layers_of_stage(pp)), installed or "none"
-    )
+    layers = list(sa.layers_of_stage(pp))
+    logging.info("rank %d up: layers %s, faults %s", rank, layers, installed or "none")
     source = workload.arrivals if pp == 0 else None
-    scheduler = run_scheduler_process(
-        cfg, comm, bundle, hooks, recorder, source, stop_after=workload.last_arrival_step
-    )
-    recorder.close()
-    if rank == 0:
-        write_json(run_dir / "outputs.json", scheduler.finished_outputs)
-    logging.info("rank %d done after %d steps", rank, scheduler.step)
-    _shutdown()
-    return 0
+    return Scheduler(cfg, comm, bundle, hooks, recorder, source, workload.last_arrival_step)
 
 
 def _shutdown() -> None:

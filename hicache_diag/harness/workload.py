@@ -24,7 +24,9 @@ def _tokens(rng: random.Random, n: int, vocab: int) -> list[int]:
 
 
 def _shared_prefix(rng, i, prefixes, vocab):
-    return prefixes[i % len(prefixes)] + _tokens(rng, rng.randint(8, 24), vocab), 2
+    # A few hot prefixes and a cold tail: cold ones get evicted, then come back (host hits).
+    hot = min(int(rng.expovariate(0.6)), len(prefixes) - 1)
+    return prefixes[hot] + _tokens(rng, rng.randint(16, 48), vocab), 2
 
 
 def _random(rng, i, prefixes, vocab):
@@ -54,7 +56,7 @@ class Workload:
     def __init__(self, config: WorkloadConfig, server_args: ServerArgs) -> None:
         rng = random.Random(f"{config.workload}:{config.seed}")
         vocab = server_args.model.vocab_size
-        prefixes = [_tokens(rng, 48, vocab) for _ in range(4)]
+        prefixes = [_tokens(rng, 48, vocab) for _ in range(8)]
         make = _KINDS[config.workload]
         limit = min(server_args.chunked_prefill_size, server_args.max_total_tokens // 2)
         step, self.arrivals_list = 0, []

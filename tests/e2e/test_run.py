@@ -175,29 +175,49 @@ def test_stalled_rank_is_a_hang_with_stacks(tmp_path):
     assert_no_children()
 
 
-@pytest.mark.slow
-def test_rank_exception_is_logged_with_its_traceback(tmp_path):
+# Test-only: a sitecustomize that makes rank 1's scheduler raise at step 6 (a thread patches
+# the class once the rank imports it), so the crash path is deterministic.
+CRASHER = """
+import os, sys, threading, time
+def _patch():
+    while "hicache_diag.runtime.managers.scheduler" not in sys.modules:
+        time.sleep(0.01)
+    if "--rank" not in sys.argv or sys.argv[sys.argv.index("--rank") + 1] != "1":
+        return
+    from hicache_diag.runtime.managers import scheduler as m
+    orig = m.Scheduler.process_batch_result
+    def boom(self, batch, ids):
+        if self.step >= 6:
+            raise RuntimeError("injected by the e2e test")
+        return orig(self, batch, ids)
+    m.Scheduler.process_batch_result = boom
+if os.environ.get("HICACHE_DIAG_TEST_CRASH"):
+    threading.Thread(target=_patch, daemon=True).start()
+"""
+
+
+def test_rank_exception_is_the_root_cause_with_its_traceback(tmp_path):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(CRASHER)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "HICACHE_DIAG_TEST_CRASH": "1"}
     out = tmp_path / "run"
-    proc = _run(
-        [
-            "--protocol",
-            "legacy",
-            "--fault",
-            "dma-delay:rank=1,ms=30",
-            "--max-total-tokens",
-            "512",
-            "--seed",
-            "7",
-            "--json",
-            "--out",
-            str(out),
-        ]
+    proc = subprocess.run(
+        [*CLI, "run", "--requests", "8", "--json", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
     )
     verdict = json.loads(proc.stdout)
-    assert verdict["outcome"] == "crash", verdict
-    log = (out / f"rank{verdict['failed_rank']}.log").read_text()
+    assert verdict["outcome"] == "crash" and verdict["failed_rank"] == 1, verdict
+    assert "injected by the e2e test" in verdict["signature"]
+    log = (out / "rank1.log").read_text()
     assert "Scheduler hit an exception: Traceback (most recent call last):" in log
-    assert "run_scheduler_process" in log
+    assert "run_scheduler_process" in log and "[" in log.splitlines()[0]
+    launcher = json.loads((out / "launcher.json").read_text())
+    assert launcher["first_failure"]["rank"] == 1
+    states = {r["rank"]: r["state"] for r in launcher["ranks"]}
+    assert states[1] == "crashed" and states[0] in ("crashed", "killed")
     assert_no_children()
 
 

@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from hicache_diag.runtime.managers.io_struct import RecvReqs
@@ -135,18 +136,11 @@ class Scheduler(SchedulerPPMixin):
         self.tree_cache.dec_lock_ref(req.last_node)
 
 
-def run_scheduler_process(
-    run_config: RunConfig,
-    comm: Any,
-    bundle: Any,
-    hooks: Any,
-    recorder: Any,
-    request_source: Any = None,
-    stop_after: int = 0,
-) -> Any:
-    """Run the event loop; on any exception log SGLang's line with the traceback and exit 1."""
+def run_scheduler_process(make_scheduler: Callable[[], Scheduler]) -> Scheduler:
+    """Build the rank (gloo, caches, model: `make_scheduler`) and run the event loop. On any
+    exception, setup included, log SGLang's line with the traceback and exit 1."""
     try:
-        scheduler = Scheduler(run_config, comm, bundle, hooks, recorder, request_source, stop_after)
+        scheduler = make_scheduler()
         scheduler.event_loop_pp()
         return scheduler
     except BaseException:

@@ -35,7 +35,7 @@ class SoloComm:
         return t
 
 
-def _run(tmp_path, hicache: bool, max_total_tokens: int, requests: int = 12):
+def _run(tmp_path, hicache: bool, max_total_tokens: int, requests: int = 24):
     torch.set_num_threads(1)
     sa = ServerArgs(pp_size=1, max_total_tokens=max_total_tokens, enable_hierarchical_cache=hicache)
     cfg = RunConfig(
