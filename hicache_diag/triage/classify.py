@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hicache_diag.triage.advice import next_steps
-from hicache_diag.triage.crash import find_crash
+from hicache_diag.triage.crash import CrashFinding, find_crash
 from hicache_diag.triage.discover import RankId
 from hicache_diag.triage.hang import HangFinding, RankSamples, analyse_rank, classify_stacks
 from hicache_diag.triage.logs import LogEvidence
@@ -28,9 +28,21 @@ def merge_log_dumps(ranks: list[RankSamples], logs: LogEvidence) -> list[RankSam
     return sorted(by_rank.values(), key=lambda rs: rs.rank.key)
 
 
+def _hang_came_first(finding: CrashFinding, logs: LogEvidence) -> bool:
+    """A watchdog / collective timeout before an error of no known form makes that error a
+    consequence of the hang (the watchdog's SIGQUIT, peers losing their connection)."""
+    stamps = [ln.ts for ln in logs.hang_lines] + [e.ts for e in logs.exceptions if e.is_timeout]
+    if finding.form is not None or not stamps:
+        return False
+    if finding.root.is_cascade:
+        return True
+    known = [t for t in stamps if t]
+    return bool(known and finding.root.ts and min(known) < finding.root.ts)
+
+
 def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int | None):
     finding = find_crash(logs.exceptions, num_heads)
-    if finding is None:
+    if finding is None or _hang_came_first(finding, logs):
         return None
     root = finding.root
     culprit = next((r for r in reports if root.rank and r.rank == root.rank), None)
@@ -80,6 +92,9 @@ def _from_hang(finding: HangFinding, reports: list[RankReport], hang_hint: bool)
     return report
 
 
+_READY = "The server is fired up"
+
+
 def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
     if logs.hang_lines:
         first = logs.hang_lines[0]
@@ -88,10 +103,12 @@ def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
             "no stacks: run triage live (--discover) or pass the py-spy dumps to name the site"
         )
         return TriageReport("hang", form="C", ranks=reports, evidence=ev, signature=first.text)
-    if logs.progress_lines:
+    if logs.progress_lines and not logs.progress_lines[-1].text.startswith(_READY):
         last = logs.progress_lines[-1]
         ev = [f"{len(logs.progress_lines)} batch lines, last: {last.text}"]
         return TriageReport("busy", ranks=reports, evidence=ev)
+    if logs.progress_lines:
+        return TriageReport("healthy", ranks=reports, evidence=["the server is up and idle"])
     return TriageReport("unknown", ranks=reports, reason="no traceback, timeout or stack found")
 
 

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from hicache_diag.triage.logs import LogException
 
 _SHAPE = re.compile(r"shape '\[(\d+), -1, (\d+)\]' is invalid for input of size (\d+)")
-_SIZE_MISMATCH = re.compile(r"Size mismatch for shape#\d+\('\w+'\): expected (\d+) but got (\d+)")
+_SIZE_MISMATCH = re.compile(
+    r"Size mismatch for shape#\d+\('\w+'\): expected (\d+) but got (\d+)"
+    r"|The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"
+)
 _BOOKKEEPING_FRAMES = frozenset(
     {
         "writing_check",
@@ -24,6 +27,7 @@ _BOOKKEEPING_FRAMES = frozenset(
 )
 _B_TEXTS = (
     "pop from empty list",
+    "pop from an empty deque",
     "duplicate-reclaim victims diverged",
     "Found rank divergence",
 )

@@ -11,7 +11,8 @@ from hicache_diag.triage.discover import RankId, parse_rank_tokens
 
 _PROCESS = re.compile(r"^Process (\d+): (.*)$")
 _THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \((\w+)\)(?:: "(.*)")?')
-_PYSPY_FRAME = re.compile(r"^\s+(.+?) \((.+?)(?::(\d+))?\)\s*$")
+# Frames are indented 4 spaces; `--locals` adds deeper "Arguments:" / "name: value" lines.
+_PYSPY_FRAME = re.compile(r"^\s{1,6}(\S.*?) \((.+?)(?::(\d+))?\)\s*$")
 _FH_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\)")
 _FH_FRAME = re.compile(r'^\s+File "(.+?)", line (\d+) in (.+)$')
 
@@ -146,13 +147,24 @@ def parse_dump_text(text: str, source: str) -> list[RankDump]:
     stripped = text.lstrip()
     if stripped.startswith(("[", "{")):
         try:
-            dump = dump_from_json(json.loads(stripped), source)
+            docs = [json.loads(stripped)]
         except json.JSONDecodeError:
-            dump = None
-        return [dump] if dump else []
+            docs = _json_lines(stripped)  # one dump per line (JSON Lines)
+        dumps = [dump_from_json(doc, source) for doc in docs]
+        return [d for d in dumps if d is not None and d.threads]
     lines = text.splitlines()
     dumps = parse_pyspy_text(lines, source)
     if dumps:
         return dumps
     fh = parse_faulthandler(lines, source)
     return [fh] if fh else []
+
+
+def _json_lines(text: str) -> list[Any]:
+    docs = []
+    for line in text.splitlines():
+        try:
+            docs.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return docs

@@ -46,7 +46,11 @@ CASCADE_PATTERNS = (
 )
 # Fatal one-liners with no traceback: the rank consensus checker calls os._exit(1) after this.
 FATAL_PATTERNS = (re.compile(r"Found rank divergence for \d+ event"),)
-PROGRESS = re.compile(r"(?:Prefill|Decode) batch[,.]|#running-req|gen throughput", re.I)
+PROGRESS = re.compile(
+    r"(?:Prefill|Decode) batch[,.]|#running-req|gen throughput|The server is fired up", re.I
+)
+# Exits that follow a signal (the watchdog's SIGQUIT, Ctrl-C): never a root cause.
+_SIGNAL_EXITS = frozenset({"KeyboardInterrupt", "SystemExit"})
 
 
 @dataclass(slots=True)
@@ -68,6 +72,8 @@ class LogException:
 
     @property
     def is_cascade(self) -> bool:
+        if self.exc_type.rsplit(".", 1)[-1] in _SIGNAL_EXITS:
+            return True
         return any(p.search(self.text) for p in CASCADE_PATTERNS)
 
     @property

@@ -146,7 +146,9 @@ FALLBACK_RULES: tuple[Signature, ...] = (
 
 
 def normalize(name: str) -> str:
-    """`Class.method` -> `method`, `_pp_sync` -> `pp_sync`; native `a::b::c` -> `c`."""
+    """`Class.method` -> `method`, `_pp_sync` -> `pp_sync`; native `a::b::c(args)` -> `c`."""
+    if not name.startswith("<"):
+        name = name.split("(", 1)[0]
     return name.rsplit("::", 1)[-1].rsplit(".", 1)[-1].lstrip("_")
 
 

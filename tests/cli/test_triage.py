@@ -228,3 +228,22 @@ def test_live_hang_scenarios(no_leftovers, scenario, world, culprit, site, cause
     assert (exit_code, data["kind"], data["cause"]) == (12, "hang", cause)
     assert data["culprit"]["label"] == culprit
     assert [r["wait_site"] for r in data["ranks"] if r["label"] == culprit] == [site]
+
+
+def test_watchdog_first_then_cascades_is_a_hang(tmp_path):
+    log = tmp_path / "w.log"
+    log.write_text(
+        "[2026-08-19 21:08:11 PP1 TP0] Scheduler watchdog timeout (self.watchdog_timeout=300)\n"
+        "[2026-08-19 21:08:16 PP0 TP0] Scheduler hit an exception: Traceback (most recent call"
+        ' last):\n  File "x.py", line 1, in recv_object\nRuntimeError: [pair.cc:547] Connection'
+        " closed by peer [1.2.3.4]:1\n"
+    )
+    exit_code, data = triage_json("--logs", str(log))
+    assert (exit_code, data["kind"], data["form"]) == (12, "hang", "C")
+
+
+def test_server_ready_log_is_healthy(tmp_path):
+    log = tmp_path / "r.log"
+    log.write_text("[2026-08-19 21:08:11] The server is fired up and ready to roll!\n")
+    exit_code, data = triage_json("--logs", str(log))
+    assert (exit_code, data["kind"]) == (0, "healthy")

@@ -43,3 +43,17 @@ def test_only_cascades_and_timeouts():
     assert only.form is None and "root crash is elsewhere" in only.evidence[0]
     timeout = exc("t", "RuntimeError", "Timed out waiting 1800000ms for recv operation")
     assert find_crash([timeout], None) is None
+
+
+def test_more_shape_and_bookkeeping_texts():
+    a = exc(
+        "t", "RuntimeError", "The size of tensor a (3013) must match the size of tensor b (1000)"
+    )
+    assert crash_form(a) == "A"
+    assert crash_form(exc("t", "IndexError", "pop from an empty deque")) == "B"
+
+
+def test_signal_exits_are_never_the_root():
+    quit_ = exc("2026-01-01 00:00:01", "KeyboardInterrupt", "")
+    root = exc("2026-01-01 00:00:02", "ValueError", "bad", pp=1)
+    assert find_crash([quit_, root], None).root is root

@@ -73,3 +73,18 @@ def test_garbage_gives_nothing():
     assert parse_dump_text("hello\nworld\n", "x") == []
     assert parse_dump_text("{not json", "x") == []
     assert parse_dump_text('{"a": 1}', "x") == []
+
+
+def test_locals_are_not_frames_and_json_lines_parse():
+    text = PYSPY_TEXT.replace(
+        "    recv (torch/distributed/distributed_c10d.py:2577)\n",
+        "    recv (torch/distributed/distributed_c10d.py:2577)\n"
+        "        Arguments:\n            tensor (x): <Tensor at 0x7f>\n",
+    )
+    [dump] = parse_dump_text(text, "x")
+    assert [f.name for f in dump.main_thread().frames][1:] == ["recv", "_pp_sync"]
+    thread = {"thread_name": "MainThread", "frames": [{"name": "f", "filename": "a", "line": 1}]}
+    lines = "\n".join(
+        json.dumps({"pid": p, "title": f"PP{p}", "threads": [thread]}) for p in (0, 1)
+    )
+    assert [d.pid for d in parse_dump_text(lines, "x")] == [0, 1]

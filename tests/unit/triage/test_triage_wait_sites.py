@@ -88,3 +88,9 @@ def test_unknown_stacks_fall_back_on_activity():
     assert classify_thread(stack("mystery", active=True)).site == "running"
     assert classify_thread(stack("mystery")).kind is WaitKind.OTHER
     assert classify_thread(None).site == "unknown"
+
+
+def test_native_names_with_argument_lists():
+    native = "c10d::ProcessGroupGloo::RecvWork::wait(std::chrono::duration<long, std::ratio<1l> >)"
+    thread = stack(native, "recv@" + C10D, "_pp_sync")
+    assert classify_thread(thread).site == "hicache-pp-sync-recv"
