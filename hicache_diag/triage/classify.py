@@ -128,6 +128,9 @@ def classify(
     report = _crash_report(logs, reports, num_heads)
     if report is None and (finding := classify_stacks(reports, hang_hint)) is not None:
         report = _exited_report(reports) or _from_hang(finding, reports, hang_hint)
+        if report.kind == "hang" and logs.hang_lines:
+            first = logs.hang_lines[0]
+            report.evidence.append(f"log: {first.source}:{first.lineno}: {first.text}")
     if report is None:
         report = _exited_report(reports) or _logs_only(logs, reports)
     if report.kind == "unknown" and (errors := [r for r in reports if r.error]):

@@ -68,9 +68,6 @@ def capture_live(
     if native:
         # A separate pass: native frames would make every stack look changed between samples.
         _sample(live, deadline_s, True, "native")
-    for rs in ranks:
-        if rs.dumps:
-            rs.error = None  # one good sample is enough to place the rank
     return ranks
 
 
@@ -78,8 +75,11 @@ def _sample(live: dict[int, RankSamples], deadline_s: float, native: bool, tag: 
     for pid, res in dump_stacks(list(live), deadline_s=deadline_s, native=native).items():
         rs = live[pid]
         if res.threads is None:
-            rs.error = rs.error or res.error
+            if not native:  # the latest plain sample decides; a failed native pass is optional
+                rs.error = res.error
             continue
+        if not native:
+            rs.error = None
         dump = RankDump(rs.rank, pid, rs.title, threads_from_json(res.threads), f"pid {pid} {tag}")
         if native:
             rs.native = dump

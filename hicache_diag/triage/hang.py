@@ -70,7 +70,9 @@ def analyse_rank(rs: RankSamples, pp_size: int, tp_size: int) -> RankReport:
         # Spinning between idle-poll lines is not progress; anything else that moved is.
         progressed = len(sigs) > 1 and not all(s.kind.value in _IDLE_KINDS for s in sites)
     site = sites[-1]
-    if progressed or site.kind is WaitKind.COMPUTE:
+    if rs.error and "no such process" in rs.error:
+        state = "exited"  # it died between samples: its last stack is kept as evidence
+    elif progressed or site.kind is WaitKind.COMPUTE:
         state = "running"
     else:
         state = "idle" if site.kind.value in _IDLE_KINDS else "blocked"
@@ -82,6 +84,7 @@ def analyse_rank(rs: RankSamples, pp_size: int, tp_size: int) -> RankReport:
         state,
         site.site,
         frames,
+        error=rs.error,
         wait_kind=site.kind.value,
         progressed=progressed,
         site_frame=site.frame.short if site.frame else None,

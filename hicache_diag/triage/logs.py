@@ -43,9 +43,13 @@ CASCADE_PATTERNS = (
     re.compile(r"NCCL communicator was aborted"),
     re.compile(r"Received sigquit from a child process"),
     re.compile(r"kill_process_tree called"),
+    re.compile(r"Subprocess .+ crashed with exit code"),  # the parent noticing, not the cause
 )
 # Fatal one-liners with no traceback: the rank consensus checker calls os._exit(1) after this.
-FATAL_PATTERNS = (re.compile(r"Found rank divergence for \d+ event"),)
+FATAL_PATTERNS = (
+    re.compile(r"Found rank divergence for \d+ event"),
+    re.compile(r"Subprocess .+ crashed with exit code"),  # SGLang's SubprocessWatchdog
+)
 PROGRESS = re.compile(
     r"(?:Prefill|Decode) batch[,.]|#running-req|gen throughput|The server is fired up", re.I
 )
