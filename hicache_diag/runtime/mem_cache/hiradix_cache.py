@@ -255,7 +255,8 @@ class HiRadixCache(L2ProtocolMixin, RadixCache):
             acks_consumed=self.acks_consumed,
             sync_received=self.sync_received,
             host_alloc_failed=self.host_alloc_failed,
-            host_free=self.mem_pool_host.available_size(),
+            # reserved slots of an undecided vote count as free: ranks agree on them
+            host_free=self.mem_pool_host.available_size() + self.reserved_host_tokens(),
             host_capacity=self.host_capacity,
             load_backs=self.load_backs,
             write_backs=self.write_backs,
