@@ -177,49 +177,73 @@ def _consume(
     lines: list[str], i: int, msg: str, prefixed: bool, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int:
     """Record what line i says; return the last line index it used."""
-    line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
-    if _TRACEBACK in msg:
-        frames, exc_type, message, end = _read_traceback(lines, i)
-        thread = _THREAD_EXC.search(msg)
-        thread_name = thread.group(1) if thread else ctx.thread
-        exc = LogException(ctx.rank, ctx.ts, source, i + 1, exc_type, message, frames, thread_name)
-        ev.exceptions.append(exc)
-        ctx.thread = None
-        ev.recognised += 1
-        return end
-    if m := _TERMINATE.search(msg):
-        # A C++ abort (gloo enforce, NCCL watchdog): no Python traceback, `what():` next line.
-        what = _WHAT.match(lines[i + 1]) if i + 1 < len(lines) else None
-        exc_type = m.group(1).rsplit("::", 1)[-1]
-        text = what.group(1).strip() if what else "terminate called"
-        ev.exceptions.append(LogException(ctx.rank, ctx.ts, source, i + 1, exc_type, text))
-        ev.recognised += 1
-        return i + 1 if what else i
+    for handler in (_on_traceback, _on_terminate, _on_pyspy, _on_fatal):
+        end = handler(lines, i, msg, source, ctx, ev)
+        if end is not None:
+            ev.recognised += 1
+            return end
     if thread := _THREAD_EXC.search(msg):
         ctx.thread = thread.group(1)
         return i
-    if m := _PYSPY.search(msg):
-        dumps, end = _read_pyspy(lines, i, source, ctx)
-        for dump in dumps:
-            dump.pid = dump.pid or int(m.group(1))
-        ev.dumps += dumps
-        ev.recognised += 1
-        return end
-    if any(p.search(msg) for p in FATAL_PATTERNS):
-        ev.exceptions.append(
-            LogException(ctx.rank, ctx.ts, source, i + 1, "RankDivergence", line.text)
-        )
-        ev.recognised += 1
-        return i
+    line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
     for patterns, bucket in ((HANG_PATTERNS, ev.hang_lines), (CASCADE_PATTERNS, ev.cascade_lines)):
         if any(p.search(msg) for p in patterns):
             bucket.append(line)
             ev.recognised += 1
             return i
-    if PROGRESS.search(msg) or prefixed:
-        if PROGRESS.search(msg):
-            ev.progress_lines.append(line)
-        ev.recognised += 1
+    if PROGRESS.search(msg):
+        ev.progress_lines.append(line)
+    ev.recognised += int(prefixed or bool(PROGRESS.search(msg)))
+    return i
+
+
+def _on_traceback(
+    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+) -> int | None:
+    if _TRACEBACK not in msg:
+        return None
+    frames, exc_type, message, end = _read_traceback(lines, i)
+    thread = _THREAD_EXC.search(msg)
+    name = thread.group(1) if thread else ctx.thread
+    ev.exceptions.append(
+        LogException(ctx.rank, ctx.ts, source, i + 1, exc_type, message, frames, name)
+    )
+    ctx.thread = None
+    return end
+
+
+def _on_terminate(
+    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+) -> int | None:
+    """A C++ abort (gloo enforce, NCCL watchdog): no Python traceback, `what():` next line."""
+    if not (m := _TERMINATE.search(msg)):
+        return None
+    what = _WHAT.match(lines[i + 1]) if i + 1 < len(lines) else None
+    exc_type = m.group(1).rsplit("::", 1)[-1]
+    text = what.group(1).strip() if what else "terminate called"
+    ev.exceptions.append(LogException(ctx.rank, ctx.ts, source, i + 1, exc_type, text))
+    return i + 1 if what else i
+
+
+def _on_pyspy(
+    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+) -> int | None:
+    if not (m := _PYSPY.search(msg)):
+        return None
+    dumps, end = _read_pyspy(lines, i, source, ctx)
+    for dump in dumps:
+        dump.pid = dump.pid or int(m.group(1))
+    ev.dumps += dumps
+    return end
+
+
+def _on_fatal(
+    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+) -> int | None:
+    if not any(p.search(msg) for p in FATAL_PATTERNS):
+        return None
+    kind = "RankDivergence" if "rank divergence" in msg else "SubprocessCrash"
+    ev.exceptions.append(LogException(ctx.rank, ctx.ts, source, i + 1, kind, msg.strip()))
     return i
 
 
