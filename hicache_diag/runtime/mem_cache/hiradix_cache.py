@@ -132,20 +132,25 @@ class HiRadixCache(L2ProtocolMixin, RadixCache):
         return n
 
     def _reserve_two_phase(self, n: int) -> torch.Tensor | None:
-        """#31425 at once, for write_back evictions (at ②, a safe point for a collective):
-        reserve -> MIN of success over every rank -> commit, or abort everywhere. A short round
-        makes every rank evict_host together, so host trees stay identical."""
+        """write_back evictions (at ②) cannot wait for a vote, and a symmetric collective here
+        would deadlock (see l2_protocol). So, as upstream's `_all_reduce` does under PP, PP0
+        decides (MIN over its TP) and `pp_sync` relays it; a follower whose own reservation
+        failed cannot obey a "yes" and counts a failure (the remaining divergence window)."""
         for attempt in range(2):
             if attempt:
-                self.evict_host(n)
+                self.evict_host(n)  # PP0 said no: every rank makes room the same way
             reserved = self.mem_pool_host.alloc(n)
             ok = torch.tensor([1 if reserved is not None else 0], dtype=torch.int64)
-            self.comm.all_reduce_pp(ok, "min")
+            if self.comm.pp_rank == 0:
+                self.comm.all_reduce_tp(ok, "min")
+            self.comm.pp_sync(ok)
             self.sync_received.setdefault("host_alloc", []).append(int(ok.item()))
-            if ok.item() == 1:
+            if ok.item() == 1 and reserved is not None:
                 return reserved
             if reserved is not None:
-                self.mem_pool_host.free(reserved)  # abort: some rank is short
+                self.mem_pool_host.free(reserved)  # abort: the leader's side is short
+            if ok.item() == 1:
+                return None  # told to commit but short here
         return None
 
     def _ancestor_ids(self, node: TreeNode) -> list[int]:

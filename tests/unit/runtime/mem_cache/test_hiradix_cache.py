@@ -171,3 +171,15 @@ def test_lru_clock_modes(bundles):
     first = logical.tree_cache.probe_stats()["clock"]
     logical.tree_cache.match_prefix([1, 1])
     assert logical.tree_cache.probe_stats()["clock"] > first and first < 100
+
+
+def test_write_back_two_phase_follows_the_leader(bundles):
+    comm = FakeComm(pp_rank=1, relay=[[0], [0]])  # PP0 says no twice
+    b = bundles("host-alloc=two-phase", hicache_write_policy="write_back", comm=comm)
+    free = b.host_pool.available_size()
+    put(b, [1, 1])
+    b.tree_cache.evict(2)
+    assert b.host_pool.available_size() == free, "our reservation was aborted"
+    assert b.tree_cache.match_prefix([1, 1]).host_hit_length == 0, "deleted like PP0 did"
+    assert b.tree_cache.probe_stats()["sync_received"]["host_alloc"] == [0, 0]
+    assert "all_reduce_pp" not in comm.names(), "no symmetric collective inside the loop"
