@@ -88,6 +88,7 @@ def analyse_rank(rs: RankSamples, pp_size: int, tp_size: int) -> RankReport:
         wait_kind=site.kind.value,
         progressed=progressed,
         site_frame=site.frame.short if site.frame else None,
+        call_path=site.path,
     )
 
 
@@ -109,12 +110,19 @@ def _pick_minority(ranks: list[RankReport]) -> list[RankReport]:
     return sorted((r for r in ranks if r.wait_site == site), key=lambda r: r.rank.key)
 
 
+def _symmetric(live: list[RankReport]) -> bool:
+    """Same site reached by the same call path on every rank: one call, all inside it. The
+    same site from different callers (writing_check vs can_terminate_prefetch) is a mismatch."""
+    return len({r.wait_site for r in live}) == 1 and len({r.call_path for r in live}) == 1
+
+
 def _hicache_hang(live: list[RankReport], hicache: list[RankReport]) -> HangFinding:
-    sites = {r.wait_site for r in live}
-    if len(sites) == 1 and all(r.wait_kind == WaitKind.HICACHE_COMM.value for r in live):
+    if _symmetric(live) and all(r.wait_kind == WaitKind.HICACHE_COMM.value for r in live):
         msg = f"every rank is inside the same HiCache sync ({live[0].wait_site}), symmetric"
         return HangFinding("hang", "network-suspect", [], [msg])
     culprits = _pick_minority(hicache)
+    if len({r.wait_site for r in hicache}) == 1 and len({r.call_path for r in hicache}) > 1:
+        culprits = _pick_minority_path(hicache)
     others = sorted({r.wait_site or "?" for r in live if r not in culprits})
     lead = culprits[0]
     ev = [
@@ -125,8 +133,24 @@ def _hicache_hang(live: list[RankReport], hicache: list[RankReport]) -> HangFind
     return HangFinding("hang", "protocol-deadlock", culprits, ev)
 
 
-def _comm_hang(live: list[RankReport]) -> HangFinding:
+def _pick_minority_path(ranks: list[RankReport]) -> list[RankReport]:
+    counts = Counter(r.call_path for r in ranks)
+    path = min(
+        counts, key=lambda p: (counts[p], min(r.rank.key for r in ranks if r.call_path == p))
+    )
+    return sorted((r for r in ranks if r.call_path == path), key=lambda r: r.rank.key)
+
+
+def _comm_hang(live: list[RankReport], multi: bool) -> HangFinding:
     sites = {r.wait_site for r in live}
+    busy_sites = {r.wait_site for r in live if r.wait_kind not in _IDLE_KINDS}
+    if not multi and busy_sites <= _SEND_SITES and busy_sites != sites:
+        # one snapshot: peers wait for requests while a stage flushes its sends (idle PP)
+        return HangFinding("healthy", None, [], ["ranks wait for requests; a send completes"])
+    if len(sites) == 1 and len({r.call_path for r in live}) > 1:
+        culprits = _pick_minority_path(live)
+        ev = f"every rank is in {live[0].wait_site}, but reached from different callers"
+        return HangFinding("hang", "protocol-deadlock", culprits, [ev])
     if len(sites) == 1 or sites & _SEND_SITES:
         ev = f"every rank is inside communication ({', '.join(sorted(map(str, sites)))}), "
         ev += "symmetric, no rank outside it"
@@ -164,9 +188,12 @@ def classify_stacks(reports: list[RankReport], hang_hint: bool) -> HangFinding |
         if multi or hang_hint:
             return HangFinding("hang", "straggler", outside, ev + ["it made no progress"])
         return HangFinding("busy", None, [], ["one snapshot: a stage computes while peers wait"])
+    if outside and hang_hint:
+        ev = "every rank is outside communication, yet the logs report a timeout (device/kernel?)"
+        return HangFinding("hang", None, [], [ev])
     if outside:
         return HangFinding("busy", None, [], ["every rank is computing"])
-    return _comm_hang(live)
+    return _comm_hang(live, multi or hang_hint)
 
 
 def _busy(live: list[RankReport], moving: list[RankReport]) -> HangFinding:

@@ -27,6 +27,7 @@ class RankReport:
     progressed: bool | None = None  # None: a single sample, cannot tell
     error: str | None = None  # why no dump was taken, or the exception text
     site_frame: str | None = None  # the frame that named the wait site
+    call_path: tuple[str, ...] = ()  # function names from the site frame out (not in JSON)
 
     def to_json(self) -> dict[str, Any]:
         return {

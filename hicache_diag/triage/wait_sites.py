@@ -157,6 +157,7 @@ class WaitSite:
     site: str
     kind: WaitKind
     frame: Frame | None  # the frame that named it
+    path: tuple[str, ...] = ()  # normalized names from that frame outwards (the call path)
 
     @property
     def in_comm(self) -> bool:
@@ -183,9 +184,9 @@ def classify_thread(thread: ThreadStack | None) -> WaitSite:
         for i in range(len(names)):
             for rule in rules:
                 if rule.matches(names, files, i):
-                    return WaitSite(rule.site, rule.kind, thread.frames[i])
+                    return WaitSite(rule.site, rule.kind, thread.frames[i], tuple(names[i:]))
         if rules is CONTEXT_RULES and (frame := _nccl_native(thread.frames)):
-            return WaitSite("nccl-collective", WaitKind.COLLECTIVE, frame)
+            return WaitSite("nccl-collective", WaitKind.COLLECTIVE, frame, tuple(names))
     if thread.active:
-        return WaitSite("running", WaitKind.COMPUTE, thread.frames[0])
-    return WaitSite("local-wait", WaitKind.OTHER, thread.frames[0])
+        return WaitSite("running", WaitKind.COMPUTE, thread.frames[0], tuple(names))
+    return WaitSite("local-wait", WaitKind.OTHER, thread.frames[0], tuple(names))

@@ -7,9 +7,10 @@ from hicache_diag.triage.hang import classify_stacks
 from hicache_diag.triage.report import RankReport
 
 
-def rank(pp, tp, site, kind, progressed=False):
+def rank(pp, tp, site, kind, progressed=False, caller="event_loop_pp"):
     r = RankReport(RankId(pp=pp, tp=tp), 100 + pp * 10 + tp, None, "r", "blocked", site)
     r.wait_kind, r.progressed, r.frames = kind, progressed, [f"{site} (x.py)"]
+    r.call_path = (site, caller)
     return r
 
 
@@ -60,3 +61,25 @@ def test_progress_means_busy_and_idle_means_healthy():
     assert classify_stacks(idle, False).kind == "healthy"
     assert classify_stacks(idle, hang_hint=True).kind == "hang"
     assert classify_stacks([], False) is None
+
+
+def test_same_hicache_site_from_different_callers_is_a_mismatch():
+    # #30760: TP0 votes in can_terminate_prefetch while its peers vote in writing_check
+    ranks = [rank(0, 0, "hicache-tp-allreduce", "hicache-comm", caller="can_terminate_prefetch")]
+    ranks += [
+        rank(0, t, "hicache-tp-allreduce", "hicache-comm", caller="writing_check") for t in (1, 2)
+    ]
+    f = classify_stacks(ranks, hang_hint=False)
+    assert (f.cause, [c.rank for c in f.culprits]) == ("protocol-deadlock", [RankId(pp=0, tp=0)])
+
+
+def test_one_snapshot_of_an_idle_pp_cluster_flushing_a_send_is_healthy():
+    ranks = [rank(0, 0, "pp-send", "p2p", None), rank(1, 0, "request-recv", "request", None)]
+    assert classify_stacks(ranks, hang_hint=False).kind == "healthy"
+    assert classify_stacks(ranks, hang_hint=True).kind == "hang"
+
+
+def test_everyone_computing_while_logs_time_out_is_a_hang():
+    ranks = [rank(0, 0, "forward", "compute"), rank(1, 0, "forward", "compute")]
+    assert classify_stacks(ranks, hang_hint=False).kind == "busy"
+    assert classify_stacks(ranks, hang_hint=True).kind == "hang"
