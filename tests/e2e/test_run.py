@@ -234,3 +234,37 @@ def test_ranks_die_with_a_sigkilled_launcher(tmp_path):
     finally:
         cli.kill()
     assert not alive, [p.pid for p in alive]
+
+
+@pytest.mark.slow
+def test_ranks_start_under_torchrun(tmp_path):
+    """Multi-node runs use torchrun (env://); the rank entry reads the run dir's manifest."""
+    import socket
+
+    seed_run = tmp_path / "seed"
+    _check_healthy(seed_run, _run(["--requests", "4", "--json", "--out", str(seed_run)]), 2)
+    out = tmp_path / "torchrun"
+    (out / "stacks").mkdir(parents=True)
+    (out / "manifest.json").write_text((seed_run / "manifest.json").read_text())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(port),
+        "-m",
+        "hicache_diag.harness.rank_main",
+        "--run-dir",
+        str(out),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((out / "outputs.json").read_text()) == json.loads(
+        (seed_run / "outputs.json").read_text()
+    )
+    assert_no_children()
