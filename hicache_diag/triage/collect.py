@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 
 from hicache_diag.errors import UsageError
-from hicache_diag.triage.discover import RankId, describe_pid, parse_rank_tokens
+from hicache_diag.triage.discover import RankId, describe_pid, parse_rank_tokens, rank_from_title
 from hicache_diag.triage.dumps import RankDump, parse_dump_text, threads_from_json
 from hicache_diag.triage.hang import RankSamples
 from hicache_diag.triage.pyspy import dump_stacks
@@ -33,7 +33,7 @@ def _describe(pids: list[int]) -> list[RankSamples]:
         except psutil.AccessDenied:
             proc = None
         title = proc.title if proc else None
-        rank = parse_rank_tokens(title.split(None, 1)[0]) if title else None
+        rank = rank_from_title(title)
         if rank is None:
             rank, unnamed = RankId(tp=unnamed), unnamed + 1
         out.append(RankSamples(rank, pid, title))

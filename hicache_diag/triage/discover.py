@@ -59,6 +59,14 @@ def is_scheduler_title(cmdline: str) -> bool:
     return cmdline.startswith(TITLE_PREFIXES)
 
 
+def rank_from_title(title: str | None) -> RankId | None:
+    """Rank tokens only from a scheduler title: any other cmdline (`/opt/ep4/bin/python ...`)
+    could hold token look-alikes."""
+    if not title or not is_scheduler_title(title.strip()):
+        return None
+    return parse_rank_tokens(title.split(None, 1)[0]) or RankId()
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerProcess:
     pid: int
@@ -70,8 +78,7 @@ def describe_pid(pid: int) -> SchedulerProcess:
     """Title and rank of one pid (rank 0 when the title names none). Raises psutil errors."""
     proc = psutil.Process(pid)
     title = " ".join(proc.cmdline()) or proc.name()
-    rank = parse_rank_tokens(title.split(None, 1)[0]) if is_scheduler_title(title) else None
-    return SchedulerProcess(pid, title, rank or RankId())
+    return SchedulerProcess(pid, title, rank_from_title(title) or RankId())
 
 
 def _candidates(parent: int | None) -> list[psutil.Process]:

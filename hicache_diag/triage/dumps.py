@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from hicache_diag.triage.discover import RankId, parse_rank_tokens
+from hicache_diag.triage.discover import RankId, parse_rank_tokens, rank_from_title
 
 _PROCESS = re.compile(r"^Process (\d+): (.*)$")
 _THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \((\w+)\)(?:: "(.*)")?')
@@ -85,7 +85,7 @@ def dump_from_json(data: Any, source: str) -> RankDump | None:
     """A JSON file: a py-spy thread list, or our envelope `{pid, title, threads}`."""
     if isinstance(data, dict) and isinstance(data.get("threads"), list):
         title = data.get("title")
-        rank = parse_rank_tokens(title) if title else None
+        rank = rank_from_title(title) or parse_rank_tokens(str(data.get("rank") or ""))
         return RankDump(rank, data.get("pid"), title, threads_from_json(data["threads"]), source)
     if isinstance(data, list) and data and all(isinstance(t, dict) and "frames" in t for t in data):
         pid = data[0].get("pid") if data else None
@@ -111,7 +111,7 @@ def parse_pyspy_text(lines: list[str], source: str) -> list[RankDump]:
         if m := _PROCESS.match(line.strip()):
             close_thread()
             title = m.group(2).strip()
-            current = RankDump(parse_rank_tokens(title), int(m.group(1)), title, [], source)
+            current = RankDump(rank_from_title(title), int(m.group(1)), title, [], source)
             dumps.append(current)
         elif m := _THREAD.match(line.strip()):
             close_thread()

@@ -62,3 +62,11 @@ def test_discover_finds_titled_processes_only(no_leftovers):
             p.kill()
             p.wait()
             p.stdout.close()
+
+
+def test_rank_only_from_scheduler_titles():
+    from hicache_diag.triage.discover import rank_from_title
+
+    assert rank_from_title("/opt/ep4/bin/python -m sglang.launch_server --tp 4") is None
+    assert rank_from_title("sglang::scheduler_PP1_TP2 ") == RankId(pp=1, tp=2)
+    assert rank_from_title("sglang::scheduler") == RankId()
