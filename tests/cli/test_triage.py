@@ -41,6 +41,8 @@ SAMPLES = {
     "dumps/tp_hang_allreduce": (12, "hang", "C", PD, "PP0 TP0", "hicache-tp-allreduce"),
     "dumps/network_suspect": (12, "hang", "C", "network-suspect", None, None),
     "dumps/healthy_busy": (0, "busy", None, None, None, None),
+    # a real run directory of our runtime: stacks/rank{r}.json, ranks mapped by manifest.json
+    "dumps/runtime_hang_dma": (12, "hang", "C", PD, "PP1 TP1", "ack-event-synchronize"),
     "logs/form_a_cascade.log": (10, "crash", "A", None, "PP1 TP0", None),
     "logs/form_b_pop_empty.log": (11, "crash", "B", None, "PP1 TP1", None),
     "logs/form_c_watchdog.log": (12, "hang", "C", PD, "PP1 TP0", "storage-queue-get"),
