@@ -35,6 +35,7 @@ class ThreadStack:
     name: str | None
     active: bool | None
     frames: tuple[Frame, ...]
+    tid: int | None = None  # OS thread id; the main thread's equals the pid on Linux
 
     @property
     def signature(self) -> tuple[tuple[str, str, int], ...]:
@@ -55,6 +56,9 @@ class RankDump:
         for thread in self.threads:
             if thread.name == "MainThread":
                 return thread
+        for thread in self.threads:  # unnamed threads (thread_name null): match tid to pid
+            if self.pid is not None and thread.tid == self.pid:
+                return thread
         return self.threads[0] if self.threads else None
 
 
@@ -63,6 +67,13 @@ def _short_path(path: str) -> str:
         if marker in path:
             return path.rsplit(marker, 1)[1]
     return path
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def threads_from_json(data: list[dict[str, Any]]) -> list[ThreadStack]:
@@ -77,7 +88,8 @@ def threads_from_json(data: list[dict[str, Any]]) -> list[ThreadStack]:
             )
             for f in item.get("frames") or []
         )
-        threads.append(ThreadStack(item.get("thread_name"), item.get("active"), frames))
+        tid = item.get("os_thread_id")
+        threads.append(ThreadStack(item.get("thread_name"), item.get("active"), frames, _int(tid)))
     return threads
 
 
@@ -98,12 +110,13 @@ def parse_pyspy_text(lines: list[str], source: str) -> list[RankDump]:
     `Process` header, or one for a headerless block."""
     dumps: list[RankDump] = []
     current: RankDump | None = None
-    thread: tuple[str | None, bool | None, list[Frame]] | None = None
+    thread: tuple[str | None, bool | None, list[Frame], int | None] | None = None
 
     def close_thread() -> None:
         nonlocal thread
         if current is not None and thread is not None:
-            current.threads.append(ThreadStack(thread[0], thread[1], tuple(thread[2])))
+            name, active, frames, tid = thread
+            current.threads.append(ThreadStack(name, active, tuple(frames), tid))
         thread = None
 
     for raw in lines:
@@ -118,7 +131,8 @@ def parse_pyspy_text(lines: list[str], source: str) -> list[RankDump]:
             if current is None:
                 current = RankDump(None, None, None, [], source)
                 dumps.append(current)
-            thread = (m.group(3), m.group(2) == "active", [])
+            tid = int(m.group(1), 16) if m.group(1).startswith("0x") else int(m.group(1))
+            thread = (m.group(3), m.group(2) == "active", [], tid)
         elif thread is not None and (m := _PYSPY_FRAME.match(line)):
             thread[2].append(Frame(m.group(1), m.group(2), int(m.group(3) or 0)))
     close_thread()

@@ -88,3 +88,12 @@ def test_locals_are_not_frames_and_json_lines_parse():
         json.dumps({"pid": p, "title": f"PP{p}", "threads": [thread]}) for p in (0, 1)
     )
     assert [d.pid for d in parse_dump_text(lines, "x")] == [0, 1]
+
+
+def test_unnamed_main_thread_found_by_os_thread_id():
+    def th(tid, name):
+        frames = [{"name": name, "filename": "a.py", "line": 1}]
+        return {"pid": 50, "thread_name": None, "os_thread_id": tid, "frames": frames}
+
+    [dump] = parse_dump_text(json.dumps([th(51, "worker"), th(50, "event_loop_pp")]), "x")
+    assert dump.main_thread().frames[0].name == "event_loop_pp"
