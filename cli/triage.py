@@ -25,7 +25,8 @@ Parent = Annotated[
     int | None, typer.Option("--parent", help="With --discover: only this launcher's tree.")
 ]
 Dumps = Annotated[
-    Path | None, typer.Option("--dumps", help="Folder of py-spy dumps (text or --json).")
+    list[Path] | None,
+    typer.Option("--dumps", help="Folder of py-spy dumps, text or --json (repeat per node)."),
 ]
 Logs = Annotated[
     list[Path] | None, typer.Option("--logs", help="SGLang server log (repeat for several).")
@@ -57,7 +58,10 @@ def register(app: typer.Typer) -> None:
             False
         ),
         more_logs: Annotated[
-            list[Path] | None, typer.Argument(help="More log files after --logs FILE.", hidden=True)
+            list[Path] | None,
+            typer.Argument(
+                help="More log files after --logs FILE.", metavar="FILE...", hidden=True
+            ),
         ] = None,
     ) -> None:
         """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits."""
@@ -67,7 +71,7 @@ def register(app: typer.Typer) -> None:
             pids=tuple(pid or ()),
             discover=discover,
             parent=parent,
-            dumps=dumps,
+            dumps=tuple(dumps or ()),
             logs=tuple(logs or ()) + tuple(more_logs or ()),
             save=save,
             samples=samples,

@@ -21,7 +21,7 @@ class TriageRequest:
     pids: tuple[int, ...] = ()
     discover: bool = False
     parent: int | None = None  # limit --discover to this launcher's process tree
-    dumps: Path | None = None
+    dumps: tuple[Path, ...] = ()
     logs: tuple[Path, ...] = ()
     save: Path | None = None
     samples: int = 2
@@ -84,7 +84,7 @@ def run_triage(req: TriageRequest) -> TriageReport:
         )
         if req.save:
             save_samples(ranks, req.save)
-    if req.dumps:
-        ranks += load_dumps(req.dumps)
+    for folder in req.dumps:
+        ranks += load_dumps(folder)
     logs = _read_logs(req.logs, alone=not ranks)
     return classify(ranks, logs, num_heads=req.num_heads)
