@@ -249,3 +249,16 @@ def test_server_ready_log_is_healthy(tmp_path):
     log.write_text("[2026-08-19 21:08:11] The server is fired up and ready to roll!\n")
     exit_code, data = triage_json("--logs", str(log))
     assert (exit_code, data["kind"]) == (0, "healthy")
+
+
+def test_dumps_from_several_nodes_merge(tmp_path):
+    import shutil
+
+    for node, pp in (("node0", 0), ("node1", 1)):
+        (tmp_path / node).mkdir()
+        for f in (DUMPS / "pp_hang_pp_sync").glob(f"pyspy_pp{pp}_*.txt"):
+            shutil.copy(f, tmp_path / node / f.name)
+    exit_code, data = triage_json(
+        "--dumps", str(tmp_path / "node0"), "--dumps", str(tmp_path / "node1")
+    )
+    assert (exit_code, data["culprit"]["label"], len(data["ranks"])) == (12, "PP1 TP0", 4)
