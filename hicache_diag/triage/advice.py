@@ -73,6 +73,14 @@ def next_steps(
 ) -> list[str]:
     if kind == "crash":
         return _CRASH.get(form, _CRASH[None]) + [BISECT]
+    if kind == "hang" and cause == "network-suspect" and site and site.startswith("hicache"):
+        return [
+            f"every rank sits in the same HiCache sync ({site}); if the links are healthy the "
+            "ranks entered it a different number of times (#30760): compare per-rank call "
+            "counts (SGLANG_ENABLE_RANK_CONSENSUS_CHECKER=1)",
+            *_HANG["network-suspect"],
+            BISECT,
+        ]
     if kind == "hang":
         hint = [_SITE[site]] if site in _SITE else []
         return hint + _HANG.get(cause, _HANG[None]) + [BISECT]

@@ -137,7 +137,9 @@ def classify(
         report.reason = "; ".join(f"{r.rank.label} (pid {r.pid}): {r.error}" for r in errors)
     report.stack_tree = merge_stacks(rs.native or rs.dumps[-1] for rs in ranks if rs.dumps)
     report.samples = max((len(rs.dumps) for rs in ranks), default=0)
-    site = report.culprit.wait_site if report.culprit else None
+    sites = {r.wait_site for r in report.ranks if r.wait_site}
+    common = next(iter(sites)) if len(sites) == 1 else None
+    site = report.culprit.wait_site if report.culprit else common
     report.next_steps = next_steps(report.kind, report.form, report.cause, site)
     report.ranks.sort(key=lambda r: r.rank.key)
     return report

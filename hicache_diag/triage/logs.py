@@ -163,7 +163,16 @@ def _read_pyspy(lines: list[str], start: int, source: str, ctx: _Ctx) -> tuple[l
     return dumps, end - 1
 
 
+# Prefixes a log collector adds to every line: journald/syslog (`Jul 01 18:00:57 host
+# python3[123]: `) and RFC 3339 stamps (`kubectl logs --timestamps`, `docker logs -t`).
+_CARRIER = re.compile(
+    r"^(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [^:\s]+(?:\[\d+\])?: "
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? )"
+)
+
+
 def parse_log_lines(lines: list[str], source: str) -> LogEvidence:
+    lines = [_CARRIER.sub("", ln.rstrip("\n"), count=1) for ln in lines]
     ev = LogEvidence()
     ctx = _Ctx()
     i = 0

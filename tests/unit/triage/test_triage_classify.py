@@ -48,3 +48,10 @@ def test_log_dumps_become_samples_and_hang_lines_evidence():
     assert report.culprit.pid == 7 and report.culprit.wait_site == "ack-event-synchronize"
     assert any(e.startswith("log: x:9") for e in report.evidence)
     assert int(report.exit_code) == 12
+
+
+def test_symmetric_hicache_sync_hints_at_call_counts():
+    ranks = [samples(p, "all_reduce", "_all_reduce_attn_groups", "writing_check") for p in (0, 1)]
+    report = classify(ranks)
+    assert (report.kind, report.cause) == ("hang", "network-suspect")
+    assert "#30760" in report.next_steps[0]

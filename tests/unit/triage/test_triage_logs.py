@@ -71,3 +71,19 @@ def test_cpp_terminate_with_what_line():
     [exc] = ev.exceptions
     assert exc.rank == RankId(pp=0, tp=0) and exc.exc_type == "EnforceNotMet"
     assert "doesn't match expected size" in exc.message and not exc.is_cascade
+
+
+def test_collector_prefixes_are_stripped():
+    journald = "Jul 01 18:00:57 gpu-node-3 python3[4242]: "
+    kubectl = "2026-07-01T18:00:57.123456789Z "
+    for carrier in (journald, kubectl):
+        lines = [
+            carrier + "[2026-07-01 18:00:57 PP1 TP0] Scheduler hit an exception: Traceback (most"
+            " recent call last):",
+            carrier + '  File "/s/hiradix_cache.py", line 618, in writing_check',
+            carrier + "    ack = self.cache_controller.ack_write_queue.pop(0)",
+            carrier + "IndexError: pop from empty list",
+        ]
+        [exc] = parse_log_lines(lines, "x").exceptions
+        assert exc.rank == RankId(pp=1, tp=0) and exc.frames == ["writing_check"]
+        assert exc.text == "IndexError: pop from empty list"
