@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import json
+import os
 import socket
-import traceback
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -18,27 +20,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, pp: int, tp: int, port: int, q) -> None:
-    try:
-        import os
-
-        import torch.distributed as dist
-
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        from hicache_diag.runtime.distributed.parallel_state import (
-            ParallelState,
-            init_distributed,
-        )
-        from hicache_diag.runtime.hooks import Hooks
-
-        init_distributed(rank, world, None, timeout_s=30)
-        p, t = divmod(rank, tp)
-        ps = ParallelState(p, pp, t, tp, Hooks(rank, p, t))
-        q.put((rank, _exercise(ps)))
-        dist.barrier()
-        dist.destroy_process_group()
-    except Exception:  # noqa: BLE001 - report to the parent
-        q.put((rank, traceback.format_exc()))
+WORKER = """
+import json, os, sys
+import torch.distributed as dist
+from hicache_diag.runtime.distributed.parallel_state import ParallelState, init_distributed
+from hicache_diag.runtime.hooks import Hooks
+import importlib.util
+spec = importlib.util.spec_from_file_location("ps_test", sys.argv[5])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+_exercise = mod._exercise
+rank, world, pp, tp = (int(a) for a in sys.argv[1:5])
+init_distributed(rank, world, None, timeout_s=60)
+p, t = divmod(rank, tp)
+out = _exercise(ParallelState(p, pp, t, tp, Hooks(rank, p, t)))
+dist.barrier()
+dist.destroy_process_group()
+print(json.dumps(out))
+"""
 
 
 def _exercise(ps) -> dict:
@@ -70,17 +69,34 @@ def _exercise(ps) -> dict:
 
 
 def _run(pp: int, tp: int) -> dict[int, dict]:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
+    """Plain subprocesses (not multiprocessing: its resource tracker would outlive the test)."""
     world, port = pp * tp, _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, world, pp, tp, port, q)) for r in range(world)]
-    for p in procs:
-        p.start()
-    results = dict(q.get(timeout=60) for _ in procs)
-    for p in procs:
-        p.join(timeout=30)
-    for r, res in results.items():
-        assert isinstance(res, dict), f"rank {r} failed:\n{res}"
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "OMP_NUM_THREADS": "1",
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(r), str(world), str(pp), str(tp), __file__],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for r in range(world)
+    ]
+    results = {}
+    try:
+        for r, p in enumerate(procs):
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, f"rank {r} failed:\n{err[-3000:]}"
+            results[r] = json.loads(out.strip().splitlines()[-1])
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
     return results
 
 
@@ -93,7 +109,7 @@ def test_pp2_tp2_transport_and_collectives():
     res = _run(pp=2, tp=2)
     for r in (2, 3):  # PP1: each TP rank hears from its own TP column on PP0
         assert res[r]["pyobj"] == {"reqs": [1, 2, 3], "rank": r - 2}
-        assert res[r]["shape"] == (3, 4)
+        assert res[r]["shape"] == [3, 4]
     assert all(res[r]["sync"] == 7 for r in range(4)), "pp_sync must relay PP0's value"
     assert res[0]["inflight"] == 1 and res[2]["inflight"] == 0, "only non-last stages keep sends"
     assert {res[r]["min_all"] for r in range(4)} == {10}
