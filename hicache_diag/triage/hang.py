@@ -167,7 +167,8 @@ def classify_stacks(reports: list[RankReport], hang_hint: bool) -> HangFinding |
     if not live:
         return None
     multi = any(r.progressed is not None for r in live)
-    moving = [r for r in live if r.progressed]
+    # A rank computing in every sample is working even if py-spy caught the same line twice.
+    moving = [r for r in live if r.progressed or (multi and r.wait_kind == "compute")]
     stuck = [r for r in live if not r.progressed]
     hicache = [r for r in stuck if r.wait_kind in {k.value for k in HICACHE_KINDS}]
     if moving and not hang_hint:
@@ -199,7 +200,9 @@ def classify_stacks(reports: list[RankReport], hang_hint: bool) -> HangFinding |
 def _busy(live: list[RankReport], moving: list[RankReport]) -> HangFinding:
     ev = [f"{len(moving)}/{len(live)} ranks progressed between samples"]
     stuck_comm = [r for r in live if not r.progressed and _in_comm(r)]
-    outside = [r for r in live if not _in_comm(r) and r.wait_kind not in _IDLE_KINDS]
+    # A stage computing while its peers wait is a pipeline at work; a rank that sleeps, waits
+    # on a lock or the device while everyone waits for it is a straggler (rank-stall, GIL).
+    outside = [r for r in live if not _in_comm(r) and r.wait_kind in ("other", "device")]
     if len(outside) == 1 and len(stuck_comm) == len(live) - 1:
         ev.append(f"{outside[0].rank.label} is the only rank outside communication")
         return HangFinding("busy", "straggler", outside, ev)

@@ -134,7 +134,7 @@ GENERIC_RULES: tuple[Signature, ...] = (
     Signature("device-synchronize", K.DEVICE, _s("synchronize", "cuStreamSynchronize")),
     Signature("device-synchronize", K.DEVICE, _s("cudaStreamSynchronize", "cuEventSynchronize")),
     Signature("queue-get", K.OTHER, _s("get"), frozenset(), "queue"),
-    Signature("sleep", K.COMPUTE, _s("sleep")),
+    Signature("sleep", K.OTHER, _s("sleep")),
     Signature("lock-wait", K.OTHER, _s("wait", "acquire"), frozenset(), "threading"),
 )
 

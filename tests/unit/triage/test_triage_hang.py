@@ -83,3 +83,12 @@ def test_everyone_computing_while_logs_time_out_is_a_hang():
     ranks = [rank(0, 0, "forward", "compute"), rank(1, 0, "forward", "compute")]
     assert classify_stacks(ranks, hang_hint=False).kind == "busy"
     assert classify_stacks(ranks, hang_hint=True).kind == "hang"
+
+
+def test_busy_pipeline_is_not_a_straggler_but_a_sleeping_rank_is():
+    multi = [rank(0, 0, "forward", "compute"), rank(1, 0, "pp-proxy-recv", "p2p")]
+    f = classify_stacks(multi, hang_hint=False)
+    assert (f.kind, f.cause) == ("busy", None)
+    sleeping = [rank(0, 0, "local-wait", "other", True), rank(1, 0, "pp-proxy-recv", "p2p")]
+    f = classify_stacks(sleeping, hang_hint=False)
+    assert (f.kind, f.cause, f.culprits[0].rank) == ("busy", "straggler", RankId(pp=0, tp=0))
