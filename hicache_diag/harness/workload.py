@@ -1,7 +1,10 @@
 """Deterministic workloads (ours): prompts and an arrival schedule by scheduler step.
 
 Arrivals are spread over steps so earlier requests finish (and insert into the tree) before later
-ones arrive: that is what makes prefix reuse, and with enough unique tokens eviction, happen.
+ones arrive: that is what makes prefix reuse happen. `long-prompt` (and `random`) hold enough
+unique tokens to evict at the default 1024-token pool; `shared-prefix` evicts with a smaller
+`--max-total-tokens`. The sample recipes are calibrated on these exact streams: changing a
+generator changes every recorded reproduction.
 """
 
 from __future__ import annotations
@@ -24,9 +27,7 @@ def _tokens(rng: random.Random, n: int, vocab: int) -> list[int]:
 
 
 def _shared_prefix(rng, i, prefixes, vocab):
-    # A few hot prefixes and a cold tail: cold ones get evicted, then come back (host hits).
-    hot = min(int(rng.expovariate(0.6)), len(prefixes) - 1)
-    return prefixes[hot] + _tokens(rng, rng.randint(16, 48), vocab), 2
+    return prefixes[i % len(prefixes)] + _tokens(rng, rng.randint(8, 24), vocab), 2
 
 
 def _random(rng, i, prefixes, vocab):
@@ -56,7 +57,7 @@ class Workload:
     def __init__(self, config: WorkloadConfig, server_args: ServerArgs) -> None:
         rng = random.Random(f"{config.workload}:{config.seed}")
         vocab = server_args.model.vocab_size
-        prefixes = [_tokens(rng, 48, vocab) for _ in range(8)]
+        prefixes = [_tokens(rng, 48, vocab) for _ in range(4)]
         make = _KINDS[config.workload]
         limit = min(server_args.chunked_prefill_size, server_args.max_total_tokens // 2)
         step, self.arrivals_list = 0, []
