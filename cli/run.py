@@ -113,19 +113,23 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
         flags = dict(locals())
-        cfg = build_run_config(flags)
-        from hicache_diag.harness.trial import run_trial
+        raise typer.Exit(_run_and_render(build_run_config(flags), json_))
 
-        try:
-            with LiveProgress(err_console, cfg.server_args.world_size) as progress:
-                argv = ["hicache-diag", *sys.argv[1:]]
-                result = run_trial(cfg, argv, on_progress=progress.update)
-        except KeyboardInterrupt:
-            # The trial has already reaped every rank and written launcher.json.
-            sys.stderr.write("hicache-diag: interrupted; every rank was reaped\n")
-            raise typer.Exit(130) from None
-        if json_:
-            print_json(result.verdict.to_json())
-        else:
-            render_verdict(err_console, result.verdict)
-        raise typer.Exit(int(result.verdict.exit_code))
+
+def _run_and_render(cfg: RunConfig, json_: bool) -> int:
+    """One trial with the live view on stderr; the verdict as JSON (stdout) or a panel."""
+    from hicache_diag.harness.trial import run_trial
+
+    try:
+        with LiveProgress(err_console, cfg.server_args.world_size) as progress:
+            argv = ["hicache-diag", *sys.argv[1:]]
+            result = run_trial(cfg, argv, on_progress=progress.update)
+    except KeyboardInterrupt:
+        # The trial has already reaped every rank and written launcher.json.
+        sys.stderr.write("hicache-diag: interrupted; every rank was reaped\n")
+        return 130
+    if json_:
+        print_json(result.verdict.to_json())
+    else:
+        render_verdict(err_console, result.verdict)
+    return int(result.verdict.exit_code)

@@ -89,3 +89,25 @@ def test_json_run_prints_only_the_verdict(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["topology"]["world_size"] == 2 and manifest["seed"] == 7
     assert manifest["protocol"]["ack-count"] == "leader-batched"
+
+
+def test_scenario_fills_in_and_the_command_line_wins(tmp_path):
+    from hicache_diag.cli.run import build_run_config
+
+    sc = tmp_path / "s.toml"
+    sc.write_text(
+        'pp = 3\nprotocol = "legacy"\nfix = ["ack-count=leader"]\nstorage_backend = "file"\n'
+        'requests = 5\n\n[[fault]]\nname = "p2p-delay"\nrank = 1\nms = 5\n'
+    )
+    cfg = build_run_config({"scenario": str(sc), "requests": 9, "fault": ["rank-stall:ms=1"]})
+    assert cfg.server_args.pp_size == 3 and cfg.workload.requests == 9
+    assert cfg.server_args.hicache_storage_backend == "file"
+    assert cfg.protocol.mode("ack-count") == "leader" and cfg.protocol.mode("l3-hit") == "local"
+    assert [f.split(":")[0] for f in cfg.faults] == ["p2p-delay", "rank-stall"]
+    cfg = build_run_config({"scenario": str(sc), "pp": 2})
+    assert cfg.server_args.pp_size == 2
+
+
+def test_fault_outside_the_topology_is_bad_input(capsys):
+    assert run_cli(["run", "--pp", "2", "--fault", "rank-stall:rank=5,ms=1"]) == 2
+    assert "rank" in capsys.readouterr().err
