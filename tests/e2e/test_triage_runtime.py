@@ -51,7 +51,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _triage(capsys, pid: int) -> tuple[int, dict]:
-    argv = ["triage", "--discover", "--parent", str(pid), "--interval", "1", "--json"]
+    # three samples: on a loaded 2-core box one rank may not run at all for a second
+    argv = ["triage", "--discover", "--parent", str(pid), "--samples", "3", "--interval", "1"]
+    argv.append("--json")
     code = run_cli(argv)
     return code, json.loads(capsys.readouterr().out)
 
