@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main", "run"]
-SMALL = ["--max-total-tokens", "128", "--hicache-size", "256KiB", "--requests", "24"]
+SMALL = ["--max-total-tokens", "128", "--hicache-size", "384KiB", "--requests", "24"]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -36,7 +36,7 @@ def test_full_protocol_small_host_pool_is_healthy(tmp_path, no_leftover_processe
         assert _total(rows, "write_backs") > 0 and _total(rows, "load_backs") > 0
         assert _total(rows, "acks_consumed", "write") > 0
         assert _total(rows, "acks_consumed", "load") > 0
-        assert rows[0]["host_capacity"] == 168, "MIN of 168 (3 layers) and 256 (2 layers)"
+        assert rows[0]["host_capacity"] == 256, "MIN of 256 (3 layers) and 384 (2 layers)"
     digests = [[r["tree_digest"] for r in rows] for rows in ranks]
     assert digests[0] == digests[1], "every step, the same tree on both stages"
 
@@ -56,7 +56,7 @@ def test_host_capacity_local_keeps_per_stage_capacities(tmp_path, no_leftover_pr
         "--json",
     )
     caps = [_rows(out, r)[0]["host_capacity"] for r in range(2)]
-    assert caps == [168, 256], "fixed --hicache-size: bytes per token differ per stage (#29258)"
+    assert caps == [256, 384], "fixed --hicache-size: bytes per token differ per stage (#29258)"
 
 
 @pytest.mark.parametrize(
