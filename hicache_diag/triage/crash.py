@@ -93,7 +93,8 @@ def _order_key(exc: LogException) -> tuple[str, int, str, int]:
 
 def find_crash(exceptions: list[LogException], num_heads: int | None) -> CrashFinding | None:
     """The first non-cascade, non-timeout exception in time is the root; the rest is secondary."""
-    real = [e for e in exceptions if not e.is_timeout]
+    # Ctrl-C / SIGQUIT exits alone say "interrupted", not "crashed".
+    real = [e for e in exceptions if not e.is_timeout and not e.is_signal_exit]
     if not real:
         return None
     roots = sorted((e for e in real if not e.is_cascade), key=_order_key)

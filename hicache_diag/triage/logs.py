@@ -75,10 +75,12 @@ class LogException:
         return f"{self.exc_type}: {self.message}" if self.message else self.exc_type
 
     @property
+    def is_signal_exit(self) -> bool:
+        return self.exc_type.rsplit(".", 1)[-1] in _SIGNAL_EXITS
+
+    @property
     def is_cascade(self) -> bool:
-        if self.exc_type.rsplit(".", 1)[-1] in _SIGNAL_EXITS:
-            return True
-        return any(p.search(self.text) for p in CASCADE_PATTERNS)
+        return self.is_signal_exit or any(p.search(self.text) for p in CASCADE_PATTERNS)
 
     @property
     def is_timeout(self) -> bool:

@@ -84,7 +84,15 @@ def run_triage(req: TriageRequest) -> TriageReport:
         )
         if req.save:
             save_samples(ranks, req.save)
+    run_logs: list[Path] = []
     for folder in req.dumps:
-        ranks += load_dumps(folder)
-    logs = _read_logs(req.logs, alone=not ranks)
+        # A run directory (manifest.json) also holds each rank's log with its traceback.
+        found = sorted(folder.glob("rank*.log")) if (folder / "manifest.json").is_file() else []
+        run_logs += found
+        try:
+            ranks += load_dumps(folder)
+        except UsageError:
+            if not found:
+                raise
+    logs = _read_logs(req.logs + tuple(run_logs), alone=not ranks)
     return classify(ranks, logs, num_heads=req.num_heads)

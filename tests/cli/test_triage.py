@@ -262,3 +262,11 @@ def test_dumps_from_several_nodes_merge(tmp_path):
         "--dumps", str(tmp_path / "node0"), "--dumps", str(tmp_path / "node1")
     )
     assert (exit_code, data["culprit"]["label"], len(data["ranks"])) == (12, "PP1 TP0", 4)
+
+
+def test_a_run_directory_brings_its_rank_logs(tmp_path):
+    (tmp_path / "manifest.json").write_text('{"topology": {"ranks": []}}')
+    (tmp_path / "stacks").mkdir()  # a crashed run: no stacks were taken
+    (tmp_path / "rank1.log").write_text((LOGS / "form_b_pop_empty.log").read_text())
+    exit_code, data = triage_json("--dumps", str(tmp_path))
+    assert (exit_code, data["kind"], data["form"]) == (11, "crash", "B")

@@ -57,3 +57,4 @@ def test_signal_exits_are_never_the_root():
     quit_ = exc("2026-01-01 00:00:01", "KeyboardInterrupt", "")
     root = exc("2026-01-01 00:00:02", "ValueError", "bad", pp=1)
     assert find_crash([quit_, root], None).root is root
+    assert find_crash([quit_], None) is None  # interrupted, not crashed
