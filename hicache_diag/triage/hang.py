@@ -199,11 +199,11 @@ def classify_stacks(reports: list[RankReport], hang_hint: bool) -> HangFinding |
 
 def _busy(live: list[RankReport], moving: list[RankReport]) -> HangFinding:
     ev = [f"{len(moving)}/{len(live)} ranks progressed between samples"]
-    stuck_comm = [r for r in live if not r.progressed and _in_comm(r)]
     # A stage computing while its peers wait is a pipeline at work; a rank that sleeps, waits
-    # on a lock or the device while everyone waits for it is a straggler (rank-stall, GIL).
+    # on a lock or the device while everyone else waits (for it or for work) is a straggler.
     outside = [r for r in live if not _in_comm(r) and r.wait_kind in ("other", "device")]
-    if len(outside) == 1 and len(stuck_comm) == len(live) - 1:
+    waiting = [r for r in live if _in_comm(r) or r.wait_kind in _IDLE_KINDS]
+    if len(outside) == 1 and len(waiting) == len(live) - 1:
         ev.append(f"{outside[0].rank.label} is the only rank outside communication")
         return HangFinding("busy", "straggler", outside, ev)
     return HangFinding("busy", None, [], ev)
