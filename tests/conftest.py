@@ -42,3 +42,16 @@ def no_leftover_processes():
     """Assert after the test that every process it started is gone."""
     yield
     assert_no_children()
+
+
+@pytest.fixture(autouse=True)
+def _stop_multiprocessing_resource_tracker():
+    """A test that used multiprocessing leaves its resource tracker running for the session;
+    stop it after the test, so the next test's own no-leftover check does not see it.
+    (multiprocessing restarts it on demand.)"""
+    yield
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    if getattr(tracker, "_pid", None) is not None and hasattr(tracker, "_stop"):
+        tracker._stop()
