@@ -42,16 +42,22 @@ def _scenario(path: str | None) -> tuple[tuple[str, ...], dict[str, Any]]:
     return sc.fault_specs(), opts
 
 
+def _check_cuda() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available on this host")
+    # Honest refusal: the tiny model, its KV pool and the PP transport run on CPU/gloo only.
+    raise UsageError("--device cuda is not supported yet: this runtime runs on CPU (gloo)")
+
+
 def build_run_config(flags: dict[str, Any]) -> RunConfig:
     """Validate everything (raising UsageError) before any process starts."""
     scenario_faults, sopts = _scenario(flags.get("scenario"))
     pick = lambda name: _pick(flags, sopts, name)  # noqa: E731
     device = pick("device")
     if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UsageError("--device cuda: no CUDA device is available on this host")
+        _check_cuda()
     sa = ServerArgs(
         pp_size=pick("pp"),
         tp_size=pick("tp"),
