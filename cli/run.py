@@ -72,9 +72,17 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
         hicache_storage_prefetch_policy=pick("hicache_storage_prefetch_policy"),
         device=device,
     )
+    if sa.hicache_storage_backend != "none" and sa.hicache_storage_dir:
+        from hicache_diag.runtime.mem_cache.hicache_storage import check_storage_dir
+
+        check_storage_dir(sa.hicache_storage_dir)  # exit 2 before any rank starts
     seed = int(pick("seed"))
     workload = WorkloadConfig(pick("workload"), pick("requests"), pick("max_new_tokens"), seed)
-    fixes = list(sopts.get("fix") or []) + list(flags.get("fix") or [])
+    # A scenario's `fix` list refines the scenario's own preset (e.g. legacy + ack-count=leader
+    # replays the state between #27285 and #31425); `--protocol` on the command line replaces
+    # that historical state whole, so it drops the list. `--fix` flags always apply last.
+    scenario_fixes = [] if flags.get("protocol") is not None else list(sopts.get("fix") or [])
+    fixes = scenario_fixes + list(flags.get("fix") or [])
     protocol = build_protocol(pick("protocol"), fixes)
     faults = scenario_faults + tuple(flags.get("fault") or ())
     if faults:

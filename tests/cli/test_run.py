@@ -111,3 +111,19 @@ def test_scenario_fills_in_and_the_command_line_wins(tmp_path):
 def test_fault_outside_the_topology_is_bad_input(capsys):
     assert run_cli(["run", "--pp", "2", "--fault", "rank-stall:rank=5,ms=1"]) == 2
     assert "rank" in capsys.readouterr().err
+
+
+def test_protocol_on_the_command_line_drops_the_scenario_fix_list(tmp_path):
+    from hicache_diag.cli.run import build_run_config
+
+    sc = tmp_path / "s.toml"
+    sc.write_text('protocol = "legacy"\nfix = ["ack-count=leader"]\n')
+    kept = build_run_config({"scenario": str(sc)})
+    assert kept.protocol.mode("ack-count") == "leader" and kept.protocol.preset == "legacy+fixes"
+    full = build_run_config({"scenario": str(sc), "protocol": "full"})
+    assert full.protocol.as_dict() == build_run_config({"protocol": "full"}).protocol.as_dict()
+    mixed = build_run_config(
+        {"scenario": str(sc), "protocol": "full", "fix": ["lru-clock=monotonic"]}
+    )
+    assert mixed.protocol.mode("lru-clock") == "monotonic"
+    assert mixed.protocol.mode("ack-count") == "leader-batched"
