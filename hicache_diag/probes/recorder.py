@@ -23,6 +23,8 @@ MUST_AGREE = (
     "device_free",
     "tree_digest",
 )
+# Keys a crash record (the step that raised) holds: the batch decision only.
+CRASH_KEYS = ("rids", "extend_num_tokens", "prefix_len", "host_hit_len")
 
 
 def _defaults() -> dict[str, Any]:
@@ -120,6 +122,30 @@ class StepRecorder:
         rec["faults_fired"] = hooks.drain_fired()
         rec["must_agree"] = self.must_agree
         rec["t"] = time.time()
+        self._fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
+        return rec
+
+    def record_crash(
+        self, *, step: int, slot: int, batch: Any, proxy: dict | None, error: BaseException
+    ) -> dict[str, Any]:
+        """The step that raised never reaches `record`: write the batch this rank decided and
+        the token count it received from upstream (`proxy_tokens`), flagged `crashed`, so a
+        token-count divergence shows in the data whichever op noticed it (form A)."""
+        hidden = (proxy or {}).get("hidden_states")
+        rec: dict[str, Any] = {
+            "rank": self.rank,
+            "pp": self.pp,
+            "tp": self.tp,
+            "step": step,
+            "slot": slot,
+            **batch_fields(batch),
+            "crashed": True,
+            "proxy_tokens": int(hidden.shape[0]) if hidden is not None else None,
+            "error": f"{type(error).__name__}: {error}".splitlines()[0][:300],
+            # only the batch decision exists for this step; the tree is mid-mutation
+            "must_agree": [k for k in CRASH_KEYS if k in self.must_agree],
+            "t": time.time(),
+        }
         self._fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
         return rec
 

@@ -68,7 +68,7 @@ class SchedulerPPMixin:
         if exchange_first:
             next_outputs = self._pp_exchange_outputs(next_first_rank_mb_id, next_mb_id)
         _commit(self.send_proxy_work)
-        result = self._pp_launch_batch(cur_batch, proxy) if cur_batch else None
+        result = self._pp_launch_batch(cur_batch, proxy, mb_id) if cur_batch else None
         if not exchange_first:
             next_outputs = self._pp_exchange_outputs(next_first_rank_mb_id, next_mb_id)
         done = self.mbs[next_mb_id]
@@ -85,8 +85,18 @@ class SchedulerPPMixin:
             self.decide_stop()
         self.step += 1
 
-    def _pp_launch_batch(self: Any, batch: ScheduleBatch, proxy: dict | None) -> Any:
-        result = self.model_runner.forward(batch.build_forward_batch(), proxy)
+    def _pp_launch_batch(
+        self: Any, batch: ScheduleBatch, proxy: dict | None, mb_id: int = 0
+    ) -> Any:
+        try:
+            result = self.model_runner.forward(batch.build_forward_batch(), proxy)
+        except Exception as exc:
+            # This step never reaches _record_step: keep its batch and the upstream token count
+            # as evidence (form A is a token-count mismatch, whichever op raises).
+            self.recorder.record_crash(
+                step=self.step, slot=mb_id, batch=batch, proxy=proxy, error=exc
+            )
+            raise
         if self.comm.is_last_rank:
             self.last_rank_comm_queue.append({"next_token_ids": result.next_token_ids})
         return result
