@@ -52,6 +52,28 @@ def _stage(run: RunData, rank: int) -> int | None:
     return None
 
 
+def crash_record(run: RunData, rank: int) -> dict | None:
+    """The partial line a rank wrote for the step that raised (`crashed: true`), if any."""
+    rows = run.rank_frames(rank)
+    if rows.empty or "crashed" not in rows.columns:
+        return None
+    hit = rows[rows["crashed"].map(lambda v: v is True)]
+    return None if hit.empty else hit.iloc[-1].to_dict()
+
+
+def received_other_count(run: RunData, rank: int) -> tuple[int, int] | None:
+    """(own extend tokens, tokens received from upstream) when they differ at the crash step."""
+    rec = crash_record(run, rank)
+    if not rec or not _present_int(rec.get("proxy_tokens")):
+        return None
+    mine, got = int(rec.get("extend_num_tokens") or 0), int(rec["proxy_tokens"])
+    return (mine, got) if mine != got else None
+
+
+def _present_int(value: object) -> bool:
+    return isinstance(value, int | float) and value == value
+
+
 def _tokens_disagree_with_upstream(run: RunData, rank: int) -> bool:
     """A downstream stage's own extend_num_tokens differ from its upstream stage's at its last
     step: the shape mismatch of form A, even when the op that noticed raised another text."""
@@ -86,7 +108,9 @@ def _form_of(run: RunData, crash: RankCrash) -> CrashForm | None:
     if crash.kind == "B":
         return CrashForm.B
     if crash.kind == "other" and "RuntimeError" in crash.signature:
-        return CrashForm.A if _tokens_disagree_with_upstream(run, crash.rank) else None
+        mismatch = received_other_count(run, crash.rank)
+        if mismatch or _tokens_disagree_with_upstream(run, crash.rank):
+            return CrashForm.A
     return None
 
 
@@ -106,6 +130,11 @@ def check_crash(run: RunData) -> Finding | None:
         lines.append(
             f"form A: rank {root.rank} reshaped {m[3]} values received from upstream with its "
             f"own token count {m[1]} (head_dim {m[2]}): the stages built different batches"
+        )
+    elif form is CrashForm.A and (counts := received_other_count(run, root.rank)):
+        lines.append(
+            f"form A: rank {root.rank} computed {counts[0]} tokens but received {counts[1]} "
+            "from upstream; the reshape happened to divide, so a later op raised"
         )
     elif form is CrashForm.A:
         lines.append(f"form A: rank {root.rank}'s extend_num_tokens disagree with upstream")
@@ -138,6 +167,18 @@ def _hang_rank(run: RunData, hang: dict) -> tuple[int | None, str | None]:
     return (int(stalled[0]) if stalled else None), None
 
 
+def _stack_tool_lines(run: RunData) -> list[str]:
+    """Say how the stacks were taken, and why py-spy was not enough when it was not."""
+    tool = (run.launcher or {}).get("stacks") or {}
+    error = tool.get("error") or "reason not recorded"
+    if not run.stacks:
+        return [f"no stacks were saved ({error})"]
+    if tool.get("tool") == "faulthandler":
+        return [f"py-spy could not dump every rank ({error}); stacks/rank*.txt are the ranks' "
+                "own faulthandler dumps (SIGUSR1), main thread first"]  # fmt: skip
+    return []
+
+
 def check_hang(run: RunData) -> Finding | None:
     hang = (run.launcher or {}).get("hang")
     if not hang:
@@ -148,9 +189,7 @@ def check_hang(run: RunData) -> Finding | None:
         lines.append(f"rank {rank} is blocked in {site} (a HiCache protocol wait)")
     for r in sorted(run.stacks):
         lines.append(f"rank {r} waits in {stk.where(run.stacks[r]) or 'an unreadable stack'}")
-    tool = (run.launcher or {}).get("stacks") or {}
-    if not run.stacks:
-        lines.append(f"no stacks were saved ({tool.get('error') or 'reason not recorded'})")
+    lines.extend(_stack_tool_lines(run))
     signature = f"hang: no progress for the hang timeout; rank {rank} waits" + (
         f" in {site}" if site else ""
     )

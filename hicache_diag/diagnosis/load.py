@@ -97,8 +97,10 @@ def _load_rank_files(directory: Path, pattern: re.Pattern[str]) -> dict[int, Pat
         return found
     for path in sorted(directory.iterdir()):
         m = pattern.match(path.name)
+        if not m or path.stat().st_size == 0:
+            continue  # an empty faulthandler file: that rank was never signalled
         # py-spy JSON wins over the faulthandler text fallback when both exist
-        if m and (int(m.group(1)) not in found or path.suffix == ".json"):
+        if int(m.group(1)) not in found or path.suffix == ".json":
             found[int(m.group(1))] = path
     return found
 
@@ -107,6 +109,8 @@ def _load_stacks(run_dir: Path) -> dict[int, Any]:
     stacks: dict[int, Any] = {}
     for rank, path in _load_rank_files(run_dir / "stacks", _STACK_FILE).items():
         text = path.read_text(errors="replace")
+        if not text.strip():
+            continue  # the faulthandler file every rank opens at start, never written
         try:
             stacks[rank] = json.loads(text) if path.suffix == ".json" else text
         except ValueError:
