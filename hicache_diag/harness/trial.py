@@ -27,7 +27,8 @@ from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict, write_j
 
 POLL_S = 0.1
 CASCADE_GRACE_S = 1.0  # survivors of a crash get this long to log their own error
-STACK_DEADLINE_S = 5.0
+STACK_DEADLINE_S = 4.0  # py-spy attaches in well under a second; a stuck one is killed
+FAULTHANDLER_WAIT_S = 1.0
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -68,6 +69,7 @@ def run_trial(
     finally:
         launcher.close()
         _restore_sigterm(old)
+        drop_empty_stack_files(run_dir)
         _write_launcher_json(run_dir, launcher, watch, started)
     verdict = _classify(run_dir)
     verdict.duration_s = round(time.time() - t0, 3)
@@ -110,28 +112,57 @@ def _handle_hang(
 
 
 def dump_rank_stacks(launcher: Launcher, run_dir: Path) -> dict[str, Any]:
-    """py-spy every live rank in parallel; on any failure fall back to the ranks' faulthandler
-    (SIGUSR1 -> stacks/rank{r}.txt) and record why."""
+    """py-spy every live rank in parallel under one deadline (a hung py-spy is killed); when any
+    rank could not be dumped, fall back to the ranks' faulthandler (SIGUSR1 ->
+    stacks/rank{r}.txt) and record why, so the verdict can say it."""
     alive = launcher.alive()
+    error = _pyspy_dumps(alive, run_dir)
+    if error is None:
+        return {"tool": "py-spy", "error": None}
+    launcher.signal_all(signal.SIGUSR1)
+    _wait_for_faulthandler(alive, run_dir)
+    return {"tool": "faulthandler", "error": error}
+
+
+def _pyspy_dumps(alive: list, run_dir: Path) -> str | None:
+    """Write stacks/rank{r}.json for every rank py-spy could dump; the errors of the others."""
     try:
         from hicache_diag.triage.pyspy import dump_stacks
 
         results = dump_stacks([p.pid for p in alive], deadline_s=STACK_DEADLINE_S)
-        errors = []
-        for p in alive:
-            res = results.get(p.pid)
-            if res is not None and res.threads is not None:
-                write_json(run_dir / "stacks" / f"rank{p.rank}.json", res.threads)
-            else:
-                errors.append(f"rank{p.rank}: {res.error if res else 'no dump'}")
-        if not errors:
-            return {"tool": "py-spy", "error": None}
-        error = "; ".join(errors)
     except Exception as exc:  # noqa: BLE001 - any py-spy failure means: use the fallback
-        error = f"{type(exc).__name__}: {exc}"
-    launcher.signal_all(signal.SIGUSR1)
-    time.sleep(0.5)  # faulthandler writes from a signal handler; give it a moment
-    return {"tool": "faulthandler", "error": error}
+        return f"{type(exc).__name__}: {exc}"
+    errors = []
+    for p in alive:
+        res = results.get(p.pid)
+        if res is not None and res.threads is not None:
+            write_json(run_dir / "stacks" / f"rank{p.rank}.json", res.threads)
+        else:
+            errors.append(f"rank{p.rank}: {res.error if res else 'no dump'}")
+    return "; ".join(errors) or None
+
+
+def _wait_for_faulthandler(alive: list, run_dir: Path) -> None:
+    """faulthandler writes from a C signal handler, even in a rank blocked inside gloo; wait
+    until every signalled rank's file has content (bounded)."""
+    deadline = time.time() + FAULTHANDLER_WAIT_S
+    files = [run_dir / "stacks" / f"rank{p.rank}.txt" for p in alive]
+    while time.time() < deadline and not all(_size(f) > 0 for f in files):
+        time.sleep(0.05)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def drop_empty_stack_files(run_dir: Path) -> None:
+    """Every rank opens its faulthandler file at start; keep only the ones that were written."""
+    for path in (run_dir / "stacks").glob("rank*.txt"):
+        if _size(path) == 0:
+            path.unlink(missing_ok=True)
 
 
 def _write_launcher_json(run_dir: Path, launcher: Launcher, watch: _Watch, started: str) -> None:
