@@ -1,8 +1,9 @@
 """Per-rank entry (ours): `python -m hicache_diag.harness.rank_main --run-dir DIR [--rank R]`.
 
-Spawned by the launcher (TCPStore client on --store-port) or by torchrun (env://: RANK,
-WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Sets the process title first so triage can find the rank
-while torch is still importing.
+Started by the launcher, as `python -m` (spawn) or as a fork of the launcher that runs this
+module as __main__ (fork: torch is already imported), with the TCPStore port on --store-port or
+on a pipe (--store-fd); or by torchrun (env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+Sets the process title first so triage can find the rank while torch is still importing.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import argparse
 import ctypes
 import faulthandler
+import json
 import logging
 import os
 import signal
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,7 +24,12 @@ import setproctitle
 
 from hicache_diag.harness.rundir import write_json
 
+_T0 = time.time()  # this module is running: start-up phases after `launch` count from here
+
 PR_SET_PDEATHSIG = 1
+# Set by the launcher: its pid, and when it started this rank (time.time()).
+LAUNCHER_PID_ENV = "HICACHE_DIAG_LAUNCHER_PID"
+LAUNCHED_AT_ENV = "HICACHE_DIAG_LAUNCHED_AT"
 
 
 def _die_with_parent() -> None:
@@ -29,7 +37,11 @@ def _die_with_parent() -> None:
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
-        pass
+        return
+    # A launcher that died before prctl ran sent no signal: this rank was already re-parented.
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    if launcher and os.getppid() != int(launcher):
+        os._exit(1)
 
 
 def _setup_logging(pp: int, tp: int) -> None:
@@ -44,6 +56,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--run-dir", required=True, type=Path)
     ap.add_argument("--rank", type=int, default=None)
     ap.add_argument("--store-port", type=int, default=None)
+    ap.add_argument("--store-fd", type=int, default=None, help="read the store port from this fd")
     return ap.parse_args(argv)
 
 
@@ -72,7 +85,33 @@ def main(argv: list[str] | None = None) -> int:
     stacks = open(args.run_dir / "stacks" / f"rank{rank}.txt", "w")  # noqa: SIM115
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     _setup_logging(pp, tp)
-    return run_rank(cfg, args.run_dir, rank, pp, tp, args.store_port)
+    port = args.store_port if args.store_fd is None else _read_port(args.store_fd)
+    return run_rank(cfg, args.run_dir, rank, pp, tp, port)
+
+
+def _read_port(fd: int) -> int:
+    """The fork path: the launcher writes its TCPStore port here once the store exists (it
+    creates the store after forking, so no server thread is ever forked)."""
+    with os.fdopen(fd, "rb") as pipe:
+        line = pipe.readline()
+    if not line.strip():
+        raise SystemExit("launcher closed the store-port pipe without a port")
+    return int(line)
+
+
+def _startup_times(**marks: float) -> dict[str, float | str]:
+    """Start-up phases in seconds, for bench/startup.py: `launch` (launcher start -> this
+    module running: interpreter start in spawn mode, the fork in fork mode), `entry`, `torch`,
+    `gloo`, `build` (caches, model, recorder)."""
+    launched = float(os.environ.get(LAUNCHED_AT_ENV) or _T0)
+    out: dict[str, float | str] = {"method": os.environ.get("HICACHE_DIAG_RANK_START", "?")}
+    out["launch"] = round(_T0 - launched, 4)
+    prev = _T0
+    for name, t in marks.items():
+        out[name] = round(t - prev, 4)
+        prev = t
+    out["total"] = round(prev - launched, 4)
+    return out
 
 
 def _join_world(rank: int, world_size: int, store_port: int | None, timeout_s: float) -> None:
@@ -90,12 +129,13 @@ def _join_world(rank: int, world_size: int, store_port: int | None, timeout_s: f
 
 def run_rank(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port: int | None) -> int:
     """Run the scheduler, then write PP0's outputs and leave the gloo world together."""
+    t_entry = time.time()
     import torch
 
     torch.set_num_threads(1)
     from hicache_diag.runtime.managers.scheduler import run_scheduler_process
 
-    state: dict = {}
+    state: dict = {"t_entry": t_entry, "t_torch": time.time()}
     scheduler = run_scheduler_process(
         lambda: _make_scheduler(cfg, run_dir, rank, pp, tp, store_port, state)
     )
@@ -119,10 +159,12 @@ def _make_scheduler(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port,
 
     sa = cfg.server_args
     _join_world(rank, sa.world_size, store_port, timeout_s=max(600.0, cfg.hang_timeout * 4))
+    t_gloo = time.time()
     hooks = Hooks(rank=rank, pp_rank=pp, tp_rank=tp)
     installed = _install_faults(hooks, cfg, rank, pp, tp)
     comm = ParallelState(pp, sa.pp_size, tp, sa.tp_size, hooks)
-    state["bundle"] = bundle = build_kv_cache(sa, cfg.protocol, comm, hooks, pp, tp)
+    l3_dir = str(run_dir / "hicache-storage")  # without --hicache-storage-dir: this run's own
+    state["bundle"] = bundle = build_kv_cache(sa, cfg.protocol, comm, hooks, pp, tp, l3_dir)
     storage = sa.hicache_storage_backend != "none"
     path = run_dir / f"rank{rank}.jsonl"
     state["recorder"] = recorder = StepRecorder(
@@ -132,7 +174,12 @@ def _make_scheduler(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port,
     layers = list(sa.layers_of_stage(pp))
     logging.info("rank %d up: layers %s, faults %s", rank, layers, installed or "none")
     source = workload.arrivals if pp == 0 else None
-    return Scheduler(cfg, comm, bundle, hooks, recorder, source, workload.last_arrival_step)
+    scheduler = Scheduler(cfg, comm, bundle, hooks, recorder, source, workload.last_arrival_step)
+    times = _startup_times(
+        entry=state["t_entry"], torch=state["t_torch"], gloo=t_gloo, build=time.time()
+    )
+    logging.info("rank %d startup %s", rank, json.dumps(times))
+    return scheduler
 
 
 def _shutdown() -> None:

@@ -1,8 +1,16 @@
 """Spawn and reap the pp x tp rank processes (ours; SGLang's launch_server does the same job).
 
 The launcher owns a TCPStore on a free loopback port (port 0: the kernel picks, so parallel runs
-never collide) and starts each rank as `python -m hicache_diag.harness.rank_main`. Every exit
-path ends in `kill_all()`; ranks also die with the launcher through PR_SET_PDEATHSIG.
+never collide) and starts each rank running `hicache_diag.harness.rank_main`, in one of two ways
+($HICACHE_DIAG_RANK_START):
+- `fork` (default): a fork of this process, which has torch imported already, so a rank skips the
+  interpreter start and the torch import (most of a short trial's cost). The ranks are forked
+  before the store exists (a TCPStore master runs a server thread, and threads do not survive a
+  fork) and read its port from a pipe.
+- `spawn`: `python -m hicache_diag.harness.rank_main`, a fresh interpreter per rank.
+Either way each rank is its own process, a child of the launcher, and sets its own title,
+PDEATHSIG and SIGUSR1 faulthandler. Every exit path ends in `kill_all()`; ranks also die with the
+launcher through PR_SET_PDEATHSIG.
 """
 
 from __future__ import annotations
@@ -18,7 +26,30 @@ from typing import IO, Any
 
 import torch.distributed as dist
 
+from hicache_diag.errors import UsageError
+from hicache_diag.runtime.forked_process import ForkedProcess, fork_module, preload
 from hicache_diag.runtime.server_args import ServerArgs
+
+START_METHOD_ENV = "HICACHE_DIAG_RANK_START"
+START_METHODS = ("fork", "spawn")
+RANK_MODULE = "hicache_diag.harness.rank_main"
+# What a rank imports on its way to the first step; imported once here so forks find it loaded.
+RANK_PRELOAD = (
+    "setproctitle",
+    "hicache_diag.harness.rundir",
+    "hicache_diag.harness.workload",
+    "hicache_diag.probes.recorder",
+    "hicache_diag.runtime.distributed.parallel_state",
+    "hicache_diag.runtime.managers.scheduler",
+    "hicache_diag.runtime.mem_cache.kv_cache_builder",
+)
+
+
+def start_method_from_env() -> str:
+    method = os.environ.get(START_METHOD_ENV) or "fork"
+    if method not in START_METHODS:
+        raise UsageError(f"{START_METHOD_ENV}={method!r} is not one of {', '.join(START_METHODS)}")
+    return method
 
 
 @dataclass(eq=False)
@@ -26,8 +57,9 @@ class RankProcess:
     rank: int
     pp: int
     tp: int
-    popen: subprocess.Popen
+    popen: subprocess.Popen | ForkedProcess
     log: IO[Any]
+    start_method: str = "spawn"
     state: str = "running"  # running|exited|crashed|killed|hung
     exitcode: int | None = None
     signal: int | None = None
@@ -47,6 +79,7 @@ class RankProcess:
             "signal": self.signal,
             "state": self.state,
             "ended_at": self.ended_at,
+            "start_method": self.start_method,
         }
 
 
@@ -56,37 +89,81 @@ class Launcher:
     server_args: ServerArgs
     procs: list[RankProcess] = field(default_factory=list)
     store: Any = None
+    start_method: str = field(default_factory=start_method_from_env)
 
     def start(self) -> Launcher:
-        sa = self.server_args
-        self.store = dist.TCPStore(
+        if self.start_method == "fork":
+            return self._start_forked()
+        self.store = self._make_store()
+        for rank in range(self.server_args.world_size):
+            args = self._rank_args(rank) + ["--store-port", str(self.store.port)]
+            cmd = [sys.executable, "-m", RANK_MODULE, *args]
+            log = self._open_log(rank)
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._rank_env()}
+            popen = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            )
+            self._add(rank, popen, log)
+        return self
+
+    def _start_forked(self) -> Launcher:
+        preload(RANK_PRELOAD)
+        pipes: list[int] = []
+        try:
+            for rank in range(self.server_args.world_size):
+                pipes.append(self._fork_rank(rank, pipes))
+            self.store = self._make_store()
+            for fd in pipes:
+                os.write(fd, f"{self.store.port}\n".encode())
+        finally:
+            for fd in pipes:
+                os.close(fd)
+        return self
+
+    def _fork_rank(self, rank: int, pipes: list[int]) -> int:
+        """Fork one rank; return the write end of the pipe that will carry the store port."""
+        read_fd, write_fd = os.pipe()
+        args = self._rank_args(rank) + ["--store-fd", str(read_fd)]
+        log = self._open_log(rank)
+        try:
+            env = self._rank_env()
+            child = fork_module(RANK_MODULE, args, log.fileno(), env, [*pipes, write_fd])
+        except BaseException:
+            log.close()
+            os.close(write_fd)
+            raise
+        finally:
+            os.close(read_fd)
+        self._add(rank, child, log)
+        return write_fd
+
+    def _make_store(self) -> Any:
+        return dist.TCPStore(
             "127.0.0.1",
             0,
-            sa.world_size + 1,
+            self.server_args.world_size + 1,
             is_master=True,
             timeout=timedelta(seconds=60),
             wait_for_workers=False,
         )
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        for rank in range(sa.world_size):
-            pp, tp = divmod(rank, sa.tp_size)
-            log = open(self.run_dir / f"rank{rank}.log", "ab")  # noqa: SIM115
-            cmd = [
-                sys.executable,
-                "-m",
-                "hicache_diag.harness.rank_main",
-                "--run-dir",
-                str(self.run_dir),
-                "--rank",
-                str(rank),
-                "--store-port",
-                str(self.store.port),
-            ]
-            popen = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
-            )
-            self.procs.append(RankProcess(rank, pp, tp, popen, log))
-        return self
+
+    def _rank_args(self, rank: int) -> list[str]:
+        return ["--run-dir", str(self.run_dir), "--rank", str(rank)]
+
+    def _rank_env(self) -> dict[str, str]:
+        return {
+            "OMP_NUM_THREADS": "1",
+            START_METHOD_ENV: self.start_method,
+            "HICACHE_DIAG_LAUNCHER_PID": str(os.getpid()),
+            "HICACHE_DIAG_LAUNCHED_AT": repr(time.time()),
+        }
+
+    def _open_log(self, rank: int) -> IO[Any]:
+        return open(self.run_dir / f"rank{rank}.log", "ab")  # noqa: SIM115
+
+    def _add(self, rank: int, proc: subprocess.Popen | ForkedProcess, log: IO[Any]) -> None:
+        pp, tp = divmod(rank, self.server_args.tp_size)
+        self.procs.append(RankProcess(rank, pp, tp, proc, log, self.start_method))
 
     def poll(self) -> list[RankProcess]:
         """Ranks that ended since the last poll, earliest first. Ranks that end within one poll
