@@ -147,6 +147,18 @@ def _comm_hang(live: list[RankReport], multi: bool) -> HangFinding:
     if not multi and busy_sites <= _SEND_SITES and busy_sites != sites:
         # one snapshot: peers wait for requests while a stage flushes its sends (idle PP)
         return HangFinding("healthy", None, [], ["ranks wait for requests; a send completes"])
+    senders = [r for r in live if r.wait_site in _SEND_SITES]
+    askers = [r for r in live if r.wait_kind == WaitKind.REQUEST.value]
+    if senders and askers:
+        # A send only blocks until its receiver posts the matching recv: a peer waiting for
+        # *requests* instead means the stages disagree on the micro-batch slot (#34568).
+        culprits = _pick_minority(askers)
+        ev = (
+            f"{', '.join(r.rank.label for r in senders)} blocked sending while "
+            f"{', '.join(r.rank.label for r in culprits)} waits for requests: the stages are in "
+            "different micro-batch slots"
+        )
+        return HangFinding("hang", "protocol-deadlock", culprits, [ev])
     if len(sites) == 1 and len({r.call_path for r in live}) > 1:
         culprits = _pick_minority_path(live)
         ev = f"every rank is in {live[0].wait_site}, but reached from different callers"

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -73,6 +74,22 @@ def test_triage_names_the_hung_rank_of_a_real_run(tmp_path, capsys):
     assert data["culprit"]["label"] == "PP1 TP0"
     [pp1] = [r for r in data["ranks"] if r["label"] == "PP1 TP0"]
     assert pp1["wait_site"] == "ack-event-synchronize" and pp1["state"] == "blocked"
+    assert not psutil.Process(os.getpid()).children(recursive=True)
+
+
+def test_triage_of_the_form_c_scenario_names_pp1(tmp_path, capsys):
+    """samples/scenarios/form_c.toml with a long hang timeout, so triage sees the live wedge:
+    PP0 blocked sending a proxy PP1 never expects, PP1 waiting for requests (#34568)."""
+    scenario = str(Path(__file__).resolve().parents[2] / "samples/scenarios/form_c.toml")
+    run = _start_run(tmp_path, "--scenario", scenario, "--hang-timeout", "120")
+    try:
+        _wait_for_ranks(run, 2)
+        time.sleep(8)
+        code, data = _triage(capsys, run.pid)
+    finally:
+        _stop(run)
+    assert (code, data["kind"], data["cause"]) == (12, "hang", "protocol-deadlock")
+    assert data["culprit"]["label"] == "PP1 TP0"
     assert not psutil.Process(os.getpid()).children(recursive=True)
 
 

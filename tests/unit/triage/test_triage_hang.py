@@ -92,3 +92,10 @@ def test_busy_pipeline_is_not_a_straggler_but_a_sleeping_rank_is():
     sleeping = [rank(0, 0, "local-wait", "other", True), rank(1, 0, "pp-proxy-recv", "p2p")]
     f = classify_stacks(sleeping, hang_hint=False)
     assert (f.kind, f.cause, f.culprits[0].rank) == ("busy", "straggler", RankId(pp=0, tp=0))
+
+
+def test_sender_blocked_while_the_peer_waits_for_requests_is_a_slot_mismatch():
+    # form C of our runtime (#34568): PP0 sends a proxy PP1 never expects
+    ranks = [rank(0, 0, "pp-send", "p2p"), rank(1, 0, "request-recv", "request")]
+    f = classify_stacks(ranks, hang_hint=False)
+    assert (f.kind, f.cause, f.culprits[0].rank) == ("hang", "protocol-deadlock", RankId(pp=1))
