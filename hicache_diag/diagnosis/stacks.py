@@ -38,16 +38,27 @@ def _frames_from_json(dump: Any) -> list[tuple[str, str, int]]:
     return out
 
 
-def _frames_from_text(text: str) -> list[tuple[str, str, int]]:
-    """faulthandler prints the current thread first, most recent call first."""
-    out = []
+def _text_blocks(text: str) -> list[list[tuple[str, str, int]]]:
+    """faulthandler prints one block per thread ("Thread 0x..." or "Current thread 0x..."),
+    most recent call first."""
+    blocks: list[list[tuple[str, str, int]]] = []
     for line in text.splitlines():
-        if out and not line.strip():
-            break  # end of the first thread's block
+        if line.startswith(("Thread ", "Current thread ")) or not blocks:
+            blocks.append([])
         m = _FH_FRAME.match(line)
         if m:
-            out.append((m["func"], m["file"], int(m["line"])))
-    return out
+            blocks[-1].append((m["func"], m["file"], int(m["line"])))
+    return [b for b in blocks if b]
+
+
+def _frames_from_text(text: str) -> list[tuple[str, str, int]]:
+    """The main thread's frames: the block that starts at `<module>` (other threads start in
+    threading's _bootstrap); else the first block."""
+    blocks = _text_blocks(text)
+    for block in blocks:
+        if block[-1][0] == "<module>":
+            return block
+    return blocks[0] if blocks else []
 
 
 def main_frames(dump: Any) -> list[tuple[str, str, int]]:

@@ -147,8 +147,13 @@ def _wait_for_faulthandler(alive: list, run_dir: Path) -> None:
     until every signalled rank's file has content (bounded)."""
     deadline = time.time() + FAULTHANDLER_WAIT_S
     files = [run_dir / "stacks" / f"rank{p.rank}.txt" for p in alive]
-    while time.time() < deadline and not all(_size(f) > 0 for f in files):
+    sizes: list[int] = []
+    while time.time() < deadline:
         time.sleep(0.05)
+        now = [_size(f) for f in files]
+        if all(now) and now == sizes:
+            return  # every file written and no longer growing (one block per thread)
+        sizes = now
 
 
 def _size(path: Path) -> int:

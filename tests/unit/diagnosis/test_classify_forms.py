@@ -79,3 +79,20 @@ def test_empty_faulthandler_files_are_not_stacks(tmp_path):
     (root / "stacks" / "rank1.txt").write_text("")
     v = classify_run(root)
     assert {r.rank: r.where for r in v.ranks} == {0: "recv (ps.py:3)", 1: None}
+
+
+def test_faulthandler_text_names_the_main_thread_not_the_first_block(tmp_path):
+    rd = _hang(RunDir(tmp_path))
+    rd.launcher["stacks"] = {"tool": "faulthandler", "error": "ptrace denied"}
+    text = (
+        "Thread 0x2 (most recent call first):\n"
+        '  File "/x/hicache_diag/runtime/managers/dma_engine.py", line 87 in _loop\n'
+        '  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap\n'
+        "\n"
+        "Thread 0x1 (most recent call first):\n"
+        '  File "/x/hicache_diag/runtime/distributed/ps.py", line 62 in _recv_bytes\n'
+        '  File "/x/hicache_diag/harness/rank_main.py", line 9 in <module>\n'
+    )
+    rd.stacks = dict.fromkeys((0, 1), text)
+    v = classify_run(rd.write())
+    assert {r.where for r in v.ranks} == {"_recv_bytes (ps.py:62)"}
