@@ -15,6 +15,16 @@ HICACHE_WAIT = (
     "drain_async_work",
     "check_prefetch_progress",
 )
+# Where a scheduler step's own code lives (ours and SGLang's): the caller worth naming.
+_STEP_DIRS = ("/managers/", "/mem_cache/")
+_HELPERS = ("_commit",)  # waits on a list of sends: its caller says which
+
+
+def _is_step(frame: tuple[str, str, int]) -> bool:
+    name = frame[0].rsplit(".", 1)[-1]
+    return any(d in frame[1] for d in _STEP_DIRS) and name not in _HELPERS
+
+
 _FH_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
 
@@ -67,14 +77,24 @@ def main_frames(dump: Any) -> list[tuple[str, str, int]]:
     return _frames_from_json(dump)
 
 
+def _fmt(frame: tuple[str, str, int]) -> str:
+    func, filename, line = frame
+    return f"{func} ({filename.rsplit('/', 1)[-1]}:{line})"
+
+
 def where(dump: Any) -> str | None:
-    """The innermost frame of our own code (else the innermost frame) as 'func (file:line)'."""
+    """The innermost frame of our own code (else the innermost frame) as 'func (file:line)', then
+    the scheduler or cache step it serves when that is another frame, e.g. `_recv_bytes
+    (parallel_state.py:62) <- recv_requests (scheduler.py:58)`."""
     frames = main_frames(dump)
     if not frames:
         return None
     ours = [f for f in frames if "hicache_diag" in f[1] or "sglang" in f[1]]
-    func, filename, line = (ours or frames)[0]
-    return f"{func} ({filename.rsplit('/', 1)[-1]}:{line})"
+    first = (ours or frames)[0]
+    step = next((f for f in ours if _is_step(f)), None)
+    if step is None or step == first:
+        return _fmt(first)
+    return f"{_fmt(first)} <- {_fmt(step)}"
 
 
 def hicache_wait(dump: Any) -> str | None:

@@ -101,7 +101,10 @@ def test_form_c_hang_picks_the_rank_at_the_hicache_wait(tmp_path):
     v = classify_run(rd.write())
     assert (v.outcome, v.form, v.failed_rank) == (Outcome.HANG, CrashForm.C, 0)
     where = {r.rank: (r.state, r.where) for r in v.ranks}
-    assert where[0] == ("blocked", "all_reduce_tp (parallel_state.py:5)")
+    assert where[0] == (
+        "blocked",
+        "all_reduce_tp (parallel_state.py:5) <- HiRadixCache.writing_check (hr.py:7)",
+    )
     assert where[1] == ("blocked", "point_to_point_pyobj (ps.py:9)")
     assert any("writing_check" in line for line in v.evidence)
     assert v.exit_code is ExitCode.FORM_C
