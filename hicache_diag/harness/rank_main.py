@@ -102,9 +102,10 @@ def _read_port(fd: int) -> int:
 def _startup_times(**marks: float) -> dict[str, float | str]:
     """Start-up phases in seconds, for bench/startup.py: `launch` (launcher start -> this
     module running: interpreter start in spawn mode, the fork in fork mode), `entry`, `torch`,
-    `gloo`, `build` (caches, model, recorder)."""
+    `gloo`, `build` (caches, model, recorder); `launched_at` is absolute (time.time())."""
     launched = float(os.environ.get(LAUNCHED_AT_ENV) or _T0)
-    out: dict[str, float | str] = {"method": os.environ.get("HICACHE_DIAG_RANK_START", "?")}
+    method = os.environ.get("HICACHE_DIAG_RANK_START", "external")
+    out: dict[str, float | str] = {"method": method, "launched_at": launched}
     out["launch"] = round(_T0 - launched, 4)
     prev = _T0
     for name, t in marks.items():
