@@ -11,6 +11,7 @@ from hicache_diag.diagnosis import checks
 from hicache_diag.diagnosis import stacks as stk
 from hicache_diag.diagnosis.divergence import Divergence
 from hicache_diag.diagnosis.load import RunData, load_run
+from hicache_diag.diagnosis.storage import storage_fault_lines
 from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict
 
 _LAUNCH_STATE = {"hung": "blocked", "exited": "exited", "crashed": "crashed", "killed": "killed"}
@@ -110,6 +111,7 @@ def verdict_from(run: RunData) -> Verdict:
     if div and div.culprit_rank is not None and found.outcome is not Outcome.LEAK:
         culprit = div.culprit_rank  # the rank whose local input made the decisions diverge
     evidence = list(found.evidence) + (div.evidence if div else [])
+    evidence += _safe("storage", lambda r: storage_fault_lines(r.frames), run, notes) or []
     if found.outcome is Outcome.CRASH and found.form is None:
         evidence.append("crash is neither form A nor B: unknown form")
     return Verdict(

@@ -2,7 +2,7 @@
 
 The protocol switches of DESIGN §2 that concern L2 act here: `ack-count`, `tp-collective`,
 `inflight-sends` in `check_hicache_events`, `host-alloc` in `write_backup` (`host-capacity` is
-applied by the builder, `lru-clock` by the tree's clock).
+applied by the builder, `lru-clock` by the tree's clock). L3 (storage) lives in l3_protocol.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import torch
 
 from hicache_diag.runtime.mem_cache.base_prefix_cache import MatchResult
 from hicache_diag.runtime.mem_cache.l2_protocol import L2ProtocolMixin
+from hicache_diag.runtime.mem_cache.l3_protocol import L3ProtocolMixin
 from hicache_diag.runtime.mem_cache.radix_cache import RadixCache, TreeNode, _cat
 
 logger = logging.getLogger(__name__)
 
 
-class HiRadixCache(L2ProtocolMixin, RadixCache):
+class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
     """RadixCache whose nodes can also live on the host. Scheduler thread only.
 
     Nodes get a host copy by `write_backup` once their hit count reaches the policy's threshold;
@@ -40,6 +41,7 @@ class HiRadixCache(L2ProtocolMixin, RadixCache):
         comm: Any,
         write_policy: str = "write_through",
         vote_slack: int = 0,
+        storage_controller: Any = None,
     ) -> None:
         super().__init__(allocator, page_size, clock)
         self.mem_pool_host, self.cache_controller = host_pool, cache_controller
@@ -53,6 +55,7 @@ class HiRadixCache(L2ProtocolMixin, RadixCache):
         self._votes: deque = deque()
         self.vote_delay = getattr(comm, "pp_size", 1) + vote_slack
         self.host_capacity = host_pool.size
+        self._init_storage(storage_controller)
         self._reset_stats()
 
     def _reset_stats(self) -> None:
@@ -78,6 +81,11 @@ class HiRadixCache(L2ProtocolMixin, RadixCache):
         host_hit = sum(len(n.key) for n in path[len(device) :])
         last_host = path[-1] if path else self.root_node
         return MatchResult(_cat([n.value for n in device]), last_device, last_host, host_hit)
+
+    def _split_node(self, child: TreeNode, split_len: int) -> TreeNode:
+        new = super()._split_node(child, split_len)
+        new.host_ref_counter = 0  # host protection stays on the lower node; evict_host takes leaves
+        return new
 
     def _on_matched(self, node: TreeNode, value: torch.Tensor) -> int:
         if node.evicted:  # re-populate a host-only node with the caller's fresh slots
@@ -179,7 +187,7 @@ class HiRadixCache(L2ProtocolMixin, RadixCache):
         """write_back evicts synchronously: wait for this node's copy, then release it."""
         ack = self.cache_controller.ack_write_queue.pop()
         ack.finish_event.synchronize()
-        self.dec_lock_ref(self.ongoing_write_through.pop(node.id))
+        self._finish_write_through_ack(node.id)
         self.cache_controller.events.append(
             {"event": "write", "phase": "consumed", "ack_id": ack.ack_id, "node_ids": ack.node_ids}
         )
@@ -269,6 +277,7 @@ class HiRadixCache(L2ProtocolMixin, RadixCache):
             tp_allreduce_skipped=self.tp_allreduce_skipped,
             events=self.cache_controller.events,
         )
+        self.storage_probe_stats(stats)
         self.cache_controller.events = []
         self._reset_stats()
         return stats
@@ -283,7 +292,7 @@ class HiRadixCache(L2ProtocolMixin, RadixCache):
             assert node.backuped or not node.evicted, f"node {node.id} on no tier"
             host_tokens += len(node.host_value) if node.backuped else 0
         used = self.mem_pool_host.size - self.mem_pool_host.available_size()
-        used -= self.reserved_host_tokens()
+        used -= self.reserved_host_tokens() + self.storage_held_tokens()
         assert host_tokens == used, f"tree holds {host_tokens} host tokens, pool has {used} used"
         for name, ongoing in (
             ("write", self.ongoing_write_through),

@@ -10,6 +10,7 @@ import torch
 
 from hicache_diag.runtime.hooks import Hooks
 from hicache_diag.runtime.managers.cache_controller import HiCacheController
+from hicache_diag.runtime.managers.storage_builder import build_storage_controller
 from hicache_diag.runtime.mem_cache.allocator import TokenToKVPoolAllocator
 from hicache_diag.runtime.mem_cache.base_prefix_cache import BasePrefixCache
 from hicache_diag.runtime.mem_cache.evict_policy import TreeClock
@@ -33,9 +34,12 @@ class KVCacheBundle:
     tree_cache: BasePrefixCache
     host_pool: Any = None
     controller: Any = None
+    storage: Any = None  # the L3 StorageController, when a storage backend is on
 
     def shutdown(self) -> None:
-        """Stop the DMA thread (idempotent); call on every exit path of the rank."""
+        """Stop the storage threads and the DMA thread (idempotent); call on every exit path."""
+        if self.storage is not None:
+            self.storage.stop()
         if self.controller is not None:
             self.controller.shutdown()
 
@@ -47,9 +51,11 @@ def build_kv_cache(
     hooks: Hooks | None,
     pp_rank: int,
     tp_rank: int,
+    default_storage_dir: str | None = None,
 ) -> KVCacheBundle:
-    """Device pool + allocator + tree; with HiCache also the host pool and controller. With
-    `host-capacity=min` this is a collective over every rank (`comm.all_reduce_pp`)."""
+    """Device pool + allocator + tree; with HiCache also the host pool and controller, and with
+    a storage backend the started L3 threads (pages under `--hicache-storage-dir`, else
+    `default_storage_dir`). With `host-capacity=min` this is a collective over every rank."""
     hooks = hooks or Hooks(pp_rank=pp_rank, tp_rank=tp_rank)
     page = server_args.page_size
     model = server_args.model
@@ -68,7 +74,13 @@ def build_kv_cache(
     tree, host_pool, controller = build_hiradix_cache(
         server_args, protocol, comm, hooks, pp_rank, allocator, kv_pool, clock
     )
-    return KVCacheBundle(allocator, kv_pool, tree, host_pool, controller)
+    storage = build_storage_controller(
+        server_args, protocol, comm, host_pool, hooks=hooks, default_dir=default_storage_dir
+    )
+    if storage is not None:
+        tree._init_storage(storage)
+        storage.start()
+    return KVCacheBundle(allocator, kv_pool, tree, host_pool, controller, storage)
 
 
 def build_hiradix_cache(server_args, protocol, comm, hooks, pp_rank, allocator, kv_pool, clock):

@@ -39,6 +39,7 @@ class L2ProtocolMixin:
             (load,) = self._agree_counts(("load",))
         self.writing_check(write)
         self.loading_check(load)
+        self.check_storage_events()  # after the ack checks, at the same point on every rank
 
     def _ack_queue(self, kind: str) -> list:
         c = self.cache_controller
@@ -79,8 +80,13 @@ class L2ProtocolMixin:
             ack = queue.pop(0)  # IndexError "pop from empty list" when this rank is behind: form B
             ack.finish_event.synchronize()  # blocks if this rank's DMA is slower than PP0's
             for node_id in ack.node_ids:
-                self.dec_lock_ref(self.ongoing_write_through.pop(node_id))
+                self._finish_write_through_ack(node_id)
             self._consumed("write", ack)
+
+    def _finish_write_through_ack(self, node_id: int) -> None:
+        node = self.ongoing_write_through.pop(node_id)  # KeyError if this rank never wrote it
+        self.dec_lock_ref(node)
+        self.write_backup_storage(node)  # L2 -> L3 once the host copy is complete
 
     def loading_check(self, finish_count: int) -> None:
         queue = self.cache_controller.ack_load_queue
