@@ -69,7 +69,11 @@ class Scheduler(SchedulerPPMixin):
 
     def process_input_requests(self, recv: RecvReqs) -> None:
         for r in recv.reqs:
-            self.waiting_queue.append(Req(r.rid, list(r.input_ids), r.max_new_tokens))
+            req = Req(r.rid, list(r.input_ids), r.max_new_tokens)
+            self.waiting_queue.append(req)
+            if getattr(self.tree_cache, "enable_storage", False):
+                # L3 prefetch on arrival; admission matches fill_ids[:-1], so fetch that much
+                self.tree_cache.prefetch_from_storage(req.rid, req.origin_input_ids[:-1])
 
     # ---- scheduling --------------------------------------------------------------------------
     def get_next_batch_to_run(self, mb_id: int) -> ScheduleBatch | None:
@@ -98,7 +102,10 @@ class Scheduler(SchedulerPPMixin):
             rem_reqs=sa.max_running_requests - self.num_active,
             rem_input_tokens=sa.chunked_prefill_size,
         )
+        storage = getattr(self.tree_cache, "enable_storage", False)
         for req in list(self.waiting_queue):
+            if storage and not self.tree_cache.check_prefetch_progress(req.rid):
+                continue  # its L3 prefetch goes on; later requests may still run (SGLang)
             if not adder.add_one_req(req):
                 break
         self.evicted_tokens += adder.evicted
