@@ -8,34 +8,40 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+COLUMNS = ("rank", "step", "idle s", "waiting", "running", "write_q", "load_q", "ack_w", "ack_l")
+
+
+def _faults_text(s: dict[str, Any]) -> str:
+    by_name = s.get("faults") or {}
+    if not by_name:
+        return str(s.get("faults_fired", 0) or "-")
+    return ", ".join(f"{name} x{n}" for name, n in sorted(by_name.items()))
+
+
+def _row(rank: int, s: dict[str, Any]) -> list[str]:
+    q = s.get("queues") or {}
+    idle = s.get("idle_s")
+    return [
+        str(rank),
+        str(s.get("step", "-")),
+        "-" if idle is None else f"{idle:.1f}",
+        str(s.get("num_waiting", 0)),
+        str(s.get("num_running", 0)),
+        *(str(q.get(k, 0)) for k in ("write_queue", "load_queue", "ack_write_queue")),
+        str(q.get("ack_load_queue", 0)),
+        _faults_text(s),
+    ]
+
 
 def progress_table(snapshot: dict[str, Any]) -> Table:
+    """Step, seconds since the rank's last step (a hang grows here), queue depths and the faults
+    fired so far, one row per rank."""
     t = Table(title=f"running  {snapshot.get('elapsed_s', 0.0):.1f} s", title_justify="left")
-    for col in (
-        "rank",
-        "step",
-        "waiting",
-        "running",
-        "write_q",
-        "load_q",
-        "ack_w",
-        "ack_l",
-        "faults",
-    ):
+    for col in COLUMNS:
         t.add_column(col, justify="right")
+    t.add_column("faults fired", justify="left")
     for rank, s in sorted(snapshot.get("ranks", {}).items()):
-        q = s.get("queues") or {}
-        t.add_row(
-            str(rank),
-            str(s.get("step", "-")),
-            str(s.get("num_waiting", 0)),
-            str(s.get("num_running", 0)),
-            str(q.get("write_queue", 0)),
-            str(q.get("load_queue", 0)),
-            str(q.get("ack_write_queue", 0)),
-            str(q.get("ack_load_queue", 0)),
-            str(s.get("faults_fired", 0)),
-        )
+        t.add_row(*_row(rank, s))
     return t
 
 

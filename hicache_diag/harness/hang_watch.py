@@ -23,6 +23,7 @@ class RankTail:
     offset: int = 0
     last: dict[str, Any] | None = None
     faults_fired: int = 0
+    fault_counts: dict[str, int] = field(default_factory=dict)  # fault name -> times fired
     _partial: bytes = b""
 
     def poll(self, now: float) -> None:
@@ -41,8 +42,14 @@ class RankTail:
         for line in lines:
             if line.strip():
                 rec = json.loads(line)
-                self.faults_fired += len(rec.get("faults_fired", ()))
+                self._count_faults(rec.get("faults_fired") or ())
                 self.last = rec
+
+    def _count_faults(self, fired: Any) -> None:
+        for f in fired:
+            name = f.get("fault", "?") if isinstance(f, dict) else str(f)
+            self.fault_counts[name] = self.fault_counts.get(name, 0) + 1
+            self.faults_fired += 1
 
 
 @dataclass
@@ -71,7 +78,9 @@ class HangWatch:
         return {str(r): t.last_change for r, t in self.tails.items()}
 
     def snapshot(self) -> dict[int, dict[str, Any]]:
-        """Per rank: last step, queue depths and faults fired so far (for the live view)."""
+        """Per rank: last step, queue depths, faults fired so far (total and by name) and how
+        long ago the rank last wrote a step (for the live view)."""
+        now = time.time()
         out = {}
         for r, t in self.tails.items():
             rec = t.last or {}
@@ -81,5 +90,7 @@ class HangWatch:
                 "num_waiting": rec.get("num_waiting", 0),
                 "num_running": rec.get("num_running", 0),
                 "faults_fired": t.faults_fired,
+                "faults": dict(t.fault_counts),
+                "idle_s": max(0.0, now - t.last_change) if t.last is not None else None,
             }
         return out

@@ -1,0 +1,79 @@
+"""`run`'s live view and verdict panel, rendered from real objects into a recording console."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+
+from hicache_diag.cli.render.progress import LiveProgress, progress_table
+from hicache_diag.cli.render.verdict import render_verdict
+from hicache_diag.harness.hang_watch import HangWatch
+from hicache_diag.verdict import (
+    CrashForm,
+    DivergenceSource,
+    FirstDivergence,
+    Outcome,
+    RankState,
+    Verdict,
+)
+
+
+def _text(renderable) -> str:
+    console = Console(record=True, width=160)
+    console.print(renderable)
+    return console.export_text()
+
+
+def _line(step: int, fired: list[dict], queues: dict) -> str:
+    return json.dumps({"step": step, "faults_fired": fired, "queues": queues}) + "\n"
+
+
+def test_live_view_shows_step_queues_and_faults_per_rank(tmp_path):
+    q = {"write_queue": 2, "load_queue": 1, "ack_write_queue": 5, "ack_load_queue": 3}
+    (tmp_path / "rank0.jsonl").write_text(_line(0, [], q) + _line(1, [], q))
+    dma = {"fault": "dma-delay", "step": 4}
+    (tmp_path / "rank1.jsonl").write_text(
+        _line(3, [dma], {}) + _line(4, [dma, {"fault": "host-alloc-fail"}], {})
+    )
+    watch = HangWatch(tmp_path, world_size=2, hang_timeout=5.0)
+    watch.poll()
+    text = _text(progress_table({"ranks": watch.snapshot(), "elapsed_s": 2.5}))
+    assert "running  2.5 s" in text
+    cells = [ln.replace("│", " ").split() for ln in text.splitlines()]
+    rows = {c[0]: c for c in cells if c[:1] in (["0"], ["1"])}
+    assert rows["0"][1] == "1" and rows["0"][5:9] == ["2", "1", "5", "3"]
+    assert rows["1"][1] == "4"
+    assert "dma-delay x2" in text and "host-alloc-fail x1" in text
+
+
+def test_live_view_stays_off_when_stderr_is_not_a_terminal():
+    console = Console(record=True, force_terminal=False)
+    with LiveProgress(console, 2) as live:
+        live.update({"ranks": {0: {"step": 1}}, "elapsed_s": 0.1})
+    assert console.export_text() == ""
+
+
+def test_verdict_panel_names_form_ranks_and_divergence():
+    v = Verdict(
+        Outcome.HANG,
+        CrashForm.C,
+        failed_rank=1,
+        culprit_rank=1,
+        signature="hang: no progress for the hang timeout; rank 1 waits",
+        first_divergence=FirstDivergence(
+            20, "acks_consumed", {"0": 3, "1": 0}, DivergenceSource.DMA_ACK_COUNT
+        ),
+        ranks=[RankState(1, 1, 0, 42, "blocked", "recv_requests (scheduler.py:59)")],
+        evidence=["rank 1 waits in recv_requests"],
+        seed=1,
+        steps=21,
+        duration_s=3.2,
+        run_dir="/tmp/x",
+    )
+    console = Console(record=True, width=160)
+    render_verdict(console, v)
+    text = console.export_text()
+    assert "hang (form C)   exit 12" in text
+    assert "step 20, acks_consumed (dma-ack-count)" in text
+    assert "blocked at recv_requests (scheduler.py:59)" in text
