@@ -1,16 +1,19 @@
 """Bisect throughput on this machine: 2-rank trials per minute and the startup cost per trial.
 
-    python bench/bisect.py [--trials 6] [--jobs 1,2] [-- extra run flags]
+    python bench/bisect.py [--trials 6] [--jobs 1,2] [--methods spawn,fork] [-- extra run flags]
 
 Startup cost per trial = CLI import (`run --help`) + the time from the launcher's start to the
-first step any rank records (rank processes importing torch, joining gloo). Prints a table;
-asserts nothing.
+first step any rank records (rank processes starting, importing torch, joining gloo). Each row
+is measured now, for each rank start method (`$HICACHE_DIAG_RANK_START`, which every trial
+inherits): `spawn` (before: `python -m` per rank) and `fork` (after: forks of the launcher with
+torch imported). Prints a table; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -48,8 +51,9 @@ def _rank_startup(run_dir: Path) -> float | None:
     return min(firsts) - t0 if firsts else None
 
 
-def trials_per_minute(trials: int, jobs: int, run_args: tuple[str, ...]):
+def trials_per_minute(trials: int, jobs: int, run_args: tuple[str, ...], method: str):
     """(trials per minute, errors, median rank start-up seconds, median trial seconds)."""
+    os.environ["HICACHE_DIAG_RANK_START"] = method  # the trials' `run` subprocesses inherit it
     with tempfile.TemporaryDirectory() as tmp:
         cfg = BisectConfig((), trials, jobs, 0, Path(tmp), run_args, trial_timeout_s=120)
         t0 = time.perf_counter()
@@ -67,18 +71,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=6)
     ap.add_argument("--jobs", default="1,2")
+    ap.add_argument("--methods", default="spawn,fork", help="rank start methods to compare")
     ap.add_argument("run_args", nargs="*")
     ns = ap.parse_args()
     run_args = tuple(ns.run_args) or TINY
     table = Table(title=f"bisect throughput (2-rank trials, run {' '.join(run_args)})")
-    cols = ("jobs", "trials", "trials/min", "errors", "CLI import s", "rank start-up s", "trial s")
+    cols = ("start", "jobs", "trials", "trials/min", "errors", "CLI import s", "rank start-up s",
+            "trial s", "start-up share")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="right")
     start = startup_cost()
-    for jobs in (int(j) for j in ns.jobs.split(",")):
-        rate, errors, up, dur = trials_per_minute(ns.trials, jobs, run_args)
-        table.add_row(str(jobs), str(ns.trials), f"{rate:.1f}", str(errors), f"{start:.2f}",
-                      f"{up:.2f}", f"{dur:.2f}")  # fmt: skip
+    for method in ns.methods.split(","):
+        for jobs in (int(j) for j in ns.jobs.split(",")):
+            rate, errors, up, dur = trials_per_minute(ns.trials, jobs, run_args, method)
+            table.add_row(method, str(jobs), str(ns.trials), f"{rate:.1f}", str(errors),
+                          f"{start:.2f}", f"{up:.2f}", f"{dur:.2f}", f"{up / dur:.0%}")  # fmt: skip
     Console().print(table)
 
 
