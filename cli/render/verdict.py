@@ -5,16 +5,28 @@ from __future__ import annotations
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from hicache_diag.verdict import Outcome, Verdict
 
 _STYLE = {Outcome.OK: "green", Outcome.DIVERGED: "yellow", Outcome.WRONG_OUTPUT: "yellow"}
 
 
+class _Grid:
+    """A two-column grid whose cells are plain text: evidence quotes error lines such as gloo's
+    `[/pytorch/.../pair.cc:553] Connection closed`, which rich would read as markup tags."""
+
+    def __init__(self) -> None:
+        self.table = Table.grid(padding=(0, 2))
+        self.table.add_column(style="bold")
+        self.table.add_column()
+
+    def add_row(self, key: str, value: str) -> None:
+        self.table.add_row(Text(key), Text(value))
+
+
 def verdict_table(v: Verdict) -> Table:
-    t = Table.grid(padding=(0, 2))
-    t.add_column(style="bold")
-    t.add_column()
+    t = _Grid()
     form = f" (form {v.form.value})" if v.form else ""
     t.add_row("outcome", f"{v.outcome.value}{form}   exit {int(v.exit_code)}")
     if v.failed_rank is not None:
@@ -33,7 +45,7 @@ def verdict_table(v: Verdict) -> Table:
         t.add_row("evidence", line)
     t.add_row("steps / time", f"{v.steps} steps in {v.duration_s:.1f} s, seed {v.seed}")
     t.add_row("run dir", str(v.run_dir))
-    return t
+    return t.table
 
 
 def render_verdict(console: Console, v: Verdict) -> None:

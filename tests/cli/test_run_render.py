@@ -65,7 +65,11 @@ def test_verdict_panel_names_form_ranks_and_divergence():
             20, "acks_consumed", {"0": 3, "1": 0}, DivergenceSource.DMA_ACK_COUNT
         ),
         ranks=[RankState(1, 1, 0, 42, "blocked", "recv_requests (scheduler.py:59)")],
-        evidence=["rank 1 waits in recv_requests"],
+        evidence=[
+            "rank 1 waits in recv_requests",
+            "rank 0 secondary (cascade): RuntimeError: [/pytorch/gloo/pair.cc:553] Connection "
+            "closed by peer [127.0.0.1]:902",
+        ],
         seed=1,
         steps=21,
         duration_s=3.2,
@@ -77,3 +81,4 @@ def test_verdict_panel_names_form_ranks_and_divergence():
     assert "hang (form C)   exit 12" in text
     assert "step 20, acks_consumed (dma-ack-count)" in text
     assert "blocked at recv_requests (scheduler.py:59)" in text
+    assert "[/pytorch/gloo/pair.cc:553] Connection" in text, "error text is not rich markup"
