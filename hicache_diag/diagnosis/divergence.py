@@ -57,10 +57,19 @@ def _must_agree_fields(rows: pd.DataFrame) -> list[str]:
     return sorted(fields, key=lambda f: rank.get(f, -1))  # unknown keys first: recorded inputs
 
 
+def _plain(value: Any) -> Any:
+    """A count that pandas widened to float (a column with gaps, e.g. beside a crash record)
+    is reported as the int it was recorded as."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value.item() if hasattr(value, "item") else value
+
+
 def _values(rows: pd.DataFrame, column: str) -> dict[int, Any]:
     if column not in rows.columns:
         return {}
-    return {int(r): v for r, v in zip(rows["rank"], rows[column], strict=True) if _present(v)}
+    pairs = zip(rows["rank"], rows[column], strict=True)
+    return {int(r): _plain(v) for r, v in pairs if _present(v)}
 
 
 def _disagree(values: dict[int, Any]) -> bool:
