@@ -235,7 +235,10 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
         self.inc_lock_ref(ancestor)  # keep the device prefix while making room
         device_indices = self.cache_controller.load(host_indices, last.id)
         if device_indices is None:
+            # write_back eviction may evict_host: the pages being loaded must stay
+            last.host_ref_counter += 1
             self.evict(len(host_indices))
+            last.host_ref_counter -= 1
             device_indices = self.cache_controller.load(host_indices, last.id)
         self.dec_lock_ref(ancestor)
         if device_indices is None:
