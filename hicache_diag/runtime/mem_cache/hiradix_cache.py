@@ -82,11 +82,6 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
         last_host = path[-1] if path else self.root_node
         return MatchResult(_cat([n.value for n in device]), last_device, last_host, host_hit)
 
-    def _split_node(self, child: TreeNode, split_len: int) -> TreeNode:
-        new = super()._split_node(child, split_len)
-        new.host_ref_counter = 0  # host protection stays on the lower node; evict_host takes leaves
-        return new
-
     def _on_matched(self, node: TreeNode, value: torch.Tensor) -> int:
         if node.evicted:  # re-populate a host-only node with the caller's fresh slots
             self._set_device(node, value.clone())

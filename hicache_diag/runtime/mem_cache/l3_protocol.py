@@ -214,6 +214,13 @@ class L3ProtocolMixin:
             self.mem_pool_host.free(host_indices)
         return 0
 
+    def _split_node(self, child: Any, split_len: int) -> Any:
+        new = super()._split_node(child, split_len)
+        # host protection (prefetch anchor, backup, load) stays on the lower node: evict_host
+        # takes leaves only, so the upper part is safe while the lower one is protected
+        new.host_ref_counter = 0
+        return new
+
     # ---- backup -----------------------------------------------------------------------------
     def write_backup_storage(self, node: Any) -> None:
         """After a write-through ack: copy the node's host pages to L3, host-protected until the
