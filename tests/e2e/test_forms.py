@@ -30,9 +30,17 @@ EXPECTED = {
 }
 
 
-def run_scenario(name: str, out: Path, *extra: str, env: dict | None = None) -> tuple[int, dict]:
-    args = ["--scenario", str(SCENARIOS / f"{name}.toml"), "--out", str(out), "--json", *extra]
+def run_scenario(
+    name: str, out: Path, *extra: str, env: dict | None = None, panel: bool = False
+) -> tuple[int, dict]:
+    """--json: the verdict from stdout; panel: the rich verdict panel on stderr, and the verdict
+    from the run directory's verdict.json."""
+    args = ["--scenario", str(SCENARIOS / f"{name}.toml"), "--out", str(out), *extra]
+    args += [] if panel else ["--json"]
     proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=180, env=env)
+    if panel:
+        assert "hicache-diag run" in proc.stderr and "outcome" in proc.stderr, proc.stderr[-3000:]
+        return proc.returncode, json.loads((out / "verdict.json").read_text())
     assert proc.stdout.strip(), proc.stderr[-3000:]
     return proc.returncode, json.loads(proc.stdout)
 
@@ -64,7 +72,9 @@ def _check_hang_evidence(out: Path, v: dict) -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_sample_scenario_gives_its_outcome(name, tmp_path):
     out = tmp_path / "run"
-    rc, v = run_scenario(name, out, "--seed", "1")
+    # the crash forms render the verdict panel (exit code from the panel path), C and healthy
+    # print --json
+    rc, v = run_scenario(name, out, "--seed", "1", panel=name in ("form_a", "form_b"))
     _check_form(name, rc, v)
     if name == "form_a":
         assert "is invalid for input of size" in v["signature"] or any(
@@ -103,8 +113,8 @@ def test_full_protocol_with_every_fault_at_once_is_green(tmp_path):
     v = json.loads(proc.stdout)
     assert (proc.returncode, v["outcome"], v["first_divergence"]) == (0, "ok", None), v
     _check_outputs_equal_reference(out)
-    fired = {f["fault"] for r in (0, 1) for line in (out / f"rank{r}.jsonl").read_text().splitlines()
-             for f in json.loads(line).get("faults_fired", [])}  # fmt: skip
+    lines = [ln for r in (0, 1) for ln in (out / f"rank{r}.jsonl").read_text().splitlines()]
+    fired = {f["fault"] for ln in lines for f in json.loads(ln).get("faults_fired", [])}
     assert {"dma-delay", "host-alloc-fail", "p2p-delay", "rank-stall"} <= fired
     assert_no_children()
 
