@@ -6,7 +6,10 @@ Startup cost per trial = CLI import (`run --help`) + the time from the launcher'
 first step any rank records (rank processes starting, importing torch, joining gloo). Each row
 is measured now, for each rank start method (`$HICACHE_DIAG_RANK_START`, which every trial
 inherits): `spawn` (before: `python -m` per rank) and `fork` (after: forks of the launcher with
-torch imported). Prints a table; asserts nothing.
+torch imported). With --warm, one more row: a prototype of what a bisect trial server would
+give (not what `bisect` does today): each trial is a fork of this process with the CLI and torch
+imported, so the trial's own interpreter start and torch import go too. Prints a table; asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from rich.console import Console
 from rich.table import Table
 
 from hicache_diag.harness.bisect import BisectConfig, run_bisect
+from hicache_diag.runtime.forked_process import fork_module, preload
+from hicache_diag.runtime.launcher import RANK_PRELOAD
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
 TINY = ("--requests", "8", "--max-new-tokens", "4")
@@ -67,11 +72,36 @@ def trials_per_minute(trials: int, jobs: int, run_args: tuple[str, ...], method:
             med(durs) if durs else float("nan"))  # fmt: skip
 
 
+def warm_trials_per_minute(trials: int, run_args: tuple[str, ...]):
+    """Prototype: trials one after another, each forked from this warm process (jobs 1)."""
+    os.environ["HICACHE_DIAG_RANK_START"] = "fork"
+    preload(("torch", "hicache_diag.cli.main", "hicache_diag.harness.trial", *RANK_PRELOAD))
+    preload(("hicache_diag.diagnosis.classify",))
+    ups, durs, errors = [], [], 0
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        for i in range(trials):
+            out = Path(tmp) / f"trial{i}"
+            argv = ["run", *run_args, "--seed", str(i), "--json", "--out", str(out)]
+            with open(Path(tmp) / f"trial{i}.log", "ab") as log:
+                rc = fork_module("hicache_diag.cli.main", argv, log.fileno(), {}).wait()
+            errors += rc not in (0, 10, 11, 12, 13, 14, 15)
+            if (up := _rank_startup(out)) is not None:
+                ups.append(up)
+            if (out / "verdict.json").exists():
+                durs.append(json.loads((out / "verdict.json").read_text())["duration_s"])
+        wall = time.perf_counter() - t0
+    med = statistics.median
+    return (60.0 * trials / wall, errors, med(ups) if ups else float("nan"),
+            med(durs) if durs else float("nan"))  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=6)
     ap.add_argument("--jobs", default="1,2")
     ap.add_argument("--methods", default="spawn,fork", help="rank start methods to compare")
+    ap.add_argument("--warm", action="store_true", help="add the warm trial-server prototype")
     ap.add_argument("run_args", nargs="*")
     ns = ap.parse_args()
     run_args = tuple(ns.run_args) or TINY
@@ -86,7 +116,11 @@ def main() -> None:
             rate, errors, up, dur = trials_per_minute(ns.trials, jobs, run_args, method)
             table.add_row(method, str(jobs), str(ns.trials), f"{rate:.1f}", str(errors),
                           f"{start:.2f}", f"{up:.2f}", f"{dur:.2f}", f"{up / dur:.0%}")  # fmt: skip
-    Console().print(table)
+    if ns.warm:
+        rate, errors, up, dur = warm_trials_per_minute(ns.trials, run_args)
+        table.add_row("fork+warm", "1", str(ns.trials), f"{rate:.1f}", str(errors), "0",
+                      f"{up:.2f}", f"{dur:.2f}", f"{up / dur:.0%}")  # fmt: skip
+    Console(width=140).print(table)
 
 
 if __name__ == "__main__":

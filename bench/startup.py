@@ -101,7 +101,7 @@ def main() -> None:
         for rank, ph in sorted(per_rank.items()):
             ranks.add_row(method, str(rank), *(f"{med(ph[p]):.3f}" for p in PHASES))
         runs.add_row(method, f"{med(walls):.2f}", f"{med(trials):.2f}")
-    console = Console()
+    console = Console(width=120)
     console.print(ranks)
     console.print(runs)
 
