@@ -170,3 +170,29 @@ def test_protocol_full_twin_is_ok_over_ten_seeds(name, tmp_path):
         oks += (rc, v["outcome"]) == (0, "ok")
     assert oks >= 9, f"{name} under --protocol full: {oks}/10 ok"
     assert_no_children()
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    reason="known: under --protocol full with L3 on, host-alloc-fail on PP1 hangs (form C, "
+    "source l3-progress): the L3 prefetch's host alloc is not agreed across PP (the #31425 "
+    "consensus covers write_backup only)",
+    strict=False,
+)
+def test_full_protocol_with_every_fault_and_l3_is_green(tmp_path):
+    out = tmp_path / "run"
+    args = [*CLI, "--protocol", "full", "--workload", "idle", "--requests", "12"]
+    args += ["--max-total-tokens", "128", "--hicache-size", "192KiB", "--storage-backend", "file"]
+    args += ["--hicache-storage-prefetch-policy", "wait_complete"]
+    for spec in [*ALL_FAULTS, "l3-partial-hit:rank=1,keep=0.5,holes=0.1"]:
+        args += ["--fault", spec]
+    proc = subprocess.run(
+        [*args, "--seed", "1", "--out", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert_no_children()
+    v = json.loads(proc.stdout)
+    assert (proc.returncode, v["outcome"]) == (0, "ok"), v
+    _check_outputs_equal_reference(out)
