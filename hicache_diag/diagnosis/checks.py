@@ -190,8 +190,9 @@ def check_hang(run: RunData) -> Finding | None:
     for r in sorted(run.stacks):
         lines.append(f"rank {r} waits in {stk.where(run.stacks[r]) or 'an unreadable stack'}")
     lines.extend(_stack_tool_lines(run))
+    at = site or (stk.where(run.stacks[rank]) if rank in run.stacks else None)
     signature = f"hang: no progress for the hang timeout; rank {rank} waits" + (
-        f" in {site}" if site else ""
+        f" in {at}" if at else ""
     )
     return Finding(Outcome.HANG, CrashForm.C, rank, rank, signature, lines)
 
