@@ -24,9 +24,9 @@ import faulthandler, signal, sys, time
 fh = open(sys.argv[1], "w")
 faulthandler.register(signal.SIGUSR1, file=fh, all_threads=True)
 def waiting_like_a_hung_rank():
+    print("ready", flush=True)
     while True:
         time.sleep(0.05)
-print("ready", flush=True)
 waiting_like_a_hung_rank()
 """
 
