@@ -6,7 +6,8 @@ import pytest
 
 from hicache_diag.cli.main import run_cli
 from hicache_diag.errors import UsageError
-from hicache_diag.runtime.launcher import START_METHOD_ENV, start_method_from_env
+from hicache_diag.runtime.forked_process import preload
+from hicache_diag.runtime.launcher import RANK_PRELOAD, START_METHOD_ENV, start_method_from_env
 
 
 def test_fork_is_the_default(monkeypatch):
@@ -32,3 +33,10 @@ def test_unknown_method_is_exit_2_with_one_line(monkeypatch, tmp_path, capsys):
     assert run_cli(["run", "--requests", "2", "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and START_METHOD_ENV in err[0], err
+
+
+def test_every_preloaded_module_exists():
+    """A renamed module would silently drop out of the preload (ranks then import it after the
+    fork, slower but correct); this keeps the list honest."""
+    assert preload(RANK_PRELOAD) == []
+    assert preload(["hicache_diag.no_such_module"]) == ["hicache_diag.no_such_module"]
