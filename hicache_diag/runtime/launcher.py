@@ -85,11 +85,18 @@ class RankProcess:
 
 @dataclass(eq=False)
 class Launcher:
+    """Owns the rank processes of one run: `start()` once, then `poll()` from the watching
+    thread, and `close()` on every exit path. Every rank is a direct child of this process."""
+
     run_dir: Path
     server_args: ServerArgs
     procs: list[RankProcess] = field(default_factory=list)
     store: Any = None
     start_method: str = field(default_factory=start_method_from_env)
+
+    def __post_init__(self) -> None:
+        if self.start_method not in START_METHODS:
+            raise UsageError(f"start method {self.start_method!r}; valid: fork, spawn")
 
     def start(self) -> Launcher:
         if self.start_method == "fork":
