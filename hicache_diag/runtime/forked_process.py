@@ -9,6 +9,10 @@ would otherwise be missing: threads do not survive a fork). Then runpy runs MODU
 and the child always ends in os._exit, so it never unwinds into the parent's stack (its finally
 blocks, typer, pytest).
 
+What differs from a spawned child: the child's main thread keeps the parent's frames beneath
+runpy (py-spy shows typer and run_trial under the rank's entry; triage's merged tree folds them
+into the common prefix), and modules the parent imported stay imported.
+
 Fork hygiene (the caller's part): fork before this process runs a multi-threaded torch op or
 starts a native server (a TCPStore master): only the forking thread exists in the child, and a
 lock another thread held at the fork stays held there forever.
