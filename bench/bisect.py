@@ -6,10 +6,12 @@ Startup cost per trial = CLI import (`run --help`) + the time from the launcher'
 first step any rank records (rank processes starting, importing torch, joining gloo). Each row
 is measured now, for each rank start method (`$HICACHE_DIAG_RANK_START`, which every trial
 inherits): `spawn` (before: `python -m` per rank) and `fork` (after: forks of the launcher with
-torch imported). With --warm, one more row: a prototype of what a bisect trial server would
-give (not what `bisect` does today): each trial is a fork of this process with the CLI and torch
-imported, so the trial's own interpreter start and torch import go too. Prints a table; asserts
-nothing.
+torch imported). `outside s` = wall time per trial slot (60 / trials per minute x jobs) minus
+the trial's own duration: the `run` CLI process around the trial (interpreter, its own torch
+import, manifest, classification), the part a fork per rank cannot remove. With --warm, one
+more row: a prototype of what a bisect trial server would give (not what `bisect` does today):
+each trial is a fork of this process with the CLI and torch imported, so the trial's own
+interpreter start and torch import go too. Prints a table; asserts nothing.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def main() -> None:
     run_args = tuple(ns.run_args) or TINY
     table = Table(title=f"bisect throughput (2-rank trials, run {' '.join(run_args)})")
     cols = ("start", "jobs", "trials", "trials/min", "errors", "CLI import s", "rank start-up s",
-            "trial s", "start-up share")  # fmt: skip
+            "trial s", "start-up share", "outside s")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="right")
     start = startup_cost()
@@ -115,11 +117,13 @@ def main() -> None:
         for jobs in (int(j) for j in ns.jobs.split(",")):
             rate, errors, up, dur = trials_per_minute(ns.trials, jobs, run_args, method)
             table.add_row(method, str(jobs), str(ns.trials), f"{rate:.1f}", str(errors),
-                          f"{start:.2f}", f"{up:.2f}", f"{dur:.2f}", f"{up / dur:.0%}")  # fmt: skip
+                          f"{start:.2f}", f"{up:.2f}", f"{dur:.2f}", f"{up / dur:.0%}",
+                          f"{60 / rate * jobs - dur:.2f}")  # fmt: skip
     if ns.warm:
         rate, errors, up, dur = warm_trials_per_minute(ns.trials, run_args)
         table.add_row("fork+warm", "1", str(ns.trials), f"{rate:.1f}", str(errors), "0",
-                      f"{up:.2f}", f"{dur:.2f}", f"{up / dur:.0%}")  # fmt: skip
+                      f"{up:.2f}", f"{dur:.2f}", f"{up / dur:.0%}",
+                      f"{60 / rate - dur:.2f}")  # fmt: skip
     Console(width=140).print(table)
 
 
