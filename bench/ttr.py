@@ -60,13 +60,15 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--forms", default="form_a,form_b,form_c,healthy")
     args = parser.parse_args()
-    print(f"{'scenario':<9} {'median':>8} {'max':>8}  exits     {'detect':>7} {'verdict':>8}")
+    head = f"{'scenario':<9} {'median':>8} {'max':>8}  exits     {'detect':>7} {'verdict':>8}"
+    print(head + "  hang verdict after the stall")
     with tempfile.TemporaryDirectory(prefix="hicache-ttr-") as tmp:
         for form in args.forms.split(","):
             r = measure(form, args.trials, Path(tmp))
             hang = ""
             if "detect" in r:
-                hang = f"{r['detect']:>6.2f}s {r['verdict']:>7.2f}s"
+                total = r["detect"] + r["verdict"]
+                hang = f"{r['detect']:>6.2f}s {r['verdict']:>7.2f}s  {total:>6.2f}s"
             exits = ",".join(map(str, r["exits"]))
             print(f"{form:<9} {r['median']:>7.2f}s {r['max']:>7.2f}s  {exits:<8}  {hang}")
     print(f"(cold start to exit, median of {args.trials} seeds; detect = hang detected - last "
