@@ -1,8 +1,15 @@
-"""Mirrors sglang/srt/distributed/parallel_state.py: gloo groups, PP p2p transport, HiCache comm.
+"""Mirrors sglang/srt/distributed/parallel_state.py: groups, PP p2p transport, HiCache comm.
 
 Every rank creates the same groups in the same order (torch.distributed requires it): the world,
-one TP group per PP stage, one PP group per TP column, then the dedicated `THREAD_GROUPS`.
-Global rank = pp_rank * tp_size + tp_rank, as SGLang numbers them.
+per PP stage one TP `GroupCoordinator` (its device group, then its cpu group), one PP group per
+TP column, then the dedicated `THREAD_GROUPS`. Global rank = pp_rank * tp_size + tp_rank, as
+SGLang numbers them.
+
+Why two TP communicators: SGLang runs the model's row-parallel all-reduce on the TP device group
+(NCCL) and HiCache's `_all_reduce_attn_groups` on the TP cpu group (gloo). When one TP rank skips
+the HiCache collective (#28429), its peer waits on the cpu group while it waits on the device
+group: neither call can pair with the other, so the ranks hang (form C) instead of pairing two
+unrelated all-reduces on one communicator.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ HIRADIX_PP_SYNC = int.from_bytes(b"PpHi", "big")
 MSG_TAGS = {"reqs": 11, "proxy": 12, "output": 13}
 
 _REDUCE_OPS = {"min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX, "sum": dist.ReduceOp.SUM}
+# The device group's backend per `--device` (SGLang: NCCL on CUDA); the cpu group is always gloo.
+DEVICE_BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 
 
 @dataclass(slots=True)
@@ -106,25 +115,65 @@ def recv_tensor_dict(src: int, group: Any = None, tag: int = 0) -> dict[str, tor
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class GroupCoordinator:
+    """Mirrors GroupCoordinator at our scale: this rank's place in one group of ranks and the two
+    communicators over it. `device_group` carries the model's collectives (gloo on CPU, NCCL on
+    CUDA); `cpu_group` (always gloo) carries control collectives such as HiCache's counts."""
+
+    ranks: tuple[int, ...]
+    rank_in_group: int
+    device_group: Any
+    cpu_group: Any
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+
+def init_model_parallel_group(
+    group_ranks: list[list[int]], rank: int, backend: str
+) -> GroupCoordinator:
+    """Create a device and a cpu group for every rank list (every rank creates all of them, in
+    the same order, as torch.distributed requires) and keep the pair that holds `rank`."""
+    mine: GroupCoordinator | None = None
+    for ranks in group_ranks:
+        device_group = dist.new_group(ranks, backend=backend)
+        cpu_group = dist.new_group(ranks, backend="gloo")
+        if rank in ranks:
+            mine = GroupCoordinator(tuple(ranks), ranks.index(rank), device_group, cpu_group)
+    if mine is None:
+        raise ValueError(f"rank {rank} is in none of the groups {group_ranks}")
+    return mine
+
+
 class ParallelState:
     """This rank's coordinates and groups. Implements the `HiCacheComm` Protocol of
     `distributed/comm.py`; `pp_sync`/`drain_async_work` run on the scheduler thread only, each
     thread group on its own background thread only."""
 
-    def __init__(self, pp_rank: int, pp_size: int, tp_rank: int, tp_size: int, hooks: Hooks):
+    def __init__(
+        self,
+        pp_rank: int,
+        pp_size: int,
+        tp_rank: int,
+        tp_size: int,
+        hooks: Hooks,
+        device: str = "cpu",
+    ):
         self.pp_rank, self.pp_size, self.tp_rank, self.tp_size = pp_rank, pp_size, tp_rank, tp_size
         self.hooks = hooks
         self.rank = pp_rank * tp_size + tp_rank
         self.work_list: list[P2PWork] = []
-        self._build_groups()
+        self._build_groups(DEVICE_BACKENDS[device])
 
-    def _build_groups(self) -> None:
+    def _build_groups(self, device_backend: str) -> None:
         pp, tp = self.pp_size, self.tp_size
-        # Same order on every rank: TP groups per stage, PP groups per TP column, thread groups.
-        tp_groups = [dist.new_group([p * tp + t for t in range(tp)]) for p in range(pp)]
+        # Same order on every rank: TP coordinators per stage, PP groups per TP column, threads.
+        tp_ranks = [[p * tp + t for t in range(tp)] for p in range(pp)]
+        self.tp_group = init_model_parallel_group(tp_ranks, self.rank, device_backend)
         pp_groups = [dist.new_group([p * tp + t for p in range(pp)]) for t in range(tp)]
         self.thread_groups = {name: dist.new_group(list(range(pp * tp))) for name in THREAD_GROUPS}
-        self.tp_group = tp_groups[self.pp_rank]
         self.pp_group = pp_groups[self.tp_rank]
         self.world_group = dist.group.WORLD
 
@@ -165,12 +214,20 @@ class ParallelState:
 
     # ---- HiCacheComm -------------------------------------------------------------------------
     def all_reduce_tp(self, tensor: torch.Tensor, op: str = "min") -> None:
+        # The TP cpu group, as `_all_reduce_attn_groups`: never the model's device group.
         if self.tp_size > 1:
-            dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self.tp_group)
+            dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self.tp_group.cpu_group)
 
     def all_reduce_pp(self, tensor: torch.Tensor, op: str = "min") -> None:
         if self.pp_size * self.tp_size > 1:
             dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self.world_group)
+
+    def all_reduce_pp_async(self, tensor: torch.Tensor, op: str = "min") -> Any:
+        """`all_reduce_pp` started with async_op: returns the work handle to `wait()` on (None
+        when alone, the tensor then already holds the result). Scheduler thread only."""
+        if self.pp_size * self.tp_size == 1:
+            return None
+        return dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self.world_group, async_op=True)
 
     def pp_sync(self, tensor: torch.Tensor) -> None:
         # _pp_sync (#27285): a directional relay, not a collective. PP>0 blocks for the value
@@ -200,6 +257,8 @@ class ParallelState:
 
     # ---- model TP ----------------------------------------------------------------------------
     def tp_all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The row-parallel sum of the forward (`tensor_model_parallel_all_reduce`): on the TP
+        device group, so it never pairs with a HiCache control collective."""
         if self.tp_size > 1:
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.tp_group)
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.tp_group.device_group)
         return tensor
