@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import assert_no_children
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main", "run"]
+TRIAGE = [sys.executable, "-m", "hicache_diag.cli.main", "triage", "--json", "--dumps"]
+SCENARIO_TP = str(Path(__file__).resolve().parents[2] / "samples" / "scenarios" / "form_c_tp.toml")
 PRESSURE = ["--max-total-tokens", "256", "--requests", "16", "--hang-timeout", "2"]
 
 # switch -> (legacy mode, baseline preset, run args, exit codes the legacy run may give)
@@ -61,19 +64,58 @@ def test_switch_legacy_fails_and_fixed_passes(switch, tmp_path):
     assert_no_children()
 
 
+def _triage(run_dir) -> dict:
+    proc = subprocess.run(
+        [*TRIAGE, str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.stdout.strip(), proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def _assert_tp_hang(run_dir, rc: int, v: dict) -> None:
+    """#27489's fingerprint: TP0 waits in the HiCache count all-reduce (TP cpu group), TP1 in the
+    model's all-reduce (TP device group), the last stage waits for PP0's outputs."""
+    assert (rc, v["outcome"], v["form"]) == (12, "hang", "C"), v
+    assert (v["failed_rank"], v["culprit_rank"]) == (0, 1), v
+    assert v["first_divergence"]["source"] == "host-alloc", v
+    where = {r["rank"]: r["where"] or "" for r in v["ranks"]}
+    assert "all_reduce_tp" in where[0] and "check_hicache_events" in v["signature"], v
+    assert "tp_all_reduce_sum" in where[1] and "_pp_launch_batch" in where[1], where
+    assert sorted(p.name for p in (run_dir / "stacks").iterdir()) == [
+        f"rank{r}.json" for r in range(4)
+    ], "every rank's py-spy dump"
+
+
+@pytest.mark.usefixtures("no_leftover_processes")
+def test_form_c_tp_scenario_hangs_in_the_hicache_tp_all_reduce(tmp_path):
+    """The sample recipe (about 5 s): the hang, its wait sites and stacks, and triage over the run
+    directory names a protocol deadlock at PP0's HiCache TP all-reduce."""
+    rc, v = _run(tmp_path, "tp", ["--scenario", SCENARIO_TP])
+    _assert_tp_hang(tmp_path / "tp", rc, v)
+    t = _triage(tmp_path / "tp")
+    assert (t["kind"], t["form"], t["cause"]) == ("hang", "C", "protocol-deadlock"), t
+    sites = {(r["pp"], r["tp"]): r["wait_site"] for r in t["ranks"]}
+    assert sites[(0, 0)] == "hicache-tp-allreduce", sites
+    assert sites[(0, 1)] != "hicache-tp-allreduce", "TP1 skipped the collective"
+    assert t["culprit"]["pp"] == 0, t["culprit"]
+    assert_no_children()
+
+
 @pytest.mark.slow
-def test_tp_collective_unconditional_turns_the_collective_desync_into_latent_divergence(
-    tmp_path,
-):
+def test_tp_collective_conditional_hangs_and_unconditional_leaves_latent_divergence(tmp_path):
     """#28429 / #26923: with the host alloc still local, PP0's TP1 backs up nothing, its ack
-    queue is empty and `conditional` skips the count all-reduce that TP0 enters: the TP
-    collectives desync (gloo fails on the mismatched sizes). `unconditional` keeps them paired;
-    the write_backup divergence stays latent (upstream: a workaround, the root cause is #31425)."""
+    queue is empty and `conditional` skips the count all-reduce that TP0 enters on the TP cpu
+    group, while TP1 goes on to the model's all-reduce on the device group: a hang (form C).
+    `unconditional` keeps them paired; the write_backup divergence stays latent (upstream: a
+    workaround, the root cause is #31425)."""
     base = ["--protocol", "l2", "--tp", "2", "--requests", "16", "--hang-timeout", "2"]
     base += ["--fault", "host-alloc-fail:rank=1"]
     rc, v = _run(tmp_path, "legacy", [*base, "--fix", "tp-collective=conditional"])
-    assert v["outcome"] in ("crash", "hang") and v["failed_rank"] in (0, 1), v
+    _assert_tp_hang(tmp_path / "legacy", rc, v)
     rc, v = _run(tmp_path, "fixed", base)
-    assert v["outcome"] not in ("crash", "hang"), v
+    assert (rc, v["outcome"]) == (13, "diverged"), v
     assert (v["first_divergence"] or {}).get("source") == "host-alloc", v
     assert_no_children()
