@@ -134,10 +134,14 @@ class StorageController(StorageThreadsMixin):
         (sglang-internals §8.11), so probes report it."""
         return self.prefetch_tokens_occupied >= self.prefetch_capacity_limit
 
-    def submit_prefetch_io(self, operation: PrefetchOperation) -> bool:
-        """Allocate host slots for the agreed hit and hand the reads to the IO thread; False
-        (nothing queued, no acks will come) when the host pool is short."""
-        host_indices = self.host_pool.alloc(operation.storage_hit_count)
+    def submit_prefetch_io(
+        self, operation: PrefetchOperation, host_indices: torch.Tensor | None = None
+    ) -> bool:
+        """Hand the reads of the agreed hit to the IO thread, into `host_indices` (slots agreed
+        by a vote) or into slots allocated here (host-alloc=local); False (nothing queued, no
+        acks will come) when the host pool is short."""
+        if host_indices is None:
+            host_indices = self.host_pool.alloc(operation.storage_hit_count)
         if host_indices is None:
             return False
         operation.host_indices = host_indices

@@ -172,7 +172,9 @@ class L2ProtocolMixin:
         return None
 
     def reserved_host_tokens(self) -> int:
-        return sum(len(r) for v in self._votes for r in v.reserved if r is not None)
+        """Host slots held by undecided votes, write_backup's and the L3 prefetches'."""
+        held = sum(len(r) for v in self._votes for r in v.reserved if r is not None)
+        return held + self.prefetch_reserved_tokens()
 
     def _commit_backup(self, node: Any, host: torch.Tensor) -> None:
         tag = {"ancestor_ids": self._ancestor_ids(node), "write_back": False}

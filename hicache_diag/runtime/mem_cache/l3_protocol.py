@@ -9,6 +9,7 @@ Upstream keeps these in hiradix_cache.py with the same names (`prefetch_from_sto
   relayed at ① in one fixed-width `pp_sync`, so `check_prefetch_progress` in the waiting-queue
   loop runs no collective whose call count depends on admission (#30760).
 Legacy (`local`): each rank stops a prefetch from its own progress and its own clock.
+The host slots of the reads follow the `host-alloc` switch (l3_host_alloc).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 
 from hicache_diag.runtime.managers.storage_operation import PrefetchOperation
 from hicache_diag.runtime.mem_cache.hicache_storage import get_page_hashes
+from hicache_diag.runtime.mem_cache.l3_host_alloc import L3HostAllocMixin
 from hicache_diag.runtime.mem_cache.radix_cache import TreeNode
 
 # SGLang's prefetch_threshold is 256 tokens for real models; our prompts are ~64 tokens.
@@ -36,7 +38,7 @@ class OngoingPrefetch:
     operation: PrefetchOperation
 
 
-class L3ProtocolMixin:
+class L3ProtocolMixin(L3HostAllocMixin):
     """Mixed into HiRadixCache; scheduler thread only. The storage threads never touch the tree."""
 
     def _init_storage(self, storage_controller: Any) -> None:
@@ -48,6 +50,7 @@ class L3ProtocolMixin:
         self.prefetch_stop: set[str] = set()  # PP0's relayed decisions (l3-progress=min)
         self._io_tails: list[tuple[PrefetchOperation, torch.Tensor]] = []
         self.l3_inserted = 0
+        self._init_prefetch_alloc()
 
     @property
     def _relay_progress(self) -> bool:
@@ -97,23 +100,22 @@ class L3ProtocolMixin:
             if node is not None:
                 node.host_ref_counter -= 1  # release_host: the pages are in L3 now
         self._free_io_tails()
+        if self.prefetch_two_phase:
+            self.vote_prefetch_allocs()  # every ①, even when empty: the votes pair by order
         if self._relay_progress:
             self._relay_prefetch_decisions()
 
     def _on_storage_hit(self, operation: PrefetchOperation) -> None:
-        """An agreed hit count arrived: allocate host slots for it (lazily, as #19320 does) and
-        start the reads, or revoke under the threshold / when the host pool stays short."""
+        """An agreed hit count arrived: get host slots for it (lazily, as #19320 does; agreed
+        per `host-alloc`, see l3_host_alloc) and start the reads, or revoke it under the
+        threshold."""
         entry = self.ongoing_prefetch.get(operation.request_id)
         if entry is None or entry.operation is not operation or operation.is_terminated():
             return  # already stopped (best_effort) before its hit count came
         if operation.storage_hit_count < self.prefetch_threshold:
             self._end_prefetch(operation.request_id)
             return
-        ctrl = self.storage_controller
-        if not ctrl.submit_prefetch_io(operation):
-            self.evict_host(operation.storage_hit_count)
-            if not ctrl.submit_prefetch_io(operation):
-                self._end_prefetch(operation.request_id)
+        self.alloc_prefetch(operation)
 
     def _relay_prefetch_decisions(self) -> None:
         """PP0 decides (MIN over its TP: stop only if every TP rank may), the chain obeys."""
