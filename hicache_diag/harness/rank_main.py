@@ -163,7 +163,7 @@ def _make_scheduler(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port,
     t_gloo = time.time()
     hooks = Hooks(rank=rank, pp_rank=pp, tp_rank=tp)
     installed = _install_faults(hooks, cfg, rank, pp, tp)
-    comm = ParallelState(pp, sa.pp_size, tp, sa.tp_size, hooks)
+    comm = ParallelState(pp, sa.pp_size, tp, sa.tp_size, hooks, device=sa.device)
     l3_dir = str(run_dir / "hicache-storage")  # without --hicache-storage-dir: this run's own
     state["bundle"] = bundle = build_kv_cache(sa, cfg.protocol, comm, hooks, pp, tp, l3_dir)
     storage = sa.hicache_storage_backend != "none"
