@@ -11,6 +11,7 @@ import pytest
 import torch
 from hicache_helpers import PAGE, FakeComm, make_bundle, put, settle
 
+from hicache_diag.runtime.hooks import Hooks
 from hicache_diag.runtime.mem_cache.hicache_storage import get_page_hashes
 
 TOKENS = list(range(10, 26))  # 8 pages of PAGE=2
@@ -151,3 +152,125 @@ def test_truncated_page_is_a_storage_fault_and_a_shorter_insert(bundles, tmp_pat
     faults = stats["storage_faults"]
     assert faults and faults[0]["op"] == "read" and "short read" in faults[0]["reason"]
     tree.check_integrity()
+
+
+# ---- host slots of the prefetch reads (host-alloc switch, l3_host_alloc) ---------------------
+
+IDENTITY = 1 << 40  # a peer's MIN contribution that changes nothing
+STOP_WIDTH = 33  # [n, flags x DECISION_WIDTH]
+
+
+def l3_vote(*flags: int) -> list[int]:
+    return [len(flags), -len(flags), *flags] + [0] * (16 - len(flags))
+
+
+def l3_votes(comm: FakeComm) -> list[list[int]]:
+    """The prefetch votes sent (the write_backup vote is 34 wide, this one 18)."""
+    return [c[1] for c in comm.calls if c[0] == "all_reduce_pp" and len(c[1]) == 18]
+
+
+def failing_host_alloc() -> tuple[Hooks, list[bool]]:
+    hooks, fail = Hooks(), [True]
+    hooks.register("host_alloc", lambda ok, ctx: ok and not fail[0])
+    return hooks, fail
+
+
+def stage_pages(b) -> None:
+    numel = b.storage.host_pages.page_numel()
+    for h in get_page_hashes(TOKENS, PAGE):  # this stage's pages are stored
+        assert b.storage.storage.set(h, torch.full((numel,), 3.0))
+
+
+def follower_step(b, storage=(0, 0, 0, 0), stop: int = 0) -> None:
+    """One ① on PP1: PP0 relays the write and load counts, the storage drain counts, and its
+    stop flag for the one prefetch in flight."""
+    b.tree_cache.comm.relay += [[0], [0], list(storage), [1, stop] + [0] * (STOP_WIDTH - 2)]
+    b.tree_cache.check_hicache_events()
+
+
+def test_two_phase_follower_whose_host_alloc_fails_waits_for_the_vote(bundles):
+    """OPEN 1: PP1's alloc failed, PP0's did not. PP1 must not revoke alone (it would admit the
+    request while PP0 waits for the reads); the vote decides for both, then the retry commits."""
+    hooks, fail = failing_host_alloc()
+    comm = FakeComm(pp_rank=1, pp_size=2)
+    b = bundles("ack-count=leader", "host-alloc=two-phase", comm=comm, hooks=hooks)
+    tree, free = b.tree_cache, b.host_pool.available_size()
+    stage_pages(b)
+    assert tree.prefetch_from_storage("r1", TOKENS)
+    wait_for(lambda: b.storage.prefetch_hit_queue.qsize() == 1)
+    follower_step(b, storage=(1, 0, 0, 0))  # ①1: the agreed hit; our reservation fails
+    assert "r1" in tree.ongoing_prefetch, "not revoked on this rank alone"
+    assert not tree.check_prefetch_progress("r1"), "the request waits, as on PP0"
+    assert l3_votes(comm) == [l3_vote(0)]
+    follower_step(b)
+    follower_step(b)  # ①3: the ①1 vote is applied: abort everywhere, one more try
+    stats = tree.probe_stats()
+    assert stats["sync_received"]["prefetch_alloc"] == [0] and stats["host_alloc_failed"] == 1
+    assert "r1" in tree.ongoing_prefetch and b.host_pool.available_size() == free
+    fail[0] = False
+    follower_step(b)  # ①4: the retry reserves
+    assert l3_votes(comm)[-1] == l3_vote(1)
+    assert tree.probe_stats()["host_free"] == free, "a reservation counts as free until decided"
+    tree.check_integrity()
+    follower_step(b)
+    follower_step(b)  # ①6: committed, the reads start
+    assert tree.probe_stats()["sync_received"]["prefetch_alloc"] == [1]
+    wait_for(lambda: b.storage.ack_prefetch_queue.qsize() == 2)  # one batch, then completion
+    follower_step(b, storage=(0, 2, 0, 0), stop=1)
+    assert tree.check_prefetch_progress("r1"), "PP0 said stop: both stop with the pages in"
+    assert tree.probe_stats()["l3_inserted"] == len(TOKENS)
+    tree.check_integrity()
+
+
+def test_two_phase_leader_aborts_when_a_peer_could_not_reserve(bundles):
+    comm = FakeComm(pp_size=1)
+    b = bundles("host-alloc=two-phase", comm=comm)
+    tree, free = b.tree_cache, b.host_pool.available_size()
+    stage_pages(b)
+    comm.peers += [IDENTITY, l3_vote(0)]  # ①1: write_backup's vote, then the peer's "no"
+    assert tree.prefetch_from_storage("r1", TOKENS)
+    wait_for(lambda: b.storage.prefetch_hit_queue.qsize() == 1)
+    tree.check_hicache_events()
+    assert l3_votes(comm) == [l3_vote(1)], "we reserved and voted yes"
+    assert b.host_pool.available_size() == free - len(TOKENS)
+    tree.check_integrity()
+    tree.check_hicache_events()  # ①2 applies ①1: the MIN says no
+    assert b.host_pool.available_size() == free, "our reservation was rolled back"
+    assert "r1" in tree.ongoing_prefetch and b.storage.prefetch_buffer.qsize() == 0
+    wait_for(lambda: (tree.check_hicache_events(), tree.check_prefetch_progress("r1"))[1])
+    stats = tree.probe_stats()
+    assert stats["sync_received"]["prefetch_alloc"] == [0, 1], "aborted, then committed"
+    assert stats["l3_inserted"] == len(TOKENS)
+    tree.check_integrity()
+
+
+def test_two_phase_revokes_everywhere_after_the_second_no(bundles):
+    comm = FakeComm(pp_size=1)
+    b = bundles("host-alloc=two-phase", comm=comm)
+    tree = b.tree_cache
+    stage_pages(b)
+    comm.peers += [IDENTITY, l3_vote(0), IDENTITY, IDENTITY, IDENTITY, l3_vote(0)]
+    assert tree.prefetch_from_storage("r1", TOKENS)
+    wait_for(lambda: b.storage.prefetch_hit_queue.qsize() == 1)
+    for _ in range(4):
+        tree.check_hicache_events()
+    assert "r1" not in tree.ongoing_prefetch and tree.check_prefetch_progress("r1")
+    assert b.storage.prefetch_tokens_occupied == 0 and tree.root_node.host_ref_counter == 0
+    stats = tree.probe_stats()
+    assert stats["sync_received"]["prefetch_alloc"] == [0, 0]
+    assert stats["host_alloc_failed"] == 2 and b.host_pool.available_size() == b.host_pool.size
+    tree.check_integrity()
+
+
+def test_legacy_host_alloc_revokes_on_the_failing_rank_alone(bundles):
+    """host-alloc=local keeps the per-rank decision: the divergence stays reproducible."""
+    hooks, _ = failing_host_alloc()
+    comm = FakeComm(pp_rank=1, pp_size=2)
+    b = bundles("ack-count=leader", "host-alloc=local", comm=comm, hooks=hooks)
+    tree = b.tree_cache
+    stage_pages(b)
+    assert tree.prefetch_from_storage("r1", TOKENS)
+    wait_for(lambda: b.storage.prefetch_hit_queue.qsize() == 1)
+    follower_step(b, storage=(1, 0, 0, 0))  # PP0 got its slots and says "not yet"
+    assert "r1" not in tree.ongoing_prefetch and tree.check_prefetch_progress("r1")
+    assert l3_votes(comm) == [] and tree.probe_stats()["host_alloc_failed"] == 1
