@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from hicache_diag.errors import RunDirError
+from hicache_diag.triage.dumps import RankDump, parse_dump_text
 
 _RANK_FILE = re.compile(r"^rank(\d+)\.(jsonl|log)$")
 _STACK_FILE = re.compile(r"^rank(\d+)\.(json|txt)$")
@@ -25,7 +26,7 @@ class RunData:
     frames: pd.DataFrame  # one row per (rank, step), sorted by step then rank
     launcher: dict[str, Any] | None = None
     logs: dict[int, str] = field(default_factory=dict)
-    stacks: dict[int, Any] = field(default_factory=dict)  # rank -> py-spy JSON list or text
+    stacks: dict[int, RankDump] = field(default_factory=dict)  # rank -> its saved stack dump
     outputs: Any = None
     reference: Any = None
     verdict: dict[str, Any] | None = None
@@ -105,16 +106,16 @@ def _load_rank_files(directory: Path, pattern: re.Pattern[str]) -> dict[int, Pat
     return found
 
 
-def _load_stacks(run_dir: Path) -> dict[int, Any]:
-    stacks: dict[int, Any] = {}
+def _load_stacks(run_dir: Path) -> dict[int, RankDump]:
+    """py-spy JSON or faulthandler text, parsed as triage parses them; a file that holds no
+    readable stack still counts (an empty dump: "an unreadable stack")."""
+    stacks: dict[int, RankDump] = {}
     for rank, path in _load_rank_files(run_dir / "stacks", _STACK_FILE).items():
         text = path.read_text(errors="replace")
         if not text.strip():
             continue  # the faulthandler file every rank opens at start, never written
-        try:
-            stacks[rank] = json.loads(text) if path.suffix == ".json" else text
-        except ValueError:
-            stacks[rank] = text
+        dumps = parse_dump_text(text, str(path))
+        stacks[rank] = dumps[0] if dumps else RankDump(None, None, None, [], str(path))
     return stacks
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from hicache_diag.triage.logs import LogException
 
-_SHAPE = re.compile(r"shape '\[(\d+), -1, (\d+)\]' is invalid for input of size (\d+)")
+# PyTorch's view() text (RoPE's `query.view(N, -1, D)`): groups N, D, M.
+SHAPE_RE = re.compile(r"shape '\[(\d+), -1, (\d+)\]' is invalid for input of size (\d+)")
 _SIZE_MISMATCH = re.compile(
     r"Size mismatch for shape#\d+\('\w+'\): expected (\d+) but got (\d+)"
     r"|The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"
@@ -41,22 +42,24 @@ class CrashFinding:
     evidence: list[str]
 
 
-def crash_form(exc: LogException) -> str | None:
-    text = exc.text
-    if _SHAPE.search(text) or _SIZE_MISMATCH.search(text):
-        return "A"
-    if any(t in text for t in _B_TEXTS):
-        return "B"
+def is_bookkeeping(exc: LogException) -> bool:
+    """Form B: an ack or in-flight entry consumed that this rank never had."""
+    if any(t in exc.text for t in _B_TEXTS):
+        return True
     # KeyError on the in-flight dicts (ongoing_write_through / ongoing_load_back) is form B too.
-    if exc.exc_type.endswith("KeyError") and _BOOKKEEPING_FRAMES.intersection(exc.frames):
-        return "B"
-    return None
+    return exc.exc_type.endswith("KeyError") and bool(_BOOKKEEPING_FRAMES.intersection(exc.frames))
+
+
+def crash_form(exc: LogException) -> str | None:
+    if SHAPE_RE.search(exc.text) or _SIZE_MISMATCH.search(exc.text):
+        return "A"
+    return "B" if is_bookkeeping(exc) else None
 
 
 def decode_shape(text: str, num_heads: int | None = None) -> str | None:
     """`shape '[N, -1, D]' is invalid for input of size M`: N = tokens this stage scheduled;
     M / D = upstream tokens x local heads, so with the head count we get the upstream tokens."""
-    m = _SHAPE.search(text)
+    m = SHAPE_RE.search(text)
     if not m:
         return None
     n, d, size = (int(g) for g in m.groups())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hicache_diag.triage.discover import RankId, parse_rank_tokens, rank_from_title
@@ -153,7 +153,23 @@ def parse_faulthandler(lines: list[str], source: str) -> RankDump | None:
             frames.append(Frame(m.group(3).strip(), m.group(1), int(m.group(2))))
     if frames is not None:
         dump.threads.append(ThreadStack(name, None, tuple(frames)))
+    dump.threads = _name_main_thread(dump.threads)
     return dump if dump.threads else None
+
+
+# The outermost frame of a program's main thread (a script, or `python -m` through runpy);
+# other threads start in threading's `_bootstrap`.
+_ENTRY_FRAMES = frozenset({"<module>", "_run_module_as_main"})
+
+
+def _name_main_thread(threads: list[ThreadStack]) -> list[ThreadStack]:
+    """faulthandler names no thread, and its `Current thread` is whichever thread took the
+    signal (SIGUSR1 may land on the DMA thread): the main thread is the one that starts at the
+    program's entry. Without such a block the `Current thread` guess stands."""
+    entry = next((t for t in threads if t.frames and t.frames[-1].name in _ENTRY_FRAMES), None)
+    if entry is None:
+        return threads
+    return [replace(t, name="MainThread" if t is entry else None) for t in threads]
 
 
 def parse_dump_text(text: str, source: str) -> list[RankDump]:

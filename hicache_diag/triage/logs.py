@@ -40,6 +40,7 @@ CASCADE_PATTERNS = (
     re.compile(r"Connection closed by peer"),
     re.compile(r"Connection reset by peer"),
     re.compile(r"Broken pipe"),
+    re.compile(r"ECONNRESET|Socket closed"),
     re.compile(r"NCCL communicator was aborted"),
     re.compile(r"Received sigquit from a child process"),
     re.compile(r"kill_process_tree called"),
@@ -69,6 +70,7 @@ class LogException:
     message: str
     frames: list[str] = field(default_factory=list)  # function names, outermost first
     thread: str | None = None  # set for `Exception in thread ...`
+    last_frame: str | None = None  # the innermost frame, `func (file.py:line)`
 
     @property
     def text(self) -> str:
@@ -134,23 +136,35 @@ def _split_prefix(line: str, ctx: _Ctx) -> tuple[str, bool]:
     return m.group("msg"), True
 
 
-def _read_traceback(lines: list[str], start: int) -> tuple[list[str], str, str, int]:
+@dataclass(slots=True)
+class _Traceback:
+    frames: list[str]
+    exc_type: str
+    message: str
+    end: int  # index of its last line
+    last_frame: str | None
+
+
+def _read_traceback(lines: list[str], start: int) -> _Traceback:
     """Frames, exception type and message of the traceback whose header is at `start`."""
     frames: list[str] = []
+    last: re.Match[str] | None = None
     i = start + 1
     while i < len(lines):
         raw = lines[i]
         if m := _FRAME.match(raw):
             frames.append(m.group(3).strip())
+            last = m
         elif raw.startswith(("During handling", "The above exception", _TRACEBACK)) or not raw:
             pass
         elif not raw[0].isspace():
+            where = f"{last[3].strip()} ({last[1].rsplit('/', 1)[-1]}:{last[2]})" if last else None
             m = _EXC_LINE.match(raw.strip())
             if m:
-                return frames, m.group(1), (m.group(2) or "").strip(), i
-            return frames, raw.strip()[:80], "", i
+                return _Traceback(frames, m.group(1), (m.group(2) or "").strip(), i, where)
+            return _Traceback(frames, raw.strip()[:80], "", i, where)
         i += 1
-    return frames, "UnknownError", "traceback cut short", i - 1
+    return _Traceback(frames, "UnknownError", "traceback cut short", i - 1, None)
 
 
 def _read_pyspy(lines: list[str], start: int, source: str, ctx: _Ctx) -> tuple[list[RankDump], int]:
@@ -213,14 +227,17 @@ def _on_traceback(
 ) -> int | None:
     if _TRACEBACK not in msg:
         return None
-    frames, exc_type, message, end = _read_traceback(lines, i)
+    tb = _read_traceback(lines, i)
     thread = _THREAD_EXC.search(msg)
     name = thread.group(1) if thread else ctx.thread
     ev.exceptions.append(
-        LogException(ctx.rank, ctx.ts, source, i + 1, exc_type, message, frames, name)
-    )
+        LogException(
+            ctx.rank, ctx.ts, source, i + 1, tb.exc_type, tb.message, tb.frames, name,
+            tb.last_frame,
+        )
+    )  # fmt: skip
     ctx.thread = None
-    return end
+    return tb.end
 
 
 def _on_terminate(

@@ -69,6 +69,23 @@ def test_faulthandler_fallback():
     assert len(dump.threads) == 2
 
 
+def test_faulthandler_main_thread_is_the_one_from_the_entry_not_the_signalled_one():
+    # SIGUSR1 may land on any thread: here the DMA thread is "Current", main starts at runpy.
+    text = (
+        "Current thread 0x00007f1 (most recent call first):\n"
+        '  File "/x/queue.py", line 171 in get\n'
+        '  File "/x/threading.py", line 1002 in _bootstrap\n'
+        "\n"
+        "Thread 0x00007f2 (most recent call first):\n"
+        '  File "/x/parallel_state.py", line 71 in _recv_bytes\n'
+        '  File "/x/cli/main.py", line 95 in <module>\n'
+        '  File "<frozen runpy>", line 198 in _run_module_as_main\n'
+    )
+    [dump] = parse_dump_text(text, "x")
+    assert dump.main_thread().frames[0].name == "_recv_bytes"
+    assert [t.name for t in dump.threads] == [None, "MainThread"]
+
+
 def test_garbage_gives_nothing():
     assert parse_dump_text("hello\nworld\n", "x") == []
     assert parse_dump_text("{not json", "x") == []
