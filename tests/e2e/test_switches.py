@@ -89,19 +89,27 @@ def _assert_tp_hang(run_dir, rc: int, v: dict) -> None:
     ], "every rank's py-spy dump"
 
 
-@pytest.mark.usefixtures("no_leftover_processes")
-def test_form_c_tp_scenario_hangs_in_the_hicache_tp_all_reduce(tmp_path):
-    """The sample recipe (about 5 s): the hang, its wait sites and stacks, and triage over the run
-    directory names a protocol deadlock at PP0's HiCache TP all-reduce."""
-    rc, v = _run(tmp_path, "tp", ["--scenario", SCENARIO_TP])
-    _assert_tp_hang(tmp_path / "tp", rc, v)
-    t = _triage(tmp_path / "tp")
+@pytest.fixture(scope="module")
+def form_c_tp_run(tmp_path_factory) -> tuple:
+    """The sample recipe, run once for the tests below (about 5 s)."""
+    tmp = tmp_path_factory.mktemp("form_c_tp")
+    rc, v = _run(tmp, "tp", ["--scenario", SCENARIO_TP])
+    assert_no_children()
+    return tmp / "tp", rc, v
+
+
+def test_form_c_tp_scenario_hangs_in_the_hicache_tp_all_reduce(form_c_tp_run):
+    _assert_tp_hang(*form_c_tp_run)
+
+
+def test_triage_names_the_form_c_tp_run_a_protocol_deadlock(form_c_tp_run):
+    """Triage over the run directory (stacks only): PP0 TP0 at the HiCache TP all-reduce."""
+    t = _triage(form_c_tp_run[0])
     assert (t["kind"], t["form"], t["cause"]) == ("hang", "C", "protocol-deadlock"), t
     sites = {(r["pp"], r["tp"]): r["wait_site"] for r in t["ranks"]}
     assert sites[(0, 0)] == "hicache-tp-allreduce", sites
     assert sites[(0, 1)] != "hicache-tp-allreduce", "TP1 skipped the collective"
     assert t["culprit"]["pp"] == 0, t["culprit"]
-    assert_no_children()
 
 
 @pytest.mark.slow
