@@ -30,6 +30,7 @@ class ModelRunner:
             last=pp_rank == server_args.pp_size - 1,
             tp_rank=tp_rank,
             tp_size=server_args.tp_size,
+            # tensor_model_parallel_all_reduce: the TP *device* group, never HiCache's cpu group
             tp_all_reduce=comm.tp_all_reduce_sum if comm is not None else None,
         )
 
