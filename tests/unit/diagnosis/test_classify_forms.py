@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hicache_diag.diagnosis.classify import classify_run
 from hicache_diag.verdict import CrashForm, ExitCode, Outcome
 from tests.unit.diagnosis.builder import RunDir, pyspy_dump
@@ -81,43 +83,40 @@ def test_empty_faulthandler_files_are_not_stacks(tmp_path):
     assert {r.rank: r.where for r in v.ranks} == {0: "recv (ps.py:3)", 1: None}
 
 
-def test_faulthandler_text_names_the_main_thread_not_the_first_block(tmp_path):
+DMA_THREAD = (
+    "Thread 0x2 (most recent call first):\n"
+    '  File "/x/hicache_diag/runtime/managers/dma_engine.py", line 87 in _loop\n'
+    '  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap\n'
+    "\n"
+)
+SCRIPT_MAIN = (
+    "Thread 0x1 (most recent call first):\n"
+    '  File "/x/hicache_diag/runtime/distributed/ps.py", line 62 in _recv_bytes\n'
+    '  File "/x/hicache_diag/harness/rank_main.py", line 9 in <module>\n'
+)
+# As a real rank forked from `python -m hicache_diag.cli.main run` writes it: the main thread
+# starts in runpy, not at `<module>`.
+FORKED_MAIN = (
+    "Current thread 0x1 (most recent call first):\n"
+    '  File "/x/hicache_diag/runtime/distributed/parallel_state.py", line 71 in _recv_bytes\n'
+    '  File "/x/hicache_diag/runtime/managers/scheduler.py", line 59 in recv_requests\n'
+    '  File "/x/hicache_diag/harness/rank_main.py", line 194 in <module>\n'
+    '  File "<frozen runpy>", line 88 in _run_code\n'
+    '  File "/x/cli/main.py", line 95 in <module>\n'
+    '  File "<frozen runpy>", line 198 in _run_module_as_main\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("main", "where"),
+    [
+        (SCRIPT_MAIN, "_recv_bytes (ps.py:62)"),
+        (FORKED_MAIN, "_recv_bytes (parallel_state.py:71) <- recv_requests (scheduler.py:59)"),
+    ],
+)
+def test_faulthandler_text_names_the_main_thread_not_the_first_block(tmp_path, main, where):
     rd = _hang(RunDir(tmp_path))
     rd.launcher["stacks"] = {"tool": "faulthandler", "error": "ptrace denied"}
-    text = (
-        "Thread 0x2 (most recent call first):\n"
-        '  File "/x/hicache_diag/runtime/managers/dma_engine.py", line 87 in _loop\n'
-        '  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap\n'
-        "\n"
-        "Thread 0x1 (most recent call first):\n"
-        '  File "/x/hicache_diag/runtime/distributed/ps.py", line 62 in _recv_bytes\n'
-        '  File "/x/hicache_diag/harness/rank_main.py", line 9 in <module>\n'
-    )
-    rd.stacks = dict.fromkeys((0, 1), text)
+    rd.stacks = dict.fromkeys((0, 1), DMA_THREAD + main)
     v = classify_run(rd.write())
-    assert {r.where for r in v.ranks} == {"_recv_bytes (ps.py:62)"}
-
-
-def test_faulthandler_main_thread_of_a_forked_rank_is_not_the_dma_thread(tmp_path):
-    # As a real rank forked from `python -m hicache_diag.cli.main run` writes it: the DMA
-    # thread's block comes first and the main thread starts in runpy, not at `<module>`.
-    rd = _hang(RunDir(tmp_path))
-    rd.launcher["stacks"] = {"tool": "faulthandler", "error": "rank0: py-spy not installed"}
-    text = (
-        "Thread 0x2 (most recent call first):\n"
-        '  File "/x/hicache_diag/runtime/managers/dma_engine.py", line 87 in _loop\n'
-        '  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap\n'
-        "\n"
-        "Current thread 0x1 (most recent call first):\n"
-        '  File "/x/hicache_diag/runtime/distributed/parallel_state.py", line 71 in _recv_bytes\n'
-        '  File "/x/hicache_diag/runtime/managers/scheduler.py", line 59 in recv_requests\n'
-        '  File "/x/hicache_diag/harness/rank_main.py", line 194 in <module>\n'
-        '  File "<frozen runpy>", line 88 in _run_code\n'
-        '  File "/x/cli/main.py", line 95 in <module>\n'
-        '  File "<frozen runpy>", line 198 in _run_module_as_main\n'
-    )
-    rd.stacks = dict.fromkeys((0, 1), text)
-    v = classify_run(rd.write())
-    assert {r.where for r in v.ranks} == {
-        "_recv_bytes (parallel_state.py:71) <- recv_requests (scheduler.py:59)"
-    }
+    assert {r.where for r in v.ranks} == {where}

@@ -39,7 +39,7 @@ def test_label_and_key_tolerate_absent_tokens():
     assert sorted([a, b], key=lambda r: r.key) == [b, a]
 
 
-def test_discover_finds_titled_processes_only(no_leftovers):
+def test_discover_finds_titled_processes_only(no_leftover_processes):
     code = (
         "import setproctitle, time, sys; "
         "setproctitle.setproctitle(sys.argv[1]); print('up', flush=True); time.sleep(30)"

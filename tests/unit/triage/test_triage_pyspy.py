@@ -24,7 +24,7 @@ def python_waiter():
     proc.stdout.close()
 
 
-def test_dumps_live_python_process_and_leaves_it_running(no_leftovers, python_waiter):
+def test_dumps_live_python_process_and_leaves_it_running(no_leftover_processes, python_waiter):
     result = dump_stacks([python_waiter.pid], deadline_s=10)[python_waiter.pid]
     assert result.error is None, result.error
     names = [f["name"] for f in result.threads[0]["frames"]]
@@ -32,7 +32,7 @@ def test_dumps_live_python_process_and_leaves_it_running(no_leftovers, python_wa
     assert python_waiter.poll() is None  # read-only: the target is still alive
 
 
-def test_errors_for_dead_and_non_python_pids(no_leftovers):
+def test_errors_for_dead_and_non_python_pids(no_leftover_processes):
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         time.sleep(0.2)
@@ -44,7 +44,7 @@ def test_errors_for_dead_and_non_python_pids(no_leftovers):
         sleeper.wait()
 
 
-def test_deadline_kills_py_spy_not_the_target(no_leftovers, python_waiter):
+def test_deadline_kills_py_spy_not_the_target(no_leftover_processes, python_waiter):
     result = dump_stacks([python_waiter.pid], deadline_s=0.001)[python_waiter.pid]
     assert result.threads is None and "timed out" in result.error
     assert python_waiter.poll() is None
