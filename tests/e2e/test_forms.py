@@ -173,12 +173,6 @@ def test_protocol_full_twin_is_ok_over_ten_seeds(name, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="known: under --protocol full with L3 on, host-alloc-fail on PP1 hangs (form C, "
-    "source l3-progress): the L3 prefetch's host alloc is not agreed across PP (the #31425 "
-    "consensus covers write_backup only)",
-    strict=False,
-)
 def test_full_protocol_with_every_fault_and_l3_is_green(tmp_path):
     out = tmp_path / "run"
     args = [*CLI, "--protocol", "full", "--workload", "idle", "--requests", "12"]

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from hicache_diag.harness.reference import compare_outputs
+
 CLI = [sys.executable, "-m", "hicache_diag.cli.main", "run"]
 SCENARIO = str(Path(__file__).parents[2] / "samples" / "scenarios" / "l3_divergence.toml")
 # the scenario's workload and sizes, with every fix on and no fault: the warm-start setting
@@ -116,3 +118,69 @@ def test_bad_storage_dir_is_one_line_exit_2(tmp_path, kind, no_leftover_processe
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert not out.exists(), "nothing started"
+
+
+# ---- every fault at once with L3 on (OPEN 1: the prefetch's host alloc) ------------------------
+
+EVERY_FAULT = [
+    "dma-delay:rank=1,ms=20,jitter-ms=10",
+    "host-alloc-fail:rank=1,p=0.5",
+    "clock-skew:rank=1,jitter-us=20000",
+    "p2p-delay:rank=0,ms=3",
+    "rank-stall:rank=1,ms=50,every=25",  # short: far below the hang timeout
+    "l3-partial-hit:rank=1,keep=0.5,holes=0.1",
+]
+# requests far apart (idle): earlier ones are backed up to L3 and host-evicted, later ones prefetch
+L3_UNDER_FAULTS = ["--workload", "idle", "--requests", "12", "--max-total-tokens", "128"]
+L3_UNDER_FAULTS += ["--hicache-size", "192KiB", "--storage-backend", "file"]
+L3_UNDER_FAULTS += ["--hicache-storage-prefetch-policy", "wait_complete"]
+L3_UNDER_FAULTS += [a for spec in EVERY_FAULT for a in ("--fault", spec)]
+
+
+def _every_fault_run(out: Path, seed: int, *extra: str) -> tuple[int, dict]:
+    proc = _run(*L3_UNDER_FAULTS, "--seed", str(seed), "--out", str(out), *extra)
+    assert proc.stdout.strip(), proc.stderr[-2000:]
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def _assert_green_with_l3(out: Path, rc: int, verdict: dict) -> None:
+    got = (rc, verdict["outcome"], verdict["first_divergence"])
+    assert got == (0, "ok", None), verdict
+    outputs = json.loads((out / "outputs.json").read_text())
+    reference = json.loads((out / "reference.json").read_text())
+    assert set(outputs) == set(reference) and compare_outputs(outputs, reference) == []
+    assert _l3_hits(out, 0) == _l3_hits(out, 1) > 0, "L3 was used, and agreed on"
+    votes = [_prefetch_votes(out, r) for r in range(2)]
+    assert votes[0] == votes[1], f"both stages took the same decisions: {votes}"
+
+
+def _prefetch_votes(out: Path, rank: int) -> list[int]:
+    return [f for r in _rows(out, rank) for f in r["sync_received"].get("prefetch_alloc", [])]
+
+
+def test_full_protocol_every_fault_with_l3_is_green(tmp_path, no_leftover_processes):
+    out = tmp_path / "run"
+    rc, verdict = _every_fault_run(out, 1)
+    _assert_green_with_l3(out, rc, verdict)
+    fired = {f["fault"] for r in _rows(out, 1) for f in r.get("faults_fired", [])}
+    assert {"host-alloc-fail", "l3-partial-hit", "rank-stall"} <= fired, fired
+    assert 0 in _prefetch_votes(out, 0), "a prefetch alloc failed on PP1 and PP0 obeyed the MIN"
+    assert 1 in _prefetch_votes(out, 0), "and others were committed on both stages"
+
+
+def test_local_host_alloc_under_every_fault_with_l3_still_fails(tmp_path, no_leftover_processes):
+    """The legacy mode of the governing switch keeps the per-rank decision reproducible."""
+    rc, verdict = _every_fault_run(tmp_path / "run", 1, "--fix", "host-alloc=local")
+    assert verdict["outcome"] != "ok" and rc in (10, 11, 12, 13, 14), verdict
+    assert verdict["first_divergence"]["source"] == "host-alloc", verdict
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["wait_complete", "best_effort", "timeout"])
+def test_full_protocol_every_fault_with_l3_over_seeds(policy, tmp_path, no_leftover_processes):
+    for seed in range(2, 7):
+        out = tmp_path / f"seed{seed}"
+        rc, verdict = _every_fault_run(out, seed, "--hicache-storage-prefetch-policy", policy)
+        _assert_green_with_l3(out, rc, verdict)
+        # best_effort stops at the first look, before any hit count needs host slots
+        assert policy == "best_effort" or _prefetch_votes(out, 0), "the vote path ran"
