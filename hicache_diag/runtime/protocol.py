@@ -62,7 +62,7 @@ SWITCHES: MappingProxyType[str, Switch] = MappingProxyType(
                 "local",
                 ("two-phase",),
                 "#31425",
-                "write_backup host alloc: local success, or reserve -> MIN -> commit/abort",
+                "write_backup and L3 prefetch host alloc: local, or reserve -> MIN -> commit/abort",
             ),
             Switch(
                 "lru-clock",
