@@ -1,19 +1,15 @@
 """bisect: repeat `run` trials over a matrix of switches, in parallel, into a BisectTable.
 
-Each trial is its own `hicache-diag run ... --json --out DIR` subprocess in its own process
-group, so a trial (launcher and ranks) can be killed as a whole on timeout or Ctrl-C.
+Each trial is its own `hicache-diag run ... --json --out DIR` process in its own process group,
+so a trial (launcher and ranks) can be killed as a whole on timeout or Ctrl-C. Trials are forked
+from a warm trial server (harness/trial_server.py: torch and the CLI imported once per bisect)
+unless HICACHE_DIAG_TRIAL_START=spawn, the server does not come up, or `command` is not `run`.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import os
-import signal
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -27,8 +23,14 @@ from hicache_diag.diagnosis.bisect_table import (
     TrialResult,
 )
 from hicache_diag.errors import UsageError
+from hicache_diag.harness.bisect_trials import (
+    RUN_COMMAND,
+    PlannedTrial,
+    TrialRunner,
+    trial_env,
+)
+from hicache_diag.harness.trial_server import TrialServer
 from hicache_diag.runtime.protocol import SWITCHES
-from hicache_diag.verdict import ExitCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,10 @@ class Axis:
         return [f"--{self.name}", value]
 
 
+# Trials as children of the warm server (`fork`, default) or each its own interpreter (`spawn`).
+TRIAL_START_ENV = "HICACHE_DIAG_TRIAL_START"
+
+
 @dataclass(frozen=True, slots=True)
 class BisectConfig:
     axes: tuple[Axis, ...]
@@ -53,7 +59,7 @@ class BisectConfig:
     run_args: tuple[str, ...] = ()  # every other `run` flag, applied to all cells
     trial_timeout_s: float = 300.0
     # The trial command; tests substitute a stand-in script for `run`.
-    command: tuple[str, ...] = (sys.executable, "-m", "hicache_diag.cli.main", "run")
+    command: tuple[str, ...] = RUN_COMMAND
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -103,14 +109,6 @@ def _slug(values: dict[str, str]) -> str:
     return "".join(ch if ch.isalnum() or ch in "=-_." else "-" for ch in text)
 
 
-@dataclass(slots=True)
-class _Trial:
-    cell: int
-    seed: int
-    out: Path
-    argv: list[str]
-
-
 def trial_argv(cfg: BisectConfig, values: dict[str, str], seed: int, out: Path) -> list[str]:
     argv = [*cfg.command, *cfg.run_args]
     for axis in cfg.axes:
@@ -118,7 +116,7 @@ def trial_argv(cfg: BisectConfig, values: dict[str, str], seed: int, out: Path) 
     return argv + ["--seed", str(seed), "--out", str(out), "--json"]
 
 
-def _plan(cfg: BisectConfig) -> tuple[list[Cell], list[_Trial]]:
+def _plan(cfg: BisectConfig) -> tuple[list[Cell], list[PlannedTrial]]:
     cells = [Cell(values) for values in matrix(cfg.axes)]
     trials = []
     # Trial j uses the same seed in every cell (paired comparison between cells).
@@ -126,119 +124,8 @@ def _plan(cfg: BisectConfig) -> tuple[list[Cell], list[_Trial]]:
         for i, cell in enumerate(cells):
             seed = cfg.base_seed + j
             out = cfg.out / f"cell{i}-{_slug(cell.values)}" / f"trial{j}-seed{seed}"
-            trials.append(_Trial(i, seed, out, trial_argv(cfg, cell.values, seed, out)))
+            trials.append(PlannedTrial(i, seed, out, trial_argv(cfg, cell.values, seed, out)))
     return cells, trials
-
-
-def _last_line(text: str) -> str:
-    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else ""
-
-
-def _read_verdict(stdout: str, out: Path) -> dict | None:
-    for line in reversed((stdout or "").strip().splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and "outcome" in data:
-            return data
-    try:
-        return json.loads((out / "verdict.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _result(trial: _Trial, rc: int, stdout: str, stderr: str, wall_s: float) -> TrialResult:
-    if rc == ExitCode.BAD_INPUT:
-        return TrialResult(
-            trial.seed, str(trial.out), None, error=f"bad input: {_last_line(stderr)}"
-        )
-    verdict = _read_verdict(stdout, trial.out)
-    if verdict is None:
-        why = _last_line(stderr) or "no verdict"
-        return TrialResult(trial.seed, str(trial.out), None, error=f"exit {rc}: {why}")
-    return TrialResult(
-        trial.seed,
-        str(trial.out),
-        str(verdict.get("outcome")),
-        verdict.get("form"),
-        float(verdict.get("duration_s") or wall_s),
-    )
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGINT the trial's group (the launcher reaps its ranks), then SIGKILL what is left."""
-    try:
-        import psutil
-
-        kids = psutil.Process(proc.pid).children(recursive=True)
-    except Exception:  # noqa: BLE001 - already gone
-        kids = []
-    for sig, grace in ((signal.SIGINT, 3.0), (signal.SIGKILL, 2.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            break
-        try:
-            proc.wait(timeout=grace)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    for kid in kids:  # ranks that left the group (their own session) must not outlive us
-        try:
-            kid.kill()
-        except Exception:  # noqa: BLE001 - gone already
-            pass
-
-
-class _Runner:
-    """Runs trial subprocesses and keeps their handles so they can all be killed at once."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self.stopping = threading.Event()
-        self._lock = threading.Lock()
-        self._procs: dict[int, subprocess.Popen] = {}
-
-    def _start(self, trial: _Trial) -> subprocess.Popen | None:
-        trial.out.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        with self._lock:
-            if self.stopping.is_set():
-                return None
-            proc = subprocess.Popen(
-                trial.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                start_new_session=True, env=env,
-            )  # fmt: skip
-            self._procs[proc.pid] = proc
-        return proc
-
-    def run(self, trial: _Trial) -> TrialResult | None:
-        start = time.monotonic()
-        proc = self._start(trial)
-        if proc is None:
-            return None
-        try:
-            stdout, stderr = proc.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            proc.communicate()
-            why = f"timed out after {self.timeout_s:g}s"
-            return TrialResult(trial.seed, str(trial.out), None, error=why)
-        finally:
-            with self._lock:
-                self._procs.pop(proc.pid, None)
-        if self.stopping.is_set():
-            return None  # killed by Ctrl-C: not a trial outcome
-        return _result(trial, proc.returncode, stdout, stderr, time.monotonic() - start)
-
-    def kill_all(self) -> None:
-        with self._lock:
-            self.stopping.set()
-            procs = list(self._procs.values())
-        for proc in procs:
-            _kill_group(proc)
 
 
 def describe_axis(axis: str) -> str:
@@ -254,11 +141,13 @@ def run_bisect(cfg: BisectConfig, on_result: OnResult | None = None) -> BisectTa
     and returns the partial table with `interrupted` set."""
     cells, trials = _plan(cfg)
     table = BisectTable([a.name for a in cfg.axes], cells, describe=describe_axis)
-    runner = _Runner(cfg.trial_timeout_s)
+    runner = TrialRunner(cfg.trial_timeout_s)
     pool = ThreadPoolExecutor(max_workers=cfg.jobs, thread_name_prefix="bisect-trial")
-    futures: dict[Future, _Trial] = {pool.submit(runner.run, t): t for t in trials}
+    futures: dict[Future, PlannedTrial] = {}
     clean = False
     try:
+        runner.server = _warm_server(cfg)
+        futures = {pool.submit(runner.run, t): t for t in trials}
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -271,7 +160,15 @@ def run_bisect(cfg: BisectConfig, on_result: OnResult | None = None) -> BisectTa
         if not clean:
             runner.kill_all()
         pool.shutdown(wait=True, cancel_futures=True)
+        if runner.server is not None:
+            runner.server.close()  # it kills and reaps any trial still running
     return table
+
+
+def _warm_server(cfg: BisectConfig) -> TrialServer | None:
+    if cfg.command != RUN_COMMAND or os.environ.get(TRIAL_START_ENV, "fork") == "spawn":
+        return None
+    return TrialServer.start(cfg.out / "trial-server.log", trial_env())
 
 
 def _collect(res: TrialResult | None, cell: Cell, on_result: OnResult | None) -> None:
