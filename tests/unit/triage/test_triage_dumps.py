@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hicache_diag.triage.discover import RankId
 from hicache_diag.triage.dumps import parse_dump_text
 
@@ -55,35 +57,37 @@ def test_pyspy_json_list_and_envelope():
     assert wrapped.rank == RankId(pp=0, tp=2)
 
 
-def test_faulthandler_fallback():
-    text = (
-        "Thread 0x00007f1 (most recent call first):\n"
-        '  File "/x/queue.py", line 180 in get\n'
-        "\n"
-        "Current thread 0x00007f2 (most recent call first):\n"
-        '  File "/x/hiradix_cache.py", line 618 in writing_check\n'
-        '  File "/x/scheduler.py", line 10 in event_loop_pp\n'
-    )
-    [dump] = parse_dump_text(text, "x")
-    assert dump.main_thread().frames[0].name == "writing_check"
-    assert len(dump.threads) == 2
+SIGNALLED_MAIN = (  # the signal landed on the main thread: faulthandler calls it "Current"
+    "Thread 0x00007f1 (most recent call first):\n"
+    '  File "/x/queue.py", line 180 in get\n'
+    "\n"
+    "Current thread 0x00007f2 (most recent call first):\n"
+    '  File "/x/hiradix_cache.py", line 618 in writing_check\n'
+    '  File "/x/scheduler.py", line 10 in event_loop_pp\n'
+)
+SIGNALLED_OTHER = (  # SIGUSR1 on the DMA thread; the main thread starts at runpy's entry
+    "Current thread 0x00007f1 (most recent call first):\n"
+    '  File "/x/queue.py", line 171 in get\n'
+    '  File "/x/threading.py", line 1002 in _bootstrap\n'
+    "\n"
+    "Thread 0x00007f2 (most recent call first):\n"
+    '  File "/x/parallel_state.py", line 71 in _recv_bytes\n'
+    '  File "/x/cli/main.py", line 95 in <module>\n'
+    '  File "<frozen runpy>", line 198 in _run_module_as_main\n'
+)
 
 
-def test_faulthandler_main_thread_is_the_one_from_the_entry_not_the_signalled_one():
-    # SIGUSR1 may land on any thread: here the DMA thread is "Current", main starts at runpy.
-    text = (
-        "Current thread 0x00007f1 (most recent call first):\n"
-        '  File "/x/queue.py", line 171 in get\n'
-        '  File "/x/threading.py", line 1002 in _bootstrap\n'
-        "\n"
-        "Thread 0x00007f2 (most recent call first):\n"
-        '  File "/x/parallel_state.py", line 71 in _recv_bytes\n'
-        '  File "/x/cli/main.py", line 95 in <module>\n'
-        '  File "<frozen runpy>", line 198 in _run_module_as_main\n'
-    )
+@pytest.mark.parametrize(
+    ("text", "innermost", "names"),
+    [
+        (SIGNALLED_MAIN, "writing_check", [None, "MainThread"]),
+        (SIGNALLED_OTHER, "_recv_bytes", [None, "MainThread"]),
+    ],
+)
+def test_faulthandler_fallback_names_the_main_thread(text, innermost, names):
     [dump] = parse_dump_text(text, "x")
-    assert dump.main_thread().frames[0].name == "_recv_bytes"
-    assert [t.name for t in dump.threads] == [None, "MainThread"]
+    assert dump.main_thread().frames[0].name == innermost
+    assert [t.name for t in dump.threads] == names
 
 
 def test_garbage_gives_nothing():
