@@ -52,6 +52,7 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
         self.ongoing_load_back: dict[int, TreeNode] = {}
         self.pending_backup: dict[int, TreeNode] = {}  # two-phase: requested, not yet decided
         self._queued_backup: list[TreeNode] = []
+        self.write_back_refused: set[int] = set()  # two-phase write_back: delete on eviction
         self._votes: deque = deque()
         self.vote_delay = getattr(comm, "pp_size", 1) + vote_slack
         self.host_capacity = host_pool.size
@@ -112,19 +113,14 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
             parent.backuped or parent.id in self.pending_backup
         ):
             return 0  # the host tree stays contiguous
-        if self.protocol.host_alloc == "two-phase" and not write_back:
+        if self.protocol.host_alloc == "two-phase":
             return self.request_backup(node)  # agreed at the next ① (see l2_protocol)
         n = len(node.key)
         tag = {"ancestor_ids": self._ancestor_ids(node), "write_back": write_back}
-        if self.protocol.host_alloc == "two-phase":
-            host_indices = self._reserve_two_phase(n)
-            if host_indices is not None:
-                self.cache_controller.write(node.value, node.id, host_indices, tag)
-        else:
+        host_indices = self.cache_controller.write(node.value, node.id, tag=tag)
+        if host_indices is None:
+            self.evict_host(n)
             host_indices = self.cache_controller.write(node.value, node.id, tag=tag)
-            if host_indices is None:
-                self.evict_host(n)
-                host_indices = self.cache_controller.write(node.value, node.id, tag=tag)
         if host_indices is None:
             self.host_alloc_failed += 1
             return 0  # upstream returns 0 silently: the divergence point (#31425)
@@ -133,28 +129,6 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
         self.inc_lock_ref(node)
         self.write_backs += n
         return n
-
-    def _reserve_two_phase(self, n: int) -> torch.Tensor | None:
-        """write_back evictions (at ②) cannot wait for a vote, and a symmetric collective here
-        would deadlock (see l2_protocol). So, as upstream's `_all_reduce` does under PP, PP0
-        decides (MIN over its TP) and `pp_sync` relays it; a follower whose own reservation
-        failed cannot obey a "yes" and counts a failure (the remaining divergence window)."""
-        for attempt in range(2):
-            if attempt:
-                self.evict_host(n)  # PP0 said no: every rank makes room the same way
-            reserved = self.mem_pool_host.alloc(n)
-            ok = torch.tensor([1 if reserved is not None else 0], dtype=torch.int64)
-            if self.comm.pp_rank == 0:
-                self.comm.all_reduce_tp(ok, "min")
-            self.comm.pp_sync(ok)
-            self.sync_received.setdefault("host_alloc", []).append(int(ok.item()))
-            if ok.item() == 1 and reserved is not None:
-                return reserved
-            if reserved is not None:
-                self.mem_pool_host.free(reserved)  # abort: the leader's side is short
-            if ok.item() == 1:
-                return None  # told to commit but short here
-        return None
 
     def _ancestor_ids(self, node: TreeNode) -> list[int]:
         ids = []
@@ -165,12 +139,12 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
 
     # ---- eviction ---------------------------------------------------------------------------
     def _evict_node(self, node: TreeNode) -> int:
-        if (
-            not node.backuped
-            and self.write_policy == "write_back"
-            and self.write_backup(node, True)
-        ):
-            self._finish_write_back(node)
+        if not node.backuped and self.write_policy == "write_back":
+            if self.protocol.host_alloc == "two-phase":
+                if self.defer_write_back(node):
+                    return 0  # kept until the agreed backup lands; a later pass demotes it
+            elif self.write_backup(node, True):
+                self._finish_write_back(node)
         if not node.backuped:
             return super()._evict_node(node)
         self.allocator.free(node.value)  # demote: keep the host copy

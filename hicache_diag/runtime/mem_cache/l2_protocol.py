@@ -112,6 +112,17 @@ class L2ProtocolMixin:
             self.inc_lock_ref(node)  # its device value must survive until the decision
         return 0
 
+    def defer_write_back(self, node: Any) -> bool:
+        """write_back eviction (at ②) under two-phase: it can neither wait for a vote nor run a
+        collective there (PP0 relaying its own alloc left a follower whose alloc failed unable to
+        obey). So the victim is queued for the next vote, locked meanwhile, and a later eviction
+        demotes it once its agreed copy is acked; one the vote refused is deleted, on every
+        rank alike. False: evict it now (delete)."""
+        if node.id in self.write_back_refused or not self._eligible(node):
+            return False
+        self.request_backup(node)
+        return True
+
     def commit_pending_backups(self) -> None:
         """Issue this ①'s vote, then apply the one issued `vote_delay` ①s ago. Every rank issues
         exactly one vote per ①, so the collectives pair up by order whatever the timing."""
@@ -158,6 +169,8 @@ class L2ProtocolMixin:
             if ok:
                 self.host_alloc_failed += 1
                 self.evict_host(len(node.key))  # every rank makes room the same way
+                if self.write_policy == "write_back":
+                    self.write_back_refused.add(node.id)
 
     def _all_reduce_pp_async(self, tensor: torch.Tensor) -> Any:
         """The vote's MIN over every rank, waited for `vote_delay` ①s later. A blocking

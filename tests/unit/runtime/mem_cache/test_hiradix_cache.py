@@ -173,14 +173,30 @@ def test_lru_clock_modes(bundles):
     assert logical.tree_cache.probe_stats()["clock"] > first and first < 100
 
 
-def test_write_back_two_phase_follows_the_leader(bundles):
-    comm = FakeComm(pp_rank=1, relay=[[0], [0]])  # PP0 says no twice
+def test_write_back_two_phase_defers_eviction_to_the_vote(bundles):
+    """Eviction at ② can neither vote nor run a collective (PP1 waits for our proxy), and PP0
+    relaying its own alloc left a follower whose alloc failed unable to obey. So the victim is
+    kept for the next ①'s vote: refused, the next eviction deletes it; agreed, it is demoted."""
+    comm = FakeComm(pp_size=1)
     b = bundles("host-alloc=two-phase", hicache_write_policy="write_back", comm=comm)
+    tree = b.tree_cache
     comm.calls.clear()  # the init-time capacity MIN is not part of this
     free = b.host_pool.available_size()
     put(b, [1, 1])
-    b.tree_cache.evict(2)
-    assert b.host_pool.available_size() == free, "our reservation was aborted"
-    assert b.tree_cache.match_prefix([1, 1]).host_hit_length == 0, "deleted like PP0 did"
-    assert b.tree_cache.probe_stats()["sync_received"]["host_alloc"] == [0, 0]
-    assert "all_reduce_pp" not in comm.names(), "no symmetric collective inside the loop"
+    assert tree.evict(2) == 0 and tree.protected_size() == 2, "kept, locked, until the vote"
+    assert not {"all_reduce_pp", "pp_sync"} & set(comm.names()), "no collective at ②"
+    comm.peers.append(vote(0))  # a peer could not reserve
+    tree.check_hicache_events()
+    tree.check_hicache_events()  # vote_delay later: refused on every rank
+    assert b.host_pool.available_size() == free and tree.protected_size() == 0
+    assert tree.evict(2) == 2 and tree.match_prefix([1, 1]).host_hit_length == 0, "deleted"
+    stats = tree.probe_stats()
+    assert stats["sync_received"]["host_alloc"] == [0] and stats["host_alloc_failed"] == 1
+    put(b, [2, 2])
+    assert tree.evict(2) == 0
+    tree.check_hicache_events()
+    tree.check_hicache_events()  # agreed: the copy starts
+    settle(b)
+    tree.check_hicache_events()  # its write ack is consumed: unlocked, backed up
+    assert tree.evict(2) == 2 and tree.match_prefix([2, 2]).host_hit_length == 2, "demoted"
+    tree.check_integrity()
