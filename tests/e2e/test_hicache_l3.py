@@ -184,3 +184,13 @@ def test_full_protocol_every_fault_with_l3_over_seeds(policy, tmp_path, no_lefto
         _assert_green_with_l3(out, rc, verdict)
         # best_effort stops at the first look, before any hit count needs host slots
         assert policy == "best_effort" or _prefetch_votes(out, 0), "the vote path ran"
+
+
+def test_full_protocol_every_fault_with_l3_and_write_back_is_green(tmp_path, no_leftover_processes):
+    """write_back evicts at ②, where no vote can run: the victim waits for the next ①'s vote."""
+    out = tmp_path / "run"
+    rc, verdict = _every_fault_run(out, 5, "--hicache-write-policy", "write_back")
+    _assert_green_with_l3(out, rc, verdict)
+    refused = [sum(r["host_alloc_failed"] for r in _rows(out, k)) for k in range(2)]
+    assert refused[0] == refused[1] > 0, f"allocs failed on PP1 and were refused on both: {refused}"
+    assert all(sum(r["write_backs"] for r in _rows(out, k)) > 0 for k in range(2))
