@@ -10,7 +10,9 @@ inserts trigger `write_backup`) is not: PP0 sends its proxy only after ④ while
 in ③. Symmetric collectives inside the loop deadlock: PPn finishes step s only after PP0's exchange
 of a later step. So the two-phase host alloc votes asynchronously: nodes queued at ④ are
 reserved and put to an async MIN at the next ①, which is waited for `vote_delay` (= pp_loop_size)
-①s later, when every stage has surely issued it.
+①s later, when every stage has surely issued it. write_back victims (evicted at ②) go to the
+same vote and stay on device until it is decided (`defer_write_back`); the L3 prefetch slots have
+a vote of their own (l3_host_alloc).
 """
 
 from __future__ import annotations
