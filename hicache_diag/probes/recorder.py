@@ -100,15 +100,7 @@ class StepRecorder:
         comm: Any,
         extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        rec: dict[str, Any] = {
-            "rank": self.rank,
-            "pp": self.pp,
-            "tp": self.tp,
-            "step": step,
-            "slot": slot,
-            **batch_fields(batch),
-            **_defaults(),
-        }
+        rec: dict[str, Any] = {**self._head(step, slot, batch), **_defaults()}
         stats = tree_cache.probe_stats() or {}
         extra = dict(extra or {})
         scheduler_evicted = extra.pop("evicted_by_scheduler", 0)
@@ -125,6 +117,11 @@ class StepRecorder:
         self._fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
         return rec
 
+    def _head(self, step: int, slot: int, batch: Any) -> dict[str, Any]:
+        """Who wrote the line, which step and slot, and the batch this rank decided."""
+        return {"rank": self.rank, "pp": self.pp, "tp": self.tp, "step": step, "slot": slot,
+                **batch_fields(batch)}  # fmt: skip
+
     def record_crash(
         self, *, step: int, slot: int, batch: Any, proxy: dict | None, error: BaseException
     ) -> dict[str, Any]:
@@ -133,12 +130,7 @@ class StepRecorder:
         token-count divergence shows in the data whichever op noticed it (form A)."""
         hidden = (proxy or {}).get("hidden_states")
         rec: dict[str, Any] = {
-            "rank": self.rank,
-            "pp": self.pp,
-            "tp": self.tp,
-            "step": step,
-            "slot": slot,
-            **batch_fields(batch),
+            **self._head(step, slot, batch),
             "crashed": True,
             "proxy_tokens": int(hidden.shape[0]) if hidden is not None else None,
             "error": f"{type(error).__name__}: {error}".splitlines()[0][:300],
