@@ -71,7 +71,7 @@ def _exited_report(reports: list[RankReport]) -> TriageReport | None:
     return TriageReport("crash", culprit=gone[0], ranks=reports, evidence=ev)
 
 
-def _from_hang(finding: HangFinding, reports: list[RankReport], hang_hint: bool) -> TriageReport:
+def _from_hang(finding: HangFinding, reports: list[RankReport]) -> TriageReport:
     if finding.kind == "hang":
         for r in reports:  # ranks waiting for requests are victims of the hang, not idle
             if r.state == "idle":
@@ -127,7 +127,7 @@ def classify(
     hang_hint = bool(logs.hang_lines) or any(e.is_timeout for e in logs.exceptions)
     report = _crash_report(logs, reports, num_heads)
     if report is None and (finding := classify_stacks(reports, hang_hint)) is not None:
-        report = _exited_report(reports) or _from_hang(finding, reports, hang_hint)
+        report = _exited_report(reports) or _from_hang(finding, reports)
         if report.kind == "hang" and logs.hang_lines:
             first = logs.hang_lines[0]
             report.evidence.append(f"log: {first.source}:{first.lineno}: {first.text}")
