@@ -115,9 +115,10 @@ def _form_of(run: RunData, crash: RankCrash) -> CrashForm | None:
     return None
 
 
-def check_crash(run: RunData) -> Finding | None:
-    """Root cause = the first non-cascade failure in time; survivors' gloo errors are secondary."""
-    crashes = rank_crashes(run)
+def check_crash(run: RunData, crashes: dict[int, RankCrash] | None = None) -> Finding | None:
+    """Root cause = the first non-cascade failure in time; survivors' gloo errors are secondary.
+    `crashes`: rank_crashes(run) when the caller already parsed the logs."""
+    crashes = rank_crashes(run) if crashes is None else crashes
     if not crashes:
         return None
     ordered = sorted(crashes.values(), key=lambda c: _crash_time(run, c, c.rank))

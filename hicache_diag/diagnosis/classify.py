@@ -100,8 +100,10 @@ def _pick(finding: checks.Finding | None, div: Divergence | None, rest: list) ->
 
 def verdict_from(run: RunData) -> Verdict:
     notes: list[str] = []
-    crashes = _safe("tracebacks", checks.rank_crashes, run, notes) or {}
-    crash = _safe("crash", checks.check_crash, run, notes)
+    # Parse the rank logs once; when that failed, check_crash retries and reports it itself.
+    parsed = _safe("tracebacks", checks.rank_crashes, run, notes)
+    crashes = parsed or {}
+    crash = _safe("crash", lambda r: checks.check_crash(r, parsed), run, notes)
     hang = None if crash else _safe("hang", checks.check_hang, run, notes)
     div = _safe("divergence", checks.check_divergence, run, notes)
     wrong = _safe("outputs", checks.check_wrong_output, run, notes)
