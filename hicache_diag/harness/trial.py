@@ -186,12 +186,10 @@ def _write_launcher_json(run_dir: Path, launcher: Launcher, watch: _Watch, start
 
 
 def _classify(run_dir: Path) -> Verdict:
-    """The diagnosis engineer's classifier; our minimal one if it is missing or fails (a checker
-    that crashes must not crash the run: Jepsen's check-safe)."""
-    try:
-        from hicache_diag.diagnosis.classify import classify_run
-    except ImportError:
-        return fallback_verdict(run_dir)
+    """The diagnosis classifier; our minimal one if it fails (a checker that crashes must not
+    crash the run: Jepsen's check-safe)."""
+    from hicache_diag.diagnosis.classify import classify_run  # lazy: pandas, see diagnosis/
+
     try:
         return classify_run(run_dir)
     except Exception as exc:  # noqa: BLE001
