@@ -140,10 +140,7 @@ class L2ProtocolMixin:
             self.mem_pool_host.alloc(len(n.key)) if ok else None
             for n, ok in zip(batch, eligible, strict=True)
         ]
-        flags = [int(r is not None) for r in reserved]
-        # [n, -n] MINs to (min n, -max n); missing entries stay 0, so a rank that queued fewer
-        # nodes aborts the surplus on every rank instead of mismatching shapes.
-        vote = torch.tensor([len(batch), -len(batch), *flags, *[0] * (VOTE_WIDTH - len(batch))])
+        vote = min_vote_tensor([int(r is not None) for r in reserved], VOTE_WIDTH)
         return HostAllocVote(batch, eligible, reserved, vote, self._all_reduce_pp_async(vote))
 
     def _eligible(self, node: Any) -> bool:
@@ -153,11 +150,7 @@ class L2ProtocolMixin:
         return ok and not node.backuped and not node.evicted
 
     def _apply_vote(self, vote: HostAllocVote) -> None:
-        if vote.work is not None:
-            vote.work.wait()
-        agreed = vote.tensor[2:].tolist()
-        if vote.nodes or vote.tensor[1] != 0:
-            self.sync_received.setdefault("host_alloc", []).extend(agreed[: len(vote.nodes)])
+        agreed = self._agreed_flags("host_alloc", vote.tensor, vote.work, len(vote.nodes))
         for node, ok, host, yes in zip(
             vote.nodes, vote.eligible, vote.reserved, agreed, strict=False
         ):
@@ -173,6 +166,16 @@ class L2ProtocolMixin:
                 self.evict_host(len(node.key))  # every rank makes room the same way
                 if self.write_policy == "write_back":
                     self.write_back_refused.add(node.id)
+
+    def _agreed_flags(self, key: str, tensor: torch.Tensor, work: Any, n: int) -> list[int]:
+        """Wait for a vote's MIN; its agreed flags, the first `n` (this rank's entries) kept in
+        `sync_received[key]` whenever some rank voted."""
+        if work is not None:
+            work.wait()
+        agreed = tensor[2:].tolist()
+        if n or tensor[1] != 0:
+            self.sync_received.setdefault(key, []).extend(agreed[:n])
+        return agreed
 
     def _all_reduce_pp_async(self, tensor: torch.Tensor) -> Any:
         """The vote's MIN over every rank, waited for `vote_delay` ①s later. A blocking
@@ -198,6 +201,14 @@ class L2ProtocolMixin:
         self.ongoing_write_through[node.id] = node
         self.inc_lock_ref(node)
         self.write_backs += len(node.key)
+
+
+def min_vote_tensor(flags: list[int], width: int) -> torch.Tensor:
+    """A vote `[n, -n, flags..., 0...]`: its MIN is (min n, -max n, agreed flags); missing
+    entries stay 0, so a rank that queued fewer aborts the surplus on every rank instead of
+    mismatching shapes."""
+    n = len(flags)
+    return torch.tensor([n, -n, *flags, *[0] * (width - n)], dtype=torch.int64)
 
 
 @dataclass

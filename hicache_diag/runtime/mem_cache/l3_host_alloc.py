@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from hicache_diag.runtime.managers.storage_operation import PrefetchOperation
+from hicache_diag.runtime.mem_cache.l2_protocol import min_vote_tensor
 
 PREFETCH_VOTE_WIDTH = 16  # prefetches decided per vote; more wait for the next ①
 MAX_ALLOC_ATTEMPTS = 2  # as the legacy path: alloc, evict_host, alloc again
@@ -43,7 +44,8 @@ class PrefetchAllocVote:
 
 class L3HostAllocMixin:
     """Scheduler thread only. Uses the tree's host pool, storage controller, protocol, comm,
-    `ongoing_prefetch`, `evict_host`, `_end_prefetch` and `_all_reduce_pp_async`."""
+    `ongoing_prefetch`, `evict_host`, `_end_prefetch`, `_all_reduce_pp_async` and
+    `_agreed_flags`."""
 
     def _init_prefetch_alloc(self) -> None:
         self.prefetch_two_phase = self.protocol.host_alloc == "two-phase"
@@ -81,19 +83,11 @@ class L3HostAllocMixin:
             self.mem_pool_host.alloc(op.storage_hit_count) if self._prefetch_live(op) else None
             for op, _ in entries
         ]
-        flags = [int(r is not None) for r in reserved]
-        pad = [0] * (PREFETCH_VOTE_WIDTH - len(entries))
-        # [n, -n] MINs to (min n, -max n); a rank that queued fewer aborts the surplus everywhere
-        tensor = torch.tensor([len(entries), -len(entries), *flags, *pad], dtype=torch.int64)
+        tensor = min_vote_tensor([int(r is not None) for r in reserved], PREFETCH_VOTE_WIDTH)
         return PrefetchAllocVote(entries, reserved, tensor, self._all_reduce_pp_async(tensor))
 
     def _apply_prefetch_vote(self, vote: PrefetchAllocVote) -> None:
-        if vote.work is not None:
-            vote.work.wait()
-        agreed = vote.tensor[2:].tolist()
-        if vote.entries or vote.tensor[1] != 0:
-            received = self.sync_received.setdefault("prefetch_alloc", [])
-            received.extend(agreed[: len(vote.entries)])
+        agreed = self._agreed_flags("prefetch_alloc", vote.tensor, vote.work, len(vote.entries))
         for (op, attempt), host, yes in zip(vote.entries, vote.reserved, agreed, strict=False):
             live = self._prefetch_live(op)
             if yes and live and host is not None:
