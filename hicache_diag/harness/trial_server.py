@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from hicache_diag.runtime.forked_process import fork_module, preload
-from hicache_diag.runtime.launcher import RANK_PRELOAD
 
 MODULE = "hicache_diag.cli.main"
 PRELOAD = ("torch", MODULE, "hicache_diag.harness.trial", "hicache_diag.diagnosis.classify")
@@ -96,6 +95,9 @@ def _requests(buf: bytes) -> tuple[list[dict[str, Any]], bytes]:
 
 def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Here, not at the top: bisect imports this module, and the CLI must not pay for torch.
+    from hicache_diag.runtime.launcher import RANK_PRELOAD
+
     preload((*PRELOAD, *RANK_PRELOAD))
     _send({"ready": os.getpid()})
     live: dict[int, Any] = {}  # trial leader pid -> request id
