@@ -17,8 +17,15 @@ from hicache_diag.verdict import (
 
 def test_exit_codes_are_the_design_table():
     assert {c.name: int(c) for c in ExitCode} == {
-        "OK": 0, "INTERNAL_ERROR": 1, "BAD_INPUT": 2, "FORM_A": 10, "FORM_B": 11,
-        "FORM_C": 12, "DIVERGED": 13, "WRONG_OUTPUT": 14, "LEAK": 15,
+        "OK": 0,
+        "INTERNAL_ERROR": 1,
+        "BAD_INPUT": 2,
+        "FORM_A": 10,
+        "FORM_B": 11,
+        "FORM_C": 12,
+        "DIVERGED": 13,
+        "WRONG_OUTPUT": 14,
+        "LEAK": 15,
     }
 
 
@@ -42,11 +49,16 @@ def test_exit_code_for(outcome, form, code):
 
 def test_verdict_round_trips_through_json(tmp_path):
     v = Verdict(
-        outcome=Outcome.CRASH, form=CrashForm.A, failed_rank=1, culprit_rank=0,
+        outcome=Outcome.CRASH,
+        form=CrashForm.A,
+        failed_rank=1,
+        culprit_rank=0,
         signature="RuntimeError: shape '[12, -1, 16]' is invalid for input of size 512",
-        first_divergence=FirstDivergence(3, "extend_num_tokens", {"0": 8, "1": 12},
-                                         DivergenceSource.DMA_ACK_COUNT),
-        ranks=[RankState(rank=0, pp=0, tp=0, pid=11, state="exited")], seed=7,
+        first_divergence=FirstDivergence(
+            3, "extend_num_tokens", {"0": 8, "1": 12}, DivergenceSource.DMA_ACK_COUNT
+        ),
+        ranks=[RankState(rank=0, pp=0, tp=0, pid=11, state="exited")],
+        seed=7,
     )
     data = v.to_json()
     assert data["schema"] == "hicache-diag/verdict/v1"
