@@ -10,23 +10,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "mem_cache"))
-from hicache_helpers import FakeComm, make_bundle, put, settle  # noqa: E402
+from hicache_helpers import FakeComm, bundle_factory, put, settle  # noqa: E402
 
 from hicache_diag.runtime.hooks import Hooks  # noqa: E402
 
 
 @pytest.fixture
 def bundles():
-    made = []
-
-    def factory(*fixes, **kw):
-        b = make_bundle(*fixes, "host-capacity=local", **kw)
-        made.append(b)
-        return b
-
-    yield factory
-    for b in made:
-        b.shutdown()
+    yield from bundle_factory("host-capacity=local")
 
 
 def two_writes(b):

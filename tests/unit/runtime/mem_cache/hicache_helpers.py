@@ -84,3 +84,18 @@ def settle(bundle) -> None:
     c = bundle.controller
     for ack in c.ack_write_queue + c.ack_load_queue:
         ack.finish_event.synchronize()
+
+
+def bundle_factory(*default_fixes: str):
+    """Body of a `bundles` fixture: yields make_bundle with `default_fixes` prepended, then
+    shuts every bundle it made down (their copy threads must not outlive the test)."""
+    made = []
+
+    def factory(*fixes, **kw):
+        b = make_bundle(*fixes, *default_fixes, **kw)
+        made.append(b)
+        return b
+
+    yield factory
+    for b in made:
+        b.shutdown()

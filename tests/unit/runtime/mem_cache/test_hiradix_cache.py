@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hicache_helpers import FakeComm, make_bundle, put, settle
+from hicache_helpers import FakeComm, bundle_factory, put, settle
 
 from hicache_diag.runtime.hooks import Hooks
 
 
 @pytest.fixture
 def bundles():
-    made = []
-
-    def factory(*fixes, **kw):
-        b = make_bundle(*fixes, **kw)
-        made.append(b)
-        return b
-
-    yield factory
-    for b in made:
-        b.shutdown()
+    yield from bundle_factory()
 
 
 def test_write_through_locks_until_ack_consumed(bundles):
