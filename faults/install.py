@@ -10,7 +10,7 @@ from hicache_diag.faults.schedule import Schedule
 from hicache_diag.faults.spec import FaultSpec, parse_fault_spec
 
 if TYPE_CHECKING:
-    from hicache_diag.runtime.hooks import Hooks
+    from hicache_diag.hooks import Hooks
 
 logger = logging.getLogger(__name__)
 

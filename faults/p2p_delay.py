@@ -13,7 +13,7 @@ from hicache_diag.faults.base import Fault
 
 if TYPE_CHECKING:
     from hicache_diag.faults.schedule import Schedule
-    from hicache_diag.runtime.hooks import Hooks
+    from hicache_diag.hooks import Hooks
 
 
 @dataclass(frozen=True, slots=True)

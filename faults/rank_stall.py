@@ -15,7 +15,7 @@ from hicache_diag.faults.base import Fault
 
 if TYPE_CHECKING:
     from hicache_diag.faults.schedule import Schedule
-    from hicache_diag.runtime.hooks import Hooks
+    from hicache_diag.hooks import Hooks
 
 logger = logging.getLogger(__name__)
 

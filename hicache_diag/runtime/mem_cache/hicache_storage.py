@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from hicache_diag.errors import UsageError
-from hicache_diag.runtime.hooks import Hooks
+from hicache_diag.hooks import Hooks
 
 logger = logging.getLogger(__name__)
 

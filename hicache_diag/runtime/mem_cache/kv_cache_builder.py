@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from hicache_diag.runtime.hooks import Hooks
+from hicache_diag.hooks import Hooks
 from hicache_diag.runtime.managers.cache_controller import HiCacheController
 from hicache_diag.runtime.managers.storage_builder import build_storage_controller
 from hicache_diag.runtime.mem_cache.allocator import TokenToKVPoolAllocator

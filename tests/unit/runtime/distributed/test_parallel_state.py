@@ -29,7 +29,7 @@ WORKER = """
 import json, os, sys
 import torch.distributed as dist
 from hicache_diag.runtime.distributed.parallel_state import ParallelState, init_distributed
-from hicache_diag.runtime.hooks import Hooks
+from hicache_diag.hooks import Hooks
 import importlib.util
 spec = importlib.util.spec_from_file_location("ps_test", sys.argv[5])
 mod = importlib.util.module_from_spec(spec)

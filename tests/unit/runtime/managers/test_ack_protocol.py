@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "mem_cache"))
 from hicache_helpers import FakeComm, bundle_factory, put, settle  # noqa: E402
 
-from hicache_diag.runtime.hooks import Hooks  # noqa: E402
+from hicache_diag.hooks import Hooks  # noqa: E402
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from hicache_diag.runtime.hooks import Hooks
+from hicache_diag.hooks import Hooks
 from hicache_diag.runtime.managers.cache_controller import HiCacheController, LayerDoneCounter
 from hicache_diag.runtime.managers.dma_engine import DmaEvent
 from hicache_diag.runtime.mem_cache.allocator import TokenToKVPoolAllocator

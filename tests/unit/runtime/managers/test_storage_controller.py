@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hicache_diag.errors import UsageError
-from hicache_diag.runtime.hooks import Hooks
+from hicache_diag.hooks import Hooks
 from hicache_diag.runtime.managers.storage_builder import build_storage_controller
 from hicache_diag.runtime.managers.storage_controller import STORAGE_QUEUES, StorageController
 from hicache_diag.runtime.managers.storage_operation import PrefetchTimeoutConfig

@@ -71,7 +71,7 @@ def _rank_main(rank: int, store_path: str, l3_dir: str, out) -> None:
     import torch.distributed as dist
 
     from hicache_diag.faults.install import install_faults
-    from hicache_diag.runtime.hooks import Hooks
+    from hicache_diag.hooks import Hooks
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hicache_diag.runtime.hooks import Hooks
+from hicache_diag.hooks import Hooks
 from hicache_diag.runtime.mem_cache.kv_cache_builder import build_kv_cache
 from hicache_diag.runtime.protocol import build_protocol
 from hicache_diag.runtime.server_args import ServerArgs

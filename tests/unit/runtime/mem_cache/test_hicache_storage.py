@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hicache_diag.errors import UsageError
-from hicache_diag.runtime.hooks import Hooks
+from hicache_diag.hooks import Hooks
 from hicache_diag.runtime.mem_cache.hicache_storage import (
     HiCacheFile,
     HiCacheStorageConfig,

@@ -6,7 +6,7 @@ import pytest
 import torch
 from hicache_helpers import FakeComm, bundle_factory, put, settle
 
-from hicache_diag.runtime.hooks import Hooks
+from hicache_diag.hooks import Hooks
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 import torch
 from hicache_helpers import PAGE, FakeComm, make_bundle, put, settle
 
-from hicache_diag.runtime.hooks import Hooks
+from hicache_diag.hooks import Hooks
 from hicache_diag.runtime.mem_cache.hicache_storage import get_page_hashes
 
 TOKENS = list(range(10, 26))  # 8 pages of PAGE=2

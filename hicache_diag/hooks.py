@@ -1,4 +1,4 @@
-"""Named fault/probe points of the runtime; ours, no upstream twin.
+"""Named fault/probe points shared by both engines (builtin runtime and real SGLang); ours.
 
 The runtime calls `hooks.apply(POINT, value, **ctx)` at each point and uses what comes back. With
 no handler installed every point returns `value` unchanged, so a clean run pays one dict lookup.
