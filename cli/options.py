@@ -29,7 +29,9 @@ RUN_DEFAULTS = {
     "device": "cpu",
     "protocol": "full",
     "seed": 0,
+    "engine": "builtin",
 }
+ENGINES = ("builtin", "sglang")
 
 FaultOpt = Annotated[
     list[str] | None,
@@ -91,5 +93,21 @@ MaxNewTokensOpt = Annotated[
 HangTimeoutOpt = Annotated[
     float | None,
     typer.Option("--hang-timeout", help="Seconds without a rank step before a hang [5]."),
+]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option("--engine", help="builtin (our compact runtime) or sglang (the real server) [builtin]."),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", help="sglang engine: a model directory [a tiny built-in Llama]."),
+]
+SglangArgOpt = Annotated[
+    list[str] | None,
+    typer.Option("--sglang-arg", help="sglang engine: one more launch_server argument (repeatable)."),
+]
+SglangPythonOpt = Annotated[
+    str | None,
+    typer.Option("--sglang-python", help="sglang engine: the Python whose SGLang release to run."),
 ]
 DeviceOpt = Annotated[str | None, typer.Option("--device", help="cpu|cuda [cpu].")]

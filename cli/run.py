@@ -51,6 +51,37 @@ def _check_cuda() -> None:
     raise UsageError("--device cuda is not supported yet: this runtime runs on CPU (gloo)")
 
 
+def _faults(scenario_faults: tuple[str, ...], flags: dict[str, Any], pp: int, tp: int):
+    faults = scenario_faults + tuple(flags.get("fault") or ())
+    if not faults:
+        return ()
+    from hicache_diag.faults import validate_faults
+
+    return tuple(f.to_spec() for f in validate_faults(faults, pp, tp))
+
+
+def build_engine_config(flags: dict[str, Any]) -> Any:
+    """RunConfig (builtin) or SglangRunConfig, validated before any process starts."""
+    scenario_faults, sopts = _scenario(flags.get("scenario"))
+    pick = lambda name: _pick(flags, sopts, name)  # noqa: E731
+    engine = pick("engine")
+    if engine not in o.ENGINES:
+        raise UsageError(f"unknown --engine {engine!r}; valid: {', '.join(o.ENGINES)}")
+    sglang_only = [f for f in ("model", "sglang_arg", "sglang_python") if flags.get(f)]
+    if engine == "builtin":
+        if sglang_only:
+            flag = "--" + sglang_only[0].replace("_", "-")
+            raise UsageError(f"{flag} applies to --engine sglang only")
+        return build_run_config(flags)
+    from hicache_diag.harness.rundir import check_writable
+    from hicache_diag.sglang.build import build_sglang_config
+
+    check_writable(flags.get("out"))
+    pp, tp = int(pick("pp")), int(pick("tp"))
+    faults = _faults(scenario_faults, flags, pp, tp)
+    return build_sglang_config(flags, sopts, faults, pick)
+
+
 def build_run_config(flags: dict[str, Any]) -> RunConfig:
     """Validate everything (raising UsageError) before any process starts."""
     scenario_faults, sopts = _scenario(flags.get("scenario"))
@@ -84,11 +115,7 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
     scenario_fixes = [] if flags.get("protocol") is not None else list(sopts.get("fix") or [])
     fixes = scenario_fixes + list(flags.get("fix") or [])
     protocol = build_protocol(pick("protocol"), fixes)
-    faults = scenario_faults + tuple(flags.get("fault") or ())
-    if faults:
-        from hicache_diag.faults import validate_faults
-
-        faults = tuple(f.to_spec() for f in validate_faults(faults, sa.pp_size, sa.tp_size))
+    faults = _faults(scenario_faults, flags, sa.pp_size, sa.tp_size)
     hang_timeout = float(pick("hang_timeout"))
     if hang_timeout <= 0:
         raise UsageError(f"--hang-timeout must be > 0 (got {hang_timeout})")
@@ -124,18 +151,25 @@ def register(app: typer.Typer) -> None:
         max_new_tokens: o.MaxNewTokensOpt = None,
         hang_timeout: o.HangTimeoutOpt = None,
         device: o.DeviceOpt = None,
+        engine: o.EngineOpt = None,
+        model: o.ModelOpt = None,
+        sglang_arg: o.SglangArgOpt = None,
+        sglang_python: o.SglangPythonOpt = None,
     ) -> None:
         """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
         flags = dict(locals())
-        raise typer.Exit(_run_and_render(build_run_config(flags), json_))
+        raise typer.Exit(_run_and_render(build_engine_config(flags), json_))
 
 
 def _run_and_render(cfg: RunConfig, json_: bool) -> int:
     """One trial with the live view on stderr; the verdict as JSON (stdout) or a panel."""
-    from hicache_diag.harness.trial import run_trial
+    if isinstance(cfg, RunConfig):
+        from hicache_diag.harness.trial import run_trial
+    else:
+        from hicache_diag.sglang.trial import run_sglang_trial as run_trial
 
     try:
-        with LiveProgress(err_console, cfg.server_args.world_size) as progress:
+        with LiveProgress(err_console, cfg.world_size) as progress:
             argv = ["hicache-diag", *sys.argv[1:]]
             result = run_trial(cfg, argv, on_progress=progress.update)
     except KeyboardInterrupt:

@@ -28,7 +28,13 @@ class Finding:
 
 def _exited_cleanly(run: RunData) -> set[int]:
     ranks = (run.launcher or {}).get("ranks") or []
-    return {int(r["rank"]) for r in ranks if r.get("state") == "exited" and r.get("exitcode") == 0}
+    # "finished": a real SGLang scheduler still serving when the workload completed (the
+    # harness stops it then; it never exits by itself).
+    return {
+        int(r["rank"])
+        for r in ranks
+        if (r.get("state") == "exited" and r.get("exitcode") == 0) or r.get("state") == "finished"
+    }
 
 
 def rank_crashes(run: RunData) -> dict[int, RankCrash]:

@@ -14,7 +14,8 @@ from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.diagnosis.storage import storage_fault_lines
 from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict
 
-_LAUNCH_STATE = {"hung": "blocked", "exited": "exited", "crashed": "crashed", "killed": "killed"}
+_LAUNCH_STATE = {"hung": "blocked", "exited": "exited", "crashed": "crashed", "killed": "killed",
+                 "finished": "exited", "stopped": "blocked"}  # fmt: skip
 
 
 def _safe(name: str, check: Callable[[RunData], Any], run: RunData, notes: list[str]) -> Any:

@@ -166,3 +166,7 @@ class RunConfig:
     out: str | None = None
     hang_timeout: float = 5.0
     max_steps: int = 2000
+
+    @property
+    def world_size(self) -> int:
+        return self.server_args.world_size

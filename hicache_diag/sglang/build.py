@@ -1,0 +1,142 @@
+"""Flags (+ scenario options) -> SglangRunConfig, every check done before anything starts."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hicache_diag.errors import UsageError
+from hicache_diag.runtime.server_args import (
+    PREFETCH_POLICIES,
+    STORAGE_BACKENDS,
+    WRITE_POLICIES,
+    WorkloadConfig,
+    parse_size,
+)
+from hicache_diag.sglang.config import SGLANG_DEFAULTS, SglangRunConfig
+from hicache_diag.sglang.server import LaunchSpec
+
+# Builtin-only flags: SGLang's protocol is whatever its release contains (DESIGN §8).
+_BUILTIN_ONLY = {"protocol": "--protocol", "fix": "--fix"}
+_GIB = 1024**3
+
+
+def _refuse_builtin_only(flags: dict[str, Any], scenario: dict[str, Any]) -> None:
+    for key, flag in _BUILTIN_ONLY.items():
+        if flags.get(key) or scenario.get(key):
+            raise UsageError(
+                f"{flag} is a builtin-engine switch; with --engine sglang the protocol is the "
+                "one the installed SGLang release contains (pick a release with --sglang-python)"
+            )
+
+
+def _hicache_size_gb(text: Any) -> int:
+    """SGLang's --hicache-size is whole gigabytes per rank; ours is bytes with a unit."""
+    size = parse_size(text or "0")
+    if size == 0:
+        return 0
+    if size % _GIB:
+        raise UsageError(
+            f"--hicache-size {text}: with --engine sglang the host pool is sized in whole GiB "
+            "(SGLang's unit); use e.g. 1GiB, or --hicache-ratio for smaller pools"
+        )
+    return size // _GIB
+
+
+def _choice(name: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise UsageError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
+
+
+def build_sglang_config(
+    flags: dict[str, Any],
+    scenario: dict[str, Any],
+    faults: tuple[str, ...],
+    pick: Callable[[str], Any],
+) -> SglangRunConfig:
+    """`pick(name)`: command line, then scenario, then the run default."""
+    _refuse_builtin_only(flags, scenario)
+
+    def value(name: str) -> Any:
+        got = flags.get(name) if flags.get(name) is not None else scenario.get(name)
+        return got if got is not None else SGLANG_DEFAULTS.get(name, pick(name))
+
+    ratio = float(value("hicache_ratio"))
+    if not math.isfinite(ratio) or ratio <= 0:
+        raise UsageError(f"--hicache-ratio must be a finite number > 0 (got {ratio})")
+    backend = value("hicache_storage_backend")
+    _choice("storage backend", backend, STORAGE_BACKENDS)
+    _choice("write policy", value("hicache_write_policy"), WRITE_POLICIES)
+    storage_dir = value("hicache_storage_dir")
+    if storage_dir and backend == "none":
+        raise UsageError("--storage-dir does nothing without --storage-backend file")
+    if storage_dir:
+        from hicache_diag.runtime.mem_cache.hicache_storage import check_storage_dir
+
+        check_storage_dir(storage_dir)
+        storage_dir = str(Path(storage_dir).resolve())
+    policy = flags.get("hicache_storage_prefetch_policy") or scenario.get(
+        "hicache_storage_prefetch_policy"
+    )
+    if policy:
+        _choice("prefetch policy", policy, PREFETCH_POLICIES)
+    hang_timeout = float(value("hang_timeout"))
+    if not math.isfinite(hang_timeout) or hang_timeout <= 0:
+        raise UsageError(f"--hang-timeout must be a finite number > 0 (got {hang_timeout})")
+    pp, tp, page = int(value("pp")), int(value("tp")), int(value("page_size"))
+    max_total = int(value("max_total_tokens"))
+    for name, v in (("--pp", pp), ("--tp", tp), ("--page-size", page)):
+        if v < 1:
+            raise UsageError(f"{name} must be >= 1 (got {v})")
+    if max_total < 64 * page:
+        raise UsageError(
+            f"--max-total-tokens {max_total} is too small for SGLang (use >= {64 * page})"
+        )
+    model, vocab = _model(flags.get("model") or scenario.get("model"))
+    _check_topology(model, pp, tp)
+    from hicache_diag.sglang.install import preflight, probe_sglang
+
+    device = value("device")
+    install = preflight(probe_sglang(flags.get("sglang_python")), cpu=device == "cpu")
+    depth = int(value("async_depth") or 0)
+    extra = tuple(flags.get("sglang_arg") or ()) + (
+        ("--pp-async-batch-depth", str(depth)) if depth else ()
+    )
+    spec = LaunchSpec(
+        model=model, pp_size=pp, tp_size=tp, page_size=page, max_total_tokens=max_total,
+        hicache_ratio=ratio, hicache_size_gb=_hicache_size_gb(value("hicache_size")),
+        hicache_write_policy=value("hicache_write_policy"),
+        hicache_storage_backend=None if backend == "none" else backend,
+        hicache_storage_dir=storage_dir, hicache_storage_prefetch_policy=policy,
+        extra_args=extra, cpu=device == "cpu",
+    )  # fmt: skip
+    seed = int(value("seed"))
+    workload = WorkloadConfig(value("workload"), int(value("requests")),
+                              int(value("max_new_tokens")), seed)  # fmt: skip
+    return SglangRunConfig(spec, workload, install.python, install.version,
+                           install.cpu_kernel_names, faults, seed, flags.get("out"),
+                           hang_timeout, vocab)  # fmt: skip
+
+
+def _model(path: str | None) -> tuple[Path, int]:
+    import json
+
+    from hicache_diag.sglang.model import check_model_dir, default_model_dir
+
+    model = check_model_dir(path) if path else default_model_dir()
+    config = json.loads((model / "config.json").read_text())
+    return model, int(config.get("vocab_size") or 512)
+
+
+def _check_topology(model: Path, pp: int, tp: int) -> None:
+    import json
+
+    config = json.loads((model / "config.json").read_text())
+    layers = int(config.get("num_hidden_layers") or 0)
+    heads = int(config.get("num_attention_heads") or 0)
+    if layers and pp > layers:
+        raise UsageError(f"--pp {pp} exceeds the model's {layers} layers")
+    if heads and heads % tp:
+        raise UsageError(f"--tp {tp} does not divide the model's {heads} attention heads")

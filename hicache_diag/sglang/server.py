@@ -1,0 +1,317 @@
+"""Launch real SGLang (`python -m sglang.launch_server`) under the harness, and reap it.
+
+The server runs in its own session (process group), with the plugin's `sitecustomize` on its
+PYTHONPATH only. Readiness is polled over HTTP under a deadline; a server that dies first is
+reported with the last error line of its log. `close()` kills the whole tree on every path:
+the process group, then any descendant that left it (psutil), and waits for each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+from hicache_diag.errors import HicacheDiagError
+from hicache_diag.sglang.install import SglangInstall
+from hicache_diag.sglang_plugin import config as plugin_config
+
+PLUGIN_SITE = Path(__file__).resolve().parent.parent / "sglang_plugin" / "site"
+READY_TIMEOUT_S = 240.0  # 35-75 s measured on 2 cores; headroom for a loaded CI box
+_TITLE_RE = re.compile(r"^sglang::scheduler(?P<rest>\S*)")
+_TOKEN_RE = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
+
+
+class ServerStartError(HicacheDiagError):
+    """SGLang did not come up; the message names the log line that says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """Everything the launch needs, in SGLang's own flag names (DESIGN §8)."""
+
+    model: Path
+    pp_size: int = 2
+    tp_size: int = 1
+    page_size: int = 4
+    max_total_tokens: int = 1024
+    hicache_ratio: float | None = 2.0
+    hicache_size_gb: int = 0
+    hicache_write_policy: str = "write_through"
+    hicache_storage_backend: str | None = None
+    hicache_storage_dir: str | None = None
+    hicache_storage_prefetch_policy: str | None = None
+    extra_args: tuple[str, ...] = ()
+    cpu: bool = True
+
+    def argv(self, python: str, port: int) -> list[str]:
+        args = [python, "-m", "sglang.launch_server", "--model-path", str(self.model),
+                "--host", "127.0.0.1", "--port", str(port),
+                "--pp-size", str(self.pp_size), "--tp-size", str(self.tp_size),
+                "--page-size", str(self.page_size),
+                "--max-total-tokens", str(self.max_total_tokens),
+                "--enable-hierarchical-cache",
+                "--hicache-write-policy", self.hicache_write_policy,
+                "--skip-server-warmup"]  # fmt: skip
+        if self.hicache_size_gb:
+            args += ["--hicache-size", str(self.hicache_size_gb)]
+        elif self.hicache_ratio is not None:
+            args += ["--hicache-ratio", str(self.hicache_ratio)]
+        if self.hicache_storage_backend:
+            args += ["--hicache-storage-backend", self.hicache_storage_backend]
+            if "--hicache-storage-backend-extra-config" not in self.extra_args:
+                # SGLang prefetches only prompts of >= 256 tokens by default; the workload's
+                # prompts are shorter, so the threshold comes down to two pages.
+                threshold = json.dumps({"prefetch_threshold": 2 * self.page_size})
+                args += ["--hicache-storage-backend-extra-config", threshold]
+        if self.hicache_storage_prefetch_policy:
+            args += ["--hicache-storage-prefetch-policy", self.hicache_storage_prefetch_policy]
+        if self.cpu:
+            # reference/sglang-on-cpu.md: the CPU platform, its attention backend, and the
+            # HiCache copy path that needs no CUDA kernel.
+            args += ["--device", "cpu", "--attention-backend", "torch_native",
+                     "--disable-cuda-graph", "--hicache-io-backend", "direct",
+                     "--hicache-mem-layout", "layer_first"]  # fmt: skip
+        return args + list(self.extra_args)
+
+
+@dataclass
+class Scheduler:
+    pid: int
+    pp: int
+    tp: int
+    title: str
+    rank: int = 0
+    state: str = "running"  # running | exited | crashed | killed | stopped
+    exitcode: int | None = None
+    ended_at: float | None = None
+    proc: psutil.Process | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "pp": self.pp, "tp": self.tp, "pid": self.pid,
+                "title": self.title, "state": self.state, "exitcode": self.exitcode,
+                "ended_at": self.ended_at}  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def parse_title(cmdline: str) -> dict[str, int] | None:
+    """`sglang::scheduler_PP1_TP0` -> {"PP": 1, "TP": 0}; None for other processes."""
+    m = _TITLE_RE.match(cmdline)
+    if not m:
+        return None
+    return {k: int(v) for k, v in _TOKEN_RE.findall(m.group("rest"))}
+
+
+class SglangServer:
+    def __init__(self, install: SglangInstall, spec: LaunchSpec, run_dir: Path) -> None:
+        self.install, self.spec, self.run_dir = install, spec, run_dir
+        self.port = free_port()
+        self.popen: subprocess.Popen | None = None
+        self.schedulers: list[Scheduler] = []
+        self._log: IO[Any] | None = None
+        self.started_at = self.ready_at = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / "server.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self, plugin_path: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PLUGIN_SITE), env.get("PYTHONPATH", "")) if p
+        )
+        env[plugin_config.ENV_VAR] = str(plugin_path)
+        env["PYTHONUNBUFFERED"] = "1"
+        if Path(self.install.python).resolve() != Path(_our_python()).resolve():
+            env["HICACHE_DIAG_SITE"] = _our_site()
+        if self.spec.cpu:
+            env["SGLANG_USE_CPU_ENGINE"] = "1"
+            cores = max(1, os.cpu_count() or 1)
+            ranks = self.spec.pp_size * self.spec.tp_size
+            env.setdefault(
+                "SGLANG_CPU_OMP_THREADS_BIND", "|".join(str(r % cores) for r in range(ranks))
+            )
+        if self.spec.hicache_storage_dir:
+            env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = self.spec.hicache_storage_dir
+        return env
+
+    def start(self, plugin_path: Path) -> None:
+        self._log = open(self.log_path, "ab", buffering=0)
+        self.started_at = time.time()
+        self.popen = subprocess.Popen(
+            self.spec.argv(self.install.python, self.port),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env(plugin_path),
+            cwd=self.run_dir,
+            start_new_session=True,  # one process group: reaped as one
+        )
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
+        """Seconds from start to the first healthy /health_generate."""
+        assert self.popen is not None
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if self.popen.poll() is not None:
+                raise ServerStartError(
+                    f"SGLang exited ({self.popen.returncode}) before it was ready: "
+                    f"{last_error_line(self.log_path)} (log: {self.log_path})"
+                )
+            if self._healthy():
+                self.ready_at = time.time()
+                self.discover()
+                return self.ready_at - self.started_at
+            time.sleep(0.5)
+        raise ServerStartError(
+            f"SGLang was not ready after {timeout_s:.0f} s: {last_error_line(self.log_path)} "
+            f"(log: {self.log_path})"
+        )
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health_generate", timeout=5) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError, TimeoutError):
+            return False
+
+    def discover(self) -> list[Scheduler]:
+        """The scheduler processes, as SGLang's own `collect_scheduler_processes` finds them."""
+        found = []
+        for proc in self._tree():
+            try:
+                title = " ".join(proc.cmdline())
+            except psutil.Error:
+                continue
+            tokens = parse_title(title)
+            if tokens is None:
+                continue
+            pp, tp = tokens.get("PP", 0), tokens.get("TP", 0)
+            found.append(Scheduler(proc.pid, pp, tp, title, pp * self.spec.tp_size + tp,
+                                   proc=proc))  # fmt: skip
+        self.schedulers = sorted(found, key=lambda s: s.rank)
+        return self.schedulers
+
+    def poll(self) -> list[Scheduler]:
+        """Update each scheduler's state; return those that ended since the last poll."""
+        ended = []
+        for s in self.schedulers:
+            if s.state not in ("running", "stopped") or s.proc is None:
+                continue
+            try:
+                status = s.proc.status()
+            except psutil.NoSuchProcess:
+                status = psutil.STATUS_DEAD
+            if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                s.exitcode = _exit_code(s.proc)
+                s.state = "exited" if s.exitcode == 0 else "crashed"
+                s.ended_at = time.time()
+                ended.append(s)
+            else:
+                s.state = "stopped" if status == psutil.STATUS_STOPPED else "running"
+        return ended
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def _tree(self) -> list[psutil.Process]:
+        if self.popen is None:
+            return []
+        try:
+            root = psutil.Process(self.popen.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def close(self, grace_s: float = 0.0) -> float:
+        """Kill the whole tree (SIGKILL after `grace_s` of SIGTERM); seconds it took."""
+        t0 = time.time()
+        if self.popen is None:
+            return 0.0
+        procs = self._tree() + [s.proc for s in self.schedulers if s.proc is not None]
+        if grace_s > 0 and self.popen.poll() is None:
+            _signal_group(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(self.popen.pid, signal.SIGKILL)
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=10)
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for s in self.schedulers:
+            if s.state in ("running", "stopped"):
+                s.state = "killed"
+        if self._log is not None:
+            self._log.close()
+        return time.time() - t0
+
+
+def _exit_code(proc: psutil.Process) -> int | None:
+    try:
+        return proc.wait(timeout=0)
+    except (psutil.Error, psutil.TimeoutExpired, ChildProcessError):
+        return None
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def last_error_line(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    for line in reversed(lines):
+        text = line.strip()
+        if re.search(r"(Error|Exception|error:|Traceback|Killed|exited)", text):
+            return text[:300]
+    return lines[-1][:300] if lines else "(empty log)"
+
+
+def _our_python() -> str:
+    import sys
+
+    return sys.executable
+
+
+def _our_site() -> str:
+    # The directory that holds the `hicache_diag` package as installed (site-packages for a
+    # wheel; for an editable install, where its finder's .pth lives, i.e. site-packages).
+    import site
+
+    import hicache_diag
+
+    paths = site.getsitepackages()
+    return paths[0] if paths else str(Path(hicache_diag.__file__).resolve().parent.parent)

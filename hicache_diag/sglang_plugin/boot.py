@@ -1,0 +1,150 @@
+"""What the plugin does in each process of one SGLang launch: shims and hook points everywhere;
+per rank, in the scheduler entry, the Hooks table, the faults and the recorder."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+
+from hicache_diag.sglang_plugin import hook_points
+from hicache_diag.sglang_plugin.config import PluginConfig
+from hicache_diag.sglang_plugin.hook_points import STATE
+from hicache_diag.sglang_plugin.post_import import patch_attr, when_imported
+from hicache_diag.sglang_plugin.recorder import StepRecorder, jsonl_path
+
+logger = logging.getLogger("hicache_diag.sglang_plugin")
+
+SCHEDULER = "sglang.srt.managers.scheduler"
+TREE_MODULES = (
+    ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"),
+    ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache"),
+)
+
+_config: PluginConfig | None = None
+
+
+def boot() -> None:
+    global _config
+    _config = PluginConfig.from_env()
+    if _config is None:
+        return
+    if _config.cpu_shims:
+        from hicache_diag.sglang_plugin.shims import install_cpu_shims
+
+        install_cpu_shims(_config.cpu_kernel_names)
+    hook_points.install_hook_points()
+    when_imported(SCHEDULER, _patch_scheduler)
+    for module, cls in TREE_MODULES:
+        when_imported(module, functools.partial(_patch_tree, cls=cls))
+
+
+# -- the scheduler process -------------------------------------------------------------------
+def _arm_rank(server_args, tp_rank: int, pp_rank: int) -> None:
+    from hicache_diag.faults.install import install_faults
+    from hicache_diag.hooks import Hooks
+
+    assert _config is not None
+    tp_size = int(getattr(server_args, "tp_size", 1) or 1)
+    rank = pp_rank * tp_size + tp_rank
+    hooks = Hooks(rank=rank, pp_rank=pp_rank, tp_rank=tp_rank)
+    if _config.faults:
+        install_faults(hooks, _config.faults, _config.seed, rank=rank, pp_rank=pp_rank,
+                       tp_rank=tp_rank)  # fmt: skip
+    STATE.hooks = hooks
+    if _config.record:
+        path = jsonl_path(_config.run_dir, rank)
+        STATE.recorder = StepRecorder(path, rank, pp_rank, tp_rank, hooks)
+        depth = int(getattr(server_args, "pp_async_batch_depth", 0) or 0)
+        STATE.recorder.pp_loop_size = int(getattr(server_args, "pp_size", 1) or 1) + depth
+    os.environ["HICACHE_DIAG_RANK"] = str(rank)
+
+
+def _wrap_entry(original):
+    @functools.wraps(original)
+    def run_scheduler_process(server_args, port_args, gpu_id, tp_rank, pp_rank, *args, **kw):
+        _arm_rank(server_args, tp_rank, pp_rank)
+        return original(server_args, port_args, gpu_id, tp_rank, pp_rank, *args, **kw)
+
+    return run_scheduler_process
+
+
+def _wrap_step(original):
+    @functools.wraps(original)
+    def get_next_batch_to_run(self, *args, **kwargs):
+        recorder, hooks = STATE.recorder, STATE.hooks
+        if recorder is not None:
+            recorder.begin_step()
+        if hooks is not None:
+            stall = hooks.apply("scheduler_step", 0.0)
+            if stall > 0:
+                time.sleep(stall)
+        try:
+            plan = original(self, *args, **kwargs)
+        except BaseException as exc:
+            if recorder is not None:
+                recorder.write_crash(exc)
+            raise
+        if recorder is not None:
+            recorder.end_step(self, getattr(plan, "batch_to_run", plan))
+        return plan
+
+    return get_next_batch_to_run
+
+
+def _patch_scheduler(module) -> None:
+    patch_attr(module, "run_scheduler_process", _wrap_entry)
+    patch_attr(module.Scheduler, "get_next_batch_to_run", _wrap_step)
+
+
+# -- the tree: what each rank consumed, synced and evicted -------------------------------------
+def _wrap_check(kind: str):
+    def make(original):
+        @functools.wraps(original)
+        def check(self, *args, finish_count=None, **kwargs):
+            result = original(self, *args, finish_count=finish_count, **kwargs)
+            if STATE.recorder is not None and finish_count:
+                STATE.recorder.consumed(kind, finish_count)
+            return result
+
+        return check
+
+    return make
+
+
+def _wrap_sync(original):
+    @functools.wraps(original)
+    def _sync_hicache_ready_counts(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        if STATE.recorder is not None:
+            write, load, storage = result[0], result[1], result[2]
+            STATE.recorder.synced("ready_counts", [write, load, *storage])
+        return result
+
+    return _sync_hicache_ready_counts
+
+
+def _wrap_evict(original):
+    @functools.wraps(original)
+    def evict(self, *args, **kwargs):  # named after what it wraps: evict or _evict
+        result = original(self, *args, **kwargs)
+        if STATE.recorder is not None:
+            STATE.recorder.count("evicted", getattr(result, "num_tokens_evicted", 0) or 0)
+        return result
+
+    return evict
+
+
+def _patch_tree(module, cls: str) -> None:
+    tree = getattr(module, cls, None)
+    if tree is None:
+        return
+    patch_attr(tree, "writing_check", _wrap_check("write"))
+    patch_attr(tree, "loading_check", _wrap_check("load"))
+    if hasattr(tree, "_sync_hicache_ready_counts"):
+        patch_attr(tree, "_sync_hicache_ready_counts", _wrap_sync)
+    # `_evict` is the one place both evict() and evict_for_alloc() go through (0.5.2x).
+    core = "_evict" if hasattr(tree, "_evict") else "evict"
+    if hasattr(tree, core):
+        patch_attr(tree, core, _wrap_evict)

@@ -1,0 +1,216 @@
+"""rank{r}.jsonl from inside a real SGLang scheduler: one line per scheduler step (DESIGN §4).
+
+A step is one call of `Scheduler.get_next_batch_to_run`, i.e. one micro-batch slot of
+`event_loop_pp`. Every PP stage makes those calls in lockstep (each slot receives the previous
+stage's request list), so step N means the same slot on every rank. Idle slots (no batch, no
+ack, nothing queued) are not written one by one: PP0 polls thousands of them a second. They are
+counted into the next line (`idle_polls`), and a heartbeat line is written at most once a second
+so that the hang watch still sees a live, idle rank. Keys SGLang does not have are left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from typing import Any
+
+HEARTBEAT_S = 1.0
+# What every rank must hold identically at the same step (only keys actually recorded).
+MUST_AGREE = (
+    "rids", "extend_num_tokens", "prefix_len", "host_hit_len", "l3_hit_len",
+    "acks_consumed", "sync_received",
+)  # fmt: skip
+_STORAGE_QUEUES = (
+    "prefetch_queue", "prefetch_buffer", "prefetch_hit_queue", "prefetch_sync_queue",
+    "ack_prefetch_queue", "backup_queue", "ack_backup_queue", "host_mem_release_queue",
+)  # fmt: skip
+
+
+def _len(obj: Any) -> int | None:
+    if obj is None:
+        return None
+    if hasattr(obj, "qsize"):
+        return int(obj.qsize())
+    try:
+        return len(obj)
+    except TypeError:
+        return None
+
+
+def _ready(queue: list) -> int:
+    n = 0
+    for ack in queue:
+        if not ack.finish_event.query():
+            break
+        n += 1
+    return n
+
+
+class StepRecorder:
+    """Owned by the scheduler thread; DMA-side counters (`count`) may come from other threads
+    but are plain int additions under the GIL."""
+
+    def __init__(self, path: str, rank: int, pp_rank: int, tp_rank: int, hooks: Any) -> None:
+        self.rank, self.pp_rank, self.tp_rank, self.hooks = rank, pp_rank, tp_rank, hooks
+        self._fh = open(path, "a", buffering=1)  # line-buffered: one flush per line
+        self.step = 0
+        self._counts: Counter[str] = Counter()
+        self._consumed: Counter[str] = Counter()
+        self._sync: dict[str, Any] = {}
+        self._idle = 0
+        self._last_write = 0.0
+        self.pp_loop_size: int | None = None
+        self._broken = False
+
+    # -- fed by the wrappers --------------------------------------------------------------
+    def count(self, key: str, n: int) -> None:
+        self._counts[key] += int(n)
+
+    def consumed(self, kind: str, n: int) -> None:
+        self._consumed[kind] += int(n)
+
+    def synced(self, name: str, value: Any) -> None:
+        self._sync[name] = value
+
+    # -- one step ---------------------------------------------------------------------------
+    def begin_step(self) -> int:
+        self.hooks.step = self.step
+        return self.step
+
+    def end_step(self, scheduler: Any, batch: Any) -> None:
+        try:
+            self._end_step(scheduler, batch)
+        except Exception as exc:  # noqa: BLE001 - recording must never break SGLang's step
+            if not self._broken:
+                self._broken = True
+                self._write({"step": self.step, "rank": self.rank,
+                             "recorder_error": f"{type(exc).__name__}: {exc}"})  # fmt: skip
+        self.step += 1
+
+    def _end_step(self, scheduler: Any, batch: Any) -> None:
+        line = self._line(scheduler, batch)
+        busy = batch is not None or any(self._counts.values()) or any(self._consumed.values())
+        busy = busy or bool(line.get("faults_fired")) or _any_queued(line.get("queues", {}))
+        now = time.monotonic()
+        if busy or now - self._last_write >= HEARTBEAT_S:
+            line["idle_polls"] = self._idle
+            if not busy:
+                line["idle"] = True
+                line["must_agree"] = []
+            self._write(line)
+            self._idle, self._last_write = 0, now
+            self._counts.clear()
+            self._consumed.clear()
+            self._sync = {}
+        else:
+            self._idle += 1
+
+    def _line(self, scheduler: Any, batch: Any) -> dict[str, Any]:
+        line: dict[str, Any] = {
+            "step": self.step,
+            "t": time.time(),
+            "rank": self.rank,
+            "pp": self.pp_rank,
+            "tp": self.tp_rank,
+        }
+        if self.pp_loop_size:
+            line["slot"] = self.step % self.pp_loop_size
+        line.update(_batch_fields(batch))
+        line.update(_cache_fields(scheduler))
+        line["acks_consumed"] = {"write": self._consumed["write"], "load": self._consumed["load"]}
+        line["write_backs"] = self._counts["write_backs"]
+        line["load_backs"] = self._counts["load_backs"]
+        line["evicted"] = self._counts["evicted"]
+        if self._sync:
+            line["sync_received"] = dict(self._sync)
+        line["faults_fired"] = self.hooks.drain_fired()
+        line["must_agree"] = [k for k in MUST_AGREE if k in line]
+        return line
+
+    def _write(self, line: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(line, sort_keys=True, default=str) + "\n")
+
+    def write_crash(self, exc: BaseException) -> None:
+        """The step a scheduler died in, so the verdict sees how far each rank got."""
+        self._write({"step": self.step, "t": time.time(), "rank": self.rank,
+                     "crashed": True, "error": f"{type(exc).__name__}: {exc}"})  # fmt: skip
+
+    def close(self) -> None:
+        try:
+            self._fh.close()
+        except OSError:
+            pass
+
+
+def _any_queued(queues: dict[str, Any]) -> bool:
+    return any(v for v in queues.values() if isinstance(v, int))
+
+
+def _batch_fields(batch: Any) -> dict[str, Any]:
+    if batch is None:
+        return {"rids": []}
+    reqs = list(getattr(batch, "reqs", []) or [])
+    out: dict[str, Any] = {"rids": [r.rid for r in reqs]}
+    mode = getattr(batch, "forward_mode", None)
+    is_extend = bool(mode is not None and hasattr(mode, "is_extend") and mode.is_extend())
+    out["forward_mode"] = getattr(mode, "name", str(mode))
+    if is_extend:
+        out["extend_num_tokens"] = int(getattr(batch, "extend_num_tokens", 0) or 0)
+        out["prefix_len"] = {r.rid: _prefix_len(r) for r in reqs}
+        out["host_hit_len"] = {r.rid: int(getattr(r, "host_hit_length", 0) or 0) for r in reqs}
+        if any(hasattr(r, "storage_hit_length") for r in reqs):
+            out["l3_hit_len"] = {r.rid: int(getattr(r, "storage_hit_length", 0)) for r in reqs}
+    return out
+
+
+def _prefix_len(req: Any) -> int:
+    """Device-hit tokens of a request: `prefix_len` in 0.5.2x, `len(prefix_indices)` before."""
+    if hasattr(req, "prefix_len"):
+        return int(req.prefix_len)
+    return len(getattr(req, "prefix_indices", ()) or ())
+
+
+def _cache_fields(scheduler: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    allocator = getattr(scheduler, "token_to_kv_pool_allocator", None)
+    if allocator is not None:
+        out["device_free"] = int(allocator.available_size())
+    tree = getattr(scheduler, "tree_cache", None)
+    cc = getattr(tree, "cache_controller", None)
+    if cc is None:
+        return out
+    host = getattr(cc, "mem_pool_host", None)
+    if host is not None:
+        out["host_free"] = int(host.available_size())
+    queues = {
+        name: _len(getattr(cc, name, None))
+        for name in ("write_queue", "load_queue", "ack_write_queue", "ack_load_queue")
+    }
+    for name in _STORAGE_QUEUES:
+        if getattr(cc, name, None) is not None:
+            queues[name] = _len(getattr(cc, name))
+    out["queues"] = {k: v for k, v in queues.items() if v is not None}
+    out["acks_ready"] = {"write": _ready(cc.ack_write_queue), "load": _ready(cc.ack_load_queue)}
+    out["tree_digest"] = _tree_digest(tree)
+    return out
+
+
+def _tree_digest(tree: Any) -> str | None:
+    """A digest of the tree's accounting (evictable / protected / total sizes): equal trees give
+    equal digests; it is cheap enough to take every step, unlike a walk of every node."""
+    parts = []
+    for name in ("evictable_size", "protected_size", "total_size"):
+        fn = getattr(tree, name, None)
+        if callable(fn):
+            try:
+                parts.append(repr(fn()))
+            except Exception:  # noqa: BLE001 - a digest must never break a step
+                return None
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12] if parts else None
+
+
+def jsonl_path(run_dir: str, rank: int) -> str:
+    return os.path.join(run_dir, f"rank{rank}.jsonl")

@@ -1,0 +1,127 @@
+"""Every SGLang symbol the plugin touches, named once: a new SGLang release is checked here.
+
+`scan_targets` reads the installed source with `ast` (no import, a second or so) so that the
+harness can refuse a release whose targets are gone before it launches anything. A target with
+alternatives is satisfied by any one of them (older releases used other homes for a name).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    key: str  # our name for it
+    role: str  # shim | hook:<point> | probe
+    options: tuple[tuple[str, str], ...]  # (module, qualname) alternatives
+    why: str
+
+
+TARGETS: tuple[Target, ...] = (
+    # The scheduler process entry: where a rank learns its PP/TP and the plugin arms itself.
+    Target("scheduler_entry", "probe",
+           (("sglang.srt.managers.scheduler", "run_scheduler_process"),),
+           "per-rank set-up of hooks, faults and the recorder"),
+    Target("scheduler_step", "hook:scheduler_step",
+           (("sglang.srt.managers.scheduler", "Scheduler.get_next_batch_to_run"),),
+           "one call per micro-batch slot of event_loop_pp: the recorder's step"),
+    Target("writing_check", "probe",
+           (("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.writing_check"),
+            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.writing_check")),
+           "write acks consumed per step"),
+    Target("loading_check", "probe",
+           (("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.loading_check"),
+            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.loading_check")),
+           "load acks consumed per step"),
+    Target("start_writing", "hook:dma_complete",
+           (("sglang.srt.managers.cache_controller", "HiCacheController.start_writing"),),
+           "device->host copies: their finish events"),
+    Target("start_loading", "hook:dma_complete",
+           (("sglang.srt.managers.cache_controller", "HiCacheController.start_loading"),),
+           "host->device copies: their finish events"),
+    Target("host_alloc", "hook:host_alloc",
+           (("sglang.srt.mem_cache.pool_host.base", "HostKVCache.alloc"),
+            ("sglang.srt.mem_cache.memory_pool_host", "HostKVCache.alloc")),
+           "the host pool's alloc"),
+    Target("time_counter", "hook:now",
+           (("sglang.srt.mem_cache.unified_cache.components.base",
+             "get_and_increase_time_counter"),),
+           "the clock the unified tree stamps last_access_time with"),
+    Target("storage_exists", "hook:storage_exists",
+           (("sglang.srt.mem_cache.hicache_storage", "HiCacheStorage.batch_exists"),),
+           "L3 hit length: leading pages found"),
+    Target("storage_read", "hook:storage_read",
+           (("sglang.srt.mem_cache.hicache_storage", "HiCacheFile.get"),),
+           "one L3 page read"),
+    Target("pp_send_pyobj", "hook:p2p_send",
+           (("sglang.srt.utils.common", "point_to_point_pyobj"),),
+           "PP sends of request lists"),
+    Target("pp_send_tensor_dict", "hook:p2p_send",
+           (("sglang.srt.distributed.parallel_state", "GroupCoordinator.send_tensor_dict"),),
+           "PP sends of proxy and output tensors"),
+    # CPU shims (reference/sglang-on-cpu.md): where SGLang assumes CUDA.
+    Target("assign_req_to_token_pool", "shim",
+           (("sglang.srt.mem_cache.allocation", "assign_req_to_token_pool_func"),),
+           "calls sgl_kernel.assign_req_to_token_pool_cpu on CPU"),
+    Target("host_pin_memory", "shim",
+           (("sglang.srt.mem_cache.pool_host.base", "HostKVCache.__init__"),),
+           "pin_memory=True: cudaHostRegister and pinned L3 bounce pages"),
+    Target("transfer_kv_direct", "shim",
+           (("sglang.srt.mem_cache.pool_host.mha", "MHATokenToKVPoolHost"),),
+           "imports transfer_kv_* only on CUDA/HIP"),
+)  # fmt: skip
+
+
+def _defined(tree: ast.Module, qualname: str) -> bool:
+    body: list[ast.stmt] = tree.body
+    for part in qualname.split("."):
+        found = None
+        for node in _walk_defs(body):
+            if getattr(node, "name", None) == part:
+                found = node
+                break
+        if found is None:
+            return False
+        body = getattr(found, "body", [])
+    return True
+
+
+def _walk_defs(body: list[ast.stmt]):
+    """Top-level defs, including those under module-level if/try (platform branches)."""
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield node
+        elif isinstance(node, ast.If | ast.Try):
+            yield from _walk_defs(node.body + node.orelse)
+            for handler in getattr(node, "handlers", []):
+                yield from _walk_defs(handler.body)
+
+
+def module_file(root: Path, module: str) -> Path | None:
+    rel = Path(*module.split("."))
+    for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def scan_targets(site_root: Path) -> list[str]:
+    """Targets missing from the SGLang whose package dir's parent is `site_root`; [] = all there."""
+    parsed: dict[str, ast.Module | None] = {}
+    missing = []
+    for target in TARGETS:
+        ok = False
+        for module, qualname in target.options:
+            if module not in parsed:
+                path = module_file(site_root, module)
+                parsed[module] = ast.parse(path.read_text()) if path else None
+            tree = parsed[module]
+            if tree is not None and _defined(tree, qualname):
+                ok = True
+                break
+        if not ok:
+            missing.append(" or ".join(f"{m}.{q}" for m, q in target.options))
+    return missing
