@@ -8,6 +8,7 @@ the process group, then any descendant that left it (psutil), and waits for each
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -166,6 +167,7 @@ class SglangServer:
             env=self.env(plugin_path),
             cwd=self.run_dir,
             start_new_session=True,  # one process group: reaped as one
+            preexec_fn=_die_with_parent,
         )
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
@@ -272,6 +274,15 @@ class SglangServer:
         if self._log is not None:
             self._log.close()
         return time.time() - t0
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the CLI dies, even by SIGKILL (no cleanup runs
+    then). SGLang's schedulers and detokenizer die with launch_server (PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _exit_code(proc: psutil.Process) -> int | None:
