@@ -96,7 +96,9 @@ HangTimeoutOpt = Annotated[
 ]
 EngineOpt = Annotated[
     str | None,
-    typer.Option("--engine", help="builtin (our compact runtime) or sglang (the real server) [builtin]."),
+    typer.Option(
+        "--engine", help="builtin (our compact runtime) or sglang (the real server) [builtin]."
+    ),
 ]
 ModelOpt = Annotated[
     str | None,
@@ -104,7 +106,9 @@ ModelOpt = Annotated[
 ]
 SglangArgOpt = Annotated[
     list[str] | None,
-    typer.Option("--sglang-arg", help="sglang engine: one more launch_server argument (repeatable)."),
+    typer.Option(
+        "--sglang-arg", help="sglang engine: one more launch_server argument (repeatable)."
+    ),
 ]
 SglangPythonOpt = Annotated[
     str | None,

@@ -152,9 +152,9 @@ def run_rank(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port: int | 
 def _make_scheduler(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port, state: dict):
     """Join gloo, build hooks (+ faults), comm, caches, recorder and the Scheduler."""
     from hicache_diag.harness.workload import Workload
+    from hicache_diag.hooks import Hooks
     from hicache_diag.probes.recorder import StepRecorder
     from hicache_diag.runtime.distributed.parallel_state import ParallelState
-    from hicache_diag.hooks import Hooks
     from hicache_diag.runtime.managers.scheduler import Scheduler
     from hicache_diag.runtime.mem_cache.kv_cache_builder import build_kv_cache
 

@@ -202,7 +202,7 @@ class SglangServer:
         found = []
         for proc in self._tree():
             try:
-                title = " ".join(proc.cmdline())
+                title = " ".join(proc.cmdline()).strip()
             except psutil.Error:
                 continue
             tokens = parse_title(title)

@@ -36,7 +36,9 @@ STACK_DEADLINE_S = 8.0
 # `[2026-12-01 02:46:52 PP1 TP0]`: SGLang's per-rank log prefix (tokens in any order).
 _PREFIX_RE = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?P<tokens>(?: [A-Z_]+\d+)+)\]")
 _TOKEN_RE = re.compile(r"(PP|TP)(\d+)")
-_CHILD_EXIT_RE = re.compile(r"Subprocess scheduler_\d+ \(pid=(\d+)\) crashed with exit code (-?\d+)")
+_CHILD_EXIT_RE = re.compile(
+    r"Subprocess scheduler_\d+ \(pid=(\d+)\) crashed with exit code (-?\d+)"
+)
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -92,8 +94,9 @@ def _manifest(run_dir: Path, cfg: SglangRunConfig, argv: list[str], launch: list
             "argv": argv or sys.argv,
             "seed": cfg.seed,
             "config": {
-                "spec": {k: str(v) if isinstance(v, Path) else v
-                         for k, v in asdict(cfg.spec).items()},
+                "spec": {
+                    k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg.spec).items()
+                },
                 "workload": asdict(cfg.workload),
                 "hang_timeout": cfg.hang_timeout,
             },  # fmt: skip
@@ -177,8 +180,10 @@ def _watch_loop(server: SglangServer, client: WorkloadClient, cfg: SglangRunConf
             grace_until = now
         progress.poll()
         if on_progress is not None:
-            ranks = {r: {"step": st, "idle_s": now - progress.last_busy}
-                     for r, st in progress.last_step.items()}
+            ranks = {
+                r: {"step": st, "idle_s": now - progress.last_busy}
+                for r, st in progress.last_step.items()
+            }
             on_progress({"ranks": ranks, "elapsed_s": now - server.started_at})
         if grace_until is not None:
             if now > grace_until:

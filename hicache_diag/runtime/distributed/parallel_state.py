@@ -23,8 +23,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hicache_diag.runtime.distributed.comm import THREAD_GROUPS
 from hicache_diag.hooks import Hooks
+from hicache_diag.runtime.distributed.comm import THREAD_GROUPS
 
 # sglang/srt/distributed/communication_tags.py: P2PTag.HIRADIX_PP_SYNC
 HIRADIX_PP_SYNC = int.from_bytes(b"PpHi", "big")

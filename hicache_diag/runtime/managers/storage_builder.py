@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 
 from hicache_diag.errors import UsageError
-from hicache_diag.runtime.distributed.comm import HiCacheComm
 from hicache_diag.hooks import Hooks
+from hicache_diag.runtime.distributed.comm import HiCacheComm
 from hicache_diag.runtime.managers.storage_controller import HostPool, StorageController
 from hicache_diag.runtime.mem_cache.hicache_storage import HiCacheFile, HiCacheStorageConfig
 from hicache_diag.runtime.protocol import ProtocolConfig

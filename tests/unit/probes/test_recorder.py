@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from hicache_diag.probes.recorder import MUST_AGREE, StepRecorder
 from hicache_diag.hooks import Hooks
+from hicache_diag.probes.recorder import MUST_AGREE, StepRecorder
 from hicache_diag.runtime.protocol import build_protocol
 
 

@@ -1,0 +1,56 @@
+"""`run --engine sglang` bad input: one line, exit 2, nothing launched (DESIGN §8)."""
+
+from __future__ import annotations
+
+import stat
+import sys
+
+import pytest
+
+from hicache_diag.cli.main import run_cli
+from tests.conftest import live_children
+
+
+def _fake_sglang_python(tmp_path, version_file: bool = False):
+    """An interpreter whose `sglang` is an empty package: every hook target is missing."""
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    return str(python)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--engine", "nope"], "unknown --engine 'nope'; valid: builtin, sglang"),
+        (["--engine", "sglang", "--protocol", "legacy"], "--protocol is a builtin-engine switch"),
+        (["--engine", "sglang", "--fix", "ack-count=local"], "--fix is a builtin-engine switch"),
+        (["--model", "/tmp"], "--model applies to --engine sglang only"),
+        (["--engine", "sglang", "--model", "/nonexistent-model"], "not a model directory"),
+        (["--engine", "sglang", "--hicache-size", "16MiB"], "whole GiB"),
+        (["--engine", "sglang", "--hicache-ratio", "-1"], "--hicache-ratio must be"),
+        (["--engine", "sglang", "--hang-timeout", "nan"], "--hang-timeout must be"),
+        (["--engine", "sglang", "--tp", "3"], "does not divide the model's 4 attention heads"),
+        (["--engine", "sglang", "--pp", "9"], "exceeds the model's 4 layers"),
+        (["--engine", "sglang", "--storage-dir", "/tmp/x"], "does nothing without"),
+        (["--engine", "sglang", "--sglang-python", "/nonexistent/python"], "cannot run it"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, args, needle):
+    rc = run_cli(["run", *args])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], err
+    assert not live_children(), "bad input must not launch anything"
+
+
+def test_a_release_without_the_hook_targets_is_refused_before_launch(capsys, tmp_path):
+    rc = run_cli(["run", "--engine", "sglang", "--sglang-python", _fake_sglang_python(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert "lacks what hicache-diag hooks" in err and "run_scheduler_process" in err, err
+    assert len(err.splitlines()) == 1

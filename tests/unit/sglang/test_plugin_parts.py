@@ -1,0 +1,147 @@
+"""The plugin's parts without SGLang: post-import patching, hook points, the recorder, log split."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from hicache_diag.hooks import Hooks
+from hicache_diag.sglang.trial import split_rank_logs
+from hicache_diag.sglang_plugin import hook_points
+from hicache_diag.sglang_plugin.post_import import patch_attr, when_imported
+from hicache_diag.sglang_plugin.recorder import StepRecorder
+
+
+@pytest.fixture
+def fake_module(tmp_path, monkeypatch):
+    (tmp_path / "hd_fake_mod.py").write_text("def f():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "hd_fake_mod"
+    sys.modules.pop("hd_fake_mod", None)
+
+
+def test_patch_lands_before_anyone_imports_the_name(fake_module):
+    when_imported(fake_module, lambda m: patch_attr(m, "f", lambda orig: lambda: orig() + 41))
+    from hd_fake_mod import f  # a by-name import, as SGLang's modules do
+
+    assert f() == 42
+    import hd_fake_mod
+
+    patch_attr(hd_fake_mod, "f", lambda orig: lambda: 0)  # a second patch is a no-op
+    assert hd_fake_mod.f() == 42
+
+
+def test_hook_points_do_nothing_until_a_rank_is_armed():
+    hook_points.reset()
+    assert hook_points._apply("host_alloc", True, num_tokens=8) is True
+    hooks = Hooks(rank=1, pp_rank=1)
+    hooks.register("host_alloc", lambda ok, ctx: False)
+    hook_points.STATE.hooks = hooks
+    try:
+        alloc = hook_points._wrap_host_alloc(lambda self, n: f"slots:{n}")
+        assert alloc(None, 8) is None  # what the pool returns when it is short
+    finally:
+        hook_points.reset()
+
+
+class _Event:
+    def __init__(self) -> None:
+        self.synced = False
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        self.synced = True
+
+
+def test_dma_delay_keeps_an_ack_out_of_the_ready_count_until_its_time():
+    from collections import namedtuple
+
+    Ack = namedtuple("Ack", "start_event finish_event node_ids num_tokens")
+    hooks = Hooks()
+    hooks.register("dma_complete", lambda v, ctx: v + 0.2 if ctx["direction"] == "write" else v)
+    hook_points.STATE.hooks = hooks
+    try:
+        queue = [Ack(None, _Event(), [1], 4)]
+        hook_points._delay_new_acks(queue, 0, "write")
+        event = queue[0].finish_event
+        assert not event.query()
+        t0 = time.monotonic()
+        event.synchronize()
+        assert time.monotonic() - t0 >= 0.15 and event.query()
+    finally:
+        hook_points.reset()
+
+
+def _scheduler(free: int = 100):
+    cc = SimpleNamespace(
+        write_queue=[], load_queue=[], ack_write_queue=[], ack_load_queue=[],
+        mem_pool_host=SimpleNamespace(available_size=lambda: 64),
+    )  # fmt: skip
+    tree = SimpleNamespace(cache_controller=cc, evictable_size=lambda: 3, protected_size=lambda: 0)
+    return SimpleNamespace(
+        tree_cache=tree, token_to_kv_pool_allocator=SimpleNamespace(available_size=lambda: free)
+    )
+
+
+def _batch():
+    mode = SimpleNamespace(name="EXTEND", is_extend=lambda: True)
+    req = SimpleNamespace(rid="r0", prefix_len=8, host_hit_length=4, storage_hit_length=0)
+    return SimpleNamespace(reqs=[req], forward_mode=mode, extend_num_tokens=12)
+
+
+def test_recorder_writes_busy_steps_and_folds_idle_polls(tmp_path):
+    path = tmp_path / "rank1.jsonl"
+    rec = StepRecorder(str(path), 1, 1, 0, Hooks(rank=1, pp_rank=1))
+    for _ in range(5):  # idle polls: folded, not written one by one
+        rec.begin_step()
+        rec.end_step(_scheduler(), None)
+    rec.begin_step()
+    rec.consumed("write", 2)
+    rec.end_step(_scheduler(), _batch())
+    rec.close()
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    busy = lines[-1]
+    assert busy["step"] == 5 and busy["idle_polls"] >= 4
+    assert busy["rids"] == ["r0"] and busy["extend_num_tokens"] == 12
+    assert busy["prefix_len"] == {"r0": 8} and busy["host_hit_len"] == {"r0": 4}
+    assert busy["acks_consumed"] == {"write": 2, "load": 0}
+    assert busy["host_free"] == 64 and busy["device_free"] == 100
+    assert set(busy["must_agree"]) <= set(busy) and "rids" in busy["must_agree"]
+    assert all(line.get("idle") for line in lines[:-1])  # at most the first heartbeat
+
+
+def test_recorder_survives_a_scheduler_it_cannot_read(tmp_path):
+    path = tmp_path / "rank0.jsonl"
+    rec = StepRecorder(str(path), 0, 0, 0, Hooks())
+    rec.begin_step()
+    rec.end_step(SimpleNamespace(token_to_kv_pool_allocator=None, tree_cache=object()), object())
+    rec.close()
+    assert rec.step == 1  # the step still counts; the line says what broke
+    assert "recorder_error" in path.read_text() or "rids" in path.read_text()
+
+
+def test_rank_logs_split_on_sglang_prefixes_and_keep_traceback_bodies(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(
+        textwrap.dedent("""\
+        [2026-12-01 02:46:52] server_args=...
+        [2026-12-01 02:46:52 PP0] Load weight begin.
+        [2026-12-01 02:46:53 PP1 TP0] Scheduler hit an exception: Traceback (most recent call last):
+          File "x.py", line 1, in writing_check
+        IndexError: pop from empty list
+        [2026-12-01 02:46:54] SIGQUIT received.
+        [2026-12-01 02:46:54 PP0] RuntimeError: Connection closed by peer
+    """)
+    )
+    paths = split_rank_logs(log, tmp_path, tp_size=1)
+    assert sorted(paths) == [0, 1]
+    rank1 = paths[1].read_text()
+    assert "IndexError: pop from empty list" in rank1 and "SIGQUIT" not in rank1
+    assert "Connection closed by peer" in paths[0].read_text()
