@@ -10,7 +10,7 @@ from hicache_diag.sglang.server import LaunchSpec
 # Defaults where the builtin engine's do not fit real SGLang on a 2-core CPU: start-up takes
 # tens of seconds and a step a few milliseconds, so silence means more here.
 SGLANG_DEFAULTS = {
-    "max_total_tokens": 512,
+    "max_total_tokens": 256,  # small enough that hot prefixes cycle through the host tier
     "hang_timeout": 30.0,
     "requests": 24,
 }
