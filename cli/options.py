@@ -15,7 +15,7 @@ RUN_DEFAULTS = {
     "tp": 1,
     "async_depth": 0,
     "page_size": 4,
-    "max_total_tokens": 1024,
+    "max_total_tokens": 256,
     "hicache_size": "0",
     "hicache_ratio": 2.0,
     "hicache_write_policy": "write_through",

@@ -98,6 +98,39 @@ def _pick(finding: checks.Finding | None, div: Divergence | None, rest: list) ->
     return leak or checks.Finding(Outcome.OK)
 
 
+_KEEP_CULPRIT = frozenset({Outcome.LEAK, Outcome.INTERRUPTED, Outcome.UNDECIDED})
+
+
+def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
+    """An interrupted run is `interrupted` whatever it had shown so far; `ok` needs a run that
+    finished: launcher.json written, steps recorded, outputs saved. Anything less cannot
+    decide (a CLI killed mid-run, a run that never stepped, a torn copy of a run dir)."""
+    launcher = run.launcher or {}
+    if launcher.get("interrupted"):
+        seen = "no failure" if found.outcome is Outcome.OK else found.outcome.value
+        lines = [f"interrupted by the user (SIGINT/SIGTERM); every rank reaped; so far: {seen}"]
+        return checks.Finding(Outcome.INTERRUPTED, signature="interrupted", evidence=lines
+                              + found.evidence)  # fmt: skip
+    if found.outcome is not Outcome.OK:
+        return found
+    reasons = []
+    if run.launcher is None:
+        reasons.append("launcher.json is missing: the run never finished (the CLI was killed?)")
+    if run.frames.empty:
+        reasons.append("no rank recorded a step")
+    if run.outputs is None:
+        reasons.append("outputs.json is missing: PP0 never finished its requests")
+    if not reasons:
+        return found
+    return checks.Finding(Outcome.UNDECIDED, signature=reasons[0], evidence=reasons)
+
+
+def _faults_line(run: RunData) -> list[str]:
+    """The injected faults, beside the verdict for context; never used to pick a rank."""
+    faults = run.manifest.get("faults") or []
+    return [f"faults injected: {', '.join(map(str, faults))}"] if faults else []
+
+
 def verdict_from(run: RunData) -> Verdict:
     notes: list[str] = []
     # Parse the rank logs once; when that failed, check_crash retries and reports it itself.
@@ -108,14 +141,16 @@ def verdict_from(run: RunData) -> Verdict:
     div = _safe("divergence", checks.check_divergence, run, notes)
     wrong = _safe("outputs", checks.check_wrong_output, run, notes)
     leak = _safe("leak", checks.check_leak, run, notes)
-    found = _pick(crash or hang, div, [wrong, leak])
+    found = _settle(run, _pick(crash or hang, div, [wrong, leak]))
     culprit = found.culprit_rank
-    if div and div.culprit_rank is not None and found.outcome is not Outcome.LEAK:
-        culprit = div.culprit_rank  # the rank whose local input made the decisions diverge
+    if div and div.culprit_rank is not None and found.outcome not in _KEEP_CULPRIT:
+        if not found.by_process_fact:
+            culprit = div.culprit_rank  # the rank whose local input made the decisions diverge
     evidence = list(found.evidence) + (div.evidence if div else [])
     evidence += _safe("storage", lambda r: storage_fault_lines(r.frames), run, notes) or []
     if found.outcome is Outcome.CRASH and found.form is None:
-        evidence.append("crash is neither form A nor B: unknown form")
+        evidence.append("crash is neither form A nor B: a crash of another form")
+    evidence += _faults_line(run)
     return Verdict(
         outcome=found.outcome,
         form=found.form,
