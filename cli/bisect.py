@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Annotated
@@ -9,6 +10,7 @@ from typing import Annotated
 import typer
 
 from hicache_diag.cli.render.console import print_json
+from hicache_diag.errors import UsageError
 from hicache_diag.harness.bisect import (
     HOST_AXIS,
     STORAGE_AXIS,
@@ -39,6 +41,21 @@ def _axes(app, storage: str | None, size: str | None, switches: list[str]) -> tu
     options = _run_options(app) if switches else set()
     axes += [parse_switch(spec, options) for spec in switches]
     return tuple(axes)
+
+
+def _check_cells(app: typer.Typer, cfg: BisectConfig) -> None:
+    """Parse and validate every cell's `run` arguments as `run` itself would, before any trial
+    starts: a bad pass-through flag or axis value is one line and exit 2, not N failed trials."""
+    from hicache_diag.cli.run import build_run_config
+    from hicache_diag.harness.bisect import matrix
+
+    run = typer.main.get_command(app).commands["run"]
+    for values in matrix(cfg.axes):
+        argv = [*cfg.run_args]
+        for axis in cfg.axes:
+            argv += axis.args(values[axis.name])
+        ctx = run.make_context("run", argv, resilient_parsing=False)
+        build_run_config(dict(ctx.params))
 
 
 def _cells(axes: tuple[Axis, ...]) -> int:
@@ -97,8 +114,16 @@ def register(app: typer.Typer) -> None:
         from hicache_diag.cli.render.console import err_console
 
         axes = _axes(app, storage_backend, hicache_size, switch or [])
+        if not axes:
+            raise UsageError(
+                "bisect needs a matrix: --storage-backend V1,V2, --hicache-size S1,S2 or "
+                "--switch NAME=v1,v2"
+            )
+        if not (math.isfinite(trial_timeout) and trial_timeout > 0):
+            raise UsageError(f"--trial-timeout must be a finite number > 0 (got {trial_timeout})")
         out = out or Path("runs") / f"bisect-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
         cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(ctx.args), trial_timeout)
+        _check_cells(app, cfg)
         progress, on_result = trial_progress(err_console, _cells(axes) * trials)
         with progress:
             table = run_bisect(cfg, on_result)

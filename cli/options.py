@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from hicache_diag.errors import UsageError
+
 RUN_DEFAULTS = {
     "pp": 2,
     "tp": 1,
@@ -30,6 +32,42 @@ RUN_DEFAULTS = {
     "protocol": "full",
     "seed": 0,
 }
+
+# The type each scenario key must have (TOML gives ints, floats, strings, lists); `fix` is the
+# scenario's list of --fix switches. Scenario keys are the run flags' names in snake_case.
+_INT, _NUM, _STR = (int,), (int, float), (str,)
+SCENARIO_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("pp", "tp", "async_depth", "page_size", "max_total_tokens"), _INT),
+    **dict.fromkeys(("requests", "max_new_tokens", "seed"), _INT),
+    **dict.fromkeys(("hicache_ratio", "hang_timeout"), _NUM),
+    **dict.fromkeys(("hicache_write_policy", "hicache_storage_backend", "protocol"), _STR),
+    **dict.fromkeys(("hicache_storage_dir", "hicache_storage_prefetch_policy"), _STR),
+    **dict.fromkeys(("workload", "device"), _STR),
+    "hicache_size": (str, int),
+    "fix": (list,),
+}
+_TYPE_WORDS = {
+    _INT: "an integer",
+    _NUM: "a number",
+    _STR: "a string",
+    (str, int): 'a size such as "64MiB" or a byte count',
+    (list,): 'a list of "NAME=MODE" strings',
+}
+
+
+def check_scenario_options(path: str, opts: dict) -> None:
+    """Unknown keys and wrong types are bad input (exit 2), with the valid keys named."""
+    for key, value in opts.items():
+        want = SCENARIO_TYPES.get(key)
+        if want is None:
+            valid = ", ".join(sorted([*SCENARIO_TYPES, "description", "fault"]))
+            raise UsageError(f"scenario {path!r}: unknown key {key!r}; valid keys: {valid}")
+        ok = isinstance(value, want) and not isinstance(value, bool)
+        if ok and key == "fix":
+            ok = all(isinstance(v, str) for v in value)
+        if not ok:
+            raise UsageError(f"scenario {path!r}: {key} must be {_TYPE_WORDS[want]}, not {value!r}")
+
 
 FaultOpt = Annotated[
     list[str] | None,

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from hicache_diag.cli.render.console import print_json
+from hicache_diag.errors import UsageError
 
 
 def _render(report, summary: Path | None) -> None:
@@ -45,7 +46,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Render a run directory: verdict, first divergence, per-rank timelines and plots."""
         from hicache_diag.diagnosis.report import build_report  # pandas only when used
+        from hicache_diag.verdict import ExitCode
 
+        if plots is not None and plots.exists() and not plots.is_dir():
+            raise UsageError(f"--plots {str(plots)!r} is a file; give a directory for the PNGs")
+        if summary is not None and summary.is_dir():
+            raise UsageError(f"--summary {str(summary)!r} is a directory; give a file name")
         result = build_report(run_dir, plots, reclassify)
         if summary is None and plots is not None:
             summary = plots / "report.md"
@@ -57,4 +63,6 @@ def register(app: typer.Typer) -> None:
             print_json(result.verdict.to_json())
         else:
             _render(result, summary)
-        raise typer.Exit(0)
+        # A run dir that cannot decide (never finished, never stepped) says so in the status.
+        undecided = result.verdict.exit_code is ExitCode.UNDECIDED
+        raise typer.Exit(int(ExitCode.UNDECIDED) if undecided else 0)

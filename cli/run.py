@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -39,6 +40,7 @@ def _scenario(path: str | None) -> tuple[tuple[str, ...], dict[str, Any]]:
     ):
         if alias in opts:
             opts.setdefault(name, opts.pop(alias))
+    o.check_scenario_options(path, opts)
     return sc.fault_specs(), opts
 
 
@@ -72,12 +74,19 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
         hicache_storage_prefetch_policy=pick("hicache_storage_prefetch_policy"),
         device=device,
     )
+    if sa.hicache_storage_backend == "none" and sa.hicache_storage_dir:
+        raise UsageError(
+            "--hicache-storage-dir does nothing without --hicache-storage-backend file"
+        )
     if sa.hicache_storage_backend != "none" and sa.hicache_storage_dir:
         from hicache_diag.runtime.mem_cache.hicache_storage import check_storage_dir
 
         check_storage_dir(sa.hicache_storage_dir)  # exit 2 before any rank starts
     seed = int(pick("seed"))
     workload = WorkloadConfig(pick("workload"), pick("requests"), pick("max_new_tokens"), seed)
+    from hicache_diag.harness.workload import check_fits
+
+    check_fits(workload, sa)
     # A scenario's `fix` list refines the scenario's own preset (e.g. legacy + ack-count=leader
     # replays the state between #27285 and #31425); `--protocol` on the command line replaces
     # that historical state whole, so it drops the list. `--fix` flags always apply last.
@@ -90,8 +99,10 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
 
         faults = tuple(f.to_spec() for f in validate_faults(faults, sa.pp_size, sa.tp_size))
     hang_timeout = float(pick("hang_timeout"))
-    if hang_timeout <= 0:
-        raise UsageError(f"--hang-timeout must be > 0 (got {hang_timeout})")
+    if not (math.isfinite(hang_timeout) and hang_timeout > 0):
+        raise UsageError(
+            f"--hang-timeout must be a finite number of seconds > 0 (got {hang_timeout})"
+        )
     from hicache_diag.harness.rundir import check_writable
 
     check_writable(flags.get("out"))

@@ -40,6 +40,8 @@ def _run(cfg: RunConfig):
     from hicache_diag.verdict import Outcome
 
     result = run_trial(cfg, ["hicache-diag", *sys.argv[1:]])
+    if result.verdict.outcome is Outcome.INTERRUPTED:
+        raise KeyboardInterrupt  # ranks reaped, verdict written; the CLI exits 130
     if result.verdict.outcome != Outcome.OK:
         raise HicacheDiagError(
             f"the timeline run ended {result.verdict.outcome.value}: "

@@ -53,7 +53,7 @@ def classify_error(pid: int, stderr: str, returncode: int) -> str:
     """Turn py-spy's multi-line anyhow error into one line a user can act on."""
     text = stderr.lower()
     if "permission denied" in text or "operation not permitted" in text:
-        return PTRACE_HINT
+        return _denied(pid)
     if not psutil.pid_exists(pid) or "no such process" in text:
         return f"no such process: {pid}"
     if "python version" in text or "python interpreter" in text or "not a python" in text:
@@ -62,6 +62,24 @@ def classify_error(pid: int, stderr: str, returncode: int) -> str:
         return f"no such process: {pid}"
     first = next((ln.strip() for ln in stderr.splitlines() if ln.strip()), "")
     return first.removeprefix("Error: ") or f"py-spy exited with status {returncode}"
+
+
+def _denied(pid: int) -> str:
+    """Permission denied: ptrace rights are the usual cause, but not when we are root; then the
+    target is most likely not a Python scheduler at all (pid 1, another PID namespace)."""
+    if os.geteuid() != 0:
+        return PTRACE_HINT
+    try:
+        proc = psutil.Process(pid)
+        what = " ".join(proc.cmdline()[:1]) or proc.name()
+    except psutil.Error:
+        what = "unreadable"
+    if "python" not in what.lower() and "::scheduler" not in what:
+        return f"not a Python process: {pid} ({what}); give the scheduler processes' pids"
+    return (
+        f"py-spy cannot read process {pid} although we are root (another PID namespace, or a "
+        "security policy such as seccomp or an LSM)"
+    )
 
 
 def _command(binary: str, pid: int, native: bool) -> list[str]:
