@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from hicache_diag.cli.options import with_default
 from hicache_diag.cli.render.console import print_json
 from hicache_diag.errors import UsageError
 
@@ -26,16 +27,38 @@ def _render(report, summary: Path | None) -> None:
         typer.echo(f"summary: {summary}")
 
 
+EXAMPLES = """\b
+Examples:
+  hicache-diag report runs/20261201T030000.000000-0
+  hicache-diag report samples/runs/form_a --plots /tmp/plots
+  hicache-diag report samples/runs/form_c --json
+
+Exit: 0 rendered, 3 the run dir cannot decide (never finished or stepped),
+2 not a run directory or damaged."""
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("report")
+    @app.command(
+        "report", epilog=EXAMPLES, short_help="Render a run directory: verdict, divergence, plots."
+    )
     def report(
-        run_dir: Annotated[Path, typer.Argument(help="A run directory (runs/<utc>-<seed>/).")],
+        run_dir: Annotated[
+            Path,
+            typer.Argument(
+                metavar="RUN_DIR", help="A run directory (runs/<utc>-<seed>/).", show_default=False
+            ),
+        ],
         plots: Annotated[
-            Path | None, typer.Option("--plots", help="Write per-rank timeline PNGs here.")
+            Path | None,
+            typer.Option("--plots", metavar="DIR", help="Write per-rank timeline PNGs here."),
         ] = None,
         summary: Annotated[
             Path | None,
-            typer.Option("--summary", help="Markdown summary file (default: PLOTS/report.md)."),
+            typer.Option(
+                "--summary",
+                metavar="FILE",
+                help=with_default("Markdown summary file.", "PLOTS/report.md"),
+            ),
         ] = None,
         json_out: Annotated[
             bool, typer.Option("--json", help="Print the verdict as JSON.")

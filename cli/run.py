@@ -109,8 +109,20 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
     return RunConfig(sa, protocol, workload, faults, seed, flags.get("out"), hang_timeout)
 
 
+# \b keeps click from rewrapping the block.
+EXAMPLES = """\b
+Examples:
+  hicache-diag run              # demo: prefix reuse, eviction, host load-back
+  hicache-diag run --scenario samples/scenarios/form_a.toml  # form A: exit 10
+  hicache-diag run --fault 'rank-stall:rank=1,ms=8000,after=15,until=15'
+                                # a stalled rank: hang naming rank 1, exit 12
+
+Exit: 0 ok, 10/11/12 form A/B/C, 13 diverged, 14 wrong output, 15 leak,
+16 other crash, 3 undecided, 130 interrupted, 2 bad input, 1 internal error."""
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("run")
+    @app.command("run", epilog=EXAMPLES, short_help="Run a PP + HiCache runtime, give a verdict.")
     def run(
         fault: o.FaultOpt = None,
         fix: o.FixOpt = None,
