@@ -165,15 +165,15 @@ def register(app: typer.Typer) -> None:
         from hicache_diag.cli.render.console import err_console
 
         axes = _axes(app, storage_backend, hicache_size, switch or [])
+        if not (math.isfinite(trial_timeout) and trial_timeout > 0):
+            raise UsageError(f"--trial-timeout must be a finite number > 0 (got {trial_timeout})")
+        out = out or Path("runs") / f"bisect-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(ctx.args), trial_timeout)
         if not axes:
             raise UsageError(
                 "bisect needs a matrix: --storage-backend V1,V2, --hicache-size S1,S2 or "
                 "--switch NAME=v1,v2"
             )
-        if not (math.isfinite(trial_timeout) and trial_timeout > 0):
-            raise UsageError(f"--trial-timeout must be a finite number > 0 (got {trial_timeout})")
-        out = out or Path("runs") / f"bisect-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-        cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(ctx.args), trial_timeout)
         _check_cells(app, cfg)
         progress, on_result = trial_progress(err_console, _cells(axes) * trials)
         with progress:

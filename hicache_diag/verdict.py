@@ -111,6 +111,9 @@ class Verdict:
     steps: int = 0
     duration_s: float = 0.0
     run_dir: str | None = None
+    # Per rank (str key): tokens served from the device tree (`prefix_hit`), from host
+    # (`host_hit`), and the tokens evicted, loaded back and written back over the run.
+    cache: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -151,6 +154,7 @@ class Verdict:
             steps=data.get("steps", 0),
             duration_s=data.get("duration_s", 0.0),
             run_dir=data.get("run_dir"),
+            cache=dict(data.get("cache") or {}),
         )
 
 

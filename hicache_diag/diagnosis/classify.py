@@ -131,6 +131,32 @@ def _faults_line(run: RunData) -> list[str]:
     return [f"faults injected: {', '.join(map(str, faults))}"] if faults else []
 
 
+def _sum_map(values: Any) -> int:
+    return sum(int(v) for m in values if isinstance(m, dict) for v in m.values() if v)
+
+
+def cache_counts(run: RunData) -> dict[str, dict[str, int]]:
+    """What the HiCache tiers did per rank, from the recorded steps (tokens): prefix reuse
+    (device and host hits), of it from host, evicted, loaded back, written back."""
+    frames, out = run.frames, {}
+    if frames.empty:
+        return out
+    for rank, rows in frames.groupby("rank"):
+        out[str(int(rank))] = {
+            "prefix_hit": _sum_map(_column(rows, "prefix_len")),
+            "host_hit": _sum_map(_column(rows, "host_hit_len")),
+            **{k: int(sum(v for v in _column(rows, k) if v == v and v)) for k in _COUNTED},
+        }
+    return out
+
+
+def _column(rows: Any, name: str) -> Any:
+    return rows[name] if name in rows.columns else []
+
+
+_COUNTED = ("evicted", "load_backs", "write_backs")
+
+
 def verdict_from(run: RunData) -> Verdict:
     notes: list[str] = []
     # Parse the rank logs once; when that failed, check_crash retries and reports it itself.
@@ -164,6 +190,7 @@ def verdict_from(run: RunData) -> Verdict:
         steps=int(run.frames["step"].max()) + 1 if not run.frames.empty else 0,
         duration_s=round(_duration(run), 3),
         run_dir=str(run.run_dir),
+        cache=_safe("cache", cache_counts, run, notes) or {},
     )
 
 

@@ -65,21 +65,17 @@ def classify_error(pid: int, stderr: str, returncode: int) -> str:
 
 
 def _denied(pid: int) -> str:
-    """Permission denied: ptrace rights are the usual cause, but not when we are root; then the
-    target is most likely not a Python scheduler at all (pid 1, another PID namespace)."""
-    if os.geteuid() != 0:
-        return PTRACE_HINT
+    """Permission denied: ptrace rights are the usual cause (even root lacks CAP_SYS_PTRACE in
+    a default container), but not when the target is no Python process at all (pid 1, a
+    shell): then say that, instead of sending the user after ptrace rights."""
     try:
         proc = psutil.Process(pid)
         what = " ".join(proc.cmdline()[:1]) or proc.name()
     except psutil.Error:
-        what = "unreadable"
-    if "python" not in what.lower() and "::scheduler" not in what:
-        return f"not a Python process: {pid} ({what}); give the scheduler processes' pids"
-    return (
-        f"py-spy cannot read process {pid} although we are root (another PID namespace, or a "
-        "security policy such as seccomp or an LSM)"
-    )
+        return PTRACE_HINT
+    if any(k in what.lower() for k in ("python", "::scheduler", "sglang", "hicache")):
+        return PTRACE_HINT
+    return f"not a Python process: {pid} ({what}); give the scheduler processes' pids"
 
 
 def _command(binary: str, pid: int, native: bool) -> list[str]:
