@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from hicache_diag.cli.options import with_default
 from hicache_diag.cli.render.console import print_json
+from hicache_diag.errors import UsageError
 from hicache_diag.harness.bisect import (
     HOST_AXIS,
     STORAGE_AXIS,
@@ -41,6 +44,21 @@ def _axes(app, storage: str | None, size: str | None, switches: list[str]) -> tu
     return tuple(axes)
 
 
+def _check_cells(app: typer.Typer, cfg: BisectConfig) -> None:
+    """Parse and validate every cell's `run` arguments as `run` itself would, before any trial
+    starts: a bad pass-through flag or axis value is one line and exit 2, not N failed trials."""
+    from hicache_diag.cli.run import build_run_config
+    from hicache_diag.harness.bisect import matrix
+
+    run = typer.main.get_command(app).commands["run"]
+    for values in matrix(cfg.axes):
+        argv = [*cfg.run_args]
+        for axis in cfg.axes:
+            argv += axis.args(values[axis.name])
+        ctx = run.make_context("run", argv, resilient_parsing=False)
+        build_run_config(dict(ctx.params))
+
+
 def _cells(axes: tuple[Axis, ...]) -> int:
     n = 1
     for a in axes:
@@ -48,17 +66,37 @@ def _cells(axes: tuple[Axis, ...]) -> int:
     return n
 
 
-Backends = Annotated[str | None, typer.Option("--storage-backend", help="Values, e.g. none,file.")]
-Sizes = Annotated[str | None, typer.Option("--hicache-size", help="Values, e.g. 16MiB,64MiB.")]
+Backends = Annotated[
+    str | None,
+    typer.Option("--storage-backend", metavar="V1,V2", help="Backends to compare, e.g. none,file."),
+]
+Sizes = Annotated[
+    str | None,
+    typer.Option(
+        "--hicache-size", metavar="S1,S2", help="Host sizes to compare, e.g. 16MiB,64MiB."
+    ),
+]
 Switches = Annotated[
     list[str] | None,
-    typer.Option("--switch", help="NAME=v1,v2 for a protocol switch or a run option."),
+    typer.Option(
+        "--switch",
+        metavar="NAME=V1,V2",
+        help="A protocol switch or run option to vary; repeatable.",
+    ),
 ]
-Trials = Annotated[int, typer.Option("--trials", help="Trials per cell.")]
-Jobs = Annotated[int, typer.Option("--jobs", "-j", help="Trials run in parallel.")]
-Seed = Annotated[int, typer.Option("--seed", help="Seed of trial 0 (trial j: +j).")]
-Out = Annotated[Path | None, typer.Option("--out", help="Parent of the run dirs.")]
-Timeout = Annotated[float, typer.Option("--trial-timeout", help="Seconds before killing a trial.")]
+Trials = Annotated[int, typer.Option("--trials", metavar="N", help="Trials per cell.")]
+Jobs = Annotated[int, typer.Option("--jobs", "-j", metavar="N", help="Trials run in parallel.")]
+Seed = Annotated[int, typer.Option("--seed", metavar="N", help="Seed of trial 0 (trial j: +j).")]
+Out = Annotated[
+    Path | None,
+    typer.Option(
+        "--out", metavar="DIR", help=with_default("Parent of the run dirs.", "runs/bisect-<utc>")
+    ),
+]
+Timeout = Annotated[
+    float,
+    typer.Option("--trial-timeout", metavar="SECONDS", help="Seconds before killing a trial."),
+]
 Json = Annotated[bool, typer.Option("--json", help="Print the table as JSON.")]
 
 
@@ -76,9 +114,39 @@ def _render(table, json_out: bool) -> None:
     render_bisect(table, Console(highlight=False, width=None if sys.stdout.isatty() else 140))
 
 
+EXAMPLES = """\b
+Examples:
+  hicache-diag bisect --storage-backend none,file --hicache-size 16MiB,64MiB \\
+      --trials 3 --jobs 2 --scenario samples/scenarios/form_a.toml
+  hicache-diag bisect --switch host-alloc=local,two-phase --trials 5 \\
+      --protocol legacy --fault host-alloc-fail:rank=1"""
+
+
+def add_run_flags_to_help(app: typer.Typer) -> None:
+    """Append the `run` flags that bisect passes through to its --help (after both commands
+    are registered, so the list is the run command's own)."""
+    flags = sorted(f"--{name}" for name in _run_options(app))
+    lines, line = [], " "
+    for flag in flags:
+        if len(line) + len(flag) + 1 > 76:
+            lines.append(line)
+            line = " "
+        line += f" {flag}"
+    lines.append(line)
+    text = "\n".join(
+        ["\b", "Run flags passed to every trial (see hicache-diag run --help):", *lines]
+    )
+    for info in app.registered_commands:
+        if info.name == "bisect":
+            info.epilog = f"{EXAMPLES}\n\n{text}"
+
+
 def register(app: typer.Typer) -> None:
     @app.command(
-        "bisect", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+        "bisect",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+        epilog=EXAMPLES,
+        short_help="Crash rates over a matrix of switches, 95% intervals.",
     )
     def bisect(
         ctx: typer.Context,
@@ -97,8 +165,16 @@ def register(app: typer.Typer) -> None:
         from hicache_diag.cli.render.console import err_console
 
         axes = _axes(app, storage_backend, hicache_size, switch or [])
+        if not (math.isfinite(trial_timeout) and trial_timeout > 0):
+            raise UsageError(f"--trial-timeout must be a finite number > 0 (got {trial_timeout})")
         out = out or Path("runs") / f"bisect-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
         cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(ctx.args), trial_timeout)
+        if not axes:
+            raise UsageError(
+                "bisect needs a matrix: --storage-backend V1,V2, --hicache-size S1,S2 or "
+                "--switch NAME=v1,v2"
+            )
+        _check_cells(app, cfg)
         progress, on_result = trial_progress(err_console, _cells(axes) * trials)
         with progress:
             table = run_bisect(cfg, on_result)

@@ -22,6 +22,9 @@ app = typer.Typer(
     name="hicache-diag",
     help="Diagnose and reproduce rank divergence in SGLang pipeline parallelism with HiCache.",
     pretty_exceptions_enable=False,
+    # Plain click help: it wraps option names and help at any width instead of truncating
+    # them, never reads `[...]` in help text as markup, and shows no type column.
+    rich_markup_mode=None,
     no_args_is_help=True,
     add_completion=False,
 )
@@ -51,6 +54,7 @@ def _register() -> None:
 
     for module in (run, triage, bisect, report, timeline):
         module.register(app)
+    bisect.add_run_flags_to_help(app)
 
 
 _register()

@@ -6,16 +6,18 @@ command line always wins. `RUN_DEFAULTS` holds the values used when neither give
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from hicache_diag.errors import UsageError
 
 RUN_DEFAULTS = {
     "pp": 2,
     "tp": 1,
     "async_depth": 0,
     "page_size": 4,
-    "max_total_tokens": 1024,
+    "max_total_tokens": 256,
     "hicache_size": "0",
     "hicache_ratio": 2.0,
     "hicache_write_policy": "write_through",
@@ -33,85 +35,208 @@ RUN_DEFAULTS = {
 }
 ENGINES = ("builtin", "sglang")
 
+# The type each scenario key must have (TOML gives ints, floats, strings, lists); `fix` is the
+# scenario's list of --fix switches. Scenario keys are the run flags' names in snake_case.
+_INT, _NUM, _STR = (int,), (int, float), (str,)
+SCENARIO_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("pp", "tp", "async_depth", "page_size", "max_total_tokens"), _INT),
+    **dict.fromkeys(("requests", "max_new_tokens", "seed"), _INT),
+    **dict.fromkeys(("hicache_ratio", "hang_timeout"), _NUM),
+    **dict.fromkeys(("hicache_write_policy", "hicache_storage_backend", "protocol"), _STR),
+    **dict.fromkeys(("hicache_storage_dir", "hicache_storage_prefetch_policy"), _STR),
+    **dict.fromkeys(("workload", "device", "engine", "model", "sglang_python"), _STR),
+    "hicache_size": (str, int),
+    "fix": (list,),
+}
+_TYPE_WORDS = {
+    _INT: "an integer",
+    _NUM: "a number",
+    _STR: "a string",
+    (str, int): 'a size such as "64MiB" or a byte count',
+    (list,): 'a list of "NAME=MODE" strings',
+}
+
+
+def check_scenario_options(path: str, opts: dict) -> None:
+    """Unknown keys and wrong types are bad input (exit 2), with the valid keys named."""
+    for key, value in opts.items():
+        want = SCENARIO_TYPES.get(key)
+        if want is None:
+            valid = ", ".join(sorted([*SCENARIO_TYPES, "description", "fault"]))
+            raise UsageError(f"scenario {path!r}: unknown key {key!r}; valid keys: {valid}")
+        ok = isinstance(value, want) and not isinstance(value, bool)
+        if ok and key == "fix":
+            ok = all(isinstance(v, str) for v in value)
+        if not ok:
+            raise UsageError(f"scenario {path!r}: {key} must be {_TYPE_WORDS[want]}, not {value!r}")
+
+
+def with_default(help: str, value: object) -> str:
+    """`help  [default: X]`, exactly as click prints a real default, for options whose own
+    default is None (so that a scenario can fill them in) and for descriptive defaults."""
+    return f"{help}  [default: {value}]"
+
+
+def _opt(*names: str, help: str, metavar: str | None = None, key: str | None = None) -> Any:
+    text = with_default(help, RUN_DEFAULTS[key]) if key else help
+    return typer.Option(*names, help=text, metavar=metavar, show_default=False)
+
+
 FaultOpt = Annotated[
     list[str] | None,
-    typer.Option("--fault", help="Inject a fault: NAME[:key=value,...] (repeatable)."),
+    _opt("--fault", metavar="SPEC", help="Inject a fault: NAME[:key=value,...]; repeatable."),
 ]
 FixOpt = Annotated[
     list[str] | None,
-    typer.Option("--fix", help="Set one protocol switch: NAME=MODE (repeatable)."),
+    _opt("--fix", metavar="NAME=MODE", help="Set one protocol switch; repeatable."),
 ]
 ProtocolOpt = Annotated[
-    str | None, typer.Option("--protocol", help="Switch preset: legacy, l2 or full [full].")
+    str | None,
+    _opt("--protocol", metavar="PRESET", key="protocol", help="Switch preset: legacy, l2, full."),
 ]
 ScenarioOpt = Annotated[
-    str | None, typer.Option("--scenario", help="TOML scenario: [[fault]] tables and run options.")
+    str | None,
+    _opt("--scenario", metavar="FILE", help="TOML scenario: fault tables and run options."),
 ]
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="Workload and fault seed [0].")]
-OutOpt = Annotated[str | None, typer.Option("--out", help="Run directory [runs/<utc>-<seed>/].")]
+SeedOpt = Annotated[
+    int | None, _opt("--seed", metavar="N", key="seed", help="Workload and fault seed.")
+]
+OutOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--out",
+        metavar="DIR",
+        help=with_default("Run directory; new or empty.", "runs/<utc>-<seed>"),
+        show_default=False,
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print only the verdict JSON on stdout.")]
-PpOpt = Annotated[int | None, typer.Option("--pp", help="Pipeline stages [2].")]
-TpOpt = Annotated[int | None, typer.Option("--tp", help="Tensor-parallel ranks per stage [1].")]
-AsyncDepthOpt = Annotated[
-    int | None, typer.Option("--async-depth", help="pp_async_batch_depth; loop size pp+depth [0].")
+PpOpt = Annotated[int | None, _opt("--pp", metavar="N", key="pp", help="Pipeline stages.")]
+TpOpt = Annotated[
+    int | None, _opt("--tp", metavar="N", key="tp", help="Tensor-parallel ranks per stage.")
 ]
-PageSizeOpt = Annotated[int | None, typer.Option("--page-size", help="Tokens per page [4].")]
+AsyncDepthOpt = Annotated[
+    int | None,
+    _opt(
+        "--async-depth",
+        metavar="N",
+        key="async_depth",
+        help="Extra micro-batch slots; loop size is pp + depth.",
+    ),
+]
+PageSizeOpt = Annotated[
+    int | None, _opt("--page-size", metavar="N", key="page_size", help="Tokens per page.")
+]
 MaxTotalTokensOpt = Annotated[
-    int | None, typer.Option("--max-total-tokens", help="Device KV pool tokens [1024].")
+    int | None,
+    _opt("--max-total-tokens", metavar="N", key="max_total_tokens", help="Device KV pool tokens."),
 ]
 HicacheSizeOpt = Annotated[
-    str | None, typer.Option("--hicache-size", help="Host pool bytes per rank, e.g. 64MiB [0].")
+    str | None,
+    _opt(
+        "--hicache-size",
+        metavar="SIZE",
+        key="hicache_size",
+        help="Host pool bytes per rank, e.g. 64MiB; 0 uses --hicache-ratio.",
+    ),
 ]
 HicacheRatioOpt = Annotated[
-    float | None, typer.Option("--hicache-ratio", help="Host pool = ratio x device [2.0].")
+    float | None,
+    _opt(
+        "--hicache-ratio",
+        metavar="X",
+        key="hicache_ratio",
+        help="Host pool = X times the device pool.",
+    ),
 ]
 WritePolicyOpt = Annotated[
     str | None,
-    typer.Option(
-        "--hicache-write-policy", help="write_through|write_back|write_through_selective."
+    _opt(
+        "--hicache-write-policy",
+        metavar="POLICY",
+        key="hicache_write_policy",
+        help="write_through, write_back or write_through_selective.",
     ),
 ]
 StorageBackendOpt = Annotated[
     str | None,
-    typer.Option("--hicache-storage-backend", "--storage-backend", help="L3 backend: none|file."),
+    _opt(
+        "--hicache-storage-backend",
+        "--storage-backend",
+        metavar="NAME",
+        key="hicache_storage_backend",
+        help="L3 backend: none or file.",
+    ),
 ]
 StorageDirOpt = Annotated[
-    str | None, typer.Option("--hicache-storage-dir", "--storage-dir", help="L3 file directory.")
+    str | None,
+    typer.Option(
+        "--hicache-storage-dir",
+        "--storage-dir",
+        metavar="DIR",
+        help=with_default("L3 file directory (needs --storage-backend file).", "the run dir"),
+        show_default=False,
+    ),
 ]
 PrefetchPolicyOpt = Annotated[
     str | None,
-    typer.Option("--hicache-storage-prefetch-policy", help="best_effort|wait_complete|timeout."),
+    _opt(
+        "--hicache-storage-prefetch-policy",
+        metavar="POLICY",
+        key="hicache_storage_prefetch_policy",
+        help="best_effort, wait_complete or timeout.",
+    ),
 ]
 WorkloadOpt = Annotated[
     str | None,
-    typer.Option("--workload", help="shared-prefix|random|long-prompt|idle [shared-prefix]."),
+    _opt(
+        "--workload",
+        metavar="NAME",
+        key="workload",
+        help="shared-prefix, random, long-prompt or idle.",
+    ),
 ]
-RequestsOpt = Annotated[int | None, typer.Option("--requests", help="Number of requests [32].")]
+RequestsOpt = Annotated[
+    int | None, _opt("--requests", metavar="N", key="requests", help="Number of requests.")
+]
 MaxNewTokensOpt = Annotated[
-    int | None, typer.Option("--max-new-tokens", help="Tokens generated per request [8].")
+    int | None,
+    _opt(
+        "--max-new-tokens", metavar="N", key="max_new_tokens", help="Tokens generated per request."
+    ),
 ]
 HangTimeoutOpt = Annotated[
     float | None,
-    typer.Option("--hang-timeout", help="Seconds without a rank step before a hang [5]."),
+    _opt(
+        "--hang-timeout",
+        metavar="SECONDS",
+        key="hang_timeout",
+        help="No rank step for this long (from the first step on) is a hang.",
+    ),
+]
+DeviceOpt = Annotated[
+    str | None, _opt("--device", metavar="NAME", key="device", help="cpu or cuda.")
 ]
 EngineOpt = Annotated[
     str | None,
-    typer.Option(
-        "--engine", help="builtin (our compact runtime) or sglang (the real server) [builtin]."
+    _opt(
+        "--engine",
+        metavar="NAME",
+        key="engine",
+        help="builtin (our compact runtime) or sglang (the real SGLang server).",
     ),
 ]
 ModelOpt = Annotated[
     str | None,
-    typer.Option("--model", help="sglang engine: a model directory [a tiny built-in Llama]."),
+    _opt("--model", metavar="DIR", help="sglang engine: a model directory [a tiny built-in Llama]."),
 ]
 SglangArgOpt = Annotated[
     list[str] | None,
-    typer.Option(
-        "--sglang-arg", help="sglang engine: one more launch_server argument (repeatable)."
-    ),
+    _opt("--sglang-arg", metavar="ARG", help="sglang engine: one more launch_server argument, "
+         "e.g. --sglang-arg=--watchdog-timeout=60; repeatable."),
 ]
 SglangPythonOpt = Annotated[
     str | None,
-    typer.Option("--sglang-python", help="sglang engine: the Python whose SGLang release to run."),
+    _opt("--sglang-python", metavar="PATH", help="sglang engine: the Python whose SGLang release "
+         "to run [this one]."),
 ]
-DeviceOpt = Annotated[str | None, typer.Option("--device", help="cpu|cuda [cpu].")]

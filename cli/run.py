@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -39,6 +40,7 @@ def _scenario(path: str | None) -> tuple[tuple[str, ...], dict[str, Any]]:
     ):
         if alias in opts:
             opts.setdefault(name, opts.pop(alias))
+    o.check_scenario_options(path, opts)
     return sc.fault_specs(), opts
 
 
@@ -103,12 +105,19 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
         hicache_storage_prefetch_policy=pick("hicache_storage_prefetch_policy"),
         device=device,
     )
+    if sa.hicache_storage_backend == "none" and sa.hicache_storage_dir:
+        raise UsageError(
+            "--hicache-storage-dir does nothing without --hicache-storage-backend file"
+        )
     if sa.hicache_storage_backend != "none" and sa.hicache_storage_dir:
         from hicache_diag.runtime.mem_cache.hicache_storage import check_storage_dir
 
         check_storage_dir(sa.hicache_storage_dir)  # exit 2 before any rank starts
     seed = int(pick("seed"))
     workload = WorkloadConfig(pick("workload"), pick("requests"), pick("max_new_tokens"), seed)
+    from hicache_diag.harness.workload import check_fits
+
+    check_fits(workload, sa)
     # A scenario's `fix` list refines the scenario's own preset (e.g. legacy + ack-count=leader
     # replays the state between #27285 and #31425); `--protocol` on the command line replaces
     # that historical state whole, so it drops the list. `--fix` flags always apply last.
@@ -117,16 +126,30 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
     protocol = build_protocol(pick("protocol"), fixes)
     faults = _faults(scenario_faults, flags, sa.pp_size, sa.tp_size)
     hang_timeout = float(pick("hang_timeout"))
-    if hang_timeout <= 0:
-        raise UsageError(f"--hang-timeout must be > 0 (got {hang_timeout})")
+    if not (math.isfinite(hang_timeout) and hang_timeout > 0):
+        raise UsageError(
+            f"--hang-timeout must be a finite number of seconds > 0 (got {hang_timeout})"
+        )
     from hicache_diag.harness.rundir import check_writable
 
     check_writable(flags.get("out"))
     return RunConfig(sa, protocol, workload, faults, seed, flags.get("out"), hang_timeout)
 
 
+# \b keeps click from rewrapping the block.
+EXAMPLES = """\b
+Examples:
+  hicache-diag run              # demo: prefix reuse, eviction, host load-back
+  hicache-diag run --scenario samples/scenarios/form_a.toml  # form A: exit 10
+  hicache-diag run --fault 'rank-stall:rank=1,ms=8000,after=15,until=15'
+                                # a stalled rank: hang naming rank 1, exit 12
+
+Exit: 0 ok, 10/11/12 form A/B/C, 13 diverged, 14 wrong output, 15 leak,
+16 other crash, 3 undecided, 130 interrupted, 2 bad input, 1 internal error."""
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("run")
+    @app.command("run", epilog=EXAMPLES, short_help="Run a PP + HiCache runtime, give a verdict.")
     def run(
         fault: o.FaultOpt = None,
         fix: o.FixOpt = None,

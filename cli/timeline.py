@@ -40,6 +40,8 @@ def _run(cfg: RunConfig):
     from hicache_diag.verdict import Outcome
 
     result = run_trial(cfg, ["hicache-diag", *sys.argv[1:]])
+    if result.verdict.outcome is Outcome.INTERRUPTED:
+        raise KeyboardInterrupt  # ranks reaped, verdict written; the CLI exits 130
     if result.verdict.outcome != Outcome.OK:
         raise HicacheDiagError(
             f"the timeline run ended {result.verdict.outcome.value}: "
@@ -47,20 +49,35 @@ def _run(cfg: RunConfig):
         )
 
 
+EXAMPLES = """\b
+Examples:
+  hicache-diag timeline       # PP2 + 1 slot: load_ack +1, write_ack +3
+  hicache-diag timeline --pp 3 --async-depth 2 --json"""
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("timeline")
+    @app.command(
+        "timeline", epilog=EXAMPLES, short_help="Measure the PP loop's load/write ack latencies."
+    )
     def timeline(
-        pp: Annotated[int, typer.Option("--pp", help="Pipeline stages.")] = 2,
+        pp: Annotated[int, typer.Option("--pp", metavar="N", help="Pipeline stages.")] = 2,
         async_depth: Annotated[
-            int, typer.Option("--async-depth", help="pp_async_batch_depth; loop size pp+depth.")
+            int,
+            typer.Option(
+                "--async-depth",
+                metavar="N",
+                help="Extra micro-batch slots; loop size is pp + depth.",
+            ),
         ] = 1,
         json_out: Annotated[
             bool, typer.Option("--json", help="Print only the JSON table.")
         ] = False,
-        requests: Annotated[int, typer.Option("--requests", help="Requests to run.")] = 12,
-        seed: Annotated[int, typer.Option("--seed", help="Workload seed.")] = 0,
+        requests: Annotated[
+            int, typer.Option("--requests", metavar="N", help="Requests to run.")
+        ] = 12,
+        seed: Annotated[int, typer.Option("--seed", metavar="N", help="Workload seed.")] = 0,
         out: Annotated[
-            Path | None, typer.Option("--out", help="Keep the run directory here.")
+            Path | None, typer.Option("--out", metavar="DIR", help="Keep the run directory here.")
         ] = None,
     ) -> None:
         """Measure load_ack / write_ack latencies of the PP event loop (seed 000's table)."""

@@ -13,7 +13,8 @@ from hicache_diag.errors import UsageError
 from hicache_diag.triage import TriageRequest, run_triage
 
 Pids = Annotated[
-    list[int] | None, typer.Option("--pid", help="Scheduler PID (repeat for several ranks).")
+    list[int] | None,
+    typer.Option("--pid", metavar="PID", help="Scheduler PID; repeat for several ranks."),
 ]
 Discover = Annotated[
     bool,
@@ -22,22 +23,38 @@ Discover = Annotated[
     ),
 ]
 Parent = Annotated[
-    int | None, typer.Option("--parent", help="With --discover: only this launcher's tree.")
+    int | None,
+    typer.Option("--parent", metavar="PID", help="With --discover: only this launcher's tree."),
 ]
 Dumps = Annotated[
     list[Path] | None,
-    typer.Option("--dumps", help="Folder of py-spy dumps, text or --json (repeat per node)."),
+    typer.Option(
+        "--dumps", metavar="DIR", help="Folder of py-spy dumps, text or --json; repeat per node."
+    ),
 ]
 Logs = Annotated[
-    list[Path] | None, typer.Option("--logs", help="SGLang server log (repeat for several).")
+    list[Path] | None,
+    typer.Option("--logs", metavar="FILE", help="SGLang server log; repeat for several."),
 ]
 Save = Annotated[
-    Path | None, typer.Option("--save", help="Write the live samples here (merge with --dumps).")
+    Path | None,
+    typer.Option("--save", metavar="DIR", help="Write the live samples here (merge with --dumps)."),
 ]
+
+
+EXAMPLES = """\b
+Examples:
+  hicache-diag triage --discover          # every *::scheduler* process here
+  hicache-diag triage --dumps samples/dumps/pp_hang_pp_sync --json
+  hicache-diag triage --logs samples/logs/form_a_cascade.log"""
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("triage")
+    @app.command(
+        "triage",
+        epilog=EXAMPLES,
+        short_help="Classify a hung or crashed cluster, name the culprit.",
+    )
     def _triage(
         pid: Pids = None,
         discover: Discover = False,
@@ -45,14 +62,30 @@ def register(app: typer.Typer) -> None:
         dumps: Dumps = None,
         logs: Logs = None,
         save: Save = None,
-        interval: Annotated[float, typer.Option(help="Seconds between live samples.")] = 0.5,
+        interval: Annotated[
+            float,
+            typer.Option("--interval", metavar="SECONDS", help="Seconds between live samples."),
+        ] = 0.5,
         samples: Annotated[
-            int, typer.Option(help="Live samples per rank (>= 2 tells progress from a wedge).")
+            int,
+            typer.Option(
+                "--samples",
+                metavar="N",
+                help="Live samples per rank (>= 2 tells progress from a wedge).",
+            ),
         ] = 2,  # fmt: skip
-        native: Annotated[bool, typer.Option(help="Add a py-spy --native pass.")] = False,
-        deadline: Annotated[float, typer.Option(help="Seconds allowed per dump pass.")] = 5.0,
+        native: Annotated[
+            bool, typer.Option("--native", help="Add a py-spy --native pass.")
+        ] = False,
+        deadline: Annotated[
+            float,
+            typer.Option("--deadline", metavar="SECONDS", help="Seconds allowed per dump pass."),
+        ] = 5.0,
         num_heads: Annotated[
-            int | None, typer.Option(help="Local attention heads, to decode form A's sizes.")
+            int | None,
+            typer.Option(
+                "--num-heads", metavar="N", help="Local attention heads, to decode form A's sizes."
+            ),
         ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Print hicache-diag/triage/v1.")] = (
             False
@@ -60,7 +93,7 @@ def register(app: typer.Typer) -> None:
         more_logs: Annotated[
             list[Path] | None,
             typer.Argument(
-                help="More log files after --logs FILE.", metavar="FILE...", hidden=True
+                help="More log files after --logs FILE.", metavar="[FILE...]", hidden=True
             ),
         ] = None,
     ) -> None:

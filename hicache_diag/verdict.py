@@ -20,6 +20,8 @@ class Outcome(str, enum.Enum):
     DIVERGED = "diverged"
     WRONG_OUTPUT = "wrong-output"
     LEAK = "leak"
+    INTERRUPTED = "interrupted"  # SIGINT/SIGTERM on the CLI: ranks reaped, evidence kept
+    UNDECIDED = "undecided"  # the evidence cannot decide (a run that never stepped, torn files)
 
 
 class CrashForm(str, enum.Enum):
@@ -45,12 +47,15 @@ class ExitCode(enum.IntEnum):
     OK = 0
     INTERNAL_ERROR = 1
     BAD_INPUT = 2
+    UNDECIDED = 3
     FORM_A = 10
     FORM_B = 11
     FORM_C = 12
     DIVERGED = 13
     WRONG_OUTPUT = 14
     LEAK = 15
+    CRASH_OTHER = 16  # an exception that is neither A nor B, or a rank killed by a signal
+    INTERRUPTED = 130
 
 
 def exit_code_for(outcome: Outcome, form: CrashForm | None) -> ExitCode:
@@ -66,9 +71,11 @@ def exit_code_for(outcome: Outcome, form: CrashForm | None) -> ExitCode:
         Outcome.DIVERGED: ExitCode.DIVERGED,
         Outcome.WRONG_OUTPUT: ExitCode.WRONG_OUTPUT,
         Outcome.LEAK: ExitCode.LEAK,
-        # A crash that is neither A nor B (an unexpected exception in a rank) is the tool's
-        # "cannot tell" case in Jepsen's terms: report it as an internal error.
-        Outcome.CRASH: ExitCode.INTERNAL_ERROR,
+        # Neither A nor B: another exception in a rank, or a rank that died from a signal (a
+        # kill, the OOM killer). The system failed; the tool did not (that is exit 1 alone).
+        Outcome.CRASH: ExitCode.CRASH_OTHER,
+        Outcome.INTERRUPTED: ExitCode.INTERRUPTED,
+        Outcome.UNDECIDED: ExitCode.UNDECIDED,
     }[outcome]
 
 
@@ -104,6 +111,9 @@ class Verdict:
     steps: int = 0
     duration_s: float = 0.0
     run_dir: str | None = None
+    # Per rank (str key): tokens served from the device tree (`prefix_hit`), from host
+    # (`host_hit`), and the tokens evicted, loaded back and written back over the run.
+    cache: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -144,6 +154,7 @@ class Verdict:
             steps=data.get("steps", 0),
             duration_s=data.get("duration_s", 0.0),
             run_dir=data.get("run_dir"),
+            cache=dict(data.get("cache") or {}),
         )
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import shlex
+
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
@@ -42,10 +45,32 @@ def verdict_table(v: Verdict) -> Table:
         where = f" at {r.where}" if r.where else ""
         t.add_row(f"rank {r.rank} PP{r.pp} TP{r.tp}", f"{r.state}{where}")
     for line in v.evidence:
-        t.add_row("evidence", line)
+        t.add_row("evidence", _clean(line))
+    for rank, c in sorted(v.cache.items(), key=lambda kv: int(kv[0])):
+        t.add_row(f"cache rank {rank}", _cache_text(c))
     t.add_row("steps / time", f"{v.steps} steps in {v.duration_s:.1f} s, seed {v.seed}")
     t.add_row("run dir", str(v.run_dir))
+    if v.run_dir:
+        t.add_row("next", f"hicache-diag report {shlex.quote(v.run_dir)}")
     return t.table
+
+
+def _cache_text(c: dict[str, int]) -> str:
+    return (
+        f"reused {c.get('prefix_hit', 0)} ({c.get('host_hit', 0)} from host), evicted "
+        f"{c.get('evicted', 0)}, loaded back {c.get('load_backs', 0)}, written back "
+        f"{c.get('write_backs', 0)} tokens"
+    )
+
+
+# A gloo error quotes its C++ source path and ends with a chatty hint; the panel keeps the
+# error itself (the full line stays in verdict.json and the rank's log).
+_SOURCE_PATH = re.compile(r"\[/[^\]]+\.(?:cc|cpp|h):\d+\] ")
+_GLOO_HINT = re.compile(r"\. This is typically caused by a remote worker crashing.*$")
+
+
+def _clean(line: str) -> str:
+    return _GLOO_HINT.sub("", _SOURCE_PATH.sub("", line))
 
 
 def render_verdict(console: Console, v: Verdict) -> None:

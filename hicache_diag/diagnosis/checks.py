@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hicache_diag.diagnosis import rank_facts as facts
 from hicache_diag.diagnosis import stacks as stk
 from hicache_diag.diagnosis.divergence import Divergence, first_divergence
 from hicache_diag.diagnosis.load import RunData
@@ -24,6 +25,9 @@ class Finding:
     culprit_rank: int | None = None
     signature: str | None = None
     evidence: list[str] = field(default_factory=list)
+    # Named by a process fact (a signal death, a stopped rank, a rank the others wait on):
+    # the divergence's culprit does not replace it.
+    by_process_fact: bool = False
 
 
 def _exited_cleanly(run: RunData) -> set[int]:
@@ -123,10 +127,37 @@ def _form_of(run: RunData, crash: RankCrash) -> CrashForm | None:
 
 def check_crash(run: RunData, crashes: dict[int, RankCrash] | None = None) -> Finding | None:
     """Root cause = the first non-cascade failure in time; survivors' gloo errors are secondary.
+    A rank that died by a signal (no traceback) and ended first is the root cause itself.
     `crashes`: rank_crashes(run) when the caller already parsed the logs."""
     crashes = rank_crashes(run) if crashes is None else crashes
+    deaths = facts.rank_deaths(run.launcher, set(crashes))
+    first = facts.first_failed_rank(run.launcher)
+    if deaths and (first in deaths or not crashes):
+        return _death_finding(run, deaths[first if first in deaths else min(deaths)], crashes)
     if not crashes:
         return None
+    finding = _traceback_finding(run, crashes)
+    for death in deaths.values():
+        finding.evidence.append(f"rank {death.rank} later {death.how}")
+    return finding
+
+
+def _death_finding(run: RunData, death: facts.RankDeath, crashes: dict[int, RankCrash]):
+    """A rank that died without a traceback ended first: a crash of another form, that rank
+    failed and culprit; every traceback on the survivors is what followed."""
+    steps = run.rank_frames(death.rank)
+    last = " before its first step"
+    if not steps.empty:
+        last = f" after step {int(steps['step'].max())}"
+    lines = [f"rank {death.rank} {death.how}{last}; it ended first (launcher.json)"]
+    for other in sorted(crashes.values(), key=lambda c: c.rank):
+        what = "secondary (cascade)" if other.kind == "secondary" else "later, after it"
+        lines.append(f"rank {other.rank} {what}: {other.signature}")
+    signature = f"rank {death.rank} {death.how}"
+    return Finding(Outcome.CRASH, None, death.rank, death.rank, signature, lines, True)
+
+
+def _traceback_finding(run: RunData, crashes: dict[int, RankCrash]) -> Finding:
     ordered = sorted(crashes.values(), key=lambda c: _crash_time(run, c, c.rank))
     primary = [c for c in ordered if c.kind != "secondary"] or ordered
     root = primary[0]
@@ -155,24 +186,32 @@ def check_crash(run: RunData, crashes: dict[int, RankCrash] | None = None) -> Fi
     return Finding(Outcome.CRASH, form, root.rank, root.rank, root.signature, lines)
 
 
-def _hang_rank(run: RunData, hang: dict) -> tuple[int | None, str | None]:
-    """Where the wait is observed: a rank blocked at a HiCache protocol wait; else the rank that
-    stopped progressing first; on a tie the one blocked receiving (it observes the missing
-    message); else the first stalled rank."""
+def _hang_rank(run: RunData, hang: dict) -> tuple[int | None, str | None, bool]:
+    """The rank the others wait for, from evidence only, and whether a process fact named it:
+    a rank the kernel showed stopped; else a rank outside any wait on a peer (asleep,
+    computing, on its own DMA) while peers wait on it; else a rank blocked at a HiCache
+    protocol wait; else the rank that stopped progressing first; on a tie the one blocked
+    receiving (it observes the missing message); else the first stalled rank."""
+    stopped = facts.stopped_ranks(hang)
+    if stopped:
+        return stopped[0], "stopped (kernel state T)", True
+    holders = facts.holding_up(run.stacks)
+    if holders:
+        return holders[0], facts.where_held(run.stacks, holders[0]), True
     for rank in sorted(run.stacks):
         site = stk.hicache_wait(run.stacks[rank])
         if site:
-            return rank, site
+            return rank, site, False
     progress = {int(r): float(t) for r, t in (hang.get("last_progress") or {}).items()}
     if progress:
         first = min(progress.values())
         earliest = sorted(r for r, t in progress.items() if t == first)
         if len(earliest) == 1:
-            return earliest[0], None
+            return earliest[0], None, False
         receiving = [r for r in earliest if r in run.stacks and stk.is_receiving(run.stacks[r])]
-        return (receiving or earliest)[0], None
+        return (receiving or earliest)[0], None, False
     stalled = hang.get("stalled_ranks") or []
-    return (int(stalled[0]) if stalled else None), None
+    return (int(stalled[0]) if stalled else None), None, False
 
 
 def _stack_tool_lines(run: RunData) -> list[str]:
@@ -191,18 +230,23 @@ def check_hang(run: RunData) -> Finding | None:
     hang = (run.launcher or {}).get("hang")
     if not hang:
         return None
-    rank, site = _hang_rank(run, hang)
+    rank, site, by_fact = _hang_rank(run, hang)
+    stopped = facts.stopped_ranks(hang)
     lines = [f"no progress from ranks {hang.get('stalled_ranks')} (hang detected)"]
-    if site:
+    lines += facts.stop_lines(hang, stopped)
+    if by_fact and not stopped:
+        lines.append(f"rank {rank} is not waiting on a peer ({site}); the others wait on it")
+    elif site:
         lines.append(f"rank {rank} is blocked in {site} (a HiCache protocol wait)")
     for r in sorted(run.stacks):
         lines.append(f"rank {r} waits in {stk.where(run.stacks[r]) or 'an unreadable stack'}")
     lines.extend(_stack_tool_lines(run))
     at = site or (stk.where(run.stacks[rank]) if rank in run.stacks else None)
-    signature = f"hang: no progress for the hang timeout; rank {rank} waits" + (
-        f" in {at}" if at else ""
+    verb = "is" if stopped else "waits"
+    signature = f"hang: no progress for the hang timeout; rank {rank} {verb}" + (
+        f" in {at}" if at and not stopped else f" {at}" if at else ""
     )
-    return Finding(Outcome.HANG, CrashForm.C, rank, rank, signature, lines)
+    return Finding(Outcome.HANG, CrashForm.C, rank, rank, signature, lines, by_fact)
 
 
 def check_divergence(run: RunData) -> Divergence | None:

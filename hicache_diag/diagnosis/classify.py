@@ -99,6 +99,65 @@ def _pick(finding: checks.Finding | None, div: Divergence | None, rest: list) ->
     return leak or checks.Finding(Outcome.OK)
 
 
+_KEEP_CULPRIT = frozenset({Outcome.LEAK, Outcome.INTERRUPTED, Outcome.UNDECIDED})
+
+
+def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
+    """An interrupted run is `interrupted` whatever it had shown so far; `ok` needs a run that
+    finished: launcher.json written, steps recorded, outputs saved. Anything less cannot
+    decide (a CLI killed mid-run, a run that never stepped, a torn copy of a run dir)."""
+    launcher = run.launcher or {}
+    if launcher.get("interrupted"):
+        seen = "no failure" if found.outcome is Outcome.OK else found.outcome.value
+        lines = [f"interrupted by the user (SIGINT/SIGTERM); every rank reaped; so far: {seen}"]
+        return checks.Finding(Outcome.INTERRUPTED, signature="interrupted", evidence=lines
+                              + found.evidence)  # fmt: skip
+    if found.outcome is not Outcome.OK:
+        return found
+    reasons = []
+    if run.launcher is None:
+        reasons.append("launcher.json is missing: the run never finished (the CLI was killed?)")
+    if run.frames.empty:
+        reasons.append("no rank recorded a step")
+    if run.outputs is None:
+        reasons.append("outputs.json is missing: PP0 never finished its requests")
+    if not reasons:
+        return found
+    return checks.Finding(Outcome.UNDECIDED, signature=reasons[0], evidence=reasons)
+
+
+def _faults_line(run: RunData) -> list[str]:
+    """The injected faults, beside the verdict for context; never used to pick a rank."""
+    faults = run.manifest.get("faults") or []
+    return [f"faults injected: {', '.join(map(str, faults))}"] if faults else []
+
+
+def _sum_map(values: Any) -> int:
+    return sum(int(v) for m in values if isinstance(m, dict) for v in m.values() if v)
+
+
+def cache_counts(run: RunData) -> dict[str, dict[str, int]]:
+    """What the HiCache tiers did per rank, from the recorded steps (tokens): prefix reuse
+    (device and host hits), of it from host, evicted, loaded back, written back."""
+    frames, out = run.frames, {}
+    if frames.empty:
+        return out
+    for rank, rows in frames.groupby("rank"):
+        out[str(int(rank))] = {
+            "prefix_hit": _sum_map(_column(rows, "prefix_len")),
+            "host_hit": _sum_map(_column(rows, "host_hit_len")),
+            **{k: int(sum(v for v in _column(rows, k) if v == v and v)) for k in _COUNTED},
+        }
+    return out
+
+
+def _column(rows: Any, name: str) -> Any:
+    return rows[name] if name in rows.columns else []
+
+
+_COUNTED = ("evicted", "load_backs", "write_backs")
+
+
 def verdict_from(run: RunData) -> Verdict:
     notes: list[str] = []
     # Parse the rank logs once; when that failed, check_crash retries and reports it itself.
@@ -109,14 +168,16 @@ def verdict_from(run: RunData) -> Verdict:
     div = _safe("divergence", checks.check_divergence, run, notes)
     wrong = _safe("outputs", checks.check_wrong_output, run, notes)
     leak = _safe("leak", checks.check_leak, run, notes)
-    found = _pick(crash or hang, div, [wrong, leak])
+    found = _settle(run, _pick(crash or hang, div, [wrong, leak]))
     culprit = found.culprit_rank
-    if div and div.culprit_rank is not None and found.outcome is not Outcome.LEAK:
-        culprit = div.culprit_rank  # the rank whose local input made the decisions diverge
+    if div and div.culprit_rank is not None and found.outcome not in _KEEP_CULPRIT:
+        if not found.by_process_fact:
+            culprit = div.culprit_rank  # the rank whose local input made the decisions diverge
     evidence = list(found.evidence) + (div.evidence if div else [])
     evidence += _safe("storage", lambda r: storage_fault_lines(r.frames), run, notes) or []
     if found.outcome is Outcome.CRASH and found.form is None:
-        evidence.append("crash is neither form A nor B: unknown form")
+        evidence.append("crash is neither form A nor B: a crash of another form")
+    evidence += _faults_line(run)
     return Verdict(
         outcome=found.outcome,
         form=found.form,
@@ -130,6 +191,7 @@ def verdict_from(run: RunData) -> Verdict:
         steps=int(run.frames["step"].max()) + 1 if not run.frames.empty else 0,
         duration_s=round(_duration(run), 3),
         run_dir=str(run.run_dir),
+        cache=_safe("cache", cache_counts, run, notes) or {},
     )
 
 

@@ -128,12 +128,20 @@ def _load_logs(run_dir: Path) -> dict[int, str]:
     return logs
 
 
-def _optional(run_dir: Path, name: str, missing: list[str]) -> Any:
+def _object(path: Path) -> dict[str, Any]:
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise RunDirError(f"{path} is damaged: it holds a JSON {kind}, not an object")
+    return data
+
+
+def _optional(run_dir: Path, name: str, missing: list[str], obj: bool = False) -> Any:
     path = run_dir / name
     if not path.is_file():
         missing.append(name)
         return None
-    return _read_json(path)
+    return _object(path) if obj else _read_json(path)
 
 
 def load_run(run_dir: Path | str) -> RunData:
@@ -146,7 +154,7 @@ def load_run(run_dir: Path | str) -> RunData:
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir} is not a directory")
     missing: list[str] = []
-    manifest = _optional(run_dir, "manifest.json", missing) or {}
+    manifest = _optional(run_dir, "manifest.json", missing, obj=True) or {}
     frames, bad = _load_frames(run_dir)
     logs = _load_logs(run_dir)
     if not manifest and frames.empty and not logs:
@@ -156,11 +164,11 @@ def load_run(run_dir: Path | str) -> RunData:
     if frames.empty:
         missing.append("rank*.jsonl")
     data = RunData(run_dir=run_dir, manifest=manifest, frames=frames, logs=logs, bad_lines=bad)
-    data.launcher = _optional(run_dir, "launcher.json", missing)
+    data.launcher = _optional(run_dir, "launcher.json", missing, obj=True)
     data.outputs = _optional(run_dir, "outputs.json", missing)
     data.reference = _optional(run_dir, "reference.json", missing)
     vpath = run_dir / "verdict.json"
-    data.verdict = _read_json(vpath) if vpath.is_file() else None
+    data.verdict = _object(vpath) if vpath.is_file() else None
     data.stacks = _load_stacks(run_dir)
     data.missing = missing
     return data

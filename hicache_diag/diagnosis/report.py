@@ -10,7 +10,7 @@ import pandas as pd
 from hicache_diag.diagnosis.classify import verdict_from
 from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.diagnosis.series import around, timelines
-from hicache_diag.verdict import Verdict
+from hicache_diag.verdict import Outcome, Verdict
 
 EVIDENCE_VERSION = 1  # docs/evidence.md
 
@@ -52,6 +52,12 @@ def build_report(run_dir: Path, plots_dir: Path | None = None, reclassify: bool 
     run = load_run(run_dir)
     recorded = None if reclassify else _recorded_verdict(run)
     verdict = recorded or verdict_from(run)
+    if recorded is not None and recorded.outcome is Outcome.OK:
+        # An `ok` recorded by an older version is re-checked: a run dir that shows no finished
+        # run (no launcher.json, no steps, no outputs) or an interrupt is never `ok`.
+        fresh = verdict_from(run)
+        if fresh.outcome in (Outcome.UNDECIDED, Outcome.INTERRUPTED):
+            verdict, recorded = fresh, None
     fd = verdict.first_divergence
     window = around(run.frames, fd.step, fd.field) if fd else pd.DataFrame()
     report = RunReport(run, verdict, recorded is not None, window, timelines(run.frames))

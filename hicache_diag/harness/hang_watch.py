@@ -1,4 +1,7 @@
-"""Hang watch (ours): no rank writes a jsonl line for `hang_timeout` seconds => hang.
+"""Hang watch (ours): from the first step on, no rank writes a jsonl line for `hang_timeout`
+seconds => hang. Before any rank has stepped, start-up has its own grace, bounded by
+`startup_grace()`; a rank the kernel shows stopped (SIGSTOP) for `hang_timeout` is a hang even
+then, since a stopped process cannot finish starting.
 
 It also tails each rank's jsonl for the live progress view, so the files are read once.
 """
@@ -11,9 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Before its first line a rank imports torch and joins gloo; on a loaded 2-core box that takes a
-# few seconds, so the first line gets this much longer than later ones.
-STARTUP_GRACE_S = 30.0
+# Before its first line a rank imports torch (spawn only; a fork has it), joins gloo and builds
+# its caches: ~0.1 s forked, 1.5-3 s spawned, measured up to ~6 s spawned on a loaded 2-core box
+# (bench/startup.py). Start-up gets this bound, or the hang timeout when that is longer.
+STARTUP_GRACE_S = 15.0
+
+
+def startup_grace(hang_timeout: float) -> float:
+    return max(STARTUP_GRACE_S, hang_timeout)
 
 
 @dataclass
@@ -22,6 +30,7 @@ class RankTail:
     last_change: float
     offset: int = 0
     last: dict[str, Any] | None = None
+    first_seen: float | None = None  # when its first step line was read
     faults_fired: int = 0
     fault_counts: dict[str, int] = field(default_factory=dict)  # fault name -> times fired
     _partial: bytes = b""
@@ -37,6 +46,8 @@ class RankTail:
             return
         self.offset += len(data)
         self.last_change = now
+        if self.first_seen is None:
+            self.first_seen = now
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
         for line in lines:
@@ -61,18 +72,40 @@ class HangWatch:
     tails: dict[int, RankTail] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        first = self.started + max(0.0, STARTUP_GRACE_S - self.hang_timeout)
         for r in range(self.world_size):
-            self.tails[r] = RankTail(self.run_dir / f"rank{r}.jsonl", last_change=first)
+            self.tails[r] = RankTail(self.run_dir / f"rank{r}.jsonl", last_change=self.started)
 
     def poll(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
         for tail in self.tails.values():
             tail.poll(now)
 
+    @property
+    def stepped(self) -> bool:
+        return any(t.first_seen is not None for t in self.tails.values())
+
     def stalled(self, now: float | None = None) -> bool:
+        """From the first step on: no rank wrote a line for the hang timeout. Before it: the
+        start-up grace ran out."""
         now = time.time() if now is None else now
-        return now - max(t.last_change for t in self.tails.values()) > self.hang_timeout
+        if not self.stepped:
+            return now - self.started > startup_grace(self.hang_timeout)
+        last = max(t.last_change for t in self.tails.values() if t.first_seen is not None)
+        return now - last > self.hang_timeout
+
+    def startup_s(self) -> dict[str, float | None]:
+        """Seconds from launch to each rank's first step line (None: it never stepped)."""
+        return {
+            str(r): None if t.first_seen is None else round(t.first_seen - self.started, 3)
+            for r, t in self.tails.items()
+        }
+
+    def last_steps(self) -> dict[str, Any]:
+        """Per rank: its last recorded step and that line's own time (the rank's clock)."""
+        return {
+            str(r): {"step": (t.last or {}).get("step"), "t": (t.last or {}).get("t")}
+            for r, t in self.tails.items()
+        }
 
     def last_progress(self) -> dict[str, float]:
         return {str(r): t.last_change for r, t in self.tails.items()}

@@ -29,6 +29,7 @@ def prepare_run_dir(out: str | None, seed: int) -> Path:
     """`--out` or `runs/<utc>-<seed>/`; raises UsageError (one line) when it is not writable."""
     if out:
         path = Path(out)
+        _refuse_non_empty(path)
     else:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%f")
         path = Path("runs") / f"{stamp}-{seed}"
@@ -41,11 +42,18 @@ def prepare_run_dir(out: str | None, seed: int) -> Path:
     return path.resolve()
 
 
+def _refuse_non_empty(path: Path) -> None:
+    """A run directory is written once (DESIGN §4): never append to another run's evidence."""
+    if path.is_dir() and any(path.iterdir()):
+        raise UsageError(f"--out {str(path)!r} is not empty; a run directory is written once")
+
+
 def check_writable(out: str | None) -> None:
     """Validate --out without creating it (bad input must not start anything)."""
     if not out:
         return
     path = Path(out)
+    _refuse_non_empty(path)
     probe = path
     while not probe.exists():
         probe = probe.parent

@@ -7,17 +7,19 @@ survivors get a short grace to log their cascade (`Connection closed by peer`), 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hicache_diag.harness.hang_watch import HangWatch
+from hicache_diag.harness.hang_watch import HangWatch, startup_grace
+from hicache_diag.harness.proc_facts import StopWatch, oom_kill_count
 from hicache_diag.harness.reference import compare_outputs, compute_reference
 from hicache_diag.harness.rundir import prepare_run_dir, utc_now, write_json, write_manifest
 from hicache_diag.harness.workload import Workload
@@ -45,18 +47,23 @@ class _Watch:
     hang: dict[str, Any] | None = None
     stacks: dict[str, Any] | None = None
     interrupted: bool = False
+    hang_watch: HangWatch | None = None
+    stops: StopWatch = field(default_factory=StopWatch)
+    oom_kills_before: int | None = None
 
 
 def run_trial(
     cfg: RunConfig, argv: list[str] | None = None, on_progress: Progress | None = None
 ) -> TrialResult:
+    """One run, start to verdict. SIGINT/SIGTERM end it early: every rank is reaped and the
+    verdict (outcome `interrupted`, exit 130) is still written, with the evidence so far."""
     torch.set_num_threads(1)  # the reference shares 2 cores with the ranks; threads only thrash
     run_dir = prepare_run_dir(cfg.out, cfg.seed)
     write_manifest(run_dir, cfg, argv or [], torch.__version__)
     workload = Workload(cfg.workload, cfg.server_args)
     started, t0 = utc_now(), time.time()
     launcher = Launcher(run_dir, cfg.server_args)
-    watch = _Watch()
+    watch = _Watch(oom_kills_before=oom_kill_count())
     old = _trap_sigterm()
     try:
         launcher.start()
@@ -65,9 +72,11 @@ def run_trial(
         _watch_loop(launcher, cfg, run_dir, watch, on_progress)
     except KeyboardInterrupt:
         watch.interrupted = True
-        raise
     finally:
-        launcher.close()
+        try:
+            launcher.close()
+        except KeyboardInterrupt:  # a second Ctrl-C while reaping: reap anyway
+            launcher.close()
         _restore_sigterm(old)
         drop_empty_stack_files(run_dir)
         _write_launcher_json(run_dir, launcher, watch, started)
@@ -81,45 +90,69 @@ def run_trial(
 def _watch_loop(
     launcher: Launcher, cfg: RunConfig, run_dir: Path, watch: _Watch, on_progress: Progress | None
 ) -> None:
-    hang = HangWatch(run_dir, cfg.server_args.world_size, cfg.hang_timeout)
+    hang = watch.hang_watch = HangWatch(run_dir, cfg.server_args.world_size, cfg.hang_timeout)
     grace_until = None
     while launcher.alive():
         time.sleep(POLL_S)
         now = time.time()
         for p in launcher.poll():
             if p.state == "crashed" and watch.first_failure is None:
-                watch.first_failure = {"rank": p.rank, "t": p.ended_at}
+                watch.first_failure = _failure(p)
                 grace_until = now + CASCADE_GRACE_S
         hang.poll(now)
+        watch.stops.poll({p.rank: p.pid for p in launcher.alive()}, now)
         if on_progress is not None:
             on_progress({"ranks": hang.snapshot(), "elapsed_s": now - hang.started})
         if grace_until is not None and now > grace_until:
             launcher.kill_all("killed")
-        elif grace_until is None and hang.stalled(now):
+        elif grace_until is None and _hung(hang, watch.stops, cfg.hang_timeout, now):
             _handle_hang(launcher, hang, run_dir, watch, now)
+
+
+def _failure(p: Any) -> dict[str, Any]:
+    """The first rank to end badly, as the launcher saw it: exit code or the signal."""
+    return {"rank": p.rank, "t": p.ended_at, "exitcode": p.exitcode, "signal": p.signal}
+
+
+def _hung(hang: HangWatch, stops: StopWatch, timeout: float, now: float) -> bool:
+    """No step for the hang timeout (start-up: its grace), or before the first step a rank the
+    kernel has shown stopped for the hang timeout (it cannot finish starting)."""
+    if hang.stalled(now):
+        return True
+    return not hang.stepped and any(s > timeout for s in stops.stopped_for(now).values())
 
 
 def _handle_hang(
     launcher: Launcher, hang: HangWatch, run_dir: Path, watch: _Watch, now: float
 ) -> None:
+    stopped = set(watch.stops.stopped_for(now))
     watch.hang = {
         "detected_at": now,
         "last_progress": hang.last_progress(),
+        "last_steps": hang.last_steps(),
         "stalled_ranks": [p.rank for p in launcher.alive()],
+        "during_startup": not hang.stepped,
+        "proc_status": {str(r): s for r, s in watch.stops.last_status.items()},
+        "stopped_ranks": sorted(stopped),
     }
-    watch.stacks = dump_rank_stacks(launcher, run_dir)
+    watch.stacks = dump_rank_stacks(launcher, run_dir, skip=stopped)
     launcher.kill_all("hung")
 
 
-def dump_rank_stacks(launcher: Launcher, run_dir: Path) -> dict[str, Any]:
+def dump_rank_stacks(launcher: Launcher, run_dir: Path, skip: set[int] | None = None) -> dict:
     """py-spy every live rank in parallel under one deadline (a hung py-spy is killed); when any
     rank could not be dumped, fall back to the ranks' faulthandler (SIGUSR1 ->
-    stacks/rank{r}.txt) and record why, so the verdict can say it."""
-    alive = launcher.alive()
+    stacks/rank{r}.txt) and record why, so the verdict can say it. `skip`: stopped ranks,
+    which neither py-spy nor their own signal handler can answer for."""
+    alive = [p for p in launcher.alive() if p.rank not in (skip or set())]
     error = _pyspy_dumps(alive, run_dir)
     if error is None:
         return {"tool": "py-spy", "error": None}
-    launcher.signal_all(signal.SIGUSR1)
+    for p in alive:
+        try:
+            os.kill(p.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
     _wait_for_faulthandler(alive, run_dir)
     return {"tool": "faulthandler", "error": error}
 
@@ -171,6 +204,11 @@ def drop_empty_stack_files(run_dir: Path) -> None:
 
 
 def _write_launcher_json(run_dir: Path, launcher: Launcher, watch: _Watch, started: str) -> None:
+    hang = watch.hang_watch
+    oom_after = oom_kill_count()
+    oom = None
+    if watch.oom_kills_before is not None and oom_after is not None:
+        oom = oom_after - watch.oom_kills_before  # OOM kills in our cgroup during this run
     write_json(
         run_dir / "launcher.json",
         {
@@ -179,6 +217,12 @@ def _write_launcher_json(run_dir: Path, launcher: Launcher, watch: _Watch, start
             "hang": watch.hang,
             "stacks": watch.stacks or {"tool": None, "error": None},
             "interrupted": watch.interrupted,
+            "oom_kills": oom,
+            "startup": {
+                "grace_s": startup_grace(hang.hang_timeout) if hang else None,
+                "first_step_s": hang.startup_s() if hang else {},
+            },
+            "last_steps": hang.last_steps() if hang else {},
             "started_at": started,
             "ended_at": utc_now(),
         },

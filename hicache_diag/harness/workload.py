@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from hicache_diag.errors import UsageError
 from hicache_diag.runtime.managers.io_struct import TokenizedGenerateReqInput
 from hicache_diag.runtime.server_args import ServerArgs, WorkloadConfig
 
@@ -51,6 +52,25 @@ _KINDS = {
 }
 
 
+def _prompt_limit(config: WorkloadConfig, sa: ServerArgs) -> int:
+    """Prompts are cut so a request and its new tokens fit in half the device pool."""
+    limit = min(sa.chunked_prefill_size, sa.max_total_tokens // 2)
+    return max(1, limit - config.max_new_tokens)
+
+
+def check_fits(config: WorkloadConfig, sa: ServerArgs) -> None:
+    """Bad input (before any rank starts) when the device pool cannot hold one request: its
+    shortest prompt plus its new tokens, in whole pages. Such a run would never finish one."""
+    tokens = _prompt_limit(config, sa) + config.max_new_tokens
+    need = -(-tokens // sa.page_size) * sa.page_size
+    if need > sa.max_total_tokens:
+        raise UsageError(
+            f"--max-total-tokens {sa.max_total_tokens} cannot hold one request: a "
+            f"{_prompt_limit(config, sa)}-token prompt and {config.max_new_tokens} new tokens "
+            f"need {need} tokens ({need // sa.page_size} pages of {sa.page_size})"
+        )
+
+
 class Workload:
     """The whole schedule, built up front from the seed; `arrivals(step)` is what PP0 receives."""
 
@@ -59,11 +79,10 @@ class Workload:
         vocab = server_args.model.vocab_size
         prefixes = [_tokens(rng, 48, vocab) for _ in range(4)]
         make = _KINDS[config.workload]
-        limit = min(server_args.chunked_prefill_size, server_args.max_total_tokens // 2)
         step, self.arrivals_list = 0, []
         for i in range(config.requests):
             prompt, gap = make(rng, i, prefixes, vocab)
-            prompt = prompt[: max(1, limit - config.max_new_tokens)]
+            prompt = prompt[: _prompt_limit(config, server_args)]
             req = TokenizedGenerateReqInput(f"r{i:04d}", tuple(prompt), config.max_new_tokens)
             self.arrivals_list.append(Arrival(step, req))
             step += gap

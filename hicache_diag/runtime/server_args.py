@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -95,14 +96,33 @@ class ServerArgs:
             raise UsageError(
                 f"--pp {self.pp_size} exceeds the model's {self.model.num_layers} layers"
             )
+        if self.model.num_heads % self.tp_size:
+            divisors = [
+                d for d in range(1, self.model.num_heads + 1) if not self.model.num_heads % d
+            ]
+            raise UsageError(
+                f"--tp {self.tp_size} does not divide the model's {self.model.num_heads} attention "
+                f"heads; valid: {', '.join(map(str, divisors))}"
+            )
+        if not (math.isfinite(self.hicache_ratio) and self.hicache_ratio > 0):
+            raise UsageError(
+                f"--hicache-ratio must be a finite number > 0 (got {self.hicache_ratio})"
+            )
         _choice("write policy", self.hicache_write_policy, WRITE_POLICIES)
         _choice("storage backend", self.hicache_storage_backend, STORAGE_BACKENDS)
         _choice("prefetch policy", self.hicache_storage_prefetch_policy, PREFETCH_POLICIES)
         _choice("device", self.device, DEVICES)
+        if self.hicache_size < 0:
+            raise UsageError(f"--hicache-size must be >= 0 (got {self.hicache_size})")
         if self.hicache_size and self.host_token_capacity() < self.page_size:
             raise UsageError(
                 f"--hicache-size {self.hicache_size} B holds fewer tokens than one page "
                 f"({self.page_size} tokens x {self.kv_bytes_per_token()} B/token)"
+            )
+        if not self.hicache_size and self.host_token_capacity() < self.page_size:
+            raise UsageError(
+                f"--hicache-ratio {self.hicache_ratio} x {self.max_total_tokens} device tokens "
+                f"holds less than one page ({self.page_size} tokens) of host cache"
             )
 
     @property

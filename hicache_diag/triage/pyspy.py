@@ -53,7 +53,7 @@ def classify_error(pid: int, stderr: str, returncode: int) -> str:
     """Turn py-spy's multi-line anyhow error into one line a user can act on."""
     text = stderr.lower()
     if "permission denied" in text or "operation not permitted" in text:
-        return PTRACE_HINT
+        return _denied(pid)
     if not psutil.pid_exists(pid) or "no such process" in text:
         return f"no such process: {pid}"
     if "python version" in text or "python interpreter" in text or "not a python" in text:
@@ -62,6 +62,20 @@ def classify_error(pid: int, stderr: str, returncode: int) -> str:
         return f"no such process: {pid}"
     first = next((ln.strip() for ln in stderr.splitlines() if ln.strip()), "")
     return first.removeprefix("Error: ") or f"py-spy exited with status {returncode}"
+
+
+def _denied(pid: int) -> str:
+    """Permission denied: ptrace rights are the usual cause (even root lacks CAP_SYS_PTRACE in
+    a default container), but not when the target is no Python process at all (pid 1, a
+    shell): then say that, instead of sending the user after ptrace rights."""
+    try:
+        proc = psutil.Process(pid)
+        what = " ".join(proc.cmdline()[:1]) or proc.name()
+    except psutil.Error:
+        return PTRACE_HINT
+    if any(k in what.lower() for k in ("python", "::scheduler", "sglang", "hicache")):
+        return PTRACE_HINT
+    return f"not a Python process: {pid} ({what}); give the scheduler processes' pids"
 
 
 def _command(binary: str, pid: int, native: bool) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,11 @@ class TriageRequest:
     def __post_init__(self) -> None:
         if not (self.pids or self.discover or self.dumps or self.logs):
             raise UsageError("nothing to triage: give --pid, --discover, --dumps or --logs")
+        bad = [p for p in self.pids if p < 1]
+        if bad:
+            raise UsageError(f"--pid must be a positive process id, got {bad[0]}")
+        if not (math.isfinite(self.interval) and math.isfinite(self.deadline_s)):
+            raise UsageError("--interval and --deadline must be finite numbers of seconds")
         if self.samples < 1:
             raise UsageError(f"--samples must be at least 1, got {self.samples}")
         if self.interval < 0 or self.deadline_s <= 0:

@@ -65,10 +65,12 @@ def test_bisect_table_and_passthrough_flags(fake_run, tmp_path):
     assert "L2-dimension divergence" in result.output
 
 
-def test_trial_rejecting_a_passthrough_flag_is_exit_2(fake_run, tmp_path, capsys):
-    assert run_cli(["bisect", "--bad", "--out", str(tmp_path / "b")]) == 2
+def test_a_bad_passthrough_flag_is_exit_2_before_any_trial(fake_run, tmp_path, capsys):
+    argv = ["bisect", "--switch", "ack-count=local,leader", "--bad", "--out", str(tmp_path / "b")]
+    assert run_cli(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "unknown fault 'nope'" in err[0]
+    assert len(err) == 1 and "No such option: --bad" in err[0]
+    assert not (tmp_path / "b").exists(), "validated before any trial started"
 
 
 def test_switch_over_any_run_option(fake_run, tmp_path, capsys):

@@ -8,35 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from hicache_diag.cli.main import app, run_cli
-from tests.conftest import live_children
 
-
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [
-        (["--workload", "nope"], "unknown workload 'nope'; valid: shared-prefix"),
-        (["--pp", "0"], "--pp must be >= 1"),
-        (["--tp", "0"], "--tp must be >= 1"),
-        (["--async-depth", "-1"], "--async-depth must be >= 0"),
-        (["--requests", "0"], "--requests must be > 0"),
-        (["--out", "/proc/hicache-diag-test/run"], "is not writable"),
-        (["--protocol", "bogus"], "unknown protocol preset 'bogus'"),
-        (["--fix", "ack-count=nope"], "unknown mode 'nope'"),
-        (["--hicache-size", "lots"], "malformed size 'lots'"),
-        (["--hang-timeout", "0"], "--hang-timeout must be > 0"),
-        (["--fault", "no-such-fault"], "no-such-fault"),
-        (["--pp", "7"], "exceeds the model's 5 layers"),
-    ],
-)
-def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, args, needle):
-    rc = run_cli(["run", *args])
-    err = capsys.readouterr().err
-    assert rc == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("hicache-diag: error:"), err
-    assert needle in lines[0]
-    assert "Traceback" not in err
-    assert not live_children(), "bad input must not start a rank"
+# The malformed-input table lives in tests/cli/bad_inputs.py (test_bad_input.py runs it).
 
 
 def test_out_that_is_a_file_is_rejected(capsys, tmp_path):

@@ -42,7 +42,7 @@ SAMPLES = {
     "logs/healthy_busy.log": (0, "busy", None, None, None, None),
     # a real crash of our runtime (legacy protocol, host-alloc-fail on one TP rank): gloo aborts
     # on the mismatched TP collective where NCCL would hang; a crash of no form A/B exits 1
-    "logs/runtime_gloo_mismatch.log": (1, "crash", None, None, "PP0 TP0", None),
+    "logs/runtime_gloo_mismatch.log": (16, "crash", None, None, "PP0 TP0", None),
 }  # fmt: skip
 
 

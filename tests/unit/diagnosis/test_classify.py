@@ -55,7 +55,7 @@ def test_other_runtime_error_without_mismatch_is_unknown_crash(tmp_path):
     rd = RunDir(tmp_path).crash(1, 4, "RuntimeError: something else", t=1000.04)
     v = classify_run(rd.write())
     assert (v.outcome, v.form) == (Outcome.CRASH, None)
-    assert v.exit_code is ExitCode.INTERNAL_ERROR
+    assert v.exit_code is ExitCode.CRASH_OTHER
 
 
 def test_form_b_pop_from_empty_with_ack_culprit(tmp_path):
@@ -205,8 +205,26 @@ def test_partial_run_tolerates_torn_line_and_missing_files(tmp_path):
     assert run.bad_lines == 1
     assert set(run.missing) == {"launcher.json", "outputs.json", "reference.json"}
     v = verdict_from(run)
-    assert v.outcome is Outcome.OK
+    # Nothing failed, but nothing shows the run finished either: never `ok` (exit 3).
+    assert v.outcome is Outcome.UNDECIDED and v.exit_code is ExitCode.UNDECIDED
+    assert v.signature.startswith("launcher.json is missing")
     assert "missing: launcher.json" in v.evidence
+
+
+def test_interrupted_run_is_interrupted_not_ok(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.launcher["interrupted"] = True
+    v = classify_run(rd.write())
+    assert v.outcome is Outcome.INTERRUPTED and int(v.exit_code) == 130
+
+
+def test_zero_step_run_is_undecided(tmp_path):
+    rd = RunDir(tmp_path)
+    root = rd.write()
+    for path in root.glob("rank*.jsonl"):
+        path.write_text("")
+    v = classify_run(root)
+    assert v.outcome is Outcome.UNDECIDED and "no rank recorded a step" in v.evidence
 
 
 def test_verdict_round_trips_as_json(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -58,6 +59,19 @@ def test_missing_py_spy(monkeypatch):
 
 def test_error_messages_are_one_actionable_line():
     denied = "Error: Failed to attach\nCaused by:\n  Operation not permitted (os error 1)"
-    assert classify_error(1, denied, 1) == PTRACE_HINT
+    assert classify_error(os.getpid(), denied, 1) == PTRACE_HINT  # a Python target
     assert "CAP_SYS_PTRACE" in PTRACE_HINT and "ptrace_scope" in PTRACE_HINT
     assert classify_error(1, "Error: something odd\nmore", 1) == "something odd"
+
+
+def test_denied_on_a_non_python_target_does_not_blame_ptrace(monkeypatch):
+    class Init:
+        def __init__(self, pid):
+            pass
+
+        def cmdline(self):
+            return ["/sbin/init"]
+
+    monkeypatch.setattr(pyspy.psutil, "Process", Init)
+    msg = classify_error(1, "Error: Permission denied (os error 13)", 1)
+    assert msg.startswith("not a Python process: 1 (/sbin/init)") and "ptrace" not in msg

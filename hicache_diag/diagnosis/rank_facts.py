@@ -1,0 +1,107 @@
+"""Process facts in launcher.json -> findings: ranks that died by a signal, ranks that stopped.
+
+What the launcher and the kernel saw is evidence as strong as a traceback: a rank SIGKILLed (by
+a user or the OOM killer) leaves no traceback, its survivors log `Connection closed by peer`
+(the cascade), and a SIGSTOPped rank leaves its peers waiting in perfectly healthy waits.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from hicache_diag.diagnosis import stacks as stk
+from hicache_diag.triage.dumps import RankDump
+from hicache_diag.triage.wait_sites import WaitKind, classify_thread
+
+_STOPPED = frozenset({"stopped", "tracing-stop"})
+# Waits that are not waiting on a peer: a rank here holds up the ranks that wait on it.
+_HOLDS_UP = frozenset({WaitKind.OTHER, WaitKind.COMPUTE, WaitKind.HICACHE_LOCAL, WaitKind.DEVICE})
+
+
+@dataclass(frozen=True, slots=True)
+class RankDeath:
+    """A rank that ended on its own with no traceback: by a signal, or a bare non-zero exit."""
+
+    rank: int
+    signal: int | None
+    exitcode: int | None
+    oom: bool = False
+
+    @property
+    def how(self) -> str:
+        if self.signal is None:
+            return f"exited with code {self.exitcode} without a traceback"
+        try:
+            name = signal.Signals(self.signal).name
+        except ValueError:
+            name = f"signal {self.signal}"
+        if self.oom:
+            return f"was killed by {name} (the OOM killer: the cgroup counted an OOM kill)"
+        if self.signal == signal.SIGKILL:
+            return f"was killed by {name} (a user, a supervisor or the OOM killer)"
+        return f"was killed by {name}"
+
+
+def _launched(launcher: dict[str, Any] | None) -> list[dict[str, Any]]:
+    return list((launcher or {}).get("ranks") or [])
+
+
+def rank_deaths(launcher: dict[str, Any] | None, with_traceback: set[int]) -> dict[int, RankDeath]:
+    """Ranks the launcher saw end badly on their own (state `crashed`: not killed or reaped by
+    us), minus those whose log holds a traceback (the traceback says more)."""
+    oom = bool((launcher or {}).get("oom_kills"))
+    deaths = {}
+    for entry in _launched(launcher):
+        rank = int(entry["rank"])
+        if entry.get("state") != "crashed" or rank in with_traceback:
+            continue
+        sig, rc = entry.get("signal"), entry.get("exitcode")
+        if sig is None and isinstance(rc, int) and rc < 0:
+            sig = -rc
+        if sig is None and not rc:
+            continue
+        deaths[rank] = RankDeath(rank, sig, rc, oom and sig == signal.SIGKILL)
+    return deaths
+
+
+def first_failed_rank(launcher: dict[str, Any] | None) -> int | None:
+    first = (launcher or {}).get("first_failure") or {}
+    return int(first["rank"]) if first.get("rank") is not None else None
+
+
+def stopped_ranks(hang: dict[str, Any]) -> list[int]:
+    """Ranks the kernel showed stopped (`T`) when the hang was declared."""
+    found = {int(r) for r in hang.get("stopped_ranks") or ()}
+    found |= {int(r) for r, s in (hang.get("proc_status") or {}).items() if s in _STOPPED}
+    return sorted(found)
+
+
+def holding_up(stacks: dict[int, RankDump]) -> list[int]:
+    """Ranks outside any wait on a peer (sleeping, computing, waiting on their own DMA) while
+    at least one other rank waits on a peer: the ranks the others wait for."""
+    kinds = {
+        r: classify_thread(main).kind
+        for r, d in stacks.items()
+        if (main := d.main_thread()) is not None and main.frames
+    }
+    waiting = [r for r, k in kinds.items() if k not in _HOLDS_UP and k is not WaitKind.IDLE]
+    holders = [r for r, k in kinds.items() if k in _HOLDS_UP]
+    return sorted(holders) if waiting and holders else []
+
+
+def stop_lines(hang: dict[str, Any], stopped: list[int]) -> list[str]:
+    lines = []
+    for r in stopped:
+        lines.append(
+            f"rank {r} was stopped (kernel state T: SIGSTOP or a debugger) while its peers "
+            "waited for it"
+        )
+    if hang.get("during_startup"):
+        lines.append("the hang came during start-up: no rank had written its first step")
+    return lines
+
+
+def where_held(stacks: dict[int, RankDump], rank: int) -> str | None:
+    return stk.where(stacks[rank]) if rank in stacks else None
