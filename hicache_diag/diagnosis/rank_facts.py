@@ -31,6 +31,9 @@ class RankDeath:
 
     @property
     def how(self) -> str:
+        if self.signal is None and self.exitcode is None:
+            return ("vanished without a traceback (its exit status was not visible: a signal, "
+                    "e.g. SIGKILL from a user or the OOM killer)")  # fmt: skip
         if self.signal is None:
             return f"exited with code {self.exitcode} without a traceback"
         try:
@@ -60,7 +63,7 @@ def rank_deaths(launcher: dict[str, Any] | None, with_traceback: set[int]) -> di
         sig, rc = entry.get("signal"), entry.get("exitcode")
         if sig is None and isinstance(rc, int) and rc < 0:
             sig = -rc
-        if sig is None and not rc:
+        if sig is None and not rc and not entry.get("vanished"):
             continue
         deaths[rank] = RankDeath(rank, sig, rc, oom and sig == signal.SIGKILL)
     return deaths

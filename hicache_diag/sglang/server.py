@@ -96,13 +96,17 @@ class Scheduler:
     rank: int = 0
     state: str = "running"  # running | exited | crashed | killed | stopped
     exitcode: int | None = None
+    signal: int | None = None
     ended_at: float | None = None
     proc: psutil.Process | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"rank": self.rank, "pp": self.pp, "tp": self.tp, "pid": self.pid,
                 "title": self.title, "state": self.state, "exitcode": self.exitcode,
-                "ended_at": self.ended_at}  # fmt: skip
+                "signal": self.signal, "ended_at": self.ended_at,
+                # Ended with no exit status we could read (its parent reaped it first).
+                "vanished": self.state == "crashed" and self.exitcode is None
+                and self.signal is None}  # fmt: skip
 
 
 def free_port() -> int:
@@ -225,7 +229,7 @@ class SglangServer:
             except psutil.NoSuchProcess:
                 status = psutil.STATUS_DEAD
             if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
-                s.exitcode = _exit_code(s.proc)
+                s.exitcode, s.signal = zombie_exit_status(s.pid)
                 s.state = "exited" if s.exitcode == 0 else "crashed"
                 s.ended_at = time.time()
                 ended.append(s)
@@ -285,11 +289,18 @@ def _die_with_parent() -> None:
         pass
 
 
-def _exit_code(proc: psutil.Process) -> int | None:
+def zombie_exit_status(pid: int) -> tuple[int | None, int | None]:
+    """(exit code, signal) of a dead scheduler. It is launch_server's child, not ours, so
+    waitpid cannot tell; while it is a zombie, /proc/PID/stat's last field holds its wait
+    status (Linux >= 3.5). (None, None) once its parent has reaped it."""
     try:
-        return proc.wait(timeout=0)
-    except (psutil.Error, psutil.TimeoutExpired, ChildProcessError):
-        return None
+        with open(f"/proc/{pid}/stat") as fh:
+            status = int(fh.read().rsplit(" ", 1)[-1])
+    except (OSError, ValueError):
+        return None, None
+    if status & 0x7F:
+        return None, status & 0x7F
+    return status >> 8, None
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag import __version__
+from hicache_diag.harness.proc_facts import StopWatch
 from hicache_diag.harness.rundir import prepare_run_dir, utc_now, write_json
-from hicache_diag.harness.trial import TrialResult, _classify
+from hicache_diag.harness.trial import TrialResult, _classify, _restore_sigterm, _trap_sigterm
 from hicache_diag.harness.workload import Workload
 from hicache_diag.sglang.client import WorkloadClient
 from hicache_diag.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
@@ -50,6 +51,7 @@ class _Watch:
     stacks: dict[str, Any] | None = None
     interrupted: bool = False
     timings: dict[str, float] = field(default_factory=dict)
+    stops: StopWatch = field(default_factory=StopWatch)
 
 
 class _Progress:
@@ -59,6 +61,7 @@ class _Progress:
         self.files = {r: run_dir / f"rank{r}.jsonl" for r in range(world_size)}
         self.offsets = dict.fromkeys(self.files, 0)
         self.last_step: dict[int, int] = {}
+        self.last_t: dict[int, float] = {}  # rank -> when its last busy step was written
         self.last_busy = time.time()
 
     def poll(self) -> None:
@@ -79,6 +82,7 @@ class _Progress:
                 if not line.get("idle"):
                     self.last_busy = time.time()
                     self.last_step[rank] = int(line.get("step", 0))
+                    self.last_t[rank] = float(line.get("t") or self.last_busy)
 
 
 def _manifest(run_dir: Path, cfg: SglangRunConfig, argv: list[str], launch: list[str]) -> None:
@@ -127,6 +131,7 @@ def run_sglang_trial(
     requests = Workload(cfg.workload, cfg.workload_server_args()).requests
     watch, started, t0 = _Watch(), utc_now(), time.time()
     client = None
+    old = _trap_sigterm()
     try:
         server.start(plugin_path)
         watch.timings["startup_s"] = round(server.wait_ready(), 3)
@@ -141,14 +146,17 @@ def run_sglang_trial(
             done = len(client.result.outputs)
             watch.timings["workload_s"] = round(time.time() - t_work, 3)
             watch.timings["per_request_s"] = round(watch.timings["workload_s"] / max(1, done), 4)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the verdict (outcome interrupted) is still written below
         watch.interrupted = True
-        raise
     finally:
         if client is not None:
             client.stop()
         server.poll()
-        watch.timings["shutdown_s"] = round(server.close(), 3)
+        try:
+            watch.timings["shutdown_s"] = round(server.close(), 3)
+        except KeyboardInterrupt:  # a second Ctrl-C while reaping: reap anyway
+            server.close()
+        _restore_sigterm(old)
         _finish_evidence(run_dir, server, client, watch, started)
     write_json(run_dir / "reference.json", _reference(cfg, requests))
     verdict = _classify(run_dir)
@@ -173,8 +181,10 @@ def _watch_loop(server: SglangServer, client: WorkloadClient, cfg: SglangRunConf
         now = time.time()
         for s in server.poll():
             if watch.first_failure is None:
-                watch.first_failure = {"rank": s.rank, "t": s.ended_at, "pid": s.pid}
+                watch.first_failure = {"rank": s.rank, "t": s.ended_at, "pid": s.pid,
+                                       "exitcode": s.exitcode, "signal": s.signal}  # fmt: skip
                 grace_until = now + CASCADE_GRACE_S
+        watch.stops.poll({s.rank: s.pid for s in server.schedulers if s.state == "running"}, now)
         if watch.first_failure is None and not server.alive():
             watch.first_failure = {"rank": None, "t": now, "pid": server.popen.pid}
             grace_until = now
@@ -197,19 +207,25 @@ def _watch_loop(server: SglangServer, client: WorkloadClient, cfg: SglangRunConf
 
 def _handle_hang(server: SglangServer, run_dir: Path, watch: _Watch, progress: _Progress,
                  now: float) -> None:  # fmt: skip
+    stopped = set(watch.stops.stopped_for(now))
     watch.hang = {
         "detected_at": now,
-        "last_progress": {str(r): s for r, s in progress.last_step.items()},
+        "last_progress": {str(r): t for r, t in progress.last_t.items()},
+        "last_steps": {str(r): s for r, s in progress.last_step.items()},
         "stalled_ranks": [s.rank for s in server.schedulers if s.state in ("running", "stopped")],
+        "during_startup": not progress.last_step,
+        "proc_status": {str(r): st for r, st in watch.stops.last_status.items()},
+        "stopped_ranks": sorted(stopped),
     }
-    watch.stacks = _dump_schedulers(server, run_dir)
+    watch.stacks = _dump_schedulers(server, run_dir, stopped)
 
 
-def _dump_schedulers(server: SglangServer, run_dir: Path) -> dict[str, Any]:
-    """py-spy every `sglang::scheduler*` process at once, under one deadline."""
+def _dump_schedulers(server: SglangServer, run_dir: Path, skip: set[int]) -> dict[str, Any]:
+    """py-spy every `sglang::scheduler*` process at once, under one deadline; a stopped one
+    cannot be dumped (py-spy cannot suspend it) and is named by its kernel state instead."""
     from hicache_diag.triage.pyspy import dump_stacks
 
-    alive = [s for s in server.schedulers if s.state in ("running", "stopped")]
+    alive = [s for s in server.schedulers if s.state == "running" and s.rank not in skip]
     try:
         results = dump_stacks([s.pid for s in alive], deadline_s=STACK_DEADLINE_S)
     except Exception as exc:  # noqa: BLE001 - a failed dump is evidence, not a crash
