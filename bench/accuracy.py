@@ -96,7 +96,8 @@ def report(rows: list[Scored], wall_s: float, verbose: bool) -> None:
             p = r.plan
             print(f"{p.name} pp{p.pp} tp{p.tp} d{p.async_depth} {p.protocol_label:<28} "
                   f"{p.fault:<60} control={r.control} fired={r.facts.fired_ranks} "
-                  f"-> {r.verdict} [{r.ambiguous or 'decidable'}]")  # fmt: skip
+                  f"-> {r.verdict} [{r.ambiguous or 'decidable'}]"
+                  f"{'' if r.same_as_unblinded else ' BLINDING CHANGED THE VERDICT'}")  # fmt: skip
     s = summarize(rows)
     print(f"\n{s.trials} trials in {wall_s:.0f} s; decidable {s.decidable}; "
           f"blinded verdict differs from the run's own: {s.blinding_changed}")  # fmt: skip
@@ -107,7 +108,7 @@ def report(rows: list[Scored], wall_s: float, verbose: bool) -> None:
         print(f"{kind:<16}{n:>8}{dec:>11}{cul:>9}{src:>8}")
     _table("source (decidable trials)", *confusion(rows, "source"))
     _table("form (runs that crashed or hung; truth from process facts)", *confusion(rows, "form"))
-    _table("outcome (the protocol's fix covers the fault: ok expected)", *confusion(rows, "outcome"))
+    _table("outcome (the fix covers the fault: ok expected)", *confusion(rows, "outcome"))
     print(f"outcome: {s.outcome}/{s.outcome_total} ok where the fix covers the fault")
     print(s.last_line())
 

@@ -35,9 +35,17 @@ KINDS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "rank-stall": (None, TIMING_SWITCHES),
 }
 # The single legacy switch each kind is usually paired with (so most trials can diverge).
-KIND_SWITCH = {"dma-delay": "ack-count", "host-alloc-fail": "host-alloc",
-               "clock-skew": "lru-clock", "l3-hit": "l3-hit", "l3-progress": "l3-progress"}  # fmt: skip
+KIND_SWITCH = {
+    "dma-delay": "ack-count",
+    "host-alloc-fail": "host-alloc",
+    "clock-skew": "lru-clock",
+    "l3-hit": "l3-hit",
+    "l3-progress": "l3-progress",
+}
 L3_KINDS = ("l3-hit", "l3-progress")
+# Timing-only faults have no culprit to score; they are drawn less often.
+KIND_WEIGHTS = {"dma-delay": 2, "host-alloc-fail": 3, "clock-skew": 2, "l3-hit": 2,
+                "l3-progress": 2, "p2p-delay": 1, "rank-stall": 1}  # fmt: skip
 BASE_ARGS = ("--requests", "16", "--hang-timeout", "2")
 # The l3_divergence recipe: requests far apart, so earlier ones are in L3 when later ones come.
 L3_ARGS = ("--requests", "12", "--hang-timeout", "2", "--storage-backend", "file",
@@ -96,12 +104,12 @@ class TrialPlan:
 def _protocol(rng: random.Random, kind: str, l3: bool) -> tuple[str, tuple[str, ...]]:
     """legacy, l2, or full with one legacy switch (mostly the fault's own)."""
     roll = rng.random()
-    if roll < 0.15:
+    if roll < 0.1:
         return "legacy", ()
-    if roll < 0.3 and not l3:
+    if roll < 0.2 and not l3:
         return "l2", ()
     own = KIND_SWITCH.get(kind)
-    names = [own] if own and rng.random() < 0.75 else list(SWITCHES)
+    names = [own] if own and rng.random() < 0.8 else list(SWITCHES)
     name = rng.choice(names)
     return "full", (f"{name}={SWITCHES[name].legacy}",)
 
@@ -119,7 +127,7 @@ def _fault_spec(rng: random.Random, kind: str, targets: tuple[int, ...]) -> str:
     own = {
         "dma-delay": lambda: f"ms={rng.choice((10, 30, 50))},dir={rng.choice(('write', 'both'))}",
         "host-alloc-fail": lambda: f"every={rng.choice((1, 1, 2, 3))}",
-        "clock-skew": lambda: f"jitter-us={rng.choice((200, 1000, 5000))}",
+        "clock-skew": lambda: f"jitter-us={rng.choice((1000, 5000, 20000))}",
         "l3-hit": lambda: f"keep={rng.choice((0.0, 0.5))}",
         "l3-progress": lambda: f"holes={rng.choice((0.3, 0.6))}",
         "p2p-delay": lambda: f"ms={rng.choice((2, 10))}",
@@ -135,7 +143,7 @@ def plan_trials(n: int, seed: int = 0, two_rank_share: float = 0.1) -> list[Tria
     rng = random.Random(f"hicache-diag/campaign/{seed}")
     plans = []
     for i in range(n):
-        kind = rng.choice(tuple(KINDS))
+        kind = rng.choices(tuple(KIND_WEIGHTS), weights=tuple(KIND_WEIGHTS.values()))[0]
         l3 = kind in L3_KINDS
         pp = rng.choice((2, 2, 3, 4))
         tp = 1 if pp == 4 or rng.random() < 0.7 else 2  # at most 6 ranks on a small box
@@ -144,8 +152,10 @@ def plan_trials(n: int, seed: int = 0, two_rank_share: float = 0.1) -> list[Tria
                                           else 1)))  # fmt: skip
         preset, fixes = _protocol(rng, kind, l3)
         run_args = L3_ARGS if l3 else (*BASE_ARGS, "--max-total-tokens", rng.choice(("256", "512")))
-        plans.append(TrialPlan(i, rng.randint(0, 9999), pp, tp, rng.choice((0, 1)), preset, fixes,
-                               kind, _fault_spec(rng, kind, targets), targets, run_args))  # fmt: skip
+        spec = _fault_spec(rng, kind, targets)
+        depth, seed_ = rng.choice((0, 1)), rng.randint(0, 9999)
+        plans.append(TrialPlan(i, seed_, pp, tp, depth, preset, fixes, kind, spec, targets,
+                               run_args))  # fmt: skip
     return plans
 
 

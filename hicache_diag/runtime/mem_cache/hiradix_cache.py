@@ -240,6 +240,9 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
             acks_consumed=self.acks_consumed,
             sync_received=self.sync_received,
             host_alloc_failed=self.host_alloc_failed,
+            # refused by the pool, retried or not: an evict_host + retry hides the refusal from
+            # host_alloc_failed but not its effect (this rank alone evicted host nodes)
+            host_pool_refused=self.mem_pool_host.take_alloc_failed(),
             # reserved slots of an undecided vote count as free: ranks agree on them
             host_free=self.mem_pool_host.available_size() + self.reserved_host_tokens(),
             host_capacity=self.host_capacity,
