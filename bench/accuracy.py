@@ -46,23 +46,24 @@ def _run(runner: TrialRunner, argv: list[str], out: Path, seed: int) -> dict | N
         return None if res is None or res.outcome is None else {"outcome": res.outcome}
 
 
-def _control(runner: TrialRunner, plan: TrialPlan, root: Path, cache: dict) -> str | None:
+def _control(runner: TrialRunner, plan: TrialPlan, root: Path, cache: dict) -> tuple:
+    """(outcome, first divergence step) of the same command and seed without the fault."""
     key = plan.control_key()
     if key not in cache:
         out = root / "controls" / plan.name
-        verdict = _run(runner, plan.argv(out, control=True), out, plan.seed)
-        cache[key] = verdict.get("outcome") if verdict else None
+        verdict = _run(runner, plan.argv(out, control=True), out, plan.seed) or {}
+        cache[key] = (verdict.get("outcome"), verdict_fields(verdict)["step"])
     return cache[key]
 
 
 def _trial(runner: TrialRunner, plan: TrialPlan, root: Path, cache: dict) -> Scored:
-    control = _control(runner, plan, root, cache)
+    control, control_step = _control(runner, plan, root, cache)
     out = root / "runs" / plan.name
     own = _run(runner, plan.argv(out), out, plan.seed) or {}
     blind = blind_copy(out, root / "blind" / plan.name) if out.exists() else None
     verdict = verdict_fields(classify_run(blind).to_json()) if blind else {}
     same = verdict_fields(own) == verdict if own else True
-    return Scored(plan, run_facts(out), control, verdict, same)
+    return Scored(plan, run_facts(out), control, verdict, same, control_step)
 
 
 def run_campaign(plans: list[TrialPlan], root: Path, jobs: int, timeout_s: float) -> list[Scored]:
@@ -95,7 +96,8 @@ def report(rows: list[Scored], wall_s: float, verbose: bool) -> None:
         for r in rows:
             p = r.plan
             print(f"{p.name} pp{p.pp} tp{p.tp} d{p.async_depth} {p.protocol_label:<28} "
-                  f"{p.fault:<60} control={r.control} fired={r.facts.fired_ranks} "
+                  f"{p.fault:<60} control={r.control}@{r.control_step} "
+                  f"fired={r.facts.fired_ranks}@{r.facts.first_fired_step} "
                   f"-> {r.verdict} [{r.ambiguous or 'decidable'}]"
                   f"{'' if r.same_as_unblinded else ' BLINDING CHANGED THE VERDICT'}")  # fmt: skip
     s = summarize(rows)
@@ -110,6 +112,10 @@ def report(rows: list[Scored], wall_s: float, verbose: bool) -> None:
     _table("form (runs that crashed or hung; truth from process facts)", *confusion(rows, "form"))
     _table("outcome (the fix covers the fault: ok expected)", *confusion(rows, "outcome"))
     print(f"outcome: {s.outcome}/{s.outcome_total} ok where the fix covers the fault")
+    print(
+        f"fault first (the control failed too, but later; not in the line below): culprit "
+        f"{s.ff_culprit}/{s.fault_first}, source {s.ff_source}/{s.fault_first}"
+    )
     print(s.last_line())
 
 

@@ -44,8 +44,8 @@ KIND_SWITCH = {
 }
 L3_KINDS = ("l3-hit", "l3-progress")
 # Timing-only faults have no culprit to score; they are drawn less often.
-KIND_WEIGHTS = {"dma-delay": 2, "host-alloc-fail": 3, "clock-skew": 2, "l3-hit": 2,
-                "l3-progress": 2, "p2p-delay": 1, "rank-stall": 1}  # fmt: skip
+KIND_WEIGHTS = {"dma-delay": 2, "host-alloc-fail": 3, "clock-skew": 3, "l3-hit": 1,
+                "l3-progress": 3, "p2p-delay": 1, "rank-stall": 1}  # fmt: skip
 BASE_ARGS = ("--requests", "16", "--hang-timeout", "2")
 # The l3_divergence recipe: requests far apart, so earlier ones are in L3 when later ones come.
 L3_ARGS = ("--requests", "12", "--hang-timeout", "2", "--storage-backend", "file",

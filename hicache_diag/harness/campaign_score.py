@@ -31,6 +31,7 @@ class Scored:
     control: str | None
     verdict: dict[str, Any]
     same_as_unblinded: bool = True
+    control_step: int | None = None  # the control's first divergence step, if it had one
 
     @property
     def expected_source(self) -> str | None:
@@ -53,6 +54,18 @@ class Scored:
         if self.expected_source is None:
             return "timing-only fault (no per-rank input of its own)"
         return None
+
+    @property
+    def fault_first(self) -> bool:
+        """Ambiguous only because the control failed too, but this run diverged after the
+        fault first fired and before the control did: probably the fault's doing (reported
+        apart, never in the accuracy line)."""
+        if self.ambiguous != "fails without the fault too" or self.expected_source is None:
+            return False
+        step, fired = self.verdict.get("step"), self.facts.first_fired_step
+        if step is None or fired is None or self.control_step is None:
+            return False
+        return fired <= step < self.control_step
 
     @property
     def culprit_ok(self) -> bool:
@@ -101,6 +114,9 @@ class Summary:
     outcome_total: int
     ambiguous: Counter
     blinding_changed: int
+    fault_first: int = 0
+    ff_culprit: int = 0
+    ff_source: int = 0
 
     def last_line(self) -> str:
         return (f"accuracy: culprit {self.culprit}/{self.decidable}, source {self.source}/"
@@ -111,6 +127,7 @@ def summarize(rows: list[Scored]) -> Summary:
     decidable = [r for r in rows if r.ambiguous is None]
     formed = [r for r in rows if r.form_truth is not None]
     outcome = [r for r in rows if r.outcome_scored]
+    first = [r for r in rows if r.fault_first]
     return Summary(
         trials=len(rows),
         decidable=len(decidable),
@@ -122,6 +139,9 @@ def summarize(rows: list[Scored]) -> Summary:
         outcome_total=len(outcome),
         ambiguous=Counter(r.ambiguous for r in rows if r.ambiguous is not None),
         blinding_changed=sum(not r.same_as_unblinded for r in rows),
+        fault_first=len(first),
+        ff_culprit=sum(r.culprit_ok for r in first),
+        ff_source=sum(r.source_ok for r in first),
     )
 
 
