@@ -18,6 +18,9 @@ from hicache_diag.verdict import DivergenceSource, FirstDivergence
 
 # How many steps before the divergence still count as "just before" for an input difference.
 LOOKBACK_STEPS = 8
+# A copy in flight at the divergence finishes later: its pending age shows a few steps after.
+ACK_AFTER_STEPS = 3
+SLOW_DMA_RATIO, SLOW_DMA_MIN_MS = 2.0, 5.0
 _L3_PROGRESS_KEYS = ("l3_progress", "l3_completed", "prefetch_completed", "completed_tokens")
 # Within one step, report causes before effects: what a rank consumed or allocated decides the
 # tree, and the tree decides the next batch (rids, extend tokens).
@@ -143,6 +146,34 @@ def _step_disagreement(frames: pd.DataFrame, column: str) -> tuple[int, dict[int
 Attribution = tuple[DivergenceSource, int | None, str]
 
 
+def _slow_dma_rank(frames: pd.DataFrame, step: int) -> tuple[int, dict[int, float]] | None:
+    """The rank whose oldest not-ready ack was clearly the oldest around `step`
+    (`ack_pending_ms`): its copy engine is the slow one, wherever its stage polls in the loop."""
+    if "ack_pending_ms" not in frames.columns:
+        return None
+    near = frames[
+        (frames["step"] > step - LOOKBACK_STEPS) & (frames["step"] <= step + ACK_AFTER_STEPS)
+    ]
+    ages: dict[int, float] = {}
+    for rank, pending in zip(near["rank"], near["ack_pending_ms"], strict=True):
+        ages.setdefault(int(rank), 0.0)
+        if isinstance(pending, dict) and pending:
+            ages[int(rank)] = max(ages[int(rank)], *map(float, pending.values()))
+    if len(ages) < 2:
+        return None
+    (top, a), (_, b) = sorted(ages.items(), key=lambda kv: (-kv[1], kv[0]))[:2]
+    if a >= SLOW_DMA_RATIO * b and a - b >= SLOW_DMA_MIN_MS:
+        return top, {r: round(v, 1) for r, v in sorted(ages.items())}
+    return None
+
+
+def _ack_culprit(frames: pd.DataFrame, step: int, ready: dict) -> tuple[int | None, str]:
+    slow = _slow_dma_rank(frames, step)
+    if slow:
+        return slow[0], f"; oldest pending ack per rank, ms: {slow[1]}"
+    return _odd_rank(ready), ""
+
+
 def _ack_source(window: pd.DataFrame, frames: pd.DataFrame, step: int, column: str,
                 values: dict) -> Attribution | None:  # fmt: skip
     sync = _with_sub(window, "sync_received", "ack_count")
@@ -157,18 +188,21 @@ def _ack_source(window: pd.DataFrame, frames: pd.DataFrame, step: int, column: s
     if column == "acks_consumed":
         ready = _values(frames[frames["step"] == step], "acks_ready")
         why = "each rank drained its own ready acks" if sync is None else "despite the ack sync"
+        culprit, slow = _ack_culprit(frames, step, ready or values)
         return (
             DivergenceSource.DMA_ACK_COUNT,
-            _odd_rank(ready or values),
-            f"acks_consumed differ at step {step} ({why}; acks_ready {ready})",
+            culprit,
+            f"acks_consumed differ at step {step} ({why}; acks_ready {ready}{slow})",
         )
     if sync is None:
         hit = _step_disagreement(window, "acks_ready")
         if hit:
+            culprit, slow = _ack_culprit(frames, hit[0], hit[1])
             return (
                 DivergenceSource.DMA_ACK_COUNT,
-                _odd_rank(hit[1]),
-                f"ranks saw different ready DMA acks at step {hit[0]} with no ack sync: {hit[1]}",
+                culprit,
+                f"ranks saw different ready DMA acks at step {hit[0]} with no ack sync: "
+                f"{hit[1]}{slow}",
             )
     return None
 

@@ -127,7 +127,7 @@ def _fault_spec(rng: random.Random, kind: str, targets: tuple[int, ...]) -> str:
     own = {
         "dma-delay": lambda: f"ms={rng.choice((10, 30, 50))},dir={rng.choice(('write', 'both'))}",
         "host-alloc-fail": lambda: f"every={rng.choice((1, 1, 2, 3))}",
-        "clock-skew": lambda: f"jitter-us={rng.choice((1000, 5000, 20000))}",
+        "clock-skew": lambda: f"jitter-us={rng.choice((5000, 20000))}",
         "l3-hit": lambda: f"keep={rng.choice((0.0, 0.5))}",
         "l3-progress": lambda: f"holes={rng.choice((0.3, 0.6))}",
         "p2p-delay": lambda: f"ms={rng.choice((2, 10))}",

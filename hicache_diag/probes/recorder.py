@@ -33,9 +33,9 @@ MUST_AGREE = (
 # Keys a crash record (the step that raised) holds: the batch decision only.
 CRASH_KEYS = ("rids", "extend_num_tokens", "prefix_len", "host_hit_len")
 # Per-rank inputs a crash record adds beside the batch (not must-agree: see record_crash).
-CRASH_INPUTS = ("acks_ready", "acks_consumed", "sync_received", "host_alloc_failed",
-                "host_pool_refused", "l3_hit_len_local", "l3_progress", "l3_progress_local",
-                "clock_regressions", "evict_victims")  # fmt: skip
+CRASH_INPUTS = ("acks_ready", "ack_pending_ms", "acks_consumed", "sync_received",
+                "host_alloc_failed", "host_pool_refused", "l3_hit_len_local", "l3_progress",
+                "l3_progress_local", "clock_regressions", "evict_victims")  # fmt: skip
 RECORD_ENV = "HICACHE_DIAG_RECORD"
 
 
