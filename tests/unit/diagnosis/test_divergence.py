@@ -189,3 +189,23 @@ def test_divergence_module_never_reads_faults_fired():
     assert "faults_fired" not in inspect.getsource(divergence).replace(
         "(`faults_fired` is the injection", ""
     )
+
+
+def test_dma_culprit_is_the_rank_with_the_old_pending_ack_not_the_one_that_polled_early():
+    # Rank 0 polled before its copies were issued (0 ready); rank 1's copies were issued
+    # earlier but its copy engine is slow: its first pending ack is 40 ms old a step later.
+    over = {(0, 4): {"acks_ready": {"write": 0, "load": 0},
+                     "acks_consumed": {"write": 0, "load": 0},
+                     "ack_pending_ms": {"write": 0.4}},
+            (1, 4): {"ack_pending_ms": {"write": 3.0}},
+            (1, 5): {"ack_pending_ms": {"write": 41.0}}}  # fmt: skip
+    d = first_divergence(frames(over=over))
+    assert d.first.source is DivergenceSource.DMA_ACK_COUNT and d.culprit_rank == 1
+    assert "oldest pending ack" in d.evidence[1]
+
+
+def test_close_pending_ages_fall_back_to_fewer_ready_acks():
+    over = {(1, 4): {"acks_ready": {"write": 0, "load": 0},
+                     "acks_consumed": {"write": 0, "load": 0}, "ack_pending_ms": {"write": 4.0}},
+            (0, 4): {"ack_pending_ms": {"write": 3.0}}}  # fmt: skip
+    assert first_divergence(frames(over=over)).culprit_rank == 1
