@@ -38,6 +38,7 @@ class DmaDelay(Fault):
             delay_ms = self.ms + schedule.uniform(0.0, self.jitter_ms)
             hooks.record(
                 self.NAME,
+                step=ctx["step"],  # the submitting step, not the copy thread's "now"
                 direction=direction,
                 delay_ms=round(delay_ms, 3),
                 num_tokens=ctx.get("num_tokens"),

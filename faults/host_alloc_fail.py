@@ -29,7 +29,7 @@ class HostAllocFail(Fault):
         def on_host_alloc(ok: bool, ctx: dict[str, Any]) -> bool:
             if not ok or not schedule.fires(ctx["step"]):
                 return ok  # an alloc that already fails is not ours to record
-            hooks.record(self.NAME, num_tokens=ctx.get("num_tokens"))
+            hooks.record(self.NAME, step=ctx["step"], num_tokens=ctx.get("num_tokens"))
             return False
 
         hooks.register("host_alloc", on_host_alloc)

@@ -43,7 +43,9 @@ class L3PartialHit(Fault):
                 return found
             kept = self.kept_pages(found)
             if kept < found:
-                hooks.record(self.NAME, point="storage_exists", found=found, kept=kept)
+                hooks.record(
+                    self.NAME, step=ctx["step"], point="storage_exists", found=found, kept=kept
+                )
             return kept
 
         def on_storage_read(ok: bool, ctx: dict[str, Any]) -> bool:
@@ -55,7 +57,7 @@ class L3PartialHit(Fault):
                 time.sleep(self.slow_ms / 1000.0)
             hole = ok and read_schedule.chance(self.holes)
             if hole or self.slow_ms:
-                detail = {"page_index": ctx.get("page_index"), "failed": hole}
+                detail = {"page_index": ctx.get("page_index"), "failed": hole, "step": ctx["step"]}
                 hooks.record(self.NAME, point="storage_read", slow_ms=self.slow_ms, **detail)
             return ok and not hole
 

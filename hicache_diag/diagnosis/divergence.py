@@ -1,7 +1,8 @@
 """First divergence: the first step and must-agree field where ranks disagree, and its source.
 
-The source is attributed from what each rank recorded as its own inputs (ready acks, failed host
-allocs, eviction victims, local L3 hits, L3 progress), never from which fault was requested.
+The source and the culprit rank are attributed from what each rank recorded as its own inputs
+(ready acks, failed host allocs, eviction victims, local L3 hits, L3 progress), never from which
+fault was requested or fired (`faults_fired` is the injection, not evidence; issue 14).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from hicache_diag.verdict import DivergenceSource, FirstDivergence
 
 # How many steps before the divergence still count as "just before" for an input difference.
 LOOKBACK_STEPS = 8
+# A copy in flight at the divergence finishes later: its pending age shows a few steps after.
+ACK_AFTER_STEPS = 3
+SLOW_DMA_RATIO, SLOW_DMA_MIN_MS = 2.0, 5.0
 _L3_PROGRESS_KEYS = ("l3_progress", "l3_completed", "prefetch_completed", "completed_tokens")
 # Within one step, report causes before effects: what a rank consumed or allocated decides the
 # tree, and the tree decides the next batch (rids, extend tokens).
@@ -142,113 +146,160 @@ def _step_disagreement(frames: pd.DataFrame, column: str) -> tuple[int, dict[int
 Attribution = tuple[DivergenceSource, int | None, str]
 
 
-def _fired_ranks(window: pd.DataFrame) -> set[int]:
-    if "faults_fired" not in window.columns:
-        return set()
-    return {int(r) for r, f in zip(window["rank"], window["faults_fired"], strict=True) if f}
+def _slow_dma_rank(frames: pd.DataFrame, step: int) -> tuple[int, dict[int, float]] | None:
+    """The rank whose oldest not-ready ack was clearly the oldest around `step`
+    (`ack_pending_ms`): its copy engine is the slow one, wherever its stage polls in the loop."""
+    if "ack_pending_ms" not in frames.columns:
+        return None
+    near = frames[
+        (frames["step"] > step - LOOKBACK_STEPS) & (frames["step"] <= step + ACK_AFTER_STEPS)
+    ]
+    ages: dict[int, float] = {}
+    for rank, pending in zip(near["rank"], near["ack_pending_ms"], strict=True):
+        ages.setdefault(int(rank), 0.0)
+        if isinstance(pending, dict) and pending:
+            ages[int(rank)] = max(ages[int(rank)], *map(float, pending.values()))
+    if len(ages) < 2:
+        return None
+    (top, a), (_, b) = sorted(ages.items(), key=lambda kv: (-kv[1], kv[0]))[:2]
+    if a >= SLOW_DMA_RATIO * b and a - b >= SLOW_DMA_MIN_MS:
+        return top, {r: round(v, 1) for r, v in sorted(ages.items())}
+    return None
 
 
-def _tie_break(values: dict[int, Any], window: pd.DataFrame, prefer: str = "min") -> int | None:
-    """Minority rank; between two equal-sized camps, the rank whose own inputs were perturbed."""
-    fired = _fired_ranks(window) & set(values)
-    if len(values) == 2 and len(fired) == 1:
-        return next(iter(fired))
-    return _odd_rank(values, prefer)
+def _ack_culprit(frames: pd.DataFrame, step: int, ready: dict) -> tuple[int | None, str]:
+    slow = _slow_dma_rank(frames, step)
+    if slow:
+        return slow[0], f"; oldest pending ack per rank, ms: {slow[1]}"
+    return _odd_rank(ready), ""
 
 
-def _ack_source(frames: pd.DataFrame, step: int, column: str, values: dict) -> Attribution | None:
-    window = _window(frames, step)
+def _ack_source(window: pd.DataFrame, frames: pd.DataFrame, step: int, column: str,
+                values: dict) -> Attribution | None:  # fmt: skip
     sync = _with_sub(window, "sync_received", "ack_count")
     if sync is not None:
         hit = _step_disagreement(sync.assign(ack_sync=sync["_v"]), "ack_sync")
         if hit:
             return (
                 DivergenceSource.DMA_ACK_COUNT,
-                _tie_break(hit[1], window),
+                _odd_rank(hit[1]),
                 f"the relayed ack count differs at step {hit[0]}: {hit[1]}",
             )
     if column == "acks_consumed":
         ready = _values(frames[frames["step"] == step], "acks_ready")
         why = "each rank drained its own ready acks" if sync is None else "despite the ack sync"
+        culprit, slow = _ack_culprit(frames, step, ready or values)
         return (
             DivergenceSource.DMA_ACK_COUNT,
-            _tie_break(ready or values, window),
-            f"acks_consumed differ at step {step} ({why}; acks_ready {ready})",
+            culprit,
+            f"acks_consumed differ at step {step} ({why}; acks_ready {ready}{slow})",
         )
     if sync is None:
         hit = _step_disagreement(window, "acks_ready")
         if hit:
+            culprit, slow = _ack_culprit(frames, hit[0], hit[1])
             return (
                 DivergenceSource.DMA_ACK_COUNT,
-                _tie_break(hit[1], window),
-                f"ranks saw different ready DMA acks at step {hit[0]} with no ack sync: {hit[1]}",
+                culprit,
+                f"ranks saw different ready DMA acks at step {hit[0]} with no ack sync: "
+                f"{hit[1]}{slow}",
             )
     return None
 
 
-def _host_alloc_source(frames: pd.DataFrame, step: int) -> Attribution | None:
-    window = _window(frames, step)
-    if "host_alloc_failed" not in window.columns:
+def _per_rank_sum(window: pd.DataFrame, column: str) -> dict[int, int]:
+    if column not in window.columns:
+        return {}
+    sums = window.groupby("rank")[column].sum(min_count=1).fillna(0)
+    return {int(r): int(n) for r, n in sums.items()}
+
+
+def _only_some(counts: dict[int, int]) -> dict[int, int]:
+    """The ranks with a non-zero count, when not every rank has one."""
+    bad = {r: n for r, n in counts.items() if n > 0}
+    return bad if bad and len(bad) < len(counts) else {}
+
+
+def _host_alloc_source(window: pd.DataFrame, step: int) -> Attribution | None:
+    counts = _only_some(_per_rank_sum(window, "host_alloc_failed"))
+    what = "host alloc failed"
+    if not counts and _with_sub(window, "sync_received", "host_alloc") is None:
+        # No vote decides allocs: a pool refusal that write_backup's evict_host + retry hid
+        # still made this rank alone evict host nodes.
+        counts = _only_some(_per_rank_sum(window, "host_pool_refused"))
+        what = "the host pool refused allocs"
+    if not counts:
         return None
-    failed = window.groupby("rank")["host_alloc_failed"].sum(min_count=1).fillna(0)
-    bad = sorted(int(r) for r, n in failed.items() if n > 0)
-    if not bad or len(bad) == len(failed):
-        return None
-    counts = {r: int(failed[r]) for r in bad}
     return (
         DivergenceSource.HOST_ALLOC,
-        max(bad, key=lambda r: counts[r]),
-        f"host alloc failed only on rank(s) {bad} just before step {step}: {counts}",
+        max(sorted(counts), key=lambda r: counts[r]),
+        f"{what} only on rank(s) {sorted(counts)} before step {step}: {counts}",
     )
 
 
-def _l3_sources(frames: pd.DataFrame, step: int) -> Attribution | None:
-    window = _window(frames, step)
+def _l3_progress_source(window: pd.DataFrame) -> Attribution | None:
     for key in _L3_PROGRESS_KEYS:
         sub = _with_sub(window, "sync_received", key)
         hit = _step_disagreement(sub.assign(p=sub["_v"]), "p") if sub is not None else None
         hit = hit or _step_disagreement(window, key)
         if hit:
+            # Each rank's own reads name the culprit; the used value may be TP-reduced.
+            local = _values(window[window["step"] == hit[0]], "l3_progress_local")
+            odd = _odd_rank(local) if _disagree(local) else _odd_rank(hit[1])
             return (
                 DivergenceSource.L3_PROGRESS,
-                _tie_break(hit[1], window),
-                f"L3 progress ({key}) differs at step {hit[0]}: {hit[1]}",
+                odd,
+                f"L3 progress ({key}) differs at step {hit[0]}: {hit[1]} (own reads {local})",
             )
+    return None
+
+
+def _l3_hit_source(window: pd.DataFrame) -> Attribution | None:
     local = _step_disagreement(window, "l3_hit_len_local")
     if local and (_step_disagreement(window, "l3_hit_len") or "l3_hit_len" not in window):
         return (
             DivergenceSource.L3_HIT,
-            _tie_break(local[1], window),
+            _odd_rank(local[1]),
             f"local L3 hit lengths differ at step {local[0]}: {local[1]}",
         )
     return None
 
 
-def _lru_source(frames: pd.DataFrame, step: int) -> Attribution | None:
-    window = _window(frames, step)
+def _lru_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | None:
     hit = _step_disagreement(window, "evict_victims")
     if not hit or "tree_digest" not in frames.columns:
         return None
     before = frames[frames["step"] == hit[0] - 1]
     if _disagree(_values(before, "tree_digest")):
         return None  # trees already differed: the victims follow from that, not from the clock
+    # A monotonic clock never goes back: the rank whose stamps regressed has the odd clock.
+    regressed = _only_some(_per_rank_sum(frames[frames["step"] <= hit[0]], "clock_regressions"))
     clocks = _values(frames[frames["step"] == hit[0]], "clock")
+    if regressed:
+        culprit = max(sorted(regressed), key=lambda r: regressed[r])
+        why = f"clock stamps went back on rank(s) {sorted(regressed)}: {regressed}"
+    else:
+        culprit = _odd_rank(clocks, "max") if clocks else _odd_rank(hit[1])
+        why = f"clocks {clocks}"
     return (
         DivergenceSource.LRU_CLOCK,
-        _tie_break(clocks, window, prefer="max") if clocks else _tie_break(hit[1], window),
-        f"identical trees chose different eviction victims at step {hit[0]} (clocks {clocks})",
+        culprit,
+        f"identical trees chose different eviction victims at step {hit[0]} ({why})",
     )
 
 
 def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Attribution:
-    """Name the divergence source from the recorded per-rank inputs at and just before `step`."""
-    for probe in (
-        lambda: _host_alloc_source(frames, step),
-        lambda: _ack_source(frames, step, column, values),
-        lambda: _l3_sources(frames, step),
-        lambda: _lru_source(frames, step),
-    ):
-        found = probe()
+    """Name the divergence source from the recorded per-rank inputs: first those of the
+    LOOKBACK_STEPS up to `step`, then, when none explains it, the whole history before it (an
+    L3 read or an LRU stamp can decide a batch long after it happened)."""
+    for window in (_window(frames, step), frames[frames["step"] <= step]):
+        found = (
+            _host_alloc_source(window, step)
+            or _ack_source(window, frames, step, column, values)
+            or _l3_progress_source(window)
+            or _l3_hit_source(window)
+            or _lru_source(window, frames)
+        )
         if found:
             return found
     return DivergenceSource.UNKNOWN, _odd_rank(values), "no recorded per-rank input explains it"

@@ -1,5 +1,5 @@
 """A warm process that forks bisect trials, so that a trial skips the interpreter start and the
-torch import of its own `run` process (ours; bench/bisect.py measures it).
+torch import of its own `run` process (ours; bench/bisect_throughput.py measures it).
 
 Run as `python -m hicache_diag.harness.trial_server`: a fresh, single-threaded interpreter
 (forking from bisect itself would copy locks its progress and pool threads may hold). Protocol,

@@ -2,11 +2,18 @@
 
 Keys follow docs/evidence.md; `tree_cache.probe_stats()` is merged over our defaults so the cache
 tiers can add or refine fields without touching the scheduler.
+
+`HICACHE_DIAG_RECORD=0` in the environment switches the evidence off (bench/probe_cost.py
+measures what it costs): each step then writes only a heartbeat line (`rank`, `pp`, `tp`,
+`step`, `slot`, `t`, `recorded: false`), which the hang watch still needs to see progress; the
+per-step counters are still drained, so nothing accumulates. Such a run can still crash, hang,
+give wrong outputs or pass, but it can show no divergence.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +32,15 @@ MUST_AGREE = (
 )
 # Keys a crash record (the step that raised) holds: the batch decision only.
 CRASH_KEYS = ("rids", "extend_num_tokens", "prefix_len", "host_hit_len")
+# Per-rank inputs a crash record adds beside the batch (not must-agree: see record_crash).
+CRASH_INPUTS = ("acks_ready", "ack_pending_ms", "acks_consumed", "sync_received",
+                "host_alloc_failed", "host_pool_refused", "l3_hit_len_local", "l3_progress",
+                "l3_progress_local", "clock_regressions", "evict_victims")  # fmt: skip
+RECORD_ENV = "HICACHE_DIAG_RECORD"
+
+
+def recording_on() -> bool:
+    return os.environ.get(RECORD_ENV, "1").strip() not in ("0", "off", "false", "no")
 
 
 def _defaults() -> dict[str, Any]:
@@ -81,6 +97,7 @@ class StepRecorder:
         storage: bool = False,
     ) -> None:
         self.rank, self.pp, self.tp = rank, pp, tp
+        self.full = recording_on()
         self._fh = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the rank
         self.must_agree = list(MUST_AGREE)
         if protocol is not None and protocol.mode("host-capacity") == "min":
@@ -100,6 +117,8 @@ class StepRecorder:
         comm: Any,
         extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        if not self.full:
+            return self._heartbeat(step, slot, tree_cache, hooks, comm)
         rec: dict[str, Any] = {**self._head(step, slot, batch), **_defaults()}
         stats = tree_cache.probe_stats() or {}
         extra = dict(extra or {})
@@ -110,11 +129,26 @@ class StepRecorder:
             rec["evicted"] = scheduler_evicted
         rec["device_free"] = allocator.available_size()
         rec["inflight_sends"] = comm.inflight_sends()
+        take = getattr(comm, "take_sync_seconds", None)  # fakes in unit tests have none
+        if take is not None:
+            rec["sync_s"] = {k: round(v, 6) for k, v in take().items()}
         rec["tree_digest"] = tree_cache.tree_digest()
         rec["faults_fired"] = hooks.drain_fired()
         rec["must_agree"] = self.must_agree
         rec["t"] = time.time()
         self._fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
+        return rec
+
+    def _heartbeat(self, step: int, slot: int, tree_cache: Any, hooks: Any, comm: Any) -> dict:
+        """Recording off: drain what the full record would, write only who, which step, when."""
+        tree_cache.probe_stats()
+        hooks.drain_fired()
+        take = getattr(comm, "take_sync_seconds", None)
+        if take is not None:
+            take()
+        rec = {"rank": self.rank, "pp": self.pp, "tp": self.tp, "step": step, "slot": slot,
+               "t": time.time(), "recorded": False}  # fmt: skip
+        self._fh.write(json.dumps(rec) + "\n")
         return rec
 
     def _head(self, step: int, slot: int, batch: Any) -> dict[str, Any]:
@@ -123,7 +157,14 @@ class StepRecorder:
                 **batch_fields(batch)}  # fmt: skip
 
     def record_crash(
-        self, *, step: int, slot: int, batch: Any, proxy: dict | None, error: BaseException
+        self,
+        *,
+        step: int,
+        slot: int,
+        batch: Any,
+        proxy: dict | None,
+        error: BaseException,
+        tree_cache: Any = None,
     ) -> dict[str, Any]:
         """The step that raised never reaches `record`: write the batch this rank decided and
         the token count it received from upstream (`proxy_tokens`), flagged `crashed`, so a
@@ -138,8 +179,21 @@ class StepRecorder:
             "must_agree": [k for k in CRASH_KEYS if k in self.must_agree],
             "t": time.time(),
         }
+        rec.update(self._crash_inputs(tree_cache))
         self._fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
         return rec
+
+    def _crash_inputs(self, tree_cache: Any) -> dict[str, Any]:
+        """The per-rank inputs this step's ① already took (acks, L3 progress, allocs): the
+        attribution's evidence when the divergence shows only at the crashing step. Never in
+        `must_agree` (the tree is mid-mutation); the rank is dying, so draining them is free."""
+        if tree_cache is None or not self.full:
+            return {}
+        try:
+            stats = tree_cache.probe_stats() or {}
+        except Exception:  # noqa: BLE001 - evidence for a dying rank must never mask its error
+            return {}
+        return {k: stats[k] for k in CRASH_INPUTS if k in stats}
 
     def close(self) -> None:
         self._fh.close()

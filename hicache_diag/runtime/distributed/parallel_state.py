@@ -147,6 +147,20 @@ def init_model_parallel_group(
     return mine
 
 
+class _TimedWait:
+    """An async work handle whose `wait()` adds its blocking time to the rank's sync seconds."""
+
+    def __init__(self, work: Any, done: Any) -> None:
+        self.work, self.done = work, done
+
+    def wait(self) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return self.work.wait()
+        finally:
+            self.done(t0)
+
+
 class ParallelState:
     """This rank's coordinates and groups. Implements the `HiCacheComm` Protocol of
     `distributed/comm.py`; `pp_sync`/`drain_async_work` run on the scheduler thread only, each
@@ -165,7 +179,18 @@ class ParallelState:
         self.hooks = hooks
         self.rank = pp_rank * tp_size + tp_rank
         self.work_list: list[P2PWork] = []
+        # Seconds spent in each HiCache sync since the recorder last took them (bench/sync.py):
+        # scheduler-thread syncs under their own names, each storage thread under its group's.
+        self.sync_s: dict[str, float] = {}
         self._build_groups(DEVICE_BACKENDS[device])
+
+    def _timed(self, name: str, t0: float) -> None:
+        self.sync_s[name] = self.sync_s.get(name, 0.0) + (time.perf_counter() - t0)
+
+    def take_sync_seconds(self) -> dict[str, float]:
+        """Per-sync seconds since the last call (the recorder's per-step `sync_s`)."""
+        taken, self.sync_s = self.sync_s, {}
+        return taken
 
     def _build_groups(self, device_backend: str) -> None:
         pp, tp = self.pp_size, self.tp_size
@@ -216,24 +241,32 @@ class ParallelState:
     def all_reduce_tp(self, tensor: torch.Tensor, op: str = "min") -> None:
         # The TP cpu group, as `_all_reduce_attn_groups`: never the model's device group.
         if self.tp_size > 1:
+            t0 = time.perf_counter()
             dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self.tp_group.cpu_group)
+            self._timed("tp_allreduce", t0)
 
     def all_reduce_pp(self, tensor: torch.Tensor, op: str = "min") -> None:
         if self.pp_size * self.tp_size > 1:
+            t0 = time.perf_counter()
             dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self.world_group)
+            self._timed("world_allreduce", t0)
 
     def all_reduce_pp_async(self, tensor: torch.Tensor, op: str = "min") -> Any:
         """`all_reduce_pp` started with async_op: returns the work handle to `wait()` on (None
         when alone, the tensor then already holds the result). Scheduler thread only."""
         if self.pp_size * self.tp_size == 1:
             return None
-        return dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self.world_group, async_op=True)
+        t0 = time.perf_counter()
+        work = dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self.world_group, async_op=True)
+        self._timed("vote_allreduce", t0)
+        return _TimedWait(work, lambda t: self._timed("vote_allreduce", t))
 
     def pp_sync(self, tensor: torch.Tensor) -> None:
         # _pp_sync (#27285): a directional relay, not a collective. PP>0 blocks for the value
         # from the previous stage; every non-last stage isends a clone on and keeps the handle.
         if self.pp_size <= 1:
             return
+        t0 = time.perf_counter()
         if self.pp_rank > 0:
             dist.recv(tensor, src=self.stage_rank(self.pp_rank - 1), tag=HIRADIX_PP_SYNC)
         if not self.is_last_rank:
@@ -241,16 +274,21 @@ class ParallelState:
             clone = tensor.clone()
             dst = self.stage_rank(self.pp_rank + 1)
             self.work_list.append(P2PWork(dist.isend(clone, dst=dst, tag=HIRADIX_PP_SYNC), [clone]))
+        self._timed("pp_sync", t0)
 
     def drain_async_work(self) -> None:
         # _drain_async_work (#28916): backpressure; PP0 blocks here if PP1 has not consumed.
+        t0 = time.perf_counter()
         for w in self.work_list:
             w.wait()
         self.work_list.clear()
+        self._timed("drain", t0)
 
     def all_reduce_thread_group(self, name: str, tensor: torch.Tensor, op: str = "min") -> None:
         if self.pp_size * self.tp_size > 1:
+            t0 = time.perf_counter()
             dist.all_reduce(tensor, op=_REDUCE_OPS[op], group=self.thread_groups[name])
+            self._timed(name, t0)  # each thread writes only its own group's key
 
     def inflight_sends(self) -> int:
         return len(self.work_list)

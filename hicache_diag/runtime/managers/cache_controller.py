@@ -7,6 +7,7 @@ when the device pool is short, and the tree decides what to do (as upstream).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ class HiCacheAck:
     node_ids: list[int]
     num_tokens: int
     ack_id: int = 0
+    issued_at: float = field(default_factory=time.monotonic)  # for ack_pending_ms (evidence)
 
 
 @dataclass

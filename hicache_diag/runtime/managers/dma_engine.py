@@ -4,7 +4,9 @@ On CPU a real thread plays the CUDA copy stream: it takes ops in FIFO order, cop
 by layer, and completes one event per layer (the last one is the op's finish event), so the
 forward can wait per layer and `ack.finish_event.query()` / `.synchronize()` behave like CUDA
 events. Before completing an op it sleeps `hooks.apply("dma_complete", 0.0, ...)` seconds: the
-dma-delay fault point. FIFO order means acks become ready in queue order, as on one stream.
+dma-delay fault point, with the step that submitted the op (not the scheduler's step when the
+copy thread gets to it), so a fault's step window and draws do not depend on thread timing.
+FIFO order means acks become ready in queue order, as on one stream.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class DmaOp:
     host_indices: torch.Tensor
     layer_events: list[DmaEvent]
     start_event: DmaEvent = field(default_factory=DmaEvent)
+    step: int = 0  # the scheduler step that submitted this op
 
     @property
     def finish_event(self) -> DmaEvent:
@@ -79,7 +82,8 @@ class DmaEngine:
         layer_events: list[DmaEvent] | None = None,
     ) -> DmaOp:
         events = layer_events or [DmaEvent() for _ in range(self.kv_pool.layer_num)]
-        op = DmaOp(direction, device_indices, host_indices, events)
+        step = self.hooks.step if self.hooks is not None else 0  # submit runs on the scheduler
+        op = DmaOp(direction, device_indices, host_indices, events, step=step)
         self._ops.put(op)
         return op
 
@@ -98,7 +102,9 @@ class DmaEngine:
         if self.hooks is not None:
             n = op.device_indices.numel()
             delay = float(
-                self.hooks.apply("dma_complete", 0.0, direction=op.direction, num_tokens=n)
+                self.hooks.apply(
+                    "dma_complete", 0.0, direction=op.direction, num_tokens=n, step=op.step
+                )
             )
         last = len(op.layer_events) - 1
         for layer, event in enumerate(op.layer_events):

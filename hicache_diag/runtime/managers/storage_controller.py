@@ -125,6 +125,7 @@ class StorageController(StorageThreadsMixin):
         self, request_id: str, new_input_tokens: list[int], last_hash: str | None = None
     ) -> PrefetchOperation:
         operation = PrefetchOperation(request_id, new_input_tokens, self.clock(), last_hash)
+        operation.step = self.storage.hooks.step
         self.prefetch_queue.put(operation)
         return operation
 
@@ -145,6 +146,7 @@ class StorageController(StorageThreadsMixin):
         if host_indices is None:
             return False
         operation.host_indices = host_indices
+        operation.step = self.storage.hooks.step  # the reads' issuing step (lookup is done)
         self.prefetch_buffer.put(operation)
         return True
 

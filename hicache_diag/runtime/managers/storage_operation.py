@@ -30,6 +30,9 @@ class StorageOperation:
         self.hash_value = hash_value if hash_value is not None else []
         self.completed_tokens = 0
         self.id = next(_op_ids)
+        # The scheduler step that queued the operation's current stage (prefetch lookup, then
+        # its reads): the storage hook points carry it, so faults fire by issuing step.
+        self.step = 0
 
     def __lt__(self, other: StorageOperation) -> bool:
         return self.id < other.id

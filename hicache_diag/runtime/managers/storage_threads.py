@@ -104,7 +104,7 @@ class StorageThreadsMixin:
         hash_value: list[str] = []
         for start in range(0, len(page_hashes), self.storage_batch_size):
             batch = page_hashes[start : start + self.storage_batch_size]
-            hit_pages = self.storage.batch_exists(batch)
+            hit_pages = self.storage.batch_exists(batch, step=operation.step)
             hash_value.extend(batch[:hit_pages])
             if hit_pages < len(batch):
                 break
@@ -153,7 +153,9 @@ class StorageThreadsMixin:
         try:
             targets = [self.host_pages.empty_page() for _ in batch]
             total = len(operation.hash_value)
-            pages = self.storage.batch_get(batch, targets, page_offset=start, num_pages=total)
+            pages = self.storage.batch_get(
+                batch, targets, page_offset=start, num_pages=total, step=operation.step
+            )
             hit_pages = 0
             for i, data in enumerate(pages):
                 if data is None or operation.is_terminated():

@@ -37,6 +37,9 @@ class TreeClock:
         self.mode, self.hooks = mode, hooks
         self.counter = 0
         self.last = 0.0
+        # Stamps lower than the one before: a real monotonic clock never goes back, so a count
+        # on one rank only is that rank's clock at fault (probe evidence, drained per step).
+        self.regressions = 0
 
     def now(self) -> float:
         if self.mode == "logical":
@@ -44,5 +47,12 @@ class TreeClock:
             self.last = float(self.counter)
         else:
             value = time.monotonic()
-            self.last = self.hooks.apply("now", value) if self.hooks is not None else value
+            stamp = self.hooks.apply("now", value) if self.hooks is not None else value
+            self.regressions += stamp < self.last
+            self.last = stamp
         return self.last
+
+    def take_regressions(self) -> int:
+        """Regressions since the last call (the recorder's per-step count)."""
+        n, self.regressions = self.regressions, 0
+        return n

@@ -99,15 +99,17 @@ class HiCacheStorage(ABC):
     def exists(self, key: str) -> bool:
         """Whether `key` is stored (SGLang: a present but empty page counts)."""
 
-    def batch_exists(self, keys: Sequence[str]) -> int:
-        """Number of leading `keys` that exist, after the `storage_exists` hook."""
+    def batch_exists(self, keys: Sequence[str], step: int | None = None) -> int:
+        """Number of leading `keys` that exist, after the `storage_exists` hook. `step`: the
+        scheduler step that issued the lookup (default: the hooks' current step)."""
         hit_pages = len(keys)
         for i, key in enumerate(keys):
             if not self.exists(key):
                 hit_pages = i
                 break
         # l3-partial-hit acts here; it may only shorten what was really found.
-        hooked = self.hooks.apply("storage_exists", hit_pages, num_pages=len(keys))
+        at = {} if step is None else {"step": step}
+        hooked = self.hooks.apply("storage_exists", hit_pages, num_pages=len(keys), **at)
         return max(0, min(int(hooked), hit_pages))
 
     def batch_get(
@@ -117,14 +119,18 @@ class HiCacheStorage(ABC):
         *,
         page_offset: int = 0,
         num_pages: int | None = None,
+        step: int | None = None,
     ) -> list[torch.Tensor | None]:
         """Read pages; a `storage_read` hook returning False fails that page (l3-partial-hit).
         `page_offset`/`num_pages` place this batch inside its whole prefetch for the hook."""
         targets = target_locations if target_locations is not None else [None] * len(keys)
         total = num_pages if num_pages is not None else len(keys)
+        at = {} if step is None else {"step": step}
         pages: list[torch.Tensor | None] = []
         for i, (key, target) in enumerate(zip(keys, targets, strict=True)):
-            ok = self.hooks.apply("storage_read", True, page_index=page_offset + i, num_pages=total)
+            ok = self.hooks.apply(
+                "storage_read", True, page_index=page_offset + i, num_pages=total, **at
+            )
             pages.append(self.get(key, target) if ok else None)
         return pages
 

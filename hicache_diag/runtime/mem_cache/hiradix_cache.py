@@ -61,6 +61,7 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
 
     def _reset_stats(self) -> None:
         self.acks_ready = {"write": 0, "load": 0}
+        self.ack_pending_ms: dict[str, float] = {}
         self.acks_consumed = {"write": 0, "load": 0}
         self.sync_received: dict[str, Any] = {}
         self.host_alloc_failed = self.load_backs = self.write_backs = 0
@@ -237,9 +238,13 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
         stats.update(
             queues=self.cache_controller.queue_depths(),
             acks_ready=self.acks_ready,
+            ack_pending_ms=self.ack_pending_ms,
             acks_consumed=self.acks_consumed,
             sync_received=self.sync_received,
             host_alloc_failed=self.host_alloc_failed,
+            # refused by the pool, retried or not: an evict_host + retry hides the refusal from
+            # host_alloc_failed but not its effect (this rank alone evicted host nodes)
+            host_pool_refused=self.mem_pool_host.take_alloc_failed(),
             # reserved slots of an undecided vote count as free: ranks agree on them
             host_free=self.mem_pool_host.available_size() + self.reserved_host_tokens(),
             host_capacity=self.host_capacity,

@@ -17,6 +17,7 @@ a vote of their own (l3_host_alloc).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,11 +50,17 @@ class L2ProtocolMixin:
 
     def _ready_prefix(self, kind: str) -> int:
         n = 0
-        for ack in self._ack_queue(kind):
+        queue = self._ack_queue(kind)
+        for ack in queue:
             if not ack.finish_event.query():
                 break
             n += 1
         self.acks_ready[kind] = n
+        # How long the first not-ready ack has been in flight: whatever the stage's position in
+        # the loop, a slow copy engine shows as old pending acks (the dma-ack-count culprit).
+        if n < len(queue):
+            age_ms = (time.monotonic() - queue[n].issued_at) * 1e3
+            self.ack_pending_ms[kind] = max(self.ack_pending_ms.get(kind, 0.0), round(age_ms, 3))
         return n
 
     def _agree_counts(self, kinds: tuple[str, ...]) -> list[int]:

@@ -45,7 +45,8 @@ class HostKVCache:
         self.free_pages: deque[int] = deque(range(self.size // page_size))
         self._used: set[int] = set()
         self.lock = threading.RLock()
-        self.alloc_failed = 0
+        self.alloc_failed = 0  # allocs refused, ever (a full pool or the host_alloc hook)
+        self._failed_seen = 0
 
     def available_size(self) -> int:
         with self.lock:
@@ -66,6 +67,12 @@ class HostKVCache:
             self._used.update(pages)
         base = torch.tensor(pages, dtype=torch.int64).unsqueeze(1) * self.page_size
         return (base + torch.arange(self.page_size, dtype=torch.int64)).reshape(-1)
+
+    def take_alloc_failed(self) -> int:
+        """Allocs refused since the last call (the recorder's per-step count)."""
+        with self.lock:
+            n, self._failed_seen = self.alloc_failed - self._failed_seen, self.alloc_failed
+        return n
 
     def free(self, indices: torch.Tensor) -> int:
         if indices.numel() % self.page_size:

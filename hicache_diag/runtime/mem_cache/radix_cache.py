@@ -309,6 +309,7 @@ class RadixCache(BasePrefixCache):
             "evicted": self.evicted_tokens,
             "evict_victims": self.evict_victims,
             "clock": self.clock.last,
+            "clock_regressions": self.clock.take_regressions(),
         }
         self.evicted_tokens, self.evict_victims = 0, []
         return stats

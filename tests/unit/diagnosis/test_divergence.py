@@ -116,3 +116,96 @@ def test_within_a_step_the_cause_is_reported_before_its_effects():
     d = first_divergence(frames(over=over))
     assert (d.first.step, d.first.field) == (4, "acks_consumed")
     assert d.first.source is DivergenceSource.DMA_ACK_COUNT
+
+
+# ---- issue 14: attribution from evidence only ------------------------------------------------
+
+
+def test_faults_fired_never_chooses_the_culprit():
+    """Two equal camps of ready acks: the rank with fewer ready acks is the culprit, whichever
+    rank the injection records say was perturbed."""
+    slow = {"acks_ready": {"write": 0, "load": 0}, "acks_consumed": {"write": 0, "load": 0}}
+    fired = {"faults_fired": [{"fault": "dma-delay", "step": 4}]}
+    d = first_divergence(frames(over={(1, 4): slow, (0, 4): fired}))
+    assert d.culprit_rank == 1
+    d_blind = first_divergence(frames(over={(1, 4): slow}))
+    assert d_blind.culprit_rank == d.culprit_rank
+
+
+def test_host_pool_refusal_hidden_by_a_retry_is_the_host_alloc_source():
+    # write_backup's evict_host + retry succeeded, so host_alloc_failed stayed 0 on rank 1,
+    # but only rank 1's pool refused and evicted: its tree differs two steps later.
+    over = {(r, s): {"host_pool_refused": 0} for r in (0, 1) for s in range(8)}
+    over[(1, 2)] = {"host_pool_refused": 2}
+    over[(1, 4)] = {"host_pool_refused": 0, "tree_digest": "other"}
+    d = first_divergence(frames(over=over))
+    assert d.first.source is DivergenceSource.HOST_ALLOC and d.culprit_rank == 1
+
+
+def test_pool_refusals_under_a_vote_are_not_the_source():
+    over = {(r, s): {"sync_received": {"host_alloc": [1]}} for r in (0, 1) for s in range(8)}
+    over[(1, 2)] = {"host_pool_refused": 2, "sync_received": {"host_alloc": [0]}}
+    over[(1, 4)] = {"tree_digest": "other", "sync_received": {"host_alloc": [1]}}
+    assert first_divergence(frames(over=over)).first.source is not DivergenceSource.HOST_ALLOC
+
+
+def test_lru_culprit_is_the_rank_whose_clock_went_back_even_with_the_smaller_clock():
+    over = {
+        (0, 2): {"clock_regressions": 3},
+        (0, 5): {"evict_victims": ["a"], "evicted": 4, "clock": 5.0},
+        (1, 5): {"evict_victims": ["b"], "evicted": 4, "clock": 9.0, "tree_digest": "t1"},
+    }
+    d = first_divergence(frames(over=over))
+    assert d.first.source is DivergenceSource.LRU_CLOCK and d.culprit_rank == 0
+
+
+def test_l3_progress_culprit_from_own_reads_when_tp_reduced_values_tie():
+    # PP2 x TP2: rank 2's holes made stage 1's TP-reduced progress short on ranks 2 and 3.
+    over = {
+        (r, 3): {
+            "l3_progress": {"r3": 64 if r < 2 else 32},
+            "l3_progress_local": {"r3": 32 if r == 2 else 64},
+        }
+        for r in range(4)
+    }
+    over[(3, 4)] = {"host_hit_len": {"r4": 4}}
+    d = first_divergence(frames(world=4, over=over))
+    assert d.first.source is DivergenceSource.L3_PROGRESS and d.culprit_rank == 2
+
+
+def test_an_input_older_than_the_lookback_still_explains_the_divergence():
+    over = {(0, 1): {"l3_progress": {"r1": 64}}, (1, 1): {"l3_progress": {"r1": 16},
+            "l3_progress_local": {"r1": 16}}, (1, 14): {"host_hit_len": {"r14": 4}}}  # fmt: skip
+    d = first_divergence(frames(steps=16, over=over))
+    assert d.first.step == 14 and d.first.source is DivergenceSource.L3_PROGRESS
+    assert d.culprit_rank == 1
+
+
+def test_divergence_module_never_reads_faults_fired():
+    import inspect
+
+    from hicache_diag.diagnosis import divergence
+
+    assert "faults_fired" not in inspect.getsource(divergence).replace(
+        "(`faults_fired` is the injection", ""
+    )
+
+
+def test_dma_culprit_is_the_rank_with_the_old_pending_ack_not_the_one_that_polled_early():
+    # Rank 0 polled before its copies were issued (0 ready); rank 1's copies were issued
+    # earlier but its copy engine is slow: its first pending ack is 40 ms old a step later.
+    over = {(0, 4): {"acks_ready": {"write": 0, "load": 0},
+                     "acks_consumed": {"write": 0, "load": 0},
+                     "ack_pending_ms": {"write": 0.4}},
+            (1, 4): {"ack_pending_ms": {"write": 3.0}},
+            (1, 5): {"ack_pending_ms": {"write": 41.0}}}  # fmt: skip
+    d = first_divergence(frames(over=over))
+    assert d.first.source is DivergenceSource.DMA_ACK_COUNT and d.culprit_rank == 1
+    assert "oldest pending ack" in d.evidence[1]
+
+
+def test_close_pending_ages_fall_back_to_fewer_ready_acks():
+    over = {(1, 4): {"acks_ready": {"write": 0, "load": 0},
+                     "acks_consumed": {"write": 0, "load": 0}, "ack_pending_ms": {"write": 4.0}},
+            (0, 4): {"ack_pending_ms": {"write": 3.0}}}  # fmt: skip
+    assert first_divergence(frames(over=over)).culprit_rank == 1

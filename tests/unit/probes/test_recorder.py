@@ -59,3 +59,54 @@ def test_probe_stats_override_the_scheduler_view(tmp_path):
     stats = {"evicted": 12, "acks_consumed": {"write": 2, "load": 1}}
     line = _record(tmp_path, build_protocol("full"), stats=stats, extra={"evicted_by_scheduler": 8})
     assert line["evicted"] == 12 and line["acks_consumed"] == {"write": 2, "load": 1}
+
+
+def test_recording_off_writes_heartbeats_and_still_drains(tmp_path, monkeypatch):
+    """HICACHE_DIAG_RECORD=0 (bench/probe_cost.py): one small progress line per step, the
+    per-step counters drained all the same so nothing piles up."""
+    monkeypatch.setenv("HICACHE_DIAG_RECORD", "0")
+    drained = []
+
+    class Tree(_Tree):
+        def probe_stats(self):
+            drained.append(1)
+            return {}
+
+        def tree_digest(self):
+            raise AssertionError("recording off must not hash the tree")
+
+    rec = StepRecorder(tmp_path / "r.jsonl", 3, 1, 1, protocol=build_protocol("full"))
+    hooks = Hooks(3, 1, 1)
+    hooks.record("rank-stall", stall_ms=5)
+    comm = SimpleNamespace(inflight_sends=lambda: 0, take_sync_seconds=lambda: {"pp_sync": 1.0})
+    rec.record(step=4, slot=1, batch=None, tree_cache=Tree({}), allocator=None, hooks=hooks,
+               comm=comm)  # fmt: skip
+    rec.close()
+    line = json.loads((tmp_path / "r.jsonl").read_text())
+    assert set(line) == {"rank", "pp", "tp", "step", "slot", "t", "recorded"}
+    assert line["recorded"] is False and line["step"] == 4
+    assert drained == [1] and hooks.fired == []
+
+
+def test_sync_seconds_are_recorded_per_step(tmp_path):
+    rec = StepRecorder(tmp_path / "r.jsonl", 0, 0, 0, protocol=build_protocol("full"))
+    taken = iter([{"pp_sync": 0.0012345678}, {}])
+    comm = SimpleNamespace(inflight_sends=lambda: 0, take_sync_seconds=lambda: next(taken))
+    for step in (0, 1):
+        rec.record(step=step, slot=0, batch=None, tree_cache=_Tree({}),
+                   allocator=SimpleNamespace(available_size=lambda: 1), hooks=Hooks(),
+                   comm=comm)  # fmt: skip
+    rec.close()
+    lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [x["sync_s"] for x in lines] == [{"pp_sync": 0.001235}, {}]
+
+
+def test_crash_record_carries_the_steps_inputs_outside_must_agree(tmp_path):
+    rec = StepRecorder(tmp_path / "r.jsonl", 1, 1, 0, protocol=build_protocol("full"))
+    stats = {"l3_progress": {"r1": 12}, "l3_progress_local": {"r1": 12}, "tree_digest": "x"}
+    rec.record_crash(step=7, slot=0, batch=None, proxy=None, error=RuntimeError("boom"),
+                     tree_cache=_Tree(stats))  # fmt: skip
+    rec.close()
+    line = json.loads((tmp_path / "r.jsonl").read_text())
+    assert line["crashed"] is True and line["l3_progress_local"] == {"r1": 12}
+    assert "tree_digest" not in line and "l3_progress" not in line["must_agree"]

@@ -105,3 +105,28 @@ def test_event_semantics():
     ev.complete()
     assert ev.query()
     ev.synchronize()
+
+
+def test_dma_hook_gets_the_submitting_step_not_the_copy_threads_now(ctrl):
+    """Issue 14: a DMA op carries the step that submitted it, so a fault's window and draws
+    do not depend on when the copy thread gets to the op."""
+    hooks = Hooks()
+    gate, seen = threading.Event(), []
+
+    def on_dma(value, ctx):
+        if not seen:
+            gate.wait(5)  # hold the copy thread until the scheduler has moved on
+        seen.append((ctx["direction"], ctx["step"]))
+        return value
+
+    hooks.register("dma_complete", on_dma)
+    c = ctrl(hooks=hooks)
+    dev = c.mem_pool_device_allocator.alloc(4)
+    hooks.step = 3
+    c.write(dev[:2], node_id=1)
+    hooks.step = 4
+    c.write(dev[2:], node_id=2)
+    hooks.step = 9  # the scheduler is far ahead when the copies run
+    gate.set()
+    c.ack_write_queue[-1].finish_event.synchronize()
+    assert seen == [("write", 3), ("write", 4)]

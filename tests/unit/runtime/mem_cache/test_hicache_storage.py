@@ -229,3 +229,19 @@ def test_read_only_dir_is_a_usage_error(tmp_path):
 def test_missing_dir_is_created(tmp_path):
     store = HiCacheFile(HiCacheStorageConfig(), str(tmp_path / "a" / "b"))
     assert os.path.isdir(store.file_path) and os.listdir(store.file_path) == []
+
+
+def test_storage_hooks_carry_the_issuing_step(tmp_path):
+    """Issue 14: lookups and reads run on storage threads; the step they report is the one
+    the caller passes (the step that queued the operation), else the hooks' current step."""
+    hooks = Hooks()
+    seen = []
+    hooks.register("storage_exists", lambda v, ctx: seen.append(("exists", ctx["step"])) or v)
+    hooks.register("storage_read", lambda v, ctx: seen.append(("read", ctx["step"])) or v)
+    store = make_file(tmp_path, hooks=hooks)
+    store.set(PAGE1_HASH, page(1.0))
+    hooks.step = 40
+    store.batch_exists([PAGE1_HASH], step=7)
+    store.batch_get([PAGE1_HASH], [torch.zeros(8)], step=8)
+    store.batch_exists([PAGE1_HASH])
+    assert seen == [("exists", 7), ("read", 8), ("exists", 40)]

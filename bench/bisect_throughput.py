@@ -1,6 +1,7 @@
 """Bisect throughput on this machine: 2-rank trials per minute and the startup cost per trial.
 
-    python bench/bisect.py [--trials 6] [--jobs 1,2] [--methods spawn,fork] [-- extra run flags]
+    python bench/bisect_throughput.py [--trials 6] [--jobs 1,2] [--methods spawn,fork]
+                                      [-- extra run flags]
 
 Startup cost per trial = CLI import (`run --help`) + the time from the launcher's start to the
 first step any rank records (rank processes starting, importing torch, joining gloo). Each row
