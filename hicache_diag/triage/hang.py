@@ -12,10 +12,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from hicache_diag.rules.wait_sites import COMM_KINDS, HICACHE_KINDS, WaitKind, classify_thread
 from hicache_diag.triage.discover import RankId
 from hicache_diag.triage.dumps import RankDump
 from hicache_diag.triage.report import RankReport
-from hicache_diag.rules.wait_sites import COMM_KINDS, HICACHE_KINDS, WaitKind, classify_thread
 
 _IDLE_KINDS = frozenset({WaitKind.IDLE.value, WaitKind.REQUEST.value})
 _SEND_SITES = frozenset({"pp-send", "p2p-send"})
