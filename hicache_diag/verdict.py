@@ -45,12 +45,14 @@ class ExitCode(enum.IntEnum):
     OK = 0
     INTERNAL_ERROR = 1
     BAD_INPUT = 2
+    UNDECIDED = 3
     FORM_A = 10
     FORM_B = 11
     FORM_C = 12
     DIVERGED = 13
     WRONG_OUTPUT = 14
     LEAK = 15
+    OTHER_CRASH = 16
 
 
 def exit_code_for(outcome: Outcome, form: CrashForm | None) -> ExitCode:
@@ -66,9 +68,8 @@ def exit_code_for(outcome: Outcome, form: CrashForm | None) -> ExitCode:
         Outcome.DIVERGED: ExitCode.DIVERGED,
         Outcome.WRONG_OUTPUT: ExitCode.WRONG_OUTPUT,
         Outcome.LEAK: ExitCode.LEAK,
-        # A crash that is neither A nor B (an unexpected exception in a rank) is the tool's
-        # "cannot tell" case in Jepsen's terms: report it as an internal error.
-        Outcome.CRASH: ExitCode.INTERNAL_ERROR,
+        # A crash that is neither A nor B (another exception, a signal, the OOM killer).
+        Outcome.CRASH: ExitCode.OTHER_CRASH,
     }[outcome]
 
 

@@ -10,7 +10,8 @@ from typing import Any
 from hicache_diag.triage.discover import RankId, parse_rank_tokens, rank_from_title
 
 _PROCESS = re.compile(r"^Process (\d+): (.*)$")
-_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \((\w+)\)(?:: "(.*)")?')
+# py-spy's status: `idle`, `active`, `gil`, `active+gil` (the thread holds the GIL).
+_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \(([\w+]+)\)(?:: "(.*)")?')
 # Frames are indented 4 spaces; `--locals` adds deeper "Arguments:" / "name: value" lines.
 _PYSPY_FRAME = re.compile(r"^\s{1,6}(\S.*?) \((.+?)(?::(\d+))?\)\s*$")
 _FH_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\)")
@@ -132,7 +133,8 @@ def parse_pyspy_text(lines: list[str], source: str) -> list[RankDump]:
                 current = RankDump(None, None, None, [], source)
                 dumps.append(current)
             tid = int(m.group(1), 16) if m.group(1).startswith("0x") else int(m.group(1))
-            thread = (m.group(3), m.group(2) == "active", [], tid)
+            status = m.group(2).split("+")
+            thread = (m.group(3), "active" in status or "gil" in status, [], tid)
         elif thread is not None and (m := _PYSPY_FRAME.match(line)):
             thread[2].append(Frame(m.group(1), m.group(2), int(m.group(3) or 0)))
     close_thread()

@@ -41,8 +41,8 @@ SAMPLES = {
     "logs/nccl_timeout.log": (12, "hang", "C", None, None, None),
     "logs/healthy_busy.log": (0, "busy", None, None, None, None),
     # a real crash of our runtime (legacy protocol, host-alloc-fail on one TP rank): gloo aborts
-    # on the mismatched TP collective where NCCL would hang; a crash of no form A/B exits 1
-    "logs/runtime_gloo_mismatch.log": (1, "crash", None, None, "PP0 TP0", None),
+    # on the mismatched TP collective where NCCL would hang; a crash of no form A/B exits 16
+    "logs/runtime_gloo_mismatch.log": (16, "crash", None, None, "PP0 TP0", None),
 }  # fmt: skip
 
 
@@ -152,7 +152,7 @@ def test_bad_numbers(capsys):
 
 def test_dead_pid_is_unknown_with_reason():
     exit_code, data = triage_json("--pid", str(2**22 + 4321))
-    assert exit_code == 2 and data["kind"] == "unknown"
+    assert exit_code == 3 and data["kind"] == "unknown"
     assert "no such process" in data["reason"]
 
 
@@ -162,7 +162,7 @@ def test_non_python_pid_is_unknown_with_reason(no_leftover_processes):
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         exit_code, data = triage_json("--pid", str(sleeper.pid), "--samples", "1")
-        assert exit_code == 2 and data["kind"] == "unknown"
+        assert exit_code == 3 and data["kind"] == "unknown"
         assert "not a Python process" in data["reason"]
         assert sleeper.poll() is None  # never signalled
     finally:

@@ -20,12 +20,14 @@ def test_exit_codes_are_the_design_table():
         "OK": 0,
         "INTERNAL_ERROR": 1,
         "BAD_INPUT": 2,
+        "UNDECIDED": 3,
         "FORM_A": 10,
         "FORM_B": 11,
         "FORM_C": 12,
         "DIVERGED": 13,
         "WRONG_OUTPUT": 14,
         "LEAK": 15,
+        "OTHER_CRASH": 16,
     }
 
 
@@ -40,7 +42,7 @@ def test_exit_codes_are_the_design_table():
         (Outcome.DIVERGED, None, 13),
         (Outcome.WRONG_OUTPUT, None, 14),
         (Outcome.LEAK, None, 15),
-        (Outcome.CRASH, None, 1),
+        (Outcome.CRASH, None, 16),
     ],
 )
 def test_exit_code_for(outcome, form, code):
