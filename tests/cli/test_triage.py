@@ -135,7 +135,8 @@ def test_dump_dir_with_junk_and_unreadable_files(tmp_path, capsys):
 def test_logs_with_nothing_recognisable_or_missing(tmp_path, capsys):
     junk = tmp_path / "junk.log"
     junk.write_text("hello\nworld\n")
-    assert "no SGLang log line recognised" in one_line_error(["--logs", str(junk)], capsys)
+    exit_code, data = triage_json("--logs", str(junk))  # readable, says nothing: undecided
+    assert (exit_code, data["kind"]) == (3, "unknown")
     assert "cannot read" in one_line_error(["--logs", str(tmp_path / "none.log")], capsys)
 
 
