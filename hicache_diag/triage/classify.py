@@ -8,7 +8,7 @@ from hicache_diag.triage.advice import next_steps
 from hicache_diag.triage.crash import CrashFinding, crash_form, find_crash
 from hicache_diag.triage.discover import RankId
 from hicache_diag.triage.hang import HangFinding, RankSamples, analyse_rank, classify_stacks
-from hicache_diag.triage.logs import LogEvidence
+from hicache_diag.triage.logs import LogEvidence, LogLine
 from hicache_diag.triage.report import RankReport, TriageReport
 from hicache_diag.triage.stacks import merge_stacks
 
@@ -185,8 +185,13 @@ _READY = "The server is fired up"
 
 
 def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
-    if logs.hang_signal:
-        first = (logs.hang_lines or logs.debug_lines)[0]
+    timeouts = [e for e in logs.exceptions if e.is_timeout]
+    if logs.hang_signal or timeouts:
+        if timeouts and not logs.hang_lines:
+            t = timeouts[0]
+            first = LogLine(t.rank, t.ts, t.source, t.lineno, t.text)
+        else:
+            first = (logs.hang_lines or logs.debug_lines)[0]
         ev = [f"{first.source}:{first.lineno}: {first.text}"]
         ev.append(
             "no stacks: run triage live (--discover) or pass the py-spy dumps to name the site"

@@ -78,7 +78,8 @@ def find_crash(
         return None
     roots = sorted((e for e in real if not e.is_cascade), key=_order_key)
     cascades = sorted((e for e in real if e.is_cascade), key=_order_key)
-    if not roots:
+    if cascades and all(e.is_incomplete for e in roots):
+        roots = []  # a cut-short traceback beside the cascade may well be more of it
         first = cascades[0]
         note = "only cascade errors (a peer closed the connection): the root crash is elsewhere"
         return CrashFinding(None, first, cascades[1:], [note])

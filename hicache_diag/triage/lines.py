@@ -22,6 +22,10 @@ _CARRIERS = (
     re.compile(r"^\d{10}(?:\d{3}){0,3}(?:\t|\s+(?=\S))"),
     re.compile(rf"^{_TS}\t"),
     re.compile(r"^\{[^{}]*=[^{}]*\}\s+"),
+    # log viewers that bracket their own stamp: `[2025-11-06T02:08:27.278Z] `.
+    re.compile(r"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\] ?"),
+    # Python logging in a wrapper: `2025-03-07 23:50:27,531 - __main__ - INFO - `.
+    re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - \S+ - [A-Z]+ - "),
     # journald / syslog: `Jul 01 18:00:57 host python3[123]: `.
     re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [^:\s]+(?:\[\d+\])?: "),
     # docker compose: `sglang-1  | `.
@@ -33,7 +37,8 @@ _CARRIERS = (
     re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?"),
     # vLLM / Python logging headers in front of a message.
     re.compile(
-        r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]+\] "
+        r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+        r"\[[^\]]+\] "
     ),
 )
 # A dashboard table row: `| 2024-07-01 18:00:57.123 | <line> |` (cells that are only a time,

@@ -48,6 +48,7 @@ _PYSPY_TOOLING = re.compile(
 )
 
 PROGRESS = sig.PROGRESS
+_CUT_SHORT = "traceback cut short"
 
 
 @dataclass(slots=True)
@@ -81,6 +82,11 @@ class LogException:
     @property
     def is_timeout(self) -> bool:
         return sig.is_timeout(self.text)
+
+    @property
+    def is_incomplete(self) -> bool:
+        """A traceback whose exception line is missing (the paste or the log stops early)."""
+        return self.message == _CUT_SHORT
 
     @property
     def is_thread_death(self) -> bool:
@@ -202,7 +208,7 @@ def _read_traceback(lines: list[str], start: int) -> _Traceback:
                 return _Traceback(frames, files, m.group(1), (m.group(2) or "").strip(), i, where)
             return _Traceback(frames, files, text[:80], "", i, where)
         i += 1
-    return _Traceback(frames, files, "UnknownError", "traceback cut short", i - 1, None)
+    return _Traceback(frames, files, "UnknownError", _CUT_SHORT, i - 1, None)
 
 
 def _read_pyspy(lines: list[str], start: int, source: str, ctx: _Ctx) -> tuple[list[RankDump], int]:
@@ -239,6 +245,8 @@ def _consume(
         ev.noise += 1
         ctx.noise_next = True
         return i
+    if not msg.strip().startswith("Traceback"):
+        ctx.noise_next = False  # only the very next line can be the noise's own traceback
     handlers = (_on_traceback, _on_terminate, _on_pyspy, _on_pyspy_error, _on_faulthandler,
                 _on_fatal, _on_bare_exception)  # fmt: skip
     for handler in handlers:
