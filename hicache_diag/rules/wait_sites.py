@@ -209,7 +209,13 @@ RECEIVE_FUNCS = _s("recv", "irecv", "recv_bytes", "recv_object", "recv_tensor_di
 
 # A main thread in these is a process on its way out (interpreter shutdown, SGLang's SIGQUIT
 # handler killing its tree): a post-mortem picture, never a live sample.
-EXIT_FUNCS = _s("shutdown", "kill_process_tree", "sigquit_handler", "exit_function")
+EXIT_FUNCS = _s(
+    "shutdown",
+    "kill_process_tree",
+    "launch_phase_sigquit_handler",
+    "running_phase_sigquit_handler",
+    "exit_function",
+)
 
 # Where each name of the tables comes from when SGLang 0.5.23 does not define it (a test scans
 # SGLang's source and our runtime's for every other name).
@@ -224,7 +230,8 @@ BUILTIN_NAMES = _s(
     "finish_write_back",
 )
 LIBRARY_NAMES = _s(  # Python's stdlib, torch.distributed, pyzmq
-    "all_to_all", "recv_bytes", "recv_multipart", "sleep", "acquire", "shutdown", "exit_function",
+    "all_to_all", "irecv", "recv_bytes", "recv_multipart", "sleep", "acquire", "shutdown",
+    "exit_function",
 )  # fmt: skip
 NATIVE_NAMES = _s(  # C/C++ frames printed by `py-spy dump --native` (gloo, CUDA driver/runtime)
     "waitRecv", "waitSend", "cuStreamSynchronize", "cudaStreamSynchronize", "cuEventSynchronize",

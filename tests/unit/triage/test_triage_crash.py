@@ -69,7 +69,8 @@ def test_forms_need_their_context():
     assert crash_form(exc("t", "IndexError", "pop from empty list"), Context(hicache=True)) == "B"
     elsewhere = exc("t", "IndexError", "pop from empty list", frames=["collate", "pop"])
     assert crash_form(elsewhere, PP_HICACHE) is None
-    assert crash_form(exc("t", "IndexError", "pop from empty list", frames=["writing_check"])) == "B"
+    in_ack_check = exc("t", "IndexError", "pop from empty list", frames=["writing_check"])
+    assert crash_form(in_ack_check) == "B"
 
 
 def test_signal_exits_are_never_the_root():
