@@ -19,6 +19,9 @@ Thread 7311 (idle): "Thread-5 (prefetch_io_aux_func)"
 """
 
 
+TB = "Traceback (most recent call last):"
+
+
 def classify_log(text: str):
     return classify([], parse_log_lines(text.splitlines(), "t.log"))
 
@@ -33,7 +36,8 @@ def test_collector_prefixes_partial_lines_and_glued_prefixes():
     text = (
         "2026-06-24T17:38:03.1Z stderr P [2026-06-24 15:38:03 PP1 TP0] Scheduler hit an exce\n"
         "2026-06-24T17:38:03.2Z stderr F ption: Traceback (most recent call last):\n"
-        '2026-06-24T17:38:03.3Z stderr F   File "/s/scheduler_pp_mixin.py", line 9, in event_loop_pp\n'
+        '2026-06-24T17:38:03.3Z stderr F   File "/s/scheduler_pp_mixin.py", line 9, in '
+        "event_loop_pp\n"
         "2026-06-24T17:38:03.4Z stderr F RuntimeError: shape '[65, -1, 64]' is invalid for input "
         "of size 827392\n"
     )
@@ -117,10 +121,10 @@ def test_silent_rank_among_complaining_peers_is_the_culprit():
         "[2026-01-01 00:00:00 PP0 TP0] Decode batch, #running-req: 1\n"
         "[2026-01-01 00:00:00 PP1 TP0] Decode batch, #running-req: 1\n"
         "[2026-01-01 00:00:00 PP2 TP0] Decode batch, #running-req: 1\n"
-        "[2026-01-01 00:00:09 PP0 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        f"[2026-01-01 00:00:09 PP0 TP0] Scheduler hit an exception: {TB}\n"
         '  File "/s/parallel_state.py", line 1, in recv_object\n'
         "RuntimeError: [pair.cc:589] Read error [1.2.3.4]:1: Connection reset by peer\n"
-        "[2026-01-01 00:00:09 PP2 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        f"[2026-01-01 00:00:09 PP2 TP0] Scheduler hit an exception: {TB}\n"
         '  File "/s/parallel_state.py", line 1, in recv_object\n'
         "RuntimeError: [pair.cc:547] Connection closed by peer [1.2.3.4]:2\n"
     )
