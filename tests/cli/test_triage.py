@@ -263,3 +263,20 @@ def test_a_run_directory_brings_its_rank_logs(tmp_path):
     (tmp_path / "rank1.log").write_text((LOGS / "form_b_pop_empty.log").read_text())
     exit_code, data = triage_json("--dumps", str(tmp_path))
     assert (exit_code, data["kind"], data["form"]) == (11, "crash", "B")
+
+
+def test_live_stopped_rank_is_named_the_culprit(no_leftover_processes):
+    """A rank stopped with SIGSTOP cannot be suspended by py-spy: its peers wait for it."""
+    import signal
+
+    with FakeCluster("pp-hang", 2) as cluster:
+        os.kill(cluster.pids[1], signal.SIGSTOP)
+        try:
+            pids = [a for pid in cluster.pids for a in ("--pid", str(pid))]
+            exit_code, data = triage_json(*pids, "--interval", "0.2")
+        finally:
+            os.kill(cluster.pids[1], signal.SIGCONT)
+    assert (exit_code, data["kind"], data["cause"]) == (12, "hang", "straggler")
+    assert data["culprit"]["label"] == "PP1 TP0"
+    [row] = [r for r in data["ranks"] if r["label"] == "PP1 TP0"]
+    assert "could not suspend" in row["error"] and "stopped" in row["error"]
