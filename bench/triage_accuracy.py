@@ -25,9 +25,13 @@ from hicache_diag.triage import TriageRequest, run_triage  # noqa: E402
 CORPUS = Path("samples/corpus")
 
 
-def triage_case(path: Path) -> dict:
-    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
-    report = run_triage(TriageRequest(logs=tuple(files)))
+def triage_case(path: Path, mode: str) -> dict:
+    """`mode` "dumps": the folder is a dump directory (`--dumps`); else log files (`--logs`)."""
+    if mode == "dumps":
+        report = run_triage(TriageRequest(dumps=(path,)))
+    else:
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        report = run_triage(TriageRequest(logs=tuple(files)))
     data = report.to_json()
     culprit = data["culprit"]["label"] if data["culprit"] else None
     return {
@@ -47,7 +51,7 @@ def main() -> int:
     named = named_right = 0
     t0 = time.perf_counter()
     for name, want in sorted(expected.items()):
-        got = triage_case(CORPUS / name)
+        got = triage_case(CORPUS / name, want.get("mode", "logs"))
         marks = {k: got[k] == want[k] for k in scores}
         for k, ok in marks.items():
             scores[k] += ok

@@ -6,7 +6,7 @@ from hicache_diag.rules import signatures as sig
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.advice import next_steps
 from hicache_diag.triage.crash import CrashFinding, crash_form, find_crash
-from hicache_diag.triage.discover import RankId
+from hicache_diag.triage.discover import RankId, is_component_title
 from hicache_diag.triage.hang import HangFinding, RankSamples, analyse_rank, classify_stacks
 from hicache_diag.triage.logs import LogEvidence, LogLine
 from hicache_diag.triage.report import RankReport, TriageReport
@@ -23,6 +23,8 @@ def merge_log_dumps(ranks: list[RankSamples], logs: LogEvidence) -> list[RankSam
             by_rank[rank] = RankSamples(rank)
     anon = sum(1 for r in by_rank if not r.known)
     for dump in logs.dumps:
+        if is_component_title(dump.title):
+            continue  # another SGLang process (DP controller, tokenizer): not a scheduler rank
         if dump.rank is None:  # no title, no prefix: `rank ?`, never an invented PP/TP
             dump.rank, anon = RankId(anon=anon), anon + 1
         rank = dump.rank
@@ -242,6 +244,11 @@ def classify(
     if report is None:
         report = _exited_report(reports) or _logs_only(logs, reports)
     report.evidence += _watchdog_notes(logs, report)
+    report.evidence += [
+        f"ignored the dump of {d.title.split()[0]} (pid {d.pid}): not a scheduler"
+        for d in logs.dumps
+        if is_component_title(d.title)
+    ]
     if report.kind == "unknown" and (errors := [r for r in reports if r.error]):
         report.reason = "; ".join(f"{r.rank.label} (pid {r.pid}): {r.error}" for r in errors)
     report.stack_tree = merge_stacks(rs.native or rs.dumps[-1] for rs in ranks if rs.dumps)

@@ -67,6 +67,13 @@ def is_scheduler_title(cmdline: str) -> bool:
     return cmdline.startswith(TITLE_PREFIXES)
 
 
+def is_component_title(title: str | None) -> bool:
+    """Another named SGLang (or our) process: `sglang::data_parallel_controller`,
+    `sglang::detokenizer`; its stack says nothing about a scheduler rank."""
+    head = (title or "").strip()
+    return head.startswith(("sglang::", "hicache-diag::")) and not is_scheduler_title(head)
+
+
 def rank_from_title(title: str | None) -> RankId | None:
     """Rank tokens only from a scheduler title: any other cmdline (`/opt/ep4/bin/python ...`)
     could hold token look-alikes."""

@@ -141,6 +141,26 @@ def parse_pyspy_text(lines: list[str], source: str) -> list[RankDump]:
     return [d for d in dumps if d.threads]
 
 
+# A paste that kept only a thread's frames (`all_reduce (torch/distributed/...py:3075)`), often
+# re-indented by hand: one thread, innermost first, as py-spy printed it.
+_BARE_FRAME = re.compile(r"^\s{0,8}([\w<>.]+) \(([^()\s]+?):(\d+)\)\s*$")
+
+
+def parse_bare_frames(lines: list[str], source: str) -> RankDump | None:
+    """Frames with no `Thread` header; None unless every non-blank line is such a frame."""
+    frames = []
+    for line in lines:
+        if not line.strip():
+            continue
+        m = _BARE_FRAME.match(line)
+        if not m:
+            return None
+        frames.append(Frame(m.group(1), m.group(2), int(m.group(3))))
+    if len(frames) < 2:
+        return None
+    return RankDump(None, None, None, [ThreadStack(None, None, tuple(frames))], source)
+
+
 def parse_faulthandler(lines: list[str], source: str) -> RankDump | None:
     """faulthandler's `Thread 0x... (most recent call first):` blocks (the no-ptrace fallback)."""
     dump = RankDump(None, None, None, [], source)
@@ -188,7 +208,7 @@ def parse_dump_text(text: str, source: str) -> list[RankDump]:
     dumps = parse_pyspy_text(lines, source)
     if dumps:
         return dumps
-    fh = parse_faulthandler(lines, source)
+    fh = parse_faulthandler(lines, source) or parse_bare_frames(lines, source)
     return [fh] if fh else []
 
 

@@ -16,10 +16,12 @@ EXPECTED = json.loads((CORPUS / "expected.json").read_text())["cases"]
 
 def triage(case: str) -> tuple[int, dict]:
     path = CORPUS / case
-    files = sorted(p for p in path.iterdir()) if path.is_dir() else [path]
     argv = ["triage", "--json"]
-    for f in files:
-        argv += ["--logs", str(f)]
+    if EXPECTED[case].get("mode") == "dumps":
+        argv += ["--dumps", str(path)]
+    else:
+        for f in sorted(path.iterdir()) if path.is_dir() else [path]:
+            argv += ["--logs", str(f)]
     result = CliRunner().invoke(app, argv)
     return result.exit_code, json.loads(result.stdout)
 

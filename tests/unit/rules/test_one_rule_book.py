@@ -17,6 +17,7 @@ SAMPLES = Path(__file__).resolve().parents[3] / "samples"
 LOGS = sorted(SAMPLES.glob("logs/*.log")) + sorted(SAMPLES.glob("runs/*/rank*.log"))
 LOGS += sorted(p for p in (SAMPLES / "corpus").rglob("*.log"))
 DUMP_DIRS = [p for p in sorted((SAMPLES / "dumps").iterdir()) if p.is_dir()]
+DUMP_DIRS += [p for p in sorted((SAMPLES / "corpus").iterdir()) if any(p.glob("*.txt"))]
 
 
 @pytest.mark.parametrize("log", LOGS, ids=lambda p: str(p.relative_to(SAMPLES)))
