@@ -26,10 +26,19 @@ Parent = Annotated[
 ]
 Dumps = Annotated[
     list[Path] | None,
-    typer.Option("--dumps", help="Folder of py-spy dumps, text or --json (repeat per node)."),
+    typer.Option(
+        "--dumps",
+        help="Folder of py-spy dumps (text, --json, --native, bare frames) or faulthandler "
+        "text (repeat per node).",
+    ),
 ]
 Logs = Annotated[
-    list[Path] | None, typer.Option("--logs", help="SGLang server log (repeat for several).")
+    list[Path] | None,
+    typer.Option(
+        "--logs",
+        help="Server log, as written or behind CRI / docker / journald / Loki / table prefixes, "
+        "or a pasted traceback (repeat per node).",
+    ),
 ]
 Save = Annotated[
     Path | None, typer.Option("--save", help="Write the live samples here (merge with --dumps).")
@@ -64,7 +73,9 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
     ) -> None:
-        """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits."""
+        """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits.
+
+        Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided, 2 bad input."""
         if more_logs and not logs:
             raise UsageError(f"unexpected argument {more_logs[0]} (log files go after --logs)")
         request = TriageRequest(
