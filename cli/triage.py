@@ -29,12 +29,20 @@ Parent = Annotated[
 Dumps = Annotated[
     list[Path] | None,
     typer.Option(
-        "--dumps", metavar="DIR", help="Folder of py-spy dumps, text or --json; repeat per node."
+        "--dumps",
+        metavar="DIR",
+        help="Folder of py-spy dumps (text, --json, --native, bare frames) or faulthandler "
+        "text (repeat per node).",
     ),
 ]
 Logs = Annotated[
     list[Path] | None,
-    typer.Option("--logs", metavar="FILE", help="SGLang server log; repeat for several."),
+    typer.Option(
+        "--logs",
+        metavar="FILE",
+        help="Server log, as written or behind CRI / docker / journald / Loki / table prefixes, "
+        "or a pasted traceback (repeat per node).",
+    ),
 ]
 Save = Annotated[
     Path | None,
@@ -97,7 +105,9 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
     ) -> None:
-        """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits."""
+        """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits.
+
+        Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided, 2 bad input."""
         if more_logs and not logs:
             raise UsageError(f"unexpected argument {more_logs[0]} (log files go after --logs)")
         request = TriageRequest(

@@ -10,7 +10,7 @@ from hicache_diag.diagnosis.divergence import Divergence, first_divergence
 from hicache_diag.diagnosis.load import RunData
 from hicache_diag.diagnosis.outputs import compare_outputs
 from hicache_diag.diagnosis.tracebacks import RankCrash, parse_crash
-from hicache_diag.triage.crash import SHAPE_RE
+from hicache_diag.rules.signatures import SHAPE_RE
 from hicache_diag.verdict import CrashForm, Outcome
 
 LEAK_MIN_STEPS = 8

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
+from hicache_diag.rules.wait_sites import HICACHE_PROTOCOL_FUNCS as HICACHE_WAIT
+from hicache_diag.rules.wait_sites import RECEIVE_FUNCS as _RECEIVES
+from hicache_diag.rules.wait_sites import normalize
 from hicache_diag.triage.dumps import Frame, RankDump
-from hicache_diag.triage.wait_sites import normalize
 
-# Functions of a HiCache protocol wait, ours and SGLang's (sglang-internals §2, §7), compared
+# The HiCache protocol functions and receives come from the one wait-site table (rules), compared
 # without leading underscores (`_pp_sync` is SGLang's `pp_sync`).
-HICACHE_WAIT = frozenset(
-    {
-        "check_hicache_events",
-        "writing_check",
-        "loading_check",
-        "pp_sync",
-        "drain_async_work",
-        "check_prefetch_progress",
-    }
-)
-_RECEIVES = frozenset({"recv", "irecv", "recv_bytes", "recv_object", "recv_tensor_dict"})
 # Where a scheduler step's own code lives (ours and SGLang's): the caller worth naming.
 _STEP_DIRS = ("/managers/", "/mem_cache/")
 _HELPERS = ("_commit",)  # waits on a list of sends: its caller says which

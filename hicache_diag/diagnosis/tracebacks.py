@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from hicache_diag.triage.crash import SHAPE_RE, is_bookkeeping
+from hicache_diag.rules.signatures import Context
+from hicache_diag.triage.crash import crash_form
 from hicache_diag.triage.logs import LogException, parse_log_lines
 
 
@@ -29,11 +30,12 @@ def _epoch(ts: str | None) -> float | None:
         return None
 
 
-def _kind(excs: list[LogException]) -> str:
-    if any(SHAPE_RE.search(e.text) for e in excs):
-        return "A"
-    if any(is_bookkeeping(e) for e in excs):
-        return "B"
+def _kind(excs: list[LogException], ctx: Context) -> str:
+    """The rule book's form (rules.signatures) of any of the rank's exceptions."""
+    forms = {crash_form(e, ctx) for e in excs}
+    for form in ("A", "B"):
+        if form in forms:
+            return form
     # The cascade on survivors once a peer died: secondary, never the root cause.
     return "secondary" if any(e.is_cascade for e in excs) else "other"
 
@@ -42,10 +44,12 @@ def parse_crash(rank: int, log: str) -> RankCrash | None:
     """The crash a rank's log shows, or None when it holds no traceback. A chained exception
     counts from its first traceback (where the failure began, and when) to its last (what the
     rank died of)."""
-    found = parse_log_lines(log.splitlines(), f"rank{rank}.log").exceptions
-    excs = [e for e in found if e.frames]  # tracebacks; fatal one-liners carry no frames
+    parsed = parse_log_lines(log.splitlines(), f"rank{rank}.log")
+    excs = [e for e in parsed.exceptions if e.frames]  # tracebacks; fatal one-liners carry none
     if not excs:
         return None
     last = excs[-1]
     text = "\n".join(e.text for e in excs)
-    return RankCrash(rank, _kind(excs), last.text, last.last_frame, _epoch(excs[0].ts), text)
+    return RankCrash(
+        rank, _kind(excs, parsed.context), last.text, last.last_frame, _epoch(excs[0].ts), text
+    )

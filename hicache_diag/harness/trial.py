@@ -23,6 +23,7 @@ from hicache_diag.harness.proc_facts import StopWatch, oom_kill_count
 from hicache_diag.harness.reference import compare_outputs, compute_reference
 from hicache_diag.harness.rundir import prepare_run_dir, utc_now, write_json, write_manifest
 from hicache_diag.harness.workload import Workload
+from hicache_diag.rules.signatures import Context, crash_form
 from hicache_diag.runtime.launcher import Launcher
 from hicache_diag.runtime.server_args import RunConfig
 from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict, write_json_atomic
@@ -295,10 +296,9 @@ def fallback_verdict(run_dir: Path) -> Verdict:
         rank = launcher["first_failure"]["rank"]
         sig = _last_error_line(run_dir / f"rank{rank}.log")
         v.outcome, v.failed_rank, v.culprit_rank, v.signature = Outcome.CRASH, rank, rank, sig
-        if sig and "is invalid for input of size" in sig:
-            v.form = CrashForm.A
-        elif sig and "pop from empty list" in sig:
-            v.form = CrashForm.B
+        # The rule book (rules.signatures); our runtime is always a PP pipeline with HiCache.
+        form = crash_form(sig, (), Context(pp=True, hicache=True)) if sig else None
+        v.form = CrashForm(form) if form else None
         v.evidence.append(f"rank {rank} failed first: {sig}")
     elif launcher.get("hang"):
         v.outcome, v.form = Outcome.HANG, CrashForm.C

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hicache_diag.rules.signatures import Context
+
 BISECT = (
     "bisect the switches: `hicache-diag bisect --storage-backend none,file "
     "--hicache-size 16MiB,64MiB --trials 20`; still failing without a storage backend => "
@@ -68,11 +70,27 @@ _SITE = {
 }
 
 
+_PLAIN_HANG = [
+    "no PP or HiCache in the evidence: read the stacks of every rank (py-spy dump --native) "
+    "for the collective or lock they wait in; NCCL_DEBUG=INFO and "
+    "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 (flight recorder) show which collective is missing",
+]
+
+
 def next_steps(
-    kind: str, form: str | None, cause: str | None, site: str | None = None
+    kind: str,
+    form: str | None,
+    cause: str | None,
+    site: str | None = None,
+    ctx: Context | None = None,
 ) -> list[str]:
+    """Steps that fit the evidence: HiCache bisect advice only where PP or HiCache is in it."""
+    ctx = ctx or Context(pp=True, hicache=True)
+    ours = ctx.pp or ctx.hicache or form in ("A", "B") or bool(site and "hicache" in site)
     if kind == "crash":
-        return _CRASH.get(form, _CRASH[None]) + [BISECT]
+        return _CRASH.get(form, _CRASH[None]) + ([BISECT] if ours else [])
+    if kind == "hang" and not ours:
+        return _PLAIN_HANG + _HANG.get(cause, _HANG[None])
     if kind == "hang" and cause == "network-suspect" and site and site.startswith("hicache"):
         return [
             f"every rank sits in the same HiCache sync ({site}); if the links are healthy the "

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from hicache_diag.rules import signatures as sig
+from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.advice import next_steps
-from hicache_diag.triage.crash import CrashFinding, find_crash
-from hicache_diag.triage.discover import RankId
+from hicache_diag.triage.crash import CrashFinding, crash_form, find_crash
+from hicache_diag.triage.discover import RankId, is_component_title
 from hicache_diag.triage.hang import HangFinding, RankSamples, analyse_rank, classify_stacks
-from hicache_diag.triage.logs import LogEvidence
+from hicache_diag.triage.logs import LogEvidence, LogLine
 from hicache_diag.triage.report import RankReport, TriageReport
 from hicache_diag.triage.stacks import merge_stacks
 
@@ -16,11 +18,16 @@ def merge_log_dumps(ranks: list[RankSamples], logs: LogEvidence) -> list[RankSam
     the logs name, so a log-only triage still lists the cluster."""
     by_rank = {rs.rank: rs for rs in ranks}
     named = [e.rank for e in logs.exceptions] + [ln.rank for ln in logs.hang_lines]
-    for rank in named + [ln.rank for ln in logs.progress_lines]:
+    for rank in named + [ln.rank for ln in logs.progress_lines] + list(logs.ranks_seen):
         if rank is not None and rank not in by_rank:
             by_rank[rank] = RankSamples(rank)
+    anon = sum(1 for r in by_rank if not r.known)
     for dump in logs.dumps:
-        rank = dump.rank or RankId()
+        if is_component_title(dump.title):
+            continue  # another SGLang process (DP controller, tokenizer): not a scheduler rank
+        if dump.rank is None:  # no title, no prefix: `rank ?`, never an invented PP/TP
+            dump.rank, anon = RankId(anon=anon), anon + 1
+        rank = dump.rank
         rs = by_rank.setdefault(rank, RankSamples(rank, dump.pid, dump.title))
         rs.dumps.append(dump)
         rs.pid = rs.pid or dump.pid
@@ -40,27 +47,111 @@ def _hang_came_first(finding: CrashFinding, logs: LogEvidence) -> bool:
     return bool(known and finding.root.ts and min(known) < finding.root.ts)
 
 
+def _report_for(rank: RankId | None, reports: list[RankReport]) -> RankReport | None:
+    found = next((r for r in reports if rank is not None and r.rank == rank), None)
+    if found is None and rank is not None:
+        found = RankReport(rank, None, None, "?", "crashed", None)
+        reports.append(found)
+    return found
+
+
+def _silent_rank(logs: LogEvidence) -> RankId | None:
+    """The one rank the logs know that neither raised nor complained while its peers report
+    the cascade (`Connection reset by peer`): it died without a word (killed, OOM, segfault)."""
+    complained = {ln.rank for ln in logs.cascade_lines} | {e.rank for e in logs.exceptions}
+    if not complained - {None}:
+        return None
+    silent = [r for r in logs.ranks_seen if r not in complained]
+    return silent[0] if len(silent) == 1 else None
+
+
 def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int | None):
-    finding = find_crash(logs.exceptions, num_heads)
+    excs = [e for e in logs.exceptions if not e.is_thread_death]
+    finding = find_crash(excs, num_heads, logs.context)
     if finding is None or _hang_came_first(finding, logs):
         return None
     root = finding.root
-    culprit = next((r for r in reports if root.rank and r.rank == root.rank), None)
-    if culprit is None and root.rank is not None:
-        culprit = RankReport(root.rank, None, None, "?", "crashed", None)
-        reports.append(culprit)
+    culprit = None if root.is_cascade else _report_for(root.rank, reports)
+    evidence = list(finding.evidence)
+    if root.is_cascade and (silent := _silent_rank(logs)) is not None:
+        culprit = _report_for(silent, reports)
+        culprit.state = "exited"
+        evidence.insert(
+            0,
+            f"{silent.label} went silent while its peers report the cascade (connection "
+            "closed / reset by peer): it is the rank that died",
+        )
     for r in reports:
         crashed = [e for e in logs.exceptions if e.rank == r.rank and not e.is_timeout]
         if crashed and r.wait_site is None:
             r.state, r.error = "crashed", crashed[0].text
+    signature = None if root.is_cascade and culprit is not None else root.text
     return TriageReport(
         "crash",
         form=finding.form,
         culprit=culprit,
         ranks=reports,
-        evidence=finding.evidence,
-        signature=root.text,
+        evidence=evidence,
+        signature=signature or root.text,
     )
+
+
+def _thread_death(logs: LogEvidence, reports: list[RankReport], hang: bool):
+    """`Exception in thread X (..._func)`: the thread is dead, the process lives on and its
+    scheduler waits for what that thread no longer delivers."""
+    dead = [e for e in logs.exceptions if e.is_thread_death and not e.is_cascade]
+    others = [e for e in logs.exceptions if not e.is_thread_death and not e.is_signal_exit]
+    if not dead or any(not e.is_cascade and not e.is_timeout for e in others):
+        return None
+    first = dead[0]
+    culprit = _report_for(first.rank, reports)
+    where = first.rank.label if first.rank else "rank ?"
+    ev = [
+        f"thread {first.thread} died on {where}: {first.text} ({first.source}:{first.lineno})",
+        "an exception in a thread ends that thread, not the process: the scheduler lives on "
+        "and waits for what the thread no longer delivers",
+    ]
+    if hang:
+        ev.append("the logs report the wait timing out: the dead thread is the hang's cause")
+        return TriageReport(
+            "hang", form="C", culprit=culprit, ranks=reports, evidence=ev, signature=first.text
+        )
+    form = crash_form(first, logs.context)
+    ev.append("expect the scheduler to hang next (a watchdog timeout) unless it is restarted")
+    return TriageReport(
+        "crash", form=form, culprit=culprit, ranks=reports, evidence=ev, signature=first.text
+    )
+
+
+def _stopped_report(logs: LogEvidence, ranks: list[RankSamples], reports: list[RankReport]):
+    """py-spy could not suspend a rank (`Failed to suspend process`, `All pyspy dump attempts
+    failed`): it is stopped (SIGSTOP, a debugger) or stuck in the kernel, and its peers wait."""
+    stopped: list[tuple[RankId | None, int | None, str]] = []
+    for f in logs.pyspy_failures:
+        if f.stopped:
+            stopped.append((f.rank, f.pid, f.reason))
+    for rs in ranks:
+        if rs.error and "suspend" in rs.error.lower() and not rs.dumps:
+            stopped.append((rs.rank, rs.pid, rs.error))
+    if not stopped:
+        return None
+    rank, pid, reason = stopped[0]
+    dumped = {rs.rank for rs in ranks if rs.dumps}
+    if rank is None or rank in dumped:
+        # SGLang's parent dumps its children by pid: the rank is the one with no stack.
+        missing = [r.rank for r in reports if r.rank not in dumped and r.rank.known]
+        rank = missing[0] if len(missing) == 1 else RankId(anon=0)
+    culprit = _report_for(rank, reports)
+    culprit.pid = culprit.pid or pid
+    culprit.state, culprit.wait_site = "blocked", "unreadable"
+    culprit.error = reason[:200]
+    ev = [
+        f"py-spy could not read {rank.label} (pid {pid}): {reason[:120]}",
+        "a process py-spy cannot suspend is stopped (SIGSTOP, a debugger) or stuck in the "
+        "kernel (D state); its peers wait for it",
+    ]
+    sign = "unreadable (py-spy could not suspend it)"
+    return TriageReport("hang", "C", "straggler", culprit, reports, evidence=ev, signature=sign)
 
 
 def _exited_report(reports: list[RankReport]) -> TriageReport | None:
@@ -96,13 +187,26 @@ _READY = "The server is fired up"
 
 
 def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
-    if logs.hang_lines:
-        first = logs.hang_lines[0]
+    timeouts = [e for e in logs.exceptions if e.is_timeout]
+    if logs.hang_signal or timeouts:
+        if timeouts and not logs.hang_lines:
+            t = timeouts[0]
+            first = LogLine(t.rank, t.ts, t.source, t.lineno, t.text)
+        else:
+            first = (logs.hang_lines or logs.debug_lines)[0]
         ev = [f"{first.source}:{first.lineno}: {first.text}"]
         ev.append(
             "no stacks: run triage live (--discover) or pass the py-spy dumps to name the site"
         )
         return TriageReport("hang", form="C", ranks=reports, evidence=ev, signature=first.text)
+    if logs.soft_lines and not logs.progress_lines:
+        first = logs.soft_lines[0]
+        ev = [
+            f"{first.source}:{first.lineno}: {first.text}",
+            "a soft watchdog (or another component's) only reports a slow step; it is not a "
+            "scheduler hang",
+        ]
+        return TriageReport("unknown", ranks=reports, evidence=ev, reason="soft watchdog only")
     if logs.progress_lines and not logs.progress_lines[-1].text.startswith(_READY):
         last = logs.progress_lines[-1]
         ev = [f"{len(logs.progress_lines)} batch lines, last: {last.text}"]
@@ -121,18 +225,30 @@ def classify(
     """Crash (a traceback) first, then hang vs busy from the stacks, then what logs alone say."""
     logs = logs or LogEvidence()
     ranks = merge_log_dumps(ranks, logs)
-    pp_size = max((rs.rank.pp for rs in ranks), default=0) + 1
-    tp_size = max((rs.rank.tp for rs in ranks), default=0) + 1
+    known = [rs.rank for rs in ranks if rs.rank.known]
+    pp_size = max((r.pp for r in known), default=0) + 1
+    tp_size = max((r.tp for r in known), default=0) + 1
     reports = [analyse_rank(rs, pp_size, tp_size) for rs in ranks]
-    hang_hint = bool(logs.hang_lines) or any(e.is_timeout for e in logs.exceptions)
-    report = _crash_report(logs, reports, num_heads)
+    hang_hint = logs.hang_signal or any(e.is_timeout for e in logs.exceptions)
+    report = (
+        _thread_death(logs, reports, hang_hint)
+        or _crash_report(logs, reports, num_heads)
+        or _stopped_report(logs, ranks, reports)
+    )
     if report is None and (finding := classify_stacks(reports, hang_hint)) is not None:
         report = _exited_report(reports) or _from_hang(finding, reports)
+        report = _one_rank_only(report, reports, hang_hint)
         if report.kind == "hang" and logs.hang_lines:
             first = logs.hang_lines[0]
             report.evidence.append(f"log: {first.source}:{first.lineno}: {first.text}")
     if report is None:
         report = _exited_report(reports) or _logs_only(logs, reports)
+    report.evidence += _watchdog_notes(logs, report)
+    report.evidence += [
+        f"ignored the dump of {d.title.split()[0]} (pid {d.pid}): not a scheduler"
+        for d in logs.dumps
+        if is_component_title(d.title)
+    ]
     if report.kind == "unknown" and (errors := [r for r in reports if r.error]):
         report.reason = "; ".join(f"{r.rank.label} (pid {r.pid}): {r.error}" for r in errors)
     report.stack_tree = merge_stacks(rs.native or rs.dumps[-1] for rs in ranks if rs.dumps)
@@ -140,6 +256,44 @@ def classify(
     sites = {r.wait_site for r in report.ranks if r.wait_site}
     common = next(iter(sites)) if len(sites) == 1 else None
     site = report.culprit.wait_site if report.culprit else common
-    report.next_steps = next_steps(report.kind, report.form, report.cause, site)
+    ctx = logs.context | _stack_context(ranks)
+    report.next_steps = next_steps(report.kind, report.form, report.cause, site, ctx)
     report.ranks.sort(key=lambda r: r.rank.key)
     return report
+
+
+def _one_rank_only(report: TriageReport, reports: list[RankReport], hang: bool) -> TriageReport:
+    """A symmetric wait needs every rank's stack: one rank alone cannot show it."""
+    if report.cause != "network-suspect" or sum(1 for r in reports if r.wait_site) > 1:
+        return report
+    note = (
+        "insufficient evidence: only one rank's stack; a network fault shows as every rank "
+        "in the same call, which needs the peers' stacks too"
+    )
+    if not hang:
+        return TriageReport("unknown", ranks=reports, evidence=[note], reason=note)
+    report.cause = None
+    report.evidence = [note, *report.evidence[1:]]
+    return report
+
+
+def _watchdog_notes(logs: LogEvidence, report: TriageReport) -> list[str]:
+    """SGLang's watchdog fires in the rank that waits, which need not be the culprit."""
+    fired = [ln for ln in logs.hang_lines if sig.watchdog_kind(ln.text) == "scheduler"]
+    if not fired or report.kind != "hang":
+        return []
+    ranks = sorted({ln.rank.label for ln in fired if ln.rank}) or ["a rank"]
+    return [
+        f"SGLang's watchdog fired on {', '.join(ranks)}: the rank(s) that waited, not "
+        "necessarily the culprit"
+    ]
+
+
+def _stack_context(ranks: list[RankSamples]) -> Context:
+    ctx = Context()
+    for rs in ranks:
+        for dump in rs.dumps[-1:]:
+            for thread in dump.threads:
+                frames = [f.name for f in thread.frames]
+                ctx = ctx | sig.frames_context(frames, [f.filename for f in thread.frames])
+    return ctx

@@ -28,14 +28,15 @@ def _describe(pids: list[int]) -> list[RankSamples]:
         try:
             proc = describe_pid(pid)
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            out.append(RankSamples(RankId(tp=len(out)), pid, None, error=f"no such process: {pid}"))
+            rank, unnamed = RankId(anon=unnamed), unnamed + 1
+            out.append(RankSamples(rank, pid, None, error=f"no such process: {pid}"))
             continue
         except psutil.AccessDenied:
             proc = None
         title = proc.title if proc else None
         rank = rank_from_title(title)
         if rank is None:
-            rank, unnamed = RankId(tp=unnamed), unnamed + 1
+            rank, unnamed = RankId(anon=unnamed), unnamed + 1
         out.append(RankSamples(rank, pid, title))
     return _dedupe(out)
 
@@ -149,7 +150,7 @@ def load_dumps(folder: Path) -> list[RankSamples]:
     unnamed = 0
     for _, dump in sorted(order, key=lambda x: x[0]):
         if dump.rank is None:
-            dump.rank, unnamed = RankId(tp=500 + unnamed), unnamed + 1
+            dump.rank, unnamed = RankId(anon=unnamed), unnamed + 1
         rs = by_rank.setdefault(dump.rank, RankSamples(dump.rank, dump.pid, dump.title))
         rs.dumps.append(dump)
     return sorted(by_rank.values(), key=lambda rs: rs.rank.key)

@@ -5,33 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hicache_diag.rules import signatures as sig
+from hicache_diag.rules.signatures import SHAPE_RE, Context
 from hicache_diag.triage.logs import LogException
-
-# PyTorch's view() text (RoPE's `query.view(N, -1, D)`): groups N, D, M.
-SHAPE_RE = re.compile(r"shape '\[(\d+), -1, (\d+)\]' is invalid for input of size (\d+)")
-_SIZE_MISMATCH = re.compile(
-    r"Size mismatch for shape#\d+\('\w+'\): expected (\d+) but got (\d+)"
-    r"|The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"
-)
-_BOOKKEEPING_FRAMES = frozenset(
-    {
-        "writing_check",
-        "loading_check",
-        "_finish_write_through_ack",
-        "finish_write_through_ack",
-        "check_hicache_events",
-        "_drain_ack_prefetch",
-        "handle_prefetch_result",
-        "_handle_prefetch_result",
-        "check_prefetch_progress",
-    }
-)
-_B_TEXTS = (
-    "pop from empty list",
-    "pop from an empty deque",
-    "duplicate-reclaim victims diverged",
-    "Found rank divergence",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,18 +18,10 @@ class CrashFinding:
     evidence: list[str]
 
 
-def is_bookkeeping(exc: LogException) -> bool:
-    """Form B: an ack or in-flight entry consumed that this rank never had."""
-    if any(t in exc.text for t in _B_TEXTS):
-        return True
-    # KeyError on the in-flight dicts (ongoing_write_through / ongoing_load_back) is form B too.
-    return exc.exc_type.endswith("KeyError") and bool(_BOOKKEEPING_FRAMES.intersection(exc.frames))
-
-
-def crash_form(exc: LogException) -> str | None:
-    if SHAPE_RE.search(exc.text) or _SIZE_MISMATCH.search(exc.text):
-        return "A"
-    return "B" if is_bookkeeping(exc) else None
+def crash_form(exc: LogException, ctx: Context | None = None) -> str | None:
+    """The rule book's form for one logged exception in its log's context."""
+    here = sig.frames_context(exc.frames, exc.files) | (ctx or Context())
+    return sig.crash_form(exc.text, exc.frames, here)
 
 
 def decode_shape(text: str, num_heads: int | None = None) -> str | None:
@@ -94,15 +62,24 @@ def _order_key(exc: LogException) -> tuple[str, int, str, int]:
     return (exc.ts or "9999", 0, exc.source, exc.lineno)
 
 
-def find_crash(exceptions: list[LogException], num_heads: int | None) -> CrashFinding | None:
+def find_crash(
+    exceptions: list[LogException], num_heads: int | None, ctx: Context | None = None
+) -> CrashFinding | None:
     """The first non-cascade, non-timeout exception in time is the root; the rest is secondary."""
-    # Ctrl-C / SIGQUIT exits alone say "interrupted", not "crashed".
-    real = [e for e in exceptions if not e.is_timeout and not e.is_signal_exit]
+    # Ctrl-C / SIGQUIT exits alone say "interrupted", not "crashed"; an abort after a timeout
+    # (NCCL's watchdog terminates the process) is the timeout's consequence.
+    timed_out = any(e.is_timeout for e in exceptions)
+    real = [
+        e
+        for e in exceptions
+        if not e.is_timeout and not e.is_signal_exit and not (timed_out and e.fatal_signal)
+    ]
     if not real:
         return None
     roots = sorted((e for e in real if not e.is_cascade), key=_order_key)
     cascades = sorted((e for e in real if e.is_cascade), key=_order_key)
-    if not roots:
+    if cascades and all(e.is_incomplete for e in roots):
+        roots = []  # a cut-short traceback beside the cascade may well be more of it
         first = cascades[0]
         note = "only cascade errors (a peer closed the connection): the root crash is elsewhere"
         return CrashFinding(None, first, cascades[1:], [note])
@@ -115,7 +92,7 @@ def find_crash(exceptions: list[LogException], num_heads: int | None) -> CrashFi
     for exc in others:
         evidence.append(f"secondary ({'cascade' if exc.is_cascade else 'later'}): "
                         f"{_where(exc)}: {exc.text}")  # fmt: skip
-    return CrashFinding(crash_form(root), root, others, evidence)
+    return CrashFinding(crash_form(root, ctx), root, others, evidence)
 
 
 def _where(exc: LogException) -> str:

@@ -23,15 +23,23 @@ class RankId:
     attn_cp: int | None = None
     moe_dp: int | None = None
     ep: int | None = None
+    anon: int | None = None  # a process nothing names (no title, no prefix): `rank ?`
+
+    @property
+    def known(self) -> bool:
+        return self.anon is None
 
     @property
     def key(self) -> tuple[int, ...]:
-        """Sort key that tolerates absent tokens (None never compares with int)."""
+        """Sort key that tolerates absent tokens (None never compares with int); unnamed last."""
         opt = (self.dp, self.attn_cp, self.moe_dp, self.ep)
-        return (self.dp or 0, self.pp, self.tp, *(-1 if v is None else v for v in opt))
+        head = (1, self.anon) if self.anon is not None else (0, 0)
+        return (*head, self.dp or 0, self.pp, self.tp, *(-1 if v is None else v for v in opt))
 
     @property
     def label(self) -> str:
+        if self.anon is not None:  # never an invented PP/TP
+            return "rank ?" if self.anon == 0 else f"rank ?{self.anon + 1}"
         parts = [f"DP{self.dp}"] if self.dp is not None else []
         parts.append(f"PP{self.pp}")
         if self.attn_cp is not None:
@@ -57,6 +65,13 @@ def parse_rank_tokens(text: str) -> RankId | None:
 
 def is_scheduler_title(cmdline: str) -> bool:
     return cmdline.startswith(TITLE_PREFIXES)
+
+
+def is_component_title(title: str | None) -> bool:
+    """Another named SGLang (or our) process: `sglang::data_parallel_controller`,
+    `sglang::detokenizer`; its stack says nothing about a scheduler rank."""
+    head = (title or "").strip()
+    return head.startswith(("sglang::", "hicache-diag::")) and not is_scheduler_title(head)
 
 
 def rank_from_title(title: str | None) -> RankId | None:

@@ -10,7 +10,8 @@ from typing import Any
 from hicache_diag.triage.discover import RankId, parse_rank_tokens, rank_from_title
 
 _PROCESS = re.compile(r"^Process (\d+): (.*)$")
-_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \((\w+)\)(?:: "(.*)")?')
+# py-spy's status: `idle`, `active`, `gil`, `active+gil` (the thread holds the GIL).
+_THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \(([\w+]+)\)(?:: "(.*)")?')
 # Frames are indented 4 spaces; `--locals` adds deeper "Arguments:" / "name: value" lines.
 _PYSPY_FRAME = re.compile(r"^\s{1,6}(\S.*?) \((.+?)(?::(\d+))?\)\s*$")
 _FH_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\)")
@@ -132,11 +133,32 @@ def parse_pyspy_text(lines: list[str], source: str) -> list[RankDump]:
                 current = RankDump(None, None, None, [], source)
                 dumps.append(current)
             tid = int(m.group(1), 16) if m.group(1).startswith("0x") else int(m.group(1))
-            thread = (m.group(3), m.group(2) == "active", [], tid)
+            status = m.group(2).split("+")
+            thread = (m.group(3), "active" in status or "gil" in status, [], tid)
         elif thread is not None and (m := _PYSPY_FRAME.match(line)):
             thread[2].append(Frame(m.group(1), m.group(2), int(m.group(3) or 0)))
     close_thread()
     return [d for d in dumps if d.threads]
+
+
+# A paste that kept only a thread's frames (`all_reduce (torch/distributed/...py:3075)`), often
+# re-indented by hand: one thread, innermost first, as py-spy printed it.
+_BARE_FRAME = re.compile(r"^\s{0,8}([\w<>.]+) \(([^()\s]+?):(\d+)\)\s*$")
+
+
+def parse_bare_frames(lines: list[str], source: str) -> RankDump | None:
+    """Frames with no `Thread` header; None unless every non-blank line is such a frame."""
+    frames = []
+    for line in lines:
+        if not line.strip():
+            continue
+        m = _BARE_FRAME.match(line)
+        if not m:
+            return None
+        frames.append(Frame(m.group(1), m.group(2), int(m.group(3))))
+    if len(frames) < 2:
+        return None
+    return RankDump(None, None, None, [ThreadStack(None, None, tuple(frames))], source)
 
 
 def parse_faulthandler(lines: list[str], source: str) -> RankDump | None:
@@ -186,7 +208,7 @@ def parse_dump_text(text: str, source: str) -> list[RankDump]:
     dumps = parse_pyspy_text(lines, source)
     if dumps:
         return dumps
-    fh = parse_faulthandler(lines, source)
+    fh = parse_faulthandler(lines, source) or parse_bare_frames(lines, source)
     return [fh] if fh else []
 
 

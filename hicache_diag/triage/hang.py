@@ -12,10 +12,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from hicache_diag.rules.wait_sites import (
+    COMM_KINDS,
+    HICACHE_KINDS,
+    WaitKind,
+    classify_thread,
+    is_exiting,
+)
 from hicache_diag.triage.discover import RankId
 from hicache_diag.triage.dumps import RankDump
 from hicache_diag.triage.report import RankReport
-from hicache_diag.triage.wait_sites import COMM_KINDS, HICACHE_KINDS, WaitKind, classify_thread
 
 _IDLE_KINDS = frozenset({WaitKind.IDLE.value, WaitKind.REQUEST.value})
 _SEND_SITES = frozenset({"pp-send", "p2p-send"})
@@ -61,9 +67,14 @@ def analyse_rank(rs: RankSamples, pp_size: int, tp_size: int) -> RankReport:
         exited = rs.error is not None and "no such process" in rs.error
         state = "exited" if exited else "unknown"
         return RankReport(rs.rank, rs.pid, rs.title, role, state, None, error=rs.error)
-    sites = [classify_thread(d.main_thread()) for d in rs.dumps]
     last = rs.dumps[-1].main_thread()
     frames = [f.short for f in last.frames] if last else []
+    if is_exiting(last):
+        # A dump taken while the process exits (interpreter shutdown, SIGQUIT handler): a
+        # post-mortem picture, never a live sample (never busy, never a wait site).
+        note = "post-mortem: the dump was taken while the process was exiting"
+        return RankReport(rs.rank, rs.pid, rs.title, role, "exited", None, frames, error=note)
+    sites = [classify_thread(d.main_thread()) for d in rs.dumps]
     progressed = None
     if len(rs.dumps) > 1:
         sigs = {d.main_thread().signature if d.main_thread() else () for d in rs.dumps}

@@ -11,8 +11,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hicache_diag.rules import signatures as sig
+from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.discover import RankId, parse_rank_tokens
-from hicache_diag.triage.dumps import RankDump, parse_pyspy_text
+from hicache_diag.triage.dumps import RankDump, parse_faulthandler, parse_pyspy_text
+from hicache_diag.triage.lines import normalise
 
 _PREFIX = re.compile(
     r"^\[(?:(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\s*)?"
@@ -24,38 +27,28 @@ _FRAME = re.compile(r'^\s+File "(.+?)", line (\d+), in (.+)$')
 _EXC_LINE = re.compile(
     r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)?)(?::\s?(.*))?$"
 )
+# An exception line with no traceback above it (a logger that printed only `str(e)` with its
+# type, a paste that kept the last line): `torch.distributed.DistBackendError: ...`.
+_BARE_EXC = re.compile(
+    r"^(?P<type>(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception))(?::\s(?P<msg>.*))?$"
+)
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '(.+?)'")
 _WHAT = re.compile(r"^\s*what\(\):\s*(.*)$")
-_THREAD_EXC = re.compile(r"Exception in thread (.+?):")
+_THREAD_EXC = re.compile(r"Exception in thread (.+?):\s*$|Exception in thread (.+?):(?= Traceback)")
 _PYSPY = re.compile(r"Pyspy dump for PID (\d+)")
+_PYSPY_PROCESS = re.compile(r"^Process \d+: ")
+_PYSPY_ERROR = re.compile(r"Pyspy failed (?:\(.*?--pid (?P<pid>\d+)\)|to dump PID (?P<pid2>\d+))")
+_FH_START = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):?")
+_FH_BODY = re.compile(
+    r'^(?:\s+File "|\s*$|(?:Current thread|Thread) 0x|Extension modules:|  <no Python frame>)'
+)
+# py-spy's stderr when it cannot read a process for reasons that say nothing about the target.
+_PYSPY_TOOLING = re.compile(
+    r"not found|No such file|Permission denied|Operation not permitted", re.I
+)
 
-HANG_PATTERNS = (
-    re.compile(r"watchdog timeout", re.I),
-    re.compile(r"Watchdog caught collective operation timeout"),
-    re.compile(r"Timed out waiting \d+ms for (?:recv|send)"),
-    re.compile(r"Exception \(either an error or timeout\) detected by watchdog"),
-    re.compile(r"DistBackendError.*(?:timeout|Timed out)", re.I),
-)
-CASCADE_PATTERNS = (
-    re.compile(r"Connection closed by peer"),
-    re.compile(r"Connection reset by peer"),
-    re.compile(r"Broken pipe"),
-    re.compile(r"ECONNRESET|Socket closed"),
-    re.compile(r"NCCL communicator was aborted"),
-    re.compile(r"Received sigquit from a child process"),
-    re.compile(r"kill_process_tree called"),
-    re.compile(r"Subprocess .+ crashed with exit code"),  # the parent noticing, not the cause
-)
-# Fatal one-liners with no traceback: the rank consensus checker calls os._exit(1) after this.
-FATAL_PATTERNS = (
-    re.compile(r"Found rank divergence for \d+ event"),
-    re.compile(r"Subprocess .+ crashed with exit code"),  # SGLang's SubprocessWatchdog
-)
-PROGRESS = re.compile(
-    r"(?:Prefill|Decode) batch[,.]|#running-req|gen throughput|The server is fired up", re.I
-)
-# Exits that follow a signal (the watchdog's SIGQUIT, Ctrl-C): never a root cause.
-_SIGNAL_EXITS = frozenset({"KeyboardInterrupt", "SystemExit"})
+PROGRESS = sig.PROGRESS
+_CUT_SHORT = "traceback cut short"
 
 
 @dataclass(slots=True)
@@ -71,6 +64,8 @@ class LogException:
     frames: list[str] = field(default_factory=list)  # function names, outermost first
     thread: str | None = None  # set for `Exception in thread ...`
     last_frame: str | None = None  # the innermost frame, `func (file.py:line)`
+    files: list[str] = field(default_factory=list)  # the frames' file names
+    fatal_signal: bool = False  # `Fatal Python error` (SIGSEGV/SIGABRT) or a C++ terminate
 
     @property
     def text(self) -> str:
@@ -78,15 +73,25 @@ class LogException:
 
     @property
     def is_signal_exit(self) -> bool:
-        return self.exc_type.rsplit(".", 1)[-1] in _SIGNAL_EXITS
+        return self.exc_type.rsplit(".", 1)[-1] in sig.SIGNAL_EXITS
 
     @property
     def is_cascade(self) -> bool:
-        return self.is_signal_exit or any(p.search(self.text) for p in CASCADE_PATTERNS)
+        return self.is_signal_exit or sig.is_cascade(self.text)
 
     @property
     def is_timeout(self) -> bool:
-        return any(p.search(self.text) for p in HANG_PATTERNS)
+        return sig.is_timeout(self.text)
+
+    @property
+    def is_incomplete(self) -> bool:
+        """A traceback whose exception line is missing (the paste or the log stops early)."""
+        return self.message == _CUT_SHORT
+
+    @property
+    def is_thread_death(self) -> bool:
+        """`Exception in thread X`: one thread died, the process (and its scheduler) lives on."""
+        return self.thread is not None and self.thread != "MainThread"
 
 
 @dataclass(slots=True)
@@ -99,21 +104,51 @@ class LogLine:
 
 
 @dataclass(slots=True)
+class PyspyFailure:
+    """py-spy could not read a process: `stopped` when it could not suspend it (SIGSTOP, stuck
+    in the kernel), not when py-spy was missing or lacked ptrace rights."""
+
+    rank: RankId | None
+    pid: int | None
+    reason: str
+    stopped: bool
+    line: LogLine
+
+
+@dataclass(slots=True)
 class LogEvidence:
     exceptions: list[LogException] = field(default_factory=list)
-    hang_lines: list[LogLine] = field(default_factory=list)
+    hang_lines: list[LogLine] = field(default_factory=list)  # timeouts: hang evidence
+    soft_lines: list[LogLine] = field(default_factory=list)  # soft / other components' watchdogs
+    debug_lines: list[LogLine] = field(default_factory=list)  # `Scheduler debug info:`
     cascade_lines: list[LogLine] = field(default_factory=list)
     progress_lines: list[LogLine] = field(default_factory=list)
+    pyspy_failures: list[PyspyFailure] = field(default_factory=list)
     dumps: list[RankDump] = field(default_factory=list)
+    ranks_seen: dict[RankId, LogLine] = field(default_factory=dict)  # rank -> its last line
+    context: Context = Context()
+    noise: int = 0  # benign lines known not to be failures
     recognised: int = 0  # lines that matched anything we know
 
     def extend(self, other: LogEvidence) -> None:
         self.exceptions += other.exceptions
         self.hang_lines += other.hang_lines
+        self.soft_lines += other.soft_lines
+        self.debug_lines += other.debug_lines
         self.cascade_lines += other.cascade_lines
         self.progress_lines += other.progress_lines
+        self.pyspy_failures += other.pyspy_failures
         self.dumps += other.dumps
+        self.ranks_seen.update(other.ranks_seen)
+        self.context = self.context | other.context
+        self.noise += other.noise
         self.recognised += other.recognised
+
+    @property
+    def hang_signal(self) -> bool:
+        """A timeout, or SGLang's hard scheduler watchdog's debug block (a soft watchdog prints
+        the same block and then only its soft timeout line)."""
+        return bool(self.hang_lines) or (bool(self.debug_lines) and not self.soft_lines)
 
 
 @dataclass(slots=True)
@@ -121,24 +156,30 @@ class _Ctx:
     rank: RankId | None = None
     ts: str | None = None
     thread: str | None = None  # from `Exception in thread X:`, the line before its traceback
+    noise_next: bool = False  # `Ignore import error ...` logged with its traceback
 
 
-def _split_prefix(line: str, ctx: _Ctx) -> tuple[str, bool]:
+def _split_prefix(line: str, ctx: _Ctx, ev: LogEvidence) -> tuple[str, bool]:
     """Strip a `[ts PP TP]` prefix, remembering its rank and time for the lines that follow."""
     m = _PREFIX.match(line)
     if not m or not (m.group("ts") or m.group("tokens")):
-        nccl = _NCCL_RANK.search(line)
-        if nccl and line.startswith("[rank"):
+        if line.startswith("[rank") and _NCCL_RANK.search(line):
             ctx.rank = None  # a global rank number; PP/TP unknown without the topology
         return line, False
     ctx.ts = m.group("ts") or ctx.ts
-    ctx.rank = parse_rank_tokens(m.group("tokens")) if m.group("tokens") else ctx.rank
+    if m.group("tokens"):
+        ctx.rank = parse_rank_tokens(m.group("tokens"))
+        if "PP" in m.group("tokens"):
+            ev.context = ev.context | Context(pp=True)
+    else:
+        ctx.rank = None  # the launcher / tokenizer process: no rank tokens
     return m.group("msg"), True
 
 
 @dataclass(slots=True)
 class _Traceback:
     frames: list[str]
+    files: list[str]
     exc_type: str
     message: str
     end: int  # index of its last line
@@ -148,23 +189,26 @@ class _Traceback:
 def _read_traceback(lines: list[str], start: int) -> _Traceback:
     """Frames, exception type and message of the traceback whose header is at `start`."""
     frames: list[str] = []
+    files: list[str] = []
     last: re.Match[str] | None = None
     i = start + 1
     while i < len(lines):
         raw = lines[i]
         if m := _FRAME.match(raw):
             frames.append(m.group(3).strip())
+            files.append(m.group(1))
             last = m
         elif raw.startswith(("During handling", "The above exception", _TRACEBACK)) or not raw:
             pass
         elif not raw[0].isspace():
             where = f"{last[3].strip()} ({last[1].rsplit('/', 1)[-1]}:{last[2]})" if last else None
-            m = _EXC_LINE.match(raw.strip())
+            text = _PREFIX.sub(r"\g<msg>", raw).strip() if _PREFIX.match(raw) else raw.strip()
+            m = _EXC_LINE.match(text)
             if m:
-                return _Traceback(frames, m.group(1), (m.group(2) or "").strip(), i, where)
-            return _Traceback(frames, raw.strip()[:80], "", i, where)
+                return _Traceback(frames, files, m.group(1), (m.group(2) or "").strip(), i, where)
+            return _Traceback(frames, files, text[:80], "", i, where)
         i += 1
-    return _Traceback(frames, "UnknownError", "traceback cut short", i - 1, None)
+    return _Traceback(frames, files, "UnknownError", _CUT_SHORT, i - 1, None)
 
 
 def _read_pyspy(lines: list[str], start: int, source: str, ctx: _Ctx) -> tuple[list[RankDump], int]:
@@ -172,28 +216,23 @@ def _read_pyspy(lines: list[str], start: int, source: str, ctx: _Ctx) -> tuple[l
     end = start + 1
     while end < len(lines) and not _PREFIX.match(lines[end]):
         end += 1
-    dumps = parse_pyspy_text(lines[start + 1 : end], source)
+    dumps = parse_pyspy_text(lines[start:end], source)
     for dump in dumps:
         if dump.rank is None:
             dump.rank = ctx.rank
     return dumps, end - 1
 
 
-# Prefixes a log collector adds to every line: journald/syslog (`Jul 01 18:00:57 host
-# python3[123]: `) and RFC 3339 stamps (`kubectl logs --timestamps`, `docker logs -t`).
-_CARRIER = re.compile(
-    r"^(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [^:\s]+(?:\[\d+\])?: "
-    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? )"
-)
-
-
 def parse_log_lines(lines: list[str], source: str) -> LogEvidence:
-    lines = [_CARRIER.sub("", ln.rstrip("\n"), count=1) for ln in lines]
+    lines = normalise(lines)
     ev = LogEvidence()
     ctx = _Ctx()
     i = 0
     while i < len(lines):
-        msg, prefixed = _split_prefix(lines[i].rstrip("\n"), ctx)
+        msg, prefixed = _split_prefix(lines[i], ctx, ev)
+        if prefixed and ctx.rank is not None:
+            ev.ranks_seen[ctx.rank] = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
+        ev.context = ev.context | sig.text_context(msg)
         i = _consume(lines, i, msg, prefixed, source, ctx, ev) + 1
     return ev
 
@@ -202,23 +241,37 @@ def _consume(
     lines: list[str], i: int, msg: str, prefixed: bool, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int:
     """Record what line i says; return the last line index it used."""
-    for handler in (_on_traceback, _on_terminate, _on_pyspy, _on_fatal):
+    if sig.is_noise(msg):
+        ev.noise += 1
+        ctx.noise_next = True
+        return i
+    if not msg.strip().startswith("Traceback"):
+        ctx.noise_next = False  # only the very next line can be the noise's own traceback
+    handlers = (_on_traceback, _on_terminate, _on_pyspy, _on_pyspy_error, _on_faulthandler,
+                _on_fatal, _on_bare_exception)  # fmt: skip
+    for handler in handlers:
         end = handler(lines, i, msg, source, ctx, ev)
         if end is not None:
             ev.recognised += 1
+            ctx.noise_next = False
             return end
     if thread := _THREAD_EXC.search(msg):
-        ctx.thread = thread.group(1)
+        ctx.thread = thread.group(1) or thread.group(2)
+        ev.recognised += 1
         return i
     line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
-    for patterns, bucket in ((HANG_PATTERNS, ev.hang_lines), (CASCADE_PATTERNS, ev.cascade_lines)):
-        if any(p.search(msg) for p in patterns):
-            bucket.append(line)
-            ev.recognised += 1
-            return i
-    if PROGRESS.search(msg):
+    if (kind := sig.watchdog_kind(msg)) or sig.is_timeout(msg):
+        (ev.soft_lines if kind == "soft" else ev.hang_lines).append(line)
+    elif (m := sig.DEBUG_INFO.match(msg.strip())) and m["who"] == "Scheduler":
+        ev.debug_lines.append(line)
+    elif sig.is_cascade(msg):
+        ev.cascade_lines.append(line)
+    elif PROGRESS.search(msg):
         ev.progress_lines.append(line)
-    ev.recognised += int(prefixed or bool(PROGRESS.search(msg)))
+    else:
+        ev.recognised += int(prefixed)
+        return i
+    ev.recognised += 1
     return i
 
 
@@ -228,14 +281,18 @@ def _on_traceback(
     if _TRACEBACK not in msg:
         return None
     tb = _read_traceback(lines, i)
+    if ctx.noise_next:  # `Ignore import error when loading ...` with its traceback: benign
+        ev.noise += 1
+        return tb.end
     thread = _THREAD_EXC.search(msg)
-    name = thread.group(1) if thread else ctx.thread
+    name = (thread.group(1) or thread.group(2)) if thread else ctx.thread
     ev.exceptions.append(
         LogException(
             ctx.rank, ctx.ts, source, i + 1, tb.exc_type, tb.message, tb.frames, name,
-            tb.last_frame,
+            tb.last_frame, tb.files,
         )
     )  # fmt: skip
+    ev.context = ev.context | sig.frames_context(tb.frames, tb.files)
     ctx.thread = None
     return tb.end
 
@@ -249,29 +306,111 @@ def _on_terminate(
     what = _WHAT.match(lines[i + 1]) if i + 1 < len(lines) else None
     exc_type = m.group(1).rsplit("::", 1)[-1]
     text = what.group(1).strip() if what else "terminate called"
-    ev.exceptions.append(LogException(ctx.rank, ctx.ts, source, i + 1, exc_type, text))
+    exc = LogException(ctx.rank, ctx.ts, source, i + 1, exc_type, text, fatal_signal=True)
+    ev.exceptions.append(exc)
     return i + 1 if what else i
 
 
 def _on_pyspy(
     lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
-    if not (m := _PYSPY.search(msg)):
+    m = _PYSPY.search(msg)
+    if not m and not _PYSPY_PROCESS.match(msg):
         return None
-    dumps, end = _read_pyspy(lines, i, source, ctx)
+    dumps, end = _read_pyspy(lines, i if not m else i + 1, source, ctx)
+    if not dumps and not m:
+        return None
     for dump in dumps:
-        dump.pid = dump.pid or int(m.group(1))
+        dump.pid = dump.pid or (int(m.group(1)) if m else None)
+        ev.context = ev.context | _dump_context(dump)
     ev.dumps += dumps
+    return max(end, i)
+
+
+def _dump_context(dump: RankDump) -> Context:
+    main = dump.main_thread()
+    if main is None:
+        return Context()
+    return sig.frames_context([f.name for f in main.frames], [f.filename for f in main.frames])
+
+
+def _on_pyspy_error(
+    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+) -> int | None:
+    """`Pyspy failed (py-spy dump --pid N). Error: ...` (py-spy's stderr may follow on its own
+    lines) and `All pyspy dump attempts failed for PID N.`"""
+    err = _PYSPY_ERROR.search(msg)
+    final = sig.PYSPY_FAILED.search(msg)
+    if not err and not final:
+        return None
+    end = i
+    text = msg
+    while end + 1 < len(lines) and not _PREFIX.match(lines[end + 1]) and end - i < 6:
+        nxt = lines[end + 1]
+        if _TRACEBACK in nxt or _PYSPY.search(nxt):
+            break
+        text += " " + nxt.strip()
+        end += 1
+    pid_text = (err and (err["pid"] or err["pid2"])) or (final and final["pid"])
+    pid = int(pid_text) if pid_text else None
+    earlier = [f for f in ev.pyspy_failures if f.pid == pid and f.rank == ctx.rank]
+    tooling = bool(_PYSPY_TOOLING.search(text)) or any(
+        _PYSPY_TOOLING.search(f.reason) for f in earlier
+    )
+    stopped = "Failed to suspend" in text or (bool(final) and not tooling)
+    line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
+    ev.pyspy_failures.append(PyspyFailure(ctx.rank, pid, text.strip(), stopped, line))
+    return end
+
+
+def _on_faulthandler(
+    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+) -> int | None:
+    """faulthandler's blocks inside a log: after `Fatal Python error`, after
+    `dump_traceback_later`'s `Timeout (0:05:00)!`, or on SIGUSR1."""
+    fatal = sig.FATAL_PYTHON.match(msg.strip())
+    timeout = msg.strip().startswith("Timeout (") and sig.is_timeout(msg.strip())
+    if not (fatal or timeout or _FH_START.match(msg.strip())):
+        return None
+    end = i
+    while end + 1 < len(lines) and (
+        _FH_BODY.match(lines[end + 1]) or _FH_START.match(lines[end + 1].strip())
+    ):
+        end += 1
+    line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
+    if fatal:
+        what = fatal["what"].strip()
+        exc = LogException(ctx.rank, ctx.ts, source, i + 1, "Fatal Python error", what)
+        exc.fatal_signal = True
+        ev.exceptions.append(exc)
+    elif timeout:
+        ev.hang_lines.append(line)
+    block = [msg.strip()] + lines[i + 1 : end + 1]
+    if dump := parse_faulthandler(block, source):
+        dump.rank = ctx.rank
+        ev.dumps.append(dump)
     return end
 
 
 def _on_fatal(
     lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
-    if not any(p.search(msg) for p in FATAL_PATTERNS):
+    if not any(p.search(msg) for p in sig.FATAL_PATTERNS):
         return None
     kind = "RankDivergence" if "rank divergence" in msg else "SubprocessCrash"
     ev.exceptions.append(LogException(ctx.rank, ctx.ts, source, i + 1, kind, msg.strip()))
+    return i
+
+
+def _on_bare_exception(
+    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+) -> int | None:
+    """`RuntimeError: ...` on a line of its own with no `Traceback` header above it."""
+    if msg[:1].isspace() or not (m := _BARE_EXC.match(msg.strip())):
+        return None
+    exc = LogException(ctx.rank, ctx.ts, source, i + 1, m["type"], (m["msg"] or "").strip())
+    exc.thread, ctx.thread = ctx.thread, None
+    ev.exceptions.append(exc)
     return i
 
 

@@ -24,6 +24,10 @@ PTRACE_HINT = (
     "or set kernel.yama.ptrace_scope=0"
 )
 NOT_INSTALLED = "py-spy not installed (pip install py-spy)"
+STOPPED = (
+    "py-spy could not suspend the process ({status}): it is stopped (SIGSTOP, a debugger) or "
+    "stuck in the kernel"
+)
 
 
 @dataclass(slots=True)
@@ -56,6 +60,8 @@ def classify_error(pid: int, stderr: str, returncode: int) -> str:
         return _denied(pid)
     if not psutil.pid_exists(pid) or "no such process" in text:
         return f"no such process: {pid}"
+    if "failed to suspend process" in text:
+        return STOPPED.format(status=_status(pid))
     if "python version" in text or "python interpreter" in text or "not a python" in text:
         return f"not a Python process: {pid}"
     if "no such file or directory" in text:
@@ -76,6 +82,13 @@ def _denied(pid: int) -> str:
     if any(k in what.lower() for k in ("python", "::scheduler", "sglang", "hicache")):
         return PTRACE_HINT
     return f"not a Python process: {pid} ({what}); give the scheduler processes' pids"
+
+
+def _status(pid: int) -> str:
+    try:
+        return str(psutil.Process(pid).status())
+    except psutil.Error:
+        return "state unknown"
 
 
 def _command(binary: str, pid: int, native: bool) -> list[str]:

@@ -31,8 +31,8 @@ class RankReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "pp": self.rank.pp,
-            "tp": self.rank.tp,
+            "pp": self.rank.pp if self.rank.known else None,
+            "tp": self.rank.tp if self.rank.known else None,
             "label": self.rank.label,
             "pid": self.pid,
             "title": self.title,
@@ -67,12 +67,12 @@ class TriageReport:
 
     @property
     def exit_code(self) -> ExitCode:
-        """DESIGN §4: hang 12, A 10, B 11, healthy/busy 0; `unknown` means the inputs told us
-        nothing usable, which is bad input (2); a crash of another form cannot be placed (1)."""
+        """DESIGN §4: hang 12, A 10, B 11, a crash of another form 16, healthy/busy 0; `unknown`
+        (the evidence cannot decide) 3."""
         if self.kind in ("healthy", "busy"):
             return ExitCode.OK
         if self.kind == "unknown":
-            return ExitCode.BAD_INPUT
+            return ExitCode.UNDECIDED
         outcome = Outcome.HANG if self.kind == "hang" else Outcome.CRASH
         return exit_code_for(outcome, CrashForm(self.form) if self.form else None)
 
@@ -80,7 +80,8 @@ class TriageReport:
         culprit = None
         if self.culprit is not None:
             c = self.culprit
-            culprit = {"pp": c.rank.pp, "tp": c.rank.tp, "pid": c.pid, "label": c.rank.label}
+            pp, tp = (c.rank.pp, c.rank.tp) if c.rank.known else (None, None)
+            culprit = {"pp": pp, "tp": tp, "pid": c.pid, "label": c.rank.label}
         return {
             "schema": TRIAGE_SCHEMA,
             "kind": self.kind,

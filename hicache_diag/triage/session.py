@@ -64,16 +64,15 @@ def _live_pids(req: TriageRequest) -> list[int]:
     return pids
 
 
-def _read_logs(paths: tuple[Path, ...], alone: bool) -> LogEvidence:
+def _read_logs(paths: tuple[Path, ...]) -> LogEvidence:
     evidence = LogEvidence()
     for path in paths:
         try:
             evidence.extend(parse_log_file(path))
         except OSError as exc:
             raise UsageError(f"--logs {path}: cannot read ({exc.strerror or exc})") from None
-    if paths and alone and evidence.recognised == 0:
-        names = ", ".join(str(p) for p in paths)
-        raise UsageError(f"--logs {names}: no SGLang log line recognised (prefix, traceback, dump)")
+    # Text with nothing recognisable is undecided (kind unknown, exit 3), not bad input: the
+    # file was readable, it just says nothing we know.
     return evidence
 
 
@@ -100,5 +99,5 @@ def run_triage(req: TriageRequest) -> TriageReport:
         except UsageError:
             if not found:
                 raise
-    logs = _read_logs(req.logs + tuple(run_logs), alone=not ranks)
+    logs = _read_logs(req.logs + tuple(run_logs))
     return classify(ranks, logs, num_heads=req.num_heads)

@@ -41,7 +41,7 @@ SAMPLES = {
     "logs/nccl_timeout.log": (12, "hang", "C", None, None, None),
     "logs/healthy_busy.log": (0, "busy", None, None, None, None),
     # a real crash of our runtime (legacy protocol, host-alloc-fail on one TP rank): gloo aborts
-    # on the mismatched TP collective where NCCL would hang; a crash of no form A/B exits 1
+    # on the mismatched TP collective where NCCL would hang; a crash of no form A/B exits 16
     "logs/runtime_gloo_mismatch.log": (16, "crash", None, None, "PP0 TP0", None),
 }  # fmt: skip
 
@@ -135,7 +135,8 @@ def test_dump_dir_with_junk_and_unreadable_files(tmp_path, capsys):
 def test_logs_with_nothing_recognisable_or_missing(tmp_path, capsys):
     junk = tmp_path / "junk.log"
     junk.write_text("hello\nworld\n")
-    assert "no SGLang log line recognised" in one_line_error(["--logs", str(junk)], capsys)
+    exit_code, data = triage_json("--logs", str(junk))  # readable, says nothing: undecided
+    assert (exit_code, data["kind"]) == (3, "unknown")
     assert "cannot read" in one_line_error(["--logs", str(tmp_path / "none.log")], capsys)
 
 
@@ -152,7 +153,7 @@ def test_bad_numbers(capsys):
 
 def test_dead_pid_is_unknown_with_reason():
     exit_code, data = triage_json("--pid", str(2**22 + 4321))
-    assert exit_code == 2 and data["kind"] == "unknown"
+    assert exit_code == 3 and data["kind"] == "unknown"
     assert "no such process" in data["reason"]
 
 
@@ -162,7 +163,7 @@ def test_non_python_pid_is_unknown_with_reason(no_leftover_processes):
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         exit_code, data = triage_json("--pid", str(sleeper.pid), "--samples", "1")
-        assert exit_code == 2 and data["kind"] == "unknown"
+        assert exit_code == 3 and data["kind"] == "unknown"
         assert "not a Python process" in data["reason"]
         assert sleeper.poll() is None  # never signalled
     finally:
@@ -262,3 +263,20 @@ def test_a_run_directory_brings_its_rank_logs(tmp_path):
     (tmp_path / "rank1.log").write_text((LOGS / "form_b_pop_empty.log").read_text())
     exit_code, data = triage_json("--dumps", str(tmp_path))
     assert (exit_code, data["kind"], data["form"]) == (11, "crash", "B")
+
+
+def test_live_stopped_rank_is_named_the_culprit(no_leftover_processes):
+    """A rank stopped with SIGSTOP cannot be suspended by py-spy: its peers wait for it."""
+    import signal
+
+    with FakeCluster("pp-hang", 2) as cluster:
+        os.kill(cluster.pids[1], signal.SIGSTOP)
+        try:
+            pids = [a for pid in cluster.pids for a in ("--pid", str(pid))]
+            exit_code, data = triage_json(*pids, "--interval", "0.2")
+        finally:
+            os.kill(cluster.pids[1], signal.SIGCONT)
+    assert (exit_code, data["kind"], data["cause"]) == (12, "hang", "straggler")
+    assert data["culprit"]["label"] == "PP1 TP0"
+    [row] = [r for r in data["ranks"] if r["label"] == "PP1 TP0"]
+    assert "could not suspend" in row["error"] and "stopped" in row["error"]

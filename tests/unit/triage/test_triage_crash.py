@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.crash import crash_form, decode_shape, find_crash
 from hicache_diag.triage.discover import RankId
 from hicache_diag.triage.logs import LogException
@@ -13,10 +14,13 @@ def exc(ts, exc_type, msg, pp=0, frames=()):
     return LogException(RankId(pp=pp), ts, "l", 1, exc_type, msg, list(frames))
 
 
+PP_HICACHE = Context(pp=True, hicache=True)
+
+
 def test_forms():
     a = exc("t", "RuntimeError", "shape '[65, -1, 64]' is invalid for input of size 827392")
-    assert crash_form(a) == "A"
-    assert crash_form(exc("t", "IndexError", "pop from empty list")) == "B"
+    assert crash_form(a, PP_HICACHE) == "A"
+    assert crash_form(exc("t", "IndexError", "pop from empty list"), PP_HICACHE) == "B"
     assert crash_form(exc("t", "KeyError", "17", frames=["writing_check"])) == "B"
     assert crash_form(exc("t", "KeyError", "17", frames=["tokenize"])) is None
     assert crash_form(exc("t", "ValueError", "bad")) is None
@@ -32,7 +36,7 @@ def test_decode_shape_with_and_without_heads():
 def test_root_is_first_non_cascade_even_if_cascade_logged_first():
     cascade = exc("2026-01-01 00:00:01", "RuntimeError", GLOO, pp=0)
     root = exc("2026-01-01 00:00:02", "IndexError", "pop from empty list", pp=1)
-    finding = find_crash([cascade, root], None)
+    finding = find_crash([cascade, root], None, PP_HICACHE)
     assert finding.root is root and finding.form == "B"
     assert finding.secondary == [cascade]
     assert any("secondary (cascade)" in e for e in finding.evidence)
@@ -49,8 +53,24 @@ def test_more_shape_and_bookkeeping_texts():
     a = exc(
         "t", "RuntimeError", "The size of tensor a (3013) must match the size of tensor b (1000)"
     )
-    assert crash_form(a) == "A"
-    assert crash_form(exc("t", "IndexError", "pop from an empty deque")) == "B"
+    assert crash_form(a, PP_HICACHE) == "A"
+    assert crash_form(exc("t", "IndexError", "pop from an empty deque"), PP_HICACHE) == "B"
+
+
+def test_forms_need_their_context():
+    """PyTorch's view() text and Python's empty pop are generic: without a PP pipeline or
+    HiCache's ack bookkeeping they are crashes of another form (exit 16)."""
+    a = exc("t", "RuntimeError", "shape '[65, -1, 64]' is invalid for input of size 827392")
+    assert crash_form(a) is None
+    assert crash_form(a, Context(pp=True)) == "A"
+    in_pp = exc("t", "RuntimeError", a.message, frames=["event_loop_pp", "forward"])
+    assert crash_form(in_pp) == "A"
+    assert crash_form(exc("t", "IndexError", "pop from empty list")) is None
+    assert crash_form(exc("t", "IndexError", "pop from empty list"), Context(hicache=True)) == "B"
+    elsewhere = exc("t", "IndexError", "pop from empty list", frames=["collate", "pop"])
+    assert crash_form(elsewhere, PP_HICACHE) is None
+    in_ack_check = exc("t", "IndexError", "pop from empty list", frames=["writing_check"])
+    assert crash_form(in_ack_check) == "B"
 
 
 def test_signal_exits_are_never_the_root():

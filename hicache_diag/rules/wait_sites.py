@@ -1,7 +1,11 @@
-"""Name where a thread waits, from a table of call-chain signatures.
+"""Name where a thread waits, from a table of call-chain signatures (the one wait-site table:
+triage and the run classifier both read it).
 
-The table covers SGLang's real chains (HiRadixCache and UnifiedRadixCache, scheduler_pp_mixin,
-parallel_state, utils/common) and hicache-diag's own runtime names. Frame names are matched
+The table covers SGLang 0.5.23's real chains (HiRadixCache and UnifiedRadixCache,
+scheduler_pp_mixin, parallel_state, utils/common) and hicache-diag's own runtime names; every
+name is either defined in SGLang 0.5.23, or listed in BUILTIN_NAMES (our runtime only),
+LIBRARY_NAMES (Python, torch, zmq) or NATIVE_NAMES (C/C++ frames of `py-spy --native`), and
+tests/unit/rules/test_names_in_sglang.py checks each against the source. Frame names are matched
 without leading underscores, so `_pp_sync` (SGLang) and `pp_sync` (ours) are one signature.
 Contextual rules (named functions) win over generic ones (a bare `recv` or `get`), searched from
 the innermost frame outwards, so the nearest meaningful caller names the site.
@@ -11,8 +15,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hicache_diag.triage.dumps import Frame, ThreadStack
+if TYPE_CHECKING:  # triage.dumps imports nothing from here; the import is for types only
+    from hicache_diag.triage.dumps import Frame, ThreadStack
 
 
 class WaitKind(str, enum.Enum):
@@ -54,7 +60,7 @@ _ACK_CHECKS = _s(
     "loading_check",
     "check_hicache_events",
     "is_load_back_event_done",
-    "finish_write_back",
+    "finish_write_back",  # ours
 )
 _HICACHE_SYNCS = _ACK_CHECKS | _s(
     "can_terminate_prefetch",
@@ -62,14 +68,11 @@ _HICACHE_SYNCS = _ACK_CHECKS | _s(
     "drain_storage_control_queues",
     "drain_storage_control_queues_impl",
     "query_storage_hit_length",
-    "sync_and_clamp_prefetch_result",
-    "bulk_check_prefetch_progress",
 )
 _OUTPUT_RECV = _s(
     "pp_recv_dict_from_prev_stage",
     "pp_send_recv_and_preprocess_output_tensors",
     "pp_commit_send_output_work_and_preprocess_output_tensors",
-    "recv_outputs",
     "pp_exchange_outputs",
 )
 _PROXY_RECV = _s("recv_tensor_dict", "pp_recv_typed_dict", "pp_recv_proxy_tensors")
@@ -89,7 +92,7 @@ _STORAGE_THREADS = _s(
 
 K = WaitKind
 CONTEXT_RULES: tuple[Signature, ...] = (
-    Signature("hicache-pp-sync-recv", K.HICACHE_COMM, _s("pp_sync", "pp_sync_recv")),
+    Signature("hicache-pp-sync-recv", K.HICACHE_COMM, _s("pp_sync")),
     Signature("hicache-pp-sync-drain", K.HICACHE_COMM, _s("drain_async_work")),
     Signature("hicache-tp-allreduce", K.HICACHE_COMM, _s("all_reduce_attn_groups")),
     Signature("hicache-tp-allreduce", K.HICACHE_COMM, _s("all_reduce_tp")),
@@ -108,7 +111,7 @@ CONTEXT_RULES: tuple[Signature, ...] = (
     Signature("storage-thread-idle", K.IDLE, _s("get"), _STORAGE_THREADS, "queue"),
     Signature("pp-output-recv", K.P2P, _s("recv_tensor_dict", "recv_object"), _OUTPUT_RECV),
     Signature("pp-output-recv", K.P2P, _s("pp_recv_typed_dict"), _OUTPUT_RECV),
-    Signature("pp-output-recv", K.P2P, _s("pp_recv_dict_from_prev_stage", "recv_outputs")),
+    Signature("pp-output-recv", K.P2P, _s("pp_recv_dict_from_prev_stage")),
     Signature("pp-proxy-recv", K.P2P, _s("recv_tensor_dict", "pp_recv_typed_dict")),
     Signature("pp-proxy-recv", K.P2P, _s("pp_recv_proxy_tensors")),
     Signature("pp-proxy-recv", K.P2P, _s("recv_object"), _PROXY_RECV),
@@ -120,7 +123,7 @@ CONTEXT_RULES: tuple[Signature, ...] = (
     Signature("request-broadcast", K.REQUEST, _s("broadcast_reqs_across_ranks")),
     Signature("request-recv", K.REQUEST, _s("point_to_point_pyobj"), _REQUESTS),
     Signature("pp-pyobj-p2p", K.P2P, _s("point_to_point_pyobj")),
-    Signature("idle-loop", K.IDLE, _s("on_idle", "self_check_during_idle", "maybe_sleep_on_idle")),
+    Signature("idle-loop", K.IDLE, _s("on_idle", "maybe_sleep_on_idle")),
     Signature("request-poll", K.IDLE, _s("recv_pyobj", "recv_multipart", "poll"), _REQUESTS),
 )
 
@@ -190,3 +193,59 @@ def classify_thread(thread: ThreadStack | None) -> WaitSite:
     if thread.active:
         return WaitSite("running", WaitKind.COMPUTE, thread.frames[0], tuple(names))
     return WaitSite("local-wait", WaitKind.OTHER, thread.frames[0], tuple(names))
+
+
+# Functions of a HiCache protocol wait, SGLang's and ours (sglang-internals §2, §7): the run
+# classifier names a hung rank by the innermost of these on its main thread.
+HICACHE_PROTOCOL_FUNCS = _s(
+    "check_hicache_events",
+    "writing_check",
+    "loading_check",
+    "pp_sync",
+    "drain_async_work",
+    "check_prefetch_progress",
+)
+RECEIVE_FUNCS = _s("recv", "irecv", "recv_bytes", "recv_object", "recv_tensor_dict")
+
+# A main thread in these is a process on its way out (interpreter shutdown, SGLang's SIGQUIT
+# handler killing its tree): a post-mortem picture, never a live sample.
+EXIT_FUNCS = _s(
+    "shutdown",
+    "kill_process_tree",
+    "launch_phase_sigquit_handler",
+    "running_phase_sigquit_handler",
+    "exit_function",
+)
+
+# Where each name of the tables comes from when SGLang 0.5.23 does not define it (a test scans
+# SGLang's source and our runtime's for every other name).
+BUILTIN_NAMES = _s(
+    "all_reduce_pp",
+    "all_reduce_tp",
+    "all_reduce_thread_group",
+    "apply_vote",
+    "pp_exchange_outputs",
+    "pp_loop_step",
+    "recv_pyobj_from_prev",
+    "finish_write_back",
+)
+LIBRARY_NAMES = _s(  # Python's stdlib, torch.distributed, pyzmq
+    "all_to_all", "irecv", "recv_bytes", "recv_multipart", "sleep", "acquire", "shutdown",
+    "exit_function",
+)  # fmt: skip
+NATIVE_NAMES = _s(  # C/C++ frames printed by `py-spy dump --native` (gloo, CUDA driver/runtime)
+    "waitRecv", "waitSend", "cuStreamSynchronize", "cudaStreamSynchronize", "cuEventSynchronize",
+)  # fmt: skip
+
+
+def table_names() -> frozenset[str]:
+    """Every function name the wait-site rules match on."""
+    names: set[str] = set()
+    for rule in CONTEXT_RULES + GENERIC_RULES + FALLBACK_RULES:
+        names |= rule.names | rule.outer
+    return frozenset(names | HICACHE_PROTOCOL_FUNCS | RECEIVE_FUNCS | EXIT_FUNCS)
+
+
+def is_exiting(thread: ThreadStack | None) -> bool:
+    """The thread is inside interpreter shutdown or SGLang's exit path."""
+    return thread is not None and any(normalize(f.name) in EXIT_FUNCS for f in thread.frames)

@@ -1,0 +1,74 @@
+"""Triage accuracy over the real-world corpus (samples/corpus): kind, form and culprit scores.
+
+Run from the project root:  python bench/triage_accuracy.py
+Each case is triaged offline through the same entry point as `hicache-diag triage --logs`
+(a folder case passes every file in it, as logs from several nodes); the expected verdicts and
+their provenance are in samples/corpus/expected.json and samples/corpus/README.md. Prints one
+line per case and the scores; exits 0 (the scores are figures, not a test: tests/corpus pins
+every verdict).
+"""
+
+from __future__ import annotations
+
+import sys
+
+# `python bench/x.py` puts bench/ first on sys.path, where bench/bisect.py would shadow the
+# standard library's bisect (imported by random, statistics): drop it before anything else.
+sys.path[:] = [p for p in sys.path if not p.rstrip("/").endswith("bench")]
+
+import json  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from hicache_diag.triage import TriageRequest, run_triage  # noqa: E402
+
+CORPUS = Path("samples/corpus")
+
+
+def triage_case(path: Path, mode: str) -> dict:
+    """`mode` "dumps": the folder is a dump directory (`--dumps`); else log files (`--logs`)."""
+    if mode == "dumps":
+        report = run_triage(TriageRequest(dumps=(path,)))
+    else:
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        report = run_triage(TriageRequest(logs=tuple(files)))
+    data = report.to_json()
+    culprit = data["culprit"]["label"] if data["culprit"] else None
+    return {
+        "kind": data["kind"],
+        "form": data["form"],
+        "culprit": culprit,
+        "exit": data["exit_code"],
+    }
+
+
+def main() -> int:
+    if not CORPUS.is_dir():
+        print("run from the project root: samples/corpus not found", file=sys.stderr)
+        return 2
+    expected = json.loads((CORPUS / "expected.json").read_text())["cases"]
+    scores = {"kind": 0, "form": 0, "culprit": 0, "exit": 0}
+    named = named_right = 0
+    t0 = time.perf_counter()
+    for name, want in sorted(expected.items()):
+        got = triage_case(CORPUS / name, want.get("mode", "logs"))
+        marks = {k: got[k] == want[k] for k in scores}
+        for k, ok in marks.items():
+            scores[k] += ok
+        if want["culprit"] is not None:
+            named += 1
+            named_right += marks["culprit"]
+        flag = "ok  " if all(marks.values()) else "MISS"
+        print(f"{flag} {name:48} kind={got['kind']:7} form={got['form']!s:4} "
+              f"culprit={got['culprit']!s:14} exit={got['exit']}")  # fmt: skip
+    n = len(expected)
+    elapsed = time.perf_counter() - t0
+    print(f"\n{n} cases in {elapsed:.2f} s")
+    for k, v in scores.items():
+        print(f"{k:8} {v}/{n} = {100 * v / n:.0f}%")
+    print(f"culprit where the text names one: {named_right}/{named}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,182 @@
+"""Error-text signatures: the one rule book for crash forms, timeouts, the cascade and noise.
+
+Triage (`triage.logs` / `triage.crash`) and the run classifier (`diagnosis.tracebacks`) both ask
+this module what a line means, so they cannot disagree on a text. Forms need their context: the
+shape text of form A is PyTorch's generic `view()` error and `pop from empty list` is Python's
+generic list error; only inside a PP pipeline (A) or HiCache's ack bookkeeping (B) do they mean
+rank divergence. Elsewhere they are crashes of another form (exit 16).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hicache_diag.rules.wait_sites import HICACHE_PROTOCOL_FUNCS, normalize
+
+# PyTorch's view() text (RoPE's `query.view(N, -1, D)`): groups N, D, M.
+SHAPE_RE = re.compile(r"shape '\[(\d+), -1, (\d+)\]' is invalid for input of size (\d+)")
+SIZE_MISMATCH_RE = re.compile(
+    r"Size mismatch for shape#\d+\('\w+'\): expected (\d+) but got (\d+)"
+    r"|The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"
+)
+_POP_EMPTY = re.compile(r"pop from (?:an )?empty (?:list|deque)")
+# SGLang's own divergence detectors: HiCache/PP-specific by their text alone.
+_DIVERGENCE_TEXT = re.compile(
+    r"duplicate-reclaim victims diverged|Found rank divergence for \d+ event"
+)
+# Where HiCache drains acks and in-flight entries (SGLang's HiRadixCache / UnifiedRadixCache
+# names and ours), compared without leading underscores.
+BOOKKEEPING_FRAMES = frozenset(
+    {
+        "writing_check",
+        "loading_check",
+        "finish_write_through_ack",
+        "check_hicache_events",
+        "drain_ack_prefetch",
+        "handle_prefetch_result",
+        "check_prefetch_progress",
+        "drain_storage_control_queues",
+        "drain_storage_control_queues_impl",
+    }
+)
+_HICACHE_FILES = ("hiradix_cache", "unified_radix_cache", "cache_controller", "hicache")
+_PP_FILES = ("scheduler_pp_mixin",)
+_HICACHE_TEXT = re.compile(r"hierarchical.cache|HiCache|hiradix|HiRadixCache|UnifiedRadixCache")
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the surrounding evidence shows: a PP pipeline, HiCache at work."""
+
+    pp: bool = False
+    hicache: bool = False
+
+    def __or__(self, other: Context) -> Context:
+        return Context(self.pp or other.pp, self.hicache or other.hicache)
+
+
+def frames_context(frames: Sequence[str], files: Sequence[str] = ()) -> Context:
+    """Context from a traceback's or stack's function and file names."""
+    names = [normalize(f) for f in frames]
+    pp = any(n.startswith("pp_") or n == "event_loop_pp" for n in names) or any(
+        h in f for f in files for h in _PP_FILES
+    )
+    hicache = bool(set(names) & (BOOKKEEPING_FRAMES | HICACHE_PROTOCOL_FUNCS)) or any(
+        h in f for f in files for h in _HICACHE_FILES
+    )
+    return Context(pp, hicache)
+
+
+def text_context(text: str) -> Context:
+    """Context a log line gives by naming HiCache (`--enable-hierarchical-cache`, the class)."""
+    return Context(False, bool(_HICACHE_TEXT.search(text)))
+
+
+def crash_form(text: str, frames: Sequence[str], ctx: Context) -> str | None:
+    """ "A", "B" or None (a crash of another form) for one exception.
+
+    `frames`: the traceback's function names (empty for a bare exception line); `ctx`: the
+    context of the whole evidence (PP rank prefixes, HiCache frames elsewhere in the log)."""
+    names = {normalize(f) for f in frames}
+    here = frames_context(frames) | ctx
+    if SHAPE_RE.search(text) or SIZE_MISMATCH_RE.search(text):
+        return "A" if here.pp else None
+    if _DIVERGENCE_TEXT.search(text):
+        return "B"
+    bookkeeping = bool(names & BOOKKEEPING_FRAMES)
+    if _POP_EMPTY.search(text):
+        # A bare line (no frames) counts only where the evidence shows HiCache at work.
+        return "B" if bookkeeping or (not frames and here.hicache) else None
+    # KeyError on the in-flight dicts (ongoing_write_through / ongoing_load_back) is form B too.
+    is_key_error = text.split(":", 1)[0].rsplit(".", 1)[-1] == "KeyError"
+    return "B" if is_key_error and bookkeeping else None
+
+
+# --- timeouts: hang evidence -------------------------------------------------------------------
+
+# SGLang's watchdog (utils/watchdog.py): `{debug_name} watchdog timeout (self.watchdog_timeout=
+# 300, self.soft=False)`; releases before 0.5 printed `Watchdog timeout (self.watchdog_timeout=
+# 300)` from the scheduler only.
+SGLANG_WATCHDOG = re.compile(
+    r"(?:(?P<who>[A-Za-z]\w*) )?[Ww]atchdog timeout \(self\.watchdog_timeout=[^,)]*"
+    r"(?:, self\.soft=(?P<soft>\w+))?\)"
+)
+DEBUG_INFO = re.compile(r"^(?P<who>[A-Za-z]\w*) debug info:\s*$")
+TIMEOUT_PATTERNS = (
+    re.compile(r"Watchdog caught collective operation timeout"),
+    re.compile(r"Timed out waiting \d+ ?ms for (?:recv|send)"),
+    re.compile(r"Timed out waiting"),  # gloo's other waits (connect, barrier)
+    re.compile(r"Exception \(either an error or timeout\) detected by watchdog"),
+    re.compile(r"Some NCCL operations have failed or timed out"),
+    re.compile(r"DistBackendError.*(?:timeout|Timed out)", re.I),
+    re.compile(r"^Timeout \(\d+:\d\d:\d\d\)!$"),  # faulthandler.dump_traceback_later
+)
+
+
+def watchdog_kind(text: str) -> str | None:
+    """'scheduler' for SGLang's scheduler watchdog (hard), 'soft' for a soft one or another
+    component's (TokenizerManager, DetokenizerManager: always soft), None if not a watchdog."""
+    m = SGLANG_WATCHDOG.search(text)
+    if not m:
+        return None
+    who = m.group("who")
+    if m.group("soft") == "True" or (who and who not in ("Scheduler", "Watchdog")):
+        return "soft"
+    return "scheduler"
+
+
+def is_timeout(text: str) -> bool:
+    """A collective / p2p / scheduler timeout: the text of a hang, whatever raised it."""
+    return watchdog_kind(text) == "scheduler" or any(p.search(text) for p in TIMEOUT_PATTERNS)
+
+
+# --- the cascade: consequences of a failure elsewhere ------------------------------------------
+
+CASCADE_PATTERNS = (
+    re.compile(r"Connection closed by peer"),
+    re.compile(r"Connection reset by peer"),
+    re.compile(r"Broken pipe"),
+    re.compile(r"ECONNRESET|Socket closed"),
+    re.compile(r"NCCL communicator was aborted"),
+    re.compile(r"Received sigquit from a child process"),
+    re.compile(r"SIGQUIT received"),
+    re.compile(r"kill_process_tree called"),
+    re.compile(r"Subprocess .+ crashed with exit code"),  # the parent noticing, not the cause
+)
+SIGNAL_EXITS = frozenset({"KeyboardInterrupt", "SystemExit"})
+
+
+def is_cascade(text: str) -> bool:
+    return any(p.search(text) for p in CASCADE_PATTERNS)
+
+
+# --- lines that end a rank without a Python traceback ------------------------------------------
+
+FATAL_PATTERNS = (
+    re.compile(r"Found rank divergence for \d+ event"),  # the consensus checker, then os._exit
+    re.compile(r"Subprocess .+ crashed with exit code"),  # SGLang's SubprocessWatchdog
+)
+FATAL_PYTHON = re.compile(r"^Fatal Python error: (?P<what>.+)$")
+# py-spy could not stop the process to read it: stopped (SIGSTOP, a debugger) or in the kernel.
+PYSPY_FAILED = re.compile(
+    r"All pyspy dump attempts failed for PID (?P<pid>\d+)|Failed to suspend process"
+)
+
+# --- benign noise: SGLang and its libraries print these on healthy servers ---------------------
+
+NOISE_PATTERNS = (
+    re.compile(r"Ignore import error when loading"),
+    re.compile(r"^nanobind: (?:leaked|this is likely)"),
+    re.compile(r"^ ?- leaked (?:type|instance|function)"),
+)
+
+
+def is_noise(text: str) -> bool:
+    return any(p.search(text) for p in NOISE_PATTERNS)
+
+
+PROGRESS = re.compile(
+    r"(?:Prefill|Decode) batch[,.]|#running-req|gen throughput|The server is fired up", re.I
+)
