@@ -47,6 +47,13 @@ ProtocolOpt = Annotated[
 ScenarioOpt = Annotated[
     str | None, typer.Option("--scenario", help="TOML scenario: [[fault]] tables and run options.")
 ]
+CheckOpt = Annotated[
+    bool,
+    typer.Option(
+        "--check",
+        help="Compare the verdict with the scenario's [expect] table: exit 0 on a match, 4 if not.",
+    ),
+]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="Workload and fault seed [0].")]
 OutOpt = Annotated[str | None, typer.Option("--out", help="Run directory [runs/<utc>-<seed>/].")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print only the verdict JSON on stdout.")]
@@ -96,7 +103,9 @@ HangTimeoutOpt = Annotated[
 ]
 EngineOpt = Annotated[
     str | None,
-    typer.Option("--engine", help="builtin (our compact runtime) or sglang (the real server) [builtin]."),
+    typer.Option(
+        "--engine", help="builtin (our compact runtime) or sglang (the real server) [builtin]."
+    ),
 ]
 ModelOpt = Annotated[
     str | None,
@@ -104,8 +113,11 @@ ModelOpt = Annotated[
 ]
 SglangArgOpt = Annotated[
     list[str] | None,
-    typer.Option("--sglang-arg", help="sglang engine: one more launch_server argument (repeatable)."),
+    typer.Option(
+        "--sglang-arg", help="sglang engine: one more launch_server argument (repeatable)."
+    ),
 ]
+SGLANG_SCENARIO_KEYS = ("sglang_python", "sglang_version")  # scenario-only, sglang engine only
 SglangPythonOpt = Annotated[
     str | None,
     typer.Option("--sglang-python", help="sglang engine: the Python whose SGLang release to run."),
