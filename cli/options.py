@@ -110,6 +110,13 @@ OutOpt = Annotated[
         show_default=False,
     ),
 ]
+CheckOpt = Annotated[
+    bool,
+    _opt(
+        "--check",
+        help="Compare the verdict with the scenario's [expect] table: exit 0 on a match, 4 if not.",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print only the verdict JSON on stdout.")]
 PpOpt = Annotated[int | None, _opt("--pp", metavar="N", key="pp", help="Pipeline stages.")]
 TpOpt = Annotated[
@@ -235,6 +242,7 @@ SglangArgOpt = Annotated[
     _opt("--sglang-arg", metavar="ARG", help="sglang engine: one more launch_server argument, "
          "e.g. --sglang-arg=--watchdog-timeout=60; repeatable."),
 ]
+SGLANG_SCENARIO_KEYS = ("sglang_python", "sglang_version")  # scenario-only, sglang engine only
 SglangPythonOpt = Annotated[
     str | None,
     _opt("--sglang-python", metavar="PATH", help="sglang engine: the Python whose SGLang release "

@@ -11,10 +11,11 @@ import typer
 from hicache_diag.cli import options as o
 from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.cli.render.progress import LiveProgress
-from hicache_diag.cli.render.verdict import render_verdict
+from hicache_diag.cli.render.verdict import render_check, render_verdict
 from hicache_diag.errors import UsageError
 from hicache_diag.runtime.protocol import build_protocol
 from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig, parse_size
+from hicache_diag.verdict import ExitCode
 
 
 def _pick(flags: dict[str, Any], scenario: dict[str, Any], name: str) -> Any:
@@ -42,6 +43,21 @@ def _scenario(path: str | None) -> tuple[tuple[str, ...], dict[str, Any]]:
             opts.setdefault(name, opts.pop(alias))
     o.check_scenario_options(path, opts)
     return sc.fault_specs(), opts
+
+
+def _expectation(path: str | None) -> Any:
+    """`--check`: the scenario's [expect] table, refused (exit 2) when there is none to check."""
+    if not path:
+        raise UsageError("--check needs --scenario FILE with an [expect] table")
+    from hicache_diag.faults import load_scenario
+
+    expect = load_scenario(path).expect
+    if expect is None:
+        raise UsageError(
+            f"--check: scenario {path!r} has no [expect] table "
+            '(add e.g. [expect] outcome = "crash", form = "B")'
+        )
+    return expect
 
 
 def _check_cuda() -> None:
@@ -74,6 +90,12 @@ def build_engine_config(flags: dict[str, Any]) -> Any:
         if sglang_only:
             flag = "--" + sglang_only[0].replace("_", "-")
             raise UsageError(f"{flag} applies to --engine sglang only")
+        scenario_only = [k for k in o.SGLANG_SCENARIO_KEYS if sopts.get(k) is not None]
+        if scenario_only:
+            raise UsageError(
+                f'scenario key {scenario_only[0]!r} applies to engine = "sglang" only '
+                "(the scenario or --engine says builtin)"
+            )
         return build_run_config(flags)
     from hicache_diag.harness.rundir import check_writable
     from hicache_diag.sglang.build import build_sglang_config
@@ -178,13 +200,15 @@ def register(app: typer.Typer) -> None:
         model: o.ModelOpt = None,
         sglang_arg: o.SglangArgOpt = None,
         sglang_python: o.SglangPythonOpt = None,
+        check: o.CheckOpt = False,
     ) -> None:
         """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
         flags = dict(locals())
-        raise typer.Exit(_run_and_render(build_engine_config(flags), json_))
+        expect = _expectation(scenario) if check else None
+        raise typer.Exit(_run_and_render(build_engine_config(flags), json_, expect))
 
 
-def _run_and_render(cfg: RunConfig, json_: bool) -> int:
+def _run_and_render(cfg: RunConfig, json_: bool, expect: Any = None) -> int:
     """One trial with the live view on stderr; the verdict as JSON (stdout) or a panel."""
     if isinstance(cfg, RunConfig):
         from hicache_diag.harness.trial import run_trial
@@ -203,4 +227,9 @@ def _run_and_render(cfg: RunConfig, json_: bool) -> int:
         print_json(result.verdict.to_json())
     else:
         render_verdict(err_console, result.verdict)
-    return int(result.verdict.exit_code)
+    if expect is None:
+        return int(result.verdict.exit_code)
+    # --check: the scenario is a regression test; its exit status is the match, not the form.
+    mismatches = expect.mismatches(result.verdict)
+    render_check(err_console, expect.describe(), mismatches)
+    return int(ExitCode.CHECK_MISMATCH if mismatches else ExitCode.OK)

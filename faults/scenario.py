@@ -11,7 +11,8 @@ name = "host-alloc-fail"
 rank = 1
 after = 10
 ```
-Fault tables take the keys of the spec grammar (`jitter-ms` or `jitter_ms`). Every other top-level
+Fault tables take the keys of the spec grammar (`jitter-ms` or `jitter_ms`). An `[expect]` table
+says what the run must produce (faults/expect.py; `run --check`). Every other top-level
 key is passed through in `options` with snake_case names; the run command validates and merges
 them, and its CLI flags override them.
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag.errors import UsageError
+from hicache_diag.faults.expect import Expectation, parse_expect
 from hicache_diag.faults.spec import FaultSpec, make_fault_spec
 
 try:
@@ -40,6 +42,7 @@ class Scenario:
     options: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     path: str | None = None
+    expect: Expectation | None = None  # the `[expect]` table, when the file has one
 
     def fault_specs(self) -> tuple[str, ...]:
         """The faults as spec strings, the form RunConfig.faults and rank processes take."""
@@ -106,5 +109,8 @@ def load_scenario(path: str | Path) -> Scenario:
     description = data.pop("description", "")
     if not isinstance(description, str):
         raise UsageError(f"scenario {str(path)!r}: description must be a string")
+    expect = None
+    if "expect" in data:
+        expect = parse_expect(data.pop("expect"), f"scenario {str(path)!r}")
     options = {key.replace("-", "_"): value for key, value in data.items()}
-    return Scenario(faults, options, description, str(path))
+    return Scenario(faults, options, description, str(path), expect)

@@ -48,6 +48,7 @@ class ExitCode(enum.IntEnum):
     INTERNAL_ERROR = 1
     BAD_INPUT = 2
     UNDECIDED = 3
+    CHECK_MISMATCH = 4  # `run --check`: the verdict is not what the scenario's [expect] says
     FORM_A = 10
     FORM_B = 11
     FORM_C = 12

@@ -76,3 +76,13 @@ def _clean(line: str) -> str:
 def render_verdict(console: Console, v: Verdict) -> None:
     style = _STYLE.get(v.outcome, "red")
     console.print(Panel(verdict_table(v), title="hicache-diag run", border_style=style))
+
+
+def render_check(console: Console, expected: str, mismatches: list[str]) -> None:
+    """`run --check`'s line after the verdict: what [expect] said and where the run differed."""
+    if not mismatches:
+        console.print(Text(f"check: ok, the verdict matches [expect] {expected}", style="green"))
+        return
+    console.print(Text(f"check: MISMATCH against [expect] {expected}", style="bold red"))
+    for line in mismatches:
+        console.print(Text(f"  {line}", style="red"))

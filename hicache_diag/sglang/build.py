@@ -96,10 +96,11 @@ def build_sglang_config(
         )
     model, vocab = _model(flags.get("model") or scenario.get("model"))
     _check_topology(model, pp, tp)
-    from hicache_diag.sglang.install import preflight, probe_sglang
-
     device = value("device")
-    install = preflight(probe_sglang(flags.get("sglang_python")), cpu=device == "cpu")
+    install = _sglang_install(flags, scenario, cpu=device == "cpu")
+    from hicache_diag.sglang.install import refuse_unhookable
+
+    refuse_unhookable(install, faults)
     depth = int(value("async_depth") or 0)
     extra = tuple(flags.get("sglang_arg") or ()) + (
         ("--pp-async-batch-depth", str(depth)) if depth else ()
@@ -118,6 +119,30 @@ def build_sglang_config(
     return SglangRunConfig(spec, workload, install.python, install.version,
                            install.cpu_kernel_names, faults, seed, flags.get("out"),
                            hang_timeout, vocab)  # fmt: skip
+
+
+def _sglang_install(flags: dict[str, Any], scenario: dict[str, Any], *, cpu: bool) -> Any:
+    """The release to launch: --sglang-python, else the scenario's `sglang_python`, else the venv
+    holding its `sglang_version`, else our own interpreter. A scenario's [expect] belongs to the
+    release it names, so `--check` on another release is refused before anything starts."""
+    from hicache_diag.sglang import install as inst
+
+    want = scenario.get("sglang_version")
+    if want is not None and not isinstance(want, str):
+        raise UsageError(f'scenario key sglang_version must be a string, e.g. "0.5.23" ({want!r})')
+    python = flags.get("sglang_python") or scenario.get("sglang_python")
+    if python is not None and not isinstance(python, str):
+        raise UsageError(f"scenario key sglang_python must be a path string ({python!r})")
+    if python is None and want:
+        python = inst.venv_python_for(want)
+    install = inst.probe_sglang(python)
+    if want and install.version != want and (flags.get("check") or not flags.get("sglang_python")):
+        where = f"--sglang-python {install.python}" if python else install.python
+        raise UsageError(
+            f"this scenario replays sglang {want} but {where} has sglang {install.version}; "
+            f"hold {want} in ${inst.VENVS_ENV}/sglang-{want}: {inst.release_command(want)}"
+        )
+    return inst.preflight(install, cpu=cpu)
 
 
 def _model(path: str | None) -> tuple[Path, int]:

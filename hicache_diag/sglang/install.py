@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from hicache_diag.errors import UsageError
 from hicache_diag.sglang_plugin.cpu_kernels import scan_cpu_kernel_names
-from hicache_diag.sglang_plugin.targets import scan_targets
+from hicache_diag.sglang_plugin.targets import missing_points, scan_targets
 
 DEFAULT_VERSION = "0.5.23"
 # Requirements that exist only as CUDA builds (reference/sglang-on-cpu.md); none is imported on
@@ -61,6 +62,8 @@ class SglangInstall:
     package_dir: Path
     torch: str | None = None
     cpu_kernel_names: dict[str, list[str]] = field(default_factory=dict)
+    # Hook point -> the SGLang function this release lacks for it; faults there are refused.
+    missing_points: dict[str, str] = field(default_factory=dict)
 
     @property
     def site_root(self) -> Path:
@@ -69,6 +72,29 @@ class SglangInstall:
 
 def fix_command(python: str) -> str:
     return f"{python} -m hicache_diag.sglang.install --python {python}"
+
+
+# Releases held side by side: `$HICACHE_DIAG_SGLANG_VENVS/sglang-<version>/` is a venv with that
+# release installed (scenario files name a release, not a machine's path).
+VENVS_ENV = "HICACHE_DIAG_SGLANG_VENVS"
+
+
+def venv_python_for(version: str) -> str | None:
+    """The interpreter of `$HICACHE_DIAG_SGLANG_VENVS/sglang-<version>`, when that venv exists."""
+    root = os.environ.get(VENVS_ENV)
+    if not root:
+        return None
+    python = Path(root) / f"sglang-{version}" / "bin" / "python"
+    return str(python) if python.is_file() else None
+
+
+def release_command(version: str) -> str:
+    """The commands that give a venv holding `version` where venv_python_for finds it."""
+    venv = f"${VENVS_ENV}/sglang-{version}"
+    return (
+        f"python -m venv {venv} && {venv}/bin/pip install torch==2.13.0 && "
+        f"python -m hicache_diag.sglang.install --python {venv}/bin/python --version {version}"
+    )
 
 
 def probe_sglang(python: str | None = None) -> SglangInstall:
@@ -96,15 +122,33 @@ def probe_sglang(python: str | None = None) -> SglangInstall:
 
 
 def preflight(install: SglangInstall, *, cpu: bool) -> SglangInstall:
-    """Refuse (exit 2) a release whose hook targets are gone; list its CPU kernel imports."""
-    missing = scan_targets(install.site_root)
+    """Refuse (exit 2) a release whose probe or shim targets are gone; note the hook points it
+    lacks (only a fault on one of those is refused); list its CPU kernel imports."""
+    missing = scan_targets(install.site_root, roles="required")
     if missing:
         raise UsageError(
             f"sglang {install.version} ({install.package_dir}) lacks what hicache-diag hooks: "
             f"{missing[0]}" + (f" (+{len(missing) - 1} more)" if len(missing) > 1 else "")
         )
     names = scan_cpu_kernel_names(install.package_dir) if cpu else {}
-    return SglangInstall(install.python, install.version, install.package_dir, install.torch, names)
+    points = missing_points(install.site_root)
+    return SglangInstall(
+        install.python, install.version, install.package_dir, install.torch, names, points
+    )
+
+
+def refuse_unhookable(install: SglangInstall, faults: tuple[str, ...]) -> None:
+    """One line (exit 2) for the first fault whose hook point this release does not have."""
+    from hicache_diag.faults.spec import parse_fault_spec
+
+    for text in faults:
+        fault = parse_fault_spec(text).build()
+        for point in fault.POINTS:
+            if point in install.missing_points:
+                raise UsageError(
+                    f"fault {fault.NAME!r} cannot run on sglang {install.version}: its hook point "
+                    f"{point!r} needs {install.missing_points[point]}, which this release lacks"
+                )
 
 
 # -- installing a release on a CPU host --------------------------------------------------------

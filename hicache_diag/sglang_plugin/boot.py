@@ -100,12 +100,25 @@ def _patch_scheduler(module) -> None:
 
 # -- the tree: what each rank consumed, synced and evicted -------------------------------------
 def _wrap_check(kind: str):
+    queue_name = f"ack_{kind}_queue"
+
     def make(original):
         @functools.wraps(original)
-        def check(self, *args, finish_count=None, **kwargs):
-            result = original(self, *args, finish_count=finish_count, **kwargs)
-            if STATE.recorder is not None and finish_count:
-                STATE.recorder.consumed(kind, finish_count)
+        def check(self, *args, **kwargs):
+            finish_count = kwargs.get("finish_count")
+            if finish_count is not None:  # 0.5.2x: the count synced once per step is passed in
+                result = original(self, *args, **kwargs)
+                if STATE.recorder is not None and finish_count:
+                    STATE.recorder.consumed(kind, finish_count)
+                return result
+            # Older releases count and sync inside the check: what it drained is what it popped
+            # (only the scheduler thread appends to these queues).
+            queue = getattr(getattr(self, "cache_controller", None), queue_name, None)
+            before = len(queue) if queue is not None else 0
+            result = original(self, *args, **kwargs)
+            drained = before - len(queue) if queue is not None else 0
+            if STATE.recorder is not None and drained > 0:
+                STATE.recorder.consumed(kind, drained)
             return result
 
         return check

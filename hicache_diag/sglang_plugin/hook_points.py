@@ -57,9 +57,11 @@ class DelayedEvent:
 def _delay_new_acks(queue: list, first: int, direction: str) -> None:
     for i in range(first, len(queue)):
         ack = queue[i]
-        delay = _apply("dma_complete", 0.0, direction=direction, num_tokens=ack.num_tokens)
-        if STATE.recorder is not None:
-            STATE.recorder.count(f"{direction}_backs", ack.num_tokens)
+        # Releases before 0.5.2x carry no num_tokens on HiCacheAck (start, finish, node_ids).
+        num_tokens = getattr(ack, "num_tokens", None)
+        delay = _apply("dma_complete", 0.0, direction=direction, num_tokens=num_tokens)
+        if STATE.recorder is not None and num_tokens is not None:
+            STATE.recorder.count(f"{direction}_backs", num_tokens)
         if delay > 0:
             ready_at = time.monotonic() + delay
             queue[i] = ack._replace(finish_event=DelayedEvent(ack.finish_event, ready_at))
@@ -154,6 +156,7 @@ def install_hook_points() -> None:
     _on(cc, "HiCacheController", "start_writing", _wrap_start("write", "ack_write_queue"))
     _on(cc, "HiCacheController", "start_loading", _wrap_start("load", "ack_load_queue"))
     _on("sglang.srt.mem_cache.pool_host.base", "HostKVCache", "alloc", _wrap_host_alloc)
+    _on("sglang.srt.mem_cache.memory_pool_host", "HostKVCache", "alloc", _wrap_host_alloc)
     _on(
         "sglang.srt.mem_cache.unified_cache.components.base",
         None,

@@ -111,3 +111,6 @@ def install_cpu_shims(kernel_names: dict[str, list[str]]) -> None:
     install_sgl_kernel(kernel_names)
     when_imported("sglang.srt.mem_cache.pool_host.base", _no_pinning)
     when_imported("sglang.srt.mem_cache.pool_host.mha", _add_transfer_kv_direct)
+    # Releases before the pool_host/ package (0.5.13 and older) keep both in one module.
+    when_imported("sglang.srt.mem_cache.memory_pool_host", _no_pinning)
+    when_imported("sglang.srt.mem_cache.memory_pool_host", _add_transfer_kv_direct)

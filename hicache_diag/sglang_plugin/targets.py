@@ -3,6 +3,8 @@
 `scan_targets` reads the installed source with `ast` (no import, a second or so) so that the
 harness can refuse a release whose targets are gone before it launches anything. A target with
 alternatives is satisfied by any one of them (older releases used other homes for a name).
+A missing `hook:<point>` target does not refuse the release: only a fault that needs that point
+is refused (`missing_points`); a missing probe or shim target refuses it.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ TARGETS: tuple[Target, ...] = (
     Target("time_counter", "hook:now",
            (("sglang.srt.mem_cache.unified_cache.components.base",
              "get_and_increase_time_counter"),),
+           # Before the unified tree became the default (0.5.1x: HiRadixCache, opt-in
+           # SGLANG_ENABLE_UNIFIED_RADIX_TREE), the live tree stamps time.monotonic() inline.
            "the clock the unified tree stamps last_access_time with"),
     Target("storage_exists", "hook:storage_exists",
            (("sglang.srt.mem_cache.hicache_storage", "HiCacheStorage.batch_exists"),),
@@ -64,13 +68,18 @@ TARGETS: tuple[Target, ...] = (
            "PP sends of proxy and output tensors"),
     # CPU shims (reference/sglang-on-cpu.md): where SGLang assumes CUDA.
     Target("assign_req_to_token_pool", "shim",
-           (("sglang.srt.mem_cache.allocation", "assign_req_to_token_pool_func"),),
+           (("sglang.srt.mem_cache.allocation", "assign_req_to_token_pool_func"),
+            # 0.5.1x: only speculative decoding assigns through it (a triton kernel); the
+            # serving path writes req_to_token in plain torch, so nothing needs the CPU kernel.
+            ("sglang.srt.speculative.triton_ops.cache_locs", "assign_req_to_token_pool_func")),
            "calls sgl_kernel.assign_req_to_token_pool_cpu on CPU"),
     Target("host_pin_memory", "shim",
-           (("sglang.srt.mem_cache.pool_host.base", "HostKVCache.__init__"),),
+           (("sglang.srt.mem_cache.pool_host.base", "HostKVCache.__init__"),
+            ("sglang.srt.mem_cache.memory_pool_host", "HostKVCache.__init__")),
            "pin_memory=True: cudaHostRegister and pinned L3 bounce pages"),
     Target("transfer_kv_direct", "shim",
-           (("sglang.srt.mem_cache.pool_host.mha", "MHATokenToKVPoolHost"),),
+           (("sglang.srt.mem_cache.pool_host.mha", "MHATokenToKVPoolHost"),
+            ("sglang.srt.mem_cache.memory_pool_host", "MHATokenToKVPoolHost")),
            "imports transfer_kv_* only on CUDA/HIP"),
 )  # fmt: skip
 
@@ -108,11 +117,28 @@ def module_file(root: Path, module: str) -> Path | None:
     return None
 
 
-def scan_targets(site_root: Path) -> list[str]:
-    """Targets missing from the SGLang whose package dir's parent is `site_root`; [] = all there."""
+def scan_targets(site_root: Path, *, roles: str = "all") -> list[str]:
+    """Targets missing from the SGLang whose package dir's parent is `site_root`; [] = all there.
+    `roles="required"` skips hook targets (a release may lack a point); `"hooks"`: only those."""
+    missing = missing_targets(site_root, roles)
+    return [" or ".join(f"{m}.{q}" for m, q in t.options) for t in missing]
+
+
+def missing_points(site_root: Path) -> dict[str, str]:
+    """Hook point -> the target it lacks in this release (faults on that point are refused)."""
+    return {
+        t.role.split(":", 1)[1]: " or ".join(f"{m}.{q}" for m, q in t.options)
+        for t in missing_targets(site_root, "hooks")
+    }
+
+
+def missing_targets(site_root: Path, roles: str = "all") -> list[Target]:
     parsed: dict[str, ast.Module | None] = {}
     missing = []
     for target in TARGETS:
+        is_hook = target.role.startswith("hook:")
+        if (roles == "required" and is_hook) or (roles == "hooks" and not is_hook):
+            continue
         ok = False
         for module, qualname in target.options:
             if module not in parsed:
@@ -123,5 +149,5 @@ def scan_targets(site_root: Path) -> list[str]:
                 ok = True
                 break
         if not ok:
-            missing.append(" or ".join(f"{m}.{q}" for m, q in target.options))
+            missing.append(target)
     return missing

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hicache_diag.cli.main import app, run_cli
+from tests.conftest import assert_no_children, live_children
 
 # The malformed-input table lives in tests/cli/bad_inputs.py (test_bad_input.py runs it).
 
@@ -100,3 +101,45 @@ def test_protocol_on_the_command_line_drops_the_scenario_fix_list(tmp_path):
     )
     assert mixed.protocol.mode("lru-clock") == "monotonic"
     assert mixed.protocol.mode("ack-count") == "leader-batched"
+
+
+def _scenario_file(tmp_path, text, name="s.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "args", "needle"),
+    [
+        (None, [], "--check needs --scenario FILE with an [expect] table"),
+        ("pp = 2\n", [], "has no [expect] table"),
+        ('sglang_version = "0.5.23"\n[expect]\noutcome = "ok"\n', [],
+         "scenario key 'sglang_version' applies to engine = \"sglang\" only"),
+        ('engine = "sglang"\nsglang_version = "0.0.1"\n[expect]\noutcome = "ok"\n', [],
+         "this scenario replays sglang 0.0.1 but"),
+    ],
+)  # fmt: skip
+def test_check_refusals_are_one_line_and_exit_2(capsys, tmp_path, text, args, needle):
+    scenario = ["--scenario", _scenario_file(tmp_path, text)] if text else []
+    assert run_cli(["run", "--check", *scenario, *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_check_exits_0_on_a_match_and_4_on_a_mismatch(tmp_path):
+    """A real (small, green) builtin run checked twice: the exit status is the match."""
+    base = 'pp = 2\nrequests = 4\nmax_new_tokens = 2\n\n[[fault]]\nname = "p2p-delay"\n'
+    base += "rank = 0\nms = 1\n\n[expect]\n"
+    good = _scenario_file(tmp_path, base + 'outcome = "ok"\nform = "none"\n', "good.toml")
+    bad = _scenario_file(tmp_path, base + 'outcome = "crash"\nform = "B"\n', "bad.toml")
+    runner = CliRunner()
+    ok = runner.invoke(app, ["run", "--scenario", good, "--check", "--out", str(tmp_path / "a")])
+    assert ok.exit_code == 0, ok.output
+    assert "check: ok, the verdict matches [expect] outcome=ok form=none" in ok.output
+    no = runner.invoke(app, ["run", "--scenario", bad, "--check", "--json",
+                             "--out", str(tmp_path / "b")])  # fmt: skip
+    assert no.exit_code == 4, no.output
+    assert "check: MISMATCH against [expect] outcome=crash form=B" in no.output
+    assert "outcome: expected crash, got ok" in no.output
+    assert_no_children()

@@ -21,6 +21,7 @@ def test_exit_codes_are_the_design_table():
         "INTERNAL_ERROR": 1,
         "BAD_INPUT": 2,
         "UNDECIDED": 3,
+        "CHECK_MISMATCH": 4,
         "FORM_A": 10,
         "FORM_B": 11,
         "FORM_C": 12,
