@@ -45,6 +45,7 @@ SCENARIO_TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("hicache_write_policy", "hicache_storage_backend", "protocol"), _STR),
     **dict.fromkeys(("hicache_storage_dir", "hicache_storage_prefetch_policy"), _STR),
     **dict.fromkeys(("workload", "device", "engine", "model", "sglang_python"), _STR),
+    "sglang_version": _STR,
     "hicache_size": (str, int),
     "fix": (list,),
 }
@@ -235,7 +236,7 @@ EngineOpt = Annotated[
 ]
 ModelOpt = Annotated[
     str | None,
-    _opt("--model", metavar="DIR", help="sglang engine: a model directory [a tiny built-in Llama]."),
+    _opt("--model", metavar="DIR", help="sglang engine: a model directory [a tiny Llama]."),
 ]
 SglangArgOpt = Annotated[
     list[str] | None,

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hicache_diag.diagnosis import stacks as stk
+from hicache_diag.rules.wait_sites import WaitKind, classify_thread
 from hicache_diag.triage.dumps import RankDump
-from hicache_diag.triage.wait_sites import WaitKind, classify_thread
 
 _STOPPED = frozenset({"stopped", "tracing-stop"})
 # Waits that are not waiting on a peer: a rank here holds up the ranks that wait on it.

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hicache_diag.cli.main import app, run_cli
-from tests.conftest import assert_no_children, live_children
+from tests.conftest import assert_no_children
 
 # The malformed-input table lives in tests/cli/bad_inputs.py (test_bad_input.py runs it).
 
