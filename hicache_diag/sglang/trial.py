@@ -158,7 +158,9 @@ def run_sglang_trial(
             server.close()
         _restore_sigterm(old)
         _finish_evidence(run_dir, server, client, watch, started)
-    write_json(run_dir / "reference.json", _reference(cfg, requests))
+    # Only requests that completed can be compared; a crash or hang leaves the rest unanswered.
+    done = set(client.result.outputs) if client is not None else set()
+    write_json(run_dir / "reference.json", _reference(cfg, [r for r in requests if r.rid in done]))
     verdict = _classify(run_dir)
     verdict.duration_s = round(time.time() - t0, 3)
     verdict.run_dir = str(run_dir)

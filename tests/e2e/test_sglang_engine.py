@@ -120,7 +120,7 @@ def test_real_sglang_l2_l3_run_is_ok_with_every_tier_hit(l3_runs):
 
 
 def test_real_sglang_run_dir_has_the_evidence_contract(l3_runs):
-    out = l3_runs[1][0]
+    out = l3_runs[1][1][0]  # the warm run
     launcher = json.loads((out / "launcher.json").read_text())
     assert launcher["engine"] == "sglang"
     assert [(r["rank"], r["pp"]) for r in launcher["ranks"]] == [(0, 0), (1, 1)]
