@@ -94,10 +94,24 @@ Out = Annotated[
     ),
 ]
 Timeout = Annotated[
-    float,
-    typer.Option("--trial-timeout", metavar="SECONDS", help="Seconds before killing a trial."),
+    float | None,
+    typer.Option(
+        "--trial-timeout",
+        metavar="SECONDS",
+        help=with_default("Seconds before killing a trial.", "300; 900 with --engine sglang"),
+        show_default=False,
+    ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print the table as JSON.")]
+
+
+def _engine(args: list[str]) -> str:
+    for i, arg in enumerate(args):
+        if arg.startswith("--engine="):
+            return arg.split("=", 1)[1]
+        if arg == "--engine" and i + 1 < len(args):
+            return args[i + 1]
+    return "builtin"
 
 
 def _render(table, json_out: bool) -> None:
@@ -157,7 +171,7 @@ def register(app: typer.Typer) -> None:
         jobs: Jobs = 1,
         seed: Seed = 0,
         out: Out = None,
-        trial_timeout: Timeout = 300.0,
+        trial_timeout: Timeout = None,
         json_out: Json = False,
     ) -> None:
         """Repeat `run` over a matrix of switches; any other `run` flag applies to every cell."""
@@ -165,6 +179,8 @@ def register(app: typer.Typer) -> None:
         from hicache_diag.cli.render.console import err_console
 
         axes = _axes(app, storage_backend, hicache_size, switch or [])
+        if trial_timeout is None:  # real SGLang starts in tens of seconds, the builtin in one
+            trial_timeout = 900.0 if _engine(ctx.args) == "sglang" else 300.0
         if not (math.isfinite(trial_timeout) and trial_timeout > 0):
             raise UsageError(f"--trial-timeout must be a finite number > 0 (got {trial_timeout})")
         out = out or Path("runs") / f"bisect-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"

@@ -9,13 +9,18 @@ from typing import Any
 
 
 def compute_reference(model_dir: Path, requests: list[Any]) -> dict[str, dict[str, list]]:
+    if not requests:
+        return {}
     from hicache_diag.sglang_plugin.shims import neutralise_torchvision_meta
 
     neutralise_torchvision_meta()  # transformers imports torchvision when it is installed
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    hf_logging.disable_progress_bar()  # the run panel is ours; no third-party progress bars
+    hf_logging.set_verbosity_error()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.eval()
     ref = {}
     with torch.no_grad():

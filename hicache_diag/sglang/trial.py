@@ -27,7 +27,7 @@ from hicache_diag.harness.trial import TrialResult, _classify, _restore_sigterm,
 from hicache_diag.harness.workload import Workload
 from hicache_diag.sglang.client import WorkloadClient
 from hicache_diag.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
-from hicache_diag.sglang.server import SglangServer
+from hicache_diag.sglang.server import ServerStartError, SglangServer
 from hicache_diag.sglang_plugin.config import PluginConfig
 from hicache_diag.verdict import write_json_atomic
 
@@ -50,6 +50,7 @@ class _Watch:
     hang: dict[str, Any] | None = None
     stacks: dict[str, Any] | None = None
     interrupted: bool = False
+    startup_error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     stops: StopWatch = field(default_factory=StopWatch)
 
@@ -148,6 +149,8 @@ def run_sglang_trial(
             watch.timings["per_request_s"] = round(watch.timings["workload_s"] / max(1, done), 4)
     except KeyboardInterrupt:  # the verdict (outcome interrupted) is still written below
         watch.interrupted = True
+    except ServerStartError as exc:  # a run that never started: undecided, with the reason
+        watch.startup_error = str(exc)
     finally:
         if client is not None:
             client.stop()
@@ -162,6 +165,8 @@ def run_sglang_trial(
     done = set(client.result.outputs) if client is not None else set()
     write_json(run_dir / "reference.json", _reference(cfg, [r for r in requests if r.rid in done]))
     verdict = _classify(run_dir)
+    if watch.startup_error:
+        verdict.evidence.insert(0, f"SGLang never became ready: {watch.startup_error}")
     verdict.duration_s = round(time.time() - t0, 3)
     verdict.run_dir = str(run_dir)
     write_json_atomic(run_dir / "verdict.json", verdict.to_json())
@@ -260,6 +265,7 @@ def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient
             "hang": watch.hang,
             "stacks": watch.stacks or {"tool": None, "error": None},
             "interrupted": watch.interrupted,
+            "startup_error": watch.startup_error,
             "timings": watch.timings,
             "started_at": started,
             "ended_at": utc_now(),

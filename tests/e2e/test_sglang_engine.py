@@ -186,3 +186,20 @@ def test_interrupted_or_killed_cli_leaves_no_sglang_process(tmp_path, sig):
     if sig == signal.SIGINT:
         assert proc.returncode == 130
     assert_no_sglang_left(out, timeout_s=30)
+
+
+@pytest.mark.slow
+def test_bisect_on_the_real_engine_prints_its_table(tmp_path):
+    """Troubleshooting step 4 on the real server: storage backend x host pool size."""
+    proc = subprocess.run(
+        [*CLI, "bisect", "--engine", "sglang", "--storage-backend", "none,file",
+         "--hicache-size", "1GiB,2GiB", "--trials", "1", "--out", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=3000,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = json.loads(proc.stdout)
+    assert len(table["cells"]) == 4 and all(c["trials"] == 1 for c in table["cells"])
+    assert {c["values"]["storage-backend"] for c in table["cells"]} == {"none", "file"}
+    assert table["verdict"], table
+    for run_dir in (d for c in table["cells"] for d in c["run_dirs"]):
+        assert json.loads((Path(run_dir) / "manifest.json").read_text())["engine"] == "sglang"

@@ -1,0 +1,79 @@
+"""`triage` on a live REAL SGLang server (PP2 + HiCache on CPU): healthy, then one scheduler
+stopped (SIGSTOP), as a user on call would meet it. Read-only towards the targets, so the test
+itself resumes and reaps the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.e2e.test_sglang_engine import _missing, assert_no_sglang_left
+
+pytestmark = pytest.mark.skipif(bool(_missing), reason=_missing or "")
+CLI = [sys.executable, "-m", "hicache_diag.cli.main", "triage", "--json"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from hicache_diag.sglang.install import preflight, probe_sglang
+    from hicache_diag.sglang.model import default_model_dir
+    from hicache_diag.sglang.server import LaunchSpec, SglangServer
+    from hicache_diag.sglang_plugin.config import PluginConfig
+
+    run_dir = tmp_path_factory.mktemp("live")
+    install = preflight(probe_sglang(), cpu=True)
+    plugin = run_dir / "plugin.json"
+    PluginConfig(str(run_dir), cpu_kernel_names=install.cpu_kernel_names).write(str(plugin))
+    srv = SglangServer(
+        install, LaunchSpec(model=default_model_dir(), max_total_tokens=256), run_dir
+    )
+    try:
+        srv.start(plugin)
+        srv.wait_ready()
+        yield srv
+    finally:
+        for s in srv.schedulers:
+            try:
+                os.kill(s.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        srv.close()
+        assert_no_sglang_left(run_dir)
+
+
+def _triage(*args: str) -> dict:
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode in (0, 12, 3), proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def test_discover_lists_both_real_schedulers_with_their_roles(server):
+    report = _triage("--discover")
+    ours = [r for r in report["ranks"] if r["pid"] in {s.pid for s in server.schedulers}]
+    assert sorted((r["pp"], r["title"]) for r in ours) == [
+        (0, "sglang::scheduler_PP0"),
+        (1, "sglang::scheduler_PP1"),
+    ]
+    assert all(r["role"] for r in ours)
+    assert report["kind"] in ("busy", "healthy"), report["evidence"]
+
+
+def test_a_stopped_scheduler_is_the_hang_culprit(server):
+    pp1 = next(s for s in server.schedulers if s.pp == 1)
+    os.kill(pp1.pid, signal.SIGSTOP)
+    try:
+        time.sleep(2.0)  # PP0 now waits on PP1 for the next slot's request list
+        pids = [arg for s in server.schedulers for arg in ("--pid", str(s.pid))]
+        report = _triage(*pids)
+    finally:
+        os.kill(pp1.pid, signal.SIGCONT)
+    assert report["kind"] == "hang", report["evidence"]
+    assert report["culprit"] and report["culprit"]["pp"] == 1, report["evidence"]
+    stopped = next(r for r in report["ranks"] if r["pp"] == 1)
+    assert stopped["pid"] == pp1.pid
