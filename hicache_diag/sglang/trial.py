@@ -23,17 +23,23 @@ from typing import Any
 from hicache_diag import __version__
 from hicache_diag.harness.proc_facts import StopWatch
 from hicache_diag.harness.rundir import prepare_run_dir, utc_now, write_json
-from hicache_diag.harness.trial import TrialResult, _classify, _restore_sigterm, _trap_sigterm
+from hicache_diag.harness.trial import (
+    TrialResult,
+    _classify,
+    _pyspy_dumps,
+    _restore_sigterm,
+    _trap_sigterm,
+)
 from hicache_diag.harness.workload import Workload
 from hicache_diag.sglang.client import WorkloadClient
 from hicache_diag.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
 from hicache_diag.sglang.server import ServerStartError, SglangServer
+from hicache_diag.sglang.server_log import harvest_pyspy_dumps, watchdog_firing
 from hicache_diag.sglang_plugin.config import PluginConfig
 from hicache_diag.verdict import write_json_atomic
 
 POLL_S = 0.2
 CASCADE_GRACE_S = 3.0  # SGLang's survivors log `Connection closed by peer` within a second or two
-STACK_DEADLINE_S = 8.0
 # `[2026-12-01 02:46:52 PP1 TP0]`: SGLang's per-rank log prefix (tokens in any order).
 _PREFIX_RE = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?P<tokens>(?: [A-Z_]+\d+)+)\]")
 _TOKEN_RE = re.compile(r"(PP|TP)(\d+)")
@@ -228,29 +234,46 @@ def _handle_hang(server: SglangServer, run_dir: Path, watch: _Watch, progress: _
 
 
 def _dump_schedulers(server: SglangServer, run_dir: Path, skip: set[int]) -> dict[str, Any]:
-    """py-spy every `sglang::scheduler*` process at once, under one deadline; a stopped one
-    cannot be dumped (py-spy cannot suspend it) and is named by its kernel state instead."""
-    from hicache_diag.triage.pyspy import dump_stacks
-
+    """py-spy every `sglang::scheduler*` process at once, under one deadline, as for the builtin
+    ranks; a stopped one cannot be dumped (py-spy cannot suspend it) and is named by its kernel
+    state instead. SGLang's schedulers have no SIGUSR1 faulthandler to fall back on."""
     alive = [s for s in server.schedulers if s.state == "running" and s.rank not in skip]
+    return {"tool": "py-spy", "error": _pyspy_dumps(alive, run_dir)}
+
+
+def _read_watchdog(run_dir: Path, server: SglangServer, watch: _Watch) -> None:
+    """SGLang's own watchdog declared a hang: the deaths after it are its teardown, the stacks
+    it dumped are the hang's evidence (DESIGN §8: hangs from py-spy of every scheduler)."""
     try:
-        results = dump_stacks([s.pid for s in alive], deadline_s=STACK_DEADLINE_S)
-    except Exception as exc:  # noqa: BLE001 - a failed dump is evidence, not a crash
-        return {"tool": "py-spy", "error": f"{type(exc).__name__}: {exc}"}
-    errors = []
-    for s in alive:
-        res = results.get(s.pid)
-        if res is not None and res.threads is not None:
-            write_json(run_dir / "stacks" / f"rank{s.rank}.json", res.threads)
-        else:
-            errors.append(f"rank{s.rank}: {res.error if res else 'no dump'}")
-    return {"tool": "py-spy", "error": "; ".join(errors) or None}
+        text = (run_dir / "server.log").read_text(errors="replace")
+    except OSError:
+        return
+    pids = {s.pid: s.rank for s in server.schedulers}
+    dumped = harvest_pyspy_dumps(text, pids, run_dir / "stacks")
+    fired = watchdog_firing(text, server.spec.tp_size)
+    if fired is None or watch.hang is not None:
+        return
+    for s in server.schedulers:
+        if s.state == "crashed":
+            s.state = "killed"  # torn down by SGLang's launcher after its watchdog fired
+    watch.first_failure = None
+    watch.hang = {
+        "detected_by": "sglang-watchdog",
+        "observed_by": fired.rank,
+        "watchdog_line": fired.line,
+        "stalled_ranks": [s.rank for s in server.schedulers],
+        "last_progress": {},
+        "stopped_ranks": sorted(watch.stops.stopped_for(time.time())),
+        "proc_status": {str(r): st for r, st in watch.stops.last_status.items()},
+    }
+    watch.stacks = {"tool": "py-spy (SGLang's watchdog)", "error": None if dumped else "none"}
 
 
 def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient | None,
                      watch: _Watch, started: str) -> None:  # fmt: skip
     split_rank_logs(run_dir / "server.log", run_dir, server.spec.tp_size)
     _apply_logged_exit_codes(run_dir / "server.log", server)
+    _read_watchdog(run_dir, server, watch)
     if client is not None:
         write_json(run_dir / "outputs.json", client.result.outputs)
         write_json(run_dir / "requests.json", {"cached": client.result.cached,
