@@ -46,6 +46,7 @@ def _lines(path: Path) -> int:
 def _rank_process(cli: subprocess.Popen, rank: int, timeout: float = 60) -> psutil.Process:
     title, deadline = f"hicache-diag::scheduler_PP{rank}_TP0", time.time() + timeout
     while time.time() < deadline:
+        assert cli.poll() is None, f"the run ended early: {cli.communicate()[1][-2000:]}"
         for p in psutil.Process(cli.pid).children(recursive=True):
             try:
                 if " ".join(p.cmdline()).startswith(title):
@@ -69,7 +70,8 @@ def _wait_for_step(out: Path, rank: int, step: int, cli: subprocess.Popen) -> bo
 def signal_rank(tmp_path: Path, sig: int, rank: int, step: int, *extra: str) -> Outcome | None:
     """Start a default run, send `sig` to `rank` once it has written `step` lines; None when
     the run finished before that moment (not a trial)."""
-    out = tmp_path / f"run-{sig}-{rank}-{step}"
+    n = sum(1 for _ in tmp_path.iterdir())  # a fresh run dir each time: --out is written once
+    out = tmp_path / f"run{n}-sig{sig}-rank{rank}-step{step}"
     cli = subprocess.Popen([*CLI, "--out", str(out), "--json", *extra],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
