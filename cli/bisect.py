@@ -188,7 +188,7 @@ def register(app: typer.Typer) -> None:
         if not axes:
             raise UsageError(
                 "bisect needs a matrix: --storage-backend V1,V2, --hicache-size S1,S2 or "
-                "--switch NAME=v1,v2"
+                "--switch NAME=v1,v2 (one value repeats a single cell)"
             )
         _check_cells(app, cfg)
         progress, on_result = trial_progress(err_console, _cells(axes) * trials)

@@ -15,7 +15,7 @@ from hicache_diag.cli.render.verdict import render_check, render_verdict
 from hicache_diag.errors import UsageError
 from hicache_diag.runtime.protocol import build_protocol
 from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig, parse_size
-from hicache_diag.verdict import ExitCode
+from hicache_diag.verdict import ExitCode, Outcome
 
 
 def _pick(flags: dict[str, Any], scenario: dict[str, Any], name: str) -> Any:
@@ -220,9 +220,14 @@ def _run_and_render(cfg: RunConfig, json_: bool, expect: Any = None) -> int:
             argv = ["hicache-diag", *sys.argv[1:]]
             result = run_trial(cfg, argv, on_progress=progress.update)
     except KeyboardInterrupt:
-        # The trial has already reaped every rank and written launcher.json.
+        # A second Ctrl-C during classification: the ranks are reaped, the verdict not written.
         sys.stderr.write("hicache-diag: interrupted; every rank was reaped\n")
         return 130
+    if result.verdict.outcome is Outcome.INTERRUPTED:
+        sys.stderr.write(
+            f"hicache-diag: interrupted; every rank was reaped, {result.run_dir}/verdict.json "
+            "written\n"
+        )
     if json_:
         print_json(result.verdict.to_json())
     else:

@@ -55,3 +55,41 @@ def _stop_multiprocessing_resource_tracker():
     tracker = resource_tracker._resource_tracker
     if getattr(tracker, "_pid", None) is not None and hasattr(tracker, "_stop"):
         tracker._stop()
+
+
+# Tiers (pyproject markers): unit and cli tests are process-free unless marked `process`;
+# e2e tests start the runtime (`process`); tests/test_packaging.py builds wheels and venvs
+# (`packaging`, `process`). `-m "not process"` is the fast, process-free tier.
+_PROCESS_FREE_DIRS = ("unit", "cli")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = item.path.parts
+        if "e2e" in parts:
+            item.add_marker(pytest.mark.process)
+        if item.path.name == "test_packaging.py":
+            item.add_marker(pytest.mark.packaging)
+            item.add_marker(pytest.mark.process)
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError(
+        "this test started a process: mark it @pytest.mark.process (or keep it process-free)"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _process_free_unless_marked(request, monkeypatch):
+    """Hold the tiers honest: an unmarked unit or cli test that forks or spawns fails."""
+    tests_dir = request.path.parts[request.path.parts.index("tests") + 1 :]
+    if tests_dir[:1] and tests_dir[0] in _PROCESS_FREE_DIRS:
+        if request.node.get_closest_marker("process") is None:
+            import multiprocessing.util
+            import os
+            import subprocess
+
+            monkeypatch.setattr(os, "fork", _refuse)
+            monkeypatch.setattr(subprocess.Popen, "_execute_child", _refuse)
+            monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", _refuse)
+    yield

@@ -24,8 +24,8 @@ SOURCES = {
 
 IMPORT_ALL = r"""
 import importlib, json, sys
-# The repo's editable install (system site) registers a meta-path finder that would answer
-# first; drop it so imports can only come from the wheel in this venv.
+# Belt and braces: should the repo's editable finder be active, drop it so imports can only
+# come from the wheel in this venv.
 sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
 names = json.loads(sys.argv[1])
 files = {n: importlib.import_module(n).__file__ for n in names}
@@ -66,8 +66,9 @@ def wheel_venv(tmp_path_factory) -> tuple[Path, Path]:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     wheel = next(dist.glob("hicache_diag-*.whl"))
     env_dir = tmp / "venv"
-    venv.create(env_dir, system_site_packages=True, with_pip=False)
+    venv.create(env_dir, system_site_packages=False, with_pip=False)
     py = env_dir / "bin" / "python"
+    _see_our_dependencies(py)
     subprocess.run(
         [
             sys.executable,
@@ -86,6 +87,24 @@ def wheel_venv(tmp_path_factory) -> tuple[Path, Path]:
         timeout=300,
     )
     return env_dir, py
+
+
+def _dependency_dirs() -> list[str]:
+    """The site directories this interpreter imports typer, torch & co. from: a venv's own
+    site-packages inside a venv (which `system_site_packages=True` would miss: it means the
+    *base* interpreter's), the system or user site-packages on a bare Python."""
+    return [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+
+
+def _see_our_dependencies(py: Path) -> None:
+    """A .pth line appends a directory to the scratch venv's sys.path after its own
+    site-packages (the wheel wins), and unlike site.addsitedir it runs none of that
+    directory's .pth files, so the repo's editable install stays out of the picture."""
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.strip()  # fmt: skip
+    (Path(purelib) / "_hicache_diag_test_deps.pth").write_text("\n".join(_dependency_dirs()))
 
 
 def test_every_module_imports_from_the_wheel(wheel_venv, tmp_path):

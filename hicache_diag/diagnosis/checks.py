@@ -136,6 +136,8 @@ def check_crash(run: RunData, crashes: dict[int, RankCrash] | None = None) -> Fi
         return _death_finding(run, deaths[first if first in deaths else min(deaths)], crashes)
     if not crashes:
         return None
+    if all(c.kind == "secondary" for c in crashes.values()):
+        return _lost_peer_finding(run, crashes)
     finding = _traceback_finding(run, crashes)
     for death in deaths.values():
         finding.evidence.append(f"rank {death.rank} later {death.how}")
@@ -155,6 +157,19 @@ def _death_finding(run: RunData, death: facts.RankDeath, crashes: dict[int, Rank
         lines.append(f"rank {other.rank} {what}: {other.signature}")
     signature = f"rank {death.rank} {death.how}"
     return Finding(Outcome.CRASH, None, death.rank, death.rank, signature, lines, True)
+
+
+def _lost_peer_finding(run: RunData, crashes: dict[int, RankCrash]) -> Finding:
+    """Only cascades (`Connection closed by peer`) and no recorded death: the root is a peer
+    that ended without a trace. Named when exactly one rank is not among the survivors."""
+    quiet = [r for r in run.ranks if r not in crashes]
+    rank = quiet[0] if len(quiet) == 1 else None
+    lines = [f"rank {c.rank} secondary (cascade): {c.signature}" for c in crashes.values()]
+    if rank is None:
+        lines.insert(0, "every traceback is a cascade; the rank that ended first left no trace")
+        return Finding(Outcome.CRASH, signature=lines[1], evidence=lines)
+    lines.insert(0, f"rank {rank} ended without a traceback; its peers lost the connection")
+    return Finding(Outcome.CRASH, None, rank, rank, lines[0], lines)
 
 
 def _traceback_finding(run: RunData, crashes: dict[int, RankCrash]) -> Finding:

@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hicache_diag.diagnosis import checks
+from hicache_diag.diagnosis import checks, rank_facts
 from hicache_diag.diagnosis import stacks as stk
 from hicache_diag.diagnosis.divergence import Divergence
 from hicache_diag.diagnosis.load import RunData, load_run
@@ -37,6 +37,7 @@ def _rank_entries(run: RunData) -> list[dict[str, Any]]:
 
 def _rank_states(run: RunData, crashes: dict) -> list[RankState]:
     states = []
+    stopped = set(rank_facts.stopped_ranks((run.launcher or {}).get("hang") or {}))
     for entry in _rank_entries(run):
         rank = int(entry["rank"])
         state = _LAUNCH_STATE.get(entry.get("state", ""), entry.get("state") or "exited")
@@ -46,6 +47,10 @@ def _rank_states(run: RunData, crashes: dict) -> list[RankState]:
             where = stk.where(run.stacks[rank]) or where
         if crash and state == "exited":
             state = "crashed"
+        if rank in stopped:
+            state, where = "stopped", "kernel state T (SIGSTOP or a debugger)"
+        elif entry.get("state") == "crashed" and entry.get("signal") and not crash:
+            state, where = "killed", f"by {rank_facts.signal_label(entry['signal'])}"
         states.append(
             RankState(
                 rank,

@@ -20,6 +20,13 @@ _STOPPED = frozenset({"stopped", "tracing-stop"})
 _HOLDS_UP = frozenset({WaitKind.OTHER, WaitKind.COMPUTE, WaitKind.HICACHE_LOCAL, WaitKind.DEVICE})
 
 
+def signal_label(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 @dataclass(frozen=True, slots=True)
 class RankDeath:
     """A rank that ended on its own with no traceback: by a signal, or a bare non-zero exit."""
@@ -36,10 +43,7 @@ class RankDeath:
                     "e.g. SIGKILL from a user or the OOM killer)")  # fmt: skip
         if self.signal is None:
             return f"exited with code {self.exitcode} without a traceback"
-        try:
-            name = signal.Signals(self.signal).name
-        except ValueError:
-            name = f"signal {self.signal}"
+        name = signal_label(self.signal)
         if self.oom:
             return f"was killed by {name} (the OOM killer: the cgroup counted an OOM kill)"
         if self.signal == signal.SIGKILL:

@@ -57,6 +57,10 @@ def _result(trial: PlannedTrial, rc: int, stdout: str, stderr: str, wall_s: floa
     if verdict is None:
         why = _last_line(stderr) or "no verdict"
         return TrialResult(trial.seed, str(trial.out), None, error=f"exit {rc}: {why}")
+    if verdict.get("outcome") in ("undecided", "interrupted"):
+        # Neither a pass nor a failure of the system: listed with the errors, not counted.
+        why = f"{verdict['outcome']}: {verdict.get('signature')}"
+        return TrialResult(trial.seed, str(trial.out), None, error=why)
     return TrialResult(
         trial.seed,
         str(trial.out),

@@ -35,6 +35,7 @@ def test_bad_input_is_one_line_before_anything_starts(
     assert sorted(p.name for p in (root / "nonempty").iterdir()) == ["old.txt"]
 
 
+@pytest.mark.process
 def test_triage_of_a_non_python_pid_as_root_does_not_blame_ptrace(capsys):
     import os
 

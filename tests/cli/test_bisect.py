@@ -43,6 +43,7 @@ def test_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, message):
     assert message in err[0] and err[0].startswith("hicache-diag: error:")
 
 
+@pytest.mark.process
 def test_bisect_json_schema(fake_run, tmp_path, capsys):
     code = run_cli(["bisect", "--hicache-size", "16MiB,64MiB", "--switch",
                     "ack-count=local,leader", "--trials", "2", "--jobs", "2", "--out",
@@ -56,6 +57,7 @@ def test_bisect_json_schema(fake_run, tmp_path, capsys):
     assert any("removes all failures" in line for line in data["verdict"])
 
 
+@pytest.mark.process
 def test_bisect_table_and_passthrough_flags(fake_run, tmp_path):
     argv = ["bisect", "--storage-backend", "none,file", "--trials", "2", "--protocol", "legacy"]
     result = CliRunner().invoke(app, [*argv, "--out", str(tmp_path / "b")])
@@ -73,6 +75,7 @@ def test_a_bad_passthrough_flag_is_exit_2_before_any_trial(fake_run, tmp_path, c
     assert not (tmp_path / "b").exists(), "validated before any trial started"
 
 
+@pytest.mark.process
 def test_switch_over_any_run_option(fake_run, tmp_path, capsys):
     code = run_cli(["bisect", "--switch", "protocol=legacy,full", "--switch", "async-depth=0,1",
                     "--trials", "2", "--out", str(tmp_path / "b"), "--json"])  # fmt: skip

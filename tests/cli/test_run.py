@@ -39,6 +39,7 @@ def test_help_lists_the_shared_flags():
 
 
 @pytest.mark.usefixtures("no_leftover_processes")
+@pytest.mark.process
 def test_json_run_prints_only_the_verdict(tmp_path):
     out = tmp_path / "run"
     res = CliRunner().invoke(

@@ -21,6 +21,7 @@ def _delays(doc: dict) -> dict[str, int]:
     return {e["event"]: e["delay_iters"] for e in doc["events"]}
 
 
+@pytest.mark.process
 def test_pp2_one_async_slot_measures_plus1_and_plus3(capsys, no_leftover_processes):
     doc = _json_run(capsys, "--pp", "2", "--async-depth", "1")
     assert doc["schema"] == "hicache-diag/timeline/v1" and doc["loop_size"] == 3
@@ -30,12 +31,14 @@ def test_pp2_one_async_slot_measures_plus1_and_plus3(capsys, no_leftover_process
     assert write["ack_queued_iter"] == 2 and doc["samples"] >= 3 and doc["ranks_agree"]
 
 
+@pytest.mark.process
 def test_loop_size_two_measures_plus1_and_plus2(capsys, no_leftover_processes):
     doc = _json_run(capsys, "--pp", "2", "--async-depth", "0")
     assert doc["loop_size"] == 2 and _delays(doc) == {"load": 1, "write": 2}
     assert doc["formula"] == {"load": 1, "write": 2}
 
 
+@pytest.mark.process
 def test_table_output_and_kept_run_dir(tmp_path, no_leftover_processes):
     result = CliRunner().invoke(app, ["timeline", "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output

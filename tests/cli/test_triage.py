@@ -157,6 +157,7 @@ def test_dead_pid_is_unknown_with_reason():
     assert "no such process" in data["reason"]
 
 
+@pytest.mark.process
 def test_non_python_pid_is_unknown_with_reason(no_leftover_processes):
     import subprocess
 
@@ -174,6 +175,7 @@ def test_non_python_pid_is_unknown_with_reason(no_leftover_processes):
 # --- live: real gloo processes parked in real waits, real py-spy ----------------------------
 
 
+@pytest.mark.process
 def test_live_pp_hang_names_culprit_and_site(no_leftover_processes, tmp_path):
     with FakeCluster("pp-hang", 2) as cluster:
         pids = [a for pid in cluster.pids for a in ("--pid", str(pid))]
@@ -190,6 +192,7 @@ def test_live_pp_hang_names_culprit_and_site(no_leftover_processes, tmp_path):
     assert (exit_code, offline["culprit"]["label"]) == (12, "PP1 TP0")
 
 
+@pytest.mark.process
 def test_live_idle_cluster_is_healthy_via_discover(no_leftover_processes):
     with FakeCluster("idle", 2) as cluster:
         # other engineers' clusters run on this host too: only our own tree
@@ -199,6 +202,7 @@ def test_live_idle_cluster_is_healthy_via_discover(no_leftover_processes):
     assert (exit_code, data["kind"]) == (0, "healthy")
 
 
+@pytest.mark.process
 def test_live_busy_cluster_is_not_a_hang(no_leftover_processes):
     with FakeCluster("busy", 2) as cluster:
         pids = [a for pid in cluster.pids for a in ("--pid", str(pid))]

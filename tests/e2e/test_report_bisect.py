@@ -82,7 +82,7 @@ def test_run_leak_with_unbounded_inflight_sends(tmp_path):
 
 
 def test_bisect_ctrl_c_prints_partial_table_and_leaves_no_rank(tmp_path):
-    argv = ["bisect", "--switch", "ack-count=leader,leader-batched", "--trials", "2", "--jobs", "2"]
+    argv = ["bisect", "--switch", "protocol=full", "--trials", "4", "--jobs", "2"]
     argv += ["--out", str(tmp_path / "b"), "--json"]
     proc = subprocess.Popen([*CLI, *argv, "--requests", "32", "--max-new-tokens", "8"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip

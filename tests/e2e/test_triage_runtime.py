@@ -35,6 +35,35 @@ def _wait_for_ranks(proc: subprocess.Popen[bytes], count: int, timeout: float = 
     raise AssertionError("the runtime's rank processes did not come up")
 
 
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
+def _wait_for_wedge(run_dir: Path, world: int, quiet_s: float = 2.0, timeout: float = 120):
+    """Poll the rank jsonl files until every rank has stepped and none has written a line for
+    `quiet_s`: the wedge has formed (instead of sleeping a fixed time and hoping)."""
+    paths = [run_dir / f"rank{r}.jsonl" for r in range(world)]
+    end, last, since = time.monotonic() + timeout, None, time.monotonic()
+    while time.monotonic() < end:
+        now = [_lines(p) for p in paths]
+        if now != last:
+            last, since = now, time.monotonic()
+        elif all(now) and time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the run never wedged: lines per rank {last}")
+
+
+def _wait_for_steps(run_dir: Path, steps: int, timeout: float = 120) -> None:
+    end = time.monotonic() + timeout
+    while _lines(run_dir / "rank1.jsonl") < steps:
+        assert time.monotonic() < end, f"rank 1 never reached step {steps}"
+        time.sleep(0.1)
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """Ctrl-C our own run (it reaps its ranks), then make sure of it."""
     tree = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
@@ -65,7 +94,7 @@ def test_triage_names_the_hung_rank_of_a_real_run(tmp_path, capsys):
     )
     try:
         _wait_for_ranks(run, 2)
-        time.sleep(8)  # the first write-backs are issued and PP1 reaches writing_check
+        _wait_for_wedge(tmp_path / "run", 2)  # PP1 blocked at writing_check on its first ack
         code, data = _triage(capsys, run.pid)
     finally:
         _stop(run)
@@ -84,7 +113,7 @@ def test_triage_of_the_form_c_scenario_names_pp1(tmp_path, capsys):
     run = _start_run(tmp_path, "--scenario", scenario, "--hang-timeout", "120")
     try:
         _wait_for_ranks(run, 2)
-        time.sleep(8)
+        _wait_for_wedge(tmp_path / "run", 2)
         code, data = _triage(capsys, run.pid)
     finally:
         _stop(run)
@@ -97,7 +126,7 @@ def test_triage_of_a_healthy_busy_run_says_so(tmp_path, capsys):
     run = _start_run(tmp_path, "--pp", "2", "--requests", "4000", "--max-new-tokens", "16")
     try:
         _wait_for_ranks(run, 2)
-        time.sleep(3)
+        _wait_for_steps(tmp_path / "run", 20)  # stepping: triage sees a busy run
         code, data = _triage(capsys, run.pid)
         still_running = run.poll() is None
     finally:

@@ -38,6 +38,13 @@ def test_sigkilled_rank_after_peers_finished_is_not_ok(tmp_path):
     assert (v.outcome, v.failed_rank) == (Outcome.CRASH, 0) and "SIGTERM" in v.signature
 
 
+def test_a_lone_cascade_never_blames_the_survivor(tmp_path):
+    rd = RunDir(tmp_path).crash(0, 6, PEER_ERR, t=1001.0)  # rank 1's death was not recorded
+    v = classify_run(rd.write())
+    assert (v.outcome, v.form, v.failed_rank, v.culprit_rank) == (Outcome.CRASH, None, 1, 1)
+    assert v.exit_code is ExitCode.CRASH_OTHER
+
+
 def test_oom_kill_is_named(tmp_path):
     rd = _killed(RunDir(tmp_path), 1, 5)
     rd.launcher["oom_kills"] = 1

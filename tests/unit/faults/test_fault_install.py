@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from hicache_diag.faults import install_faults, parse_fault_spec
 from hicache_diag.hooks import Hooks
 
@@ -46,6 +48,7 @@ def test_spec_index_is_part_of_the_seed():
     assert {0.0, 0.001, 0.002, 0.003} <= {round(d, 6) for d in delays}
 
 
+@pytest.mark.process
 def test_importing_faults_does_not_import_torch():
     code = "import sys, hicache_diag.faults; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -66,6 +69,7 @@ print(json.dumps(hooks.drain_fired()))
 """
 
 
+@pytest.mark.process
 def test_rank_processes_draw_the_same_schedule_whatever_their_hash_seed():
     # Rank processes are separate interpreters: the draws must not depend on PYTHONHASHSEED.
     specs = ["host-alloc-fail:p=0.3", "dma-delay:ms=1,jitter-ms=4,p=0.5,seed=3"]

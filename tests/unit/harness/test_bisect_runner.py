@@ -59,6 +59,7 @@ def test_matrix_and_trial_argv(tmp_path):
                         str(tmp_path / "o"), "--json"]  # fmt: skip
 
 
+@pytest.mark.process
 def test_bisect_over_real_subprocesses(tmp_path):
     axes = [Axis("hicache-size", ("16MiB", "64MiB")), Axis("ack-count", ("local", "leader"))]
     seen = []
@@ -80,12 +81,14 @@ def test_bisect_over_real_subprocesses(tmp_path):
     assert "ack-count=leader removes all failures" in verdict and "#27285" in verdict
 
 
+@pytest.mark.process
 def test_failures_without_storage_backend_name_the_l2_dimension(tmp_path):
     axes = [Axis("storage-backend", ("none", "file"))]
     table = run_bisect(cfg(tmp_path, axes, trials=2, run_args=("--protocol", "legacy")))
     assert any("L2-dimension divergence" in line for line in table.verdict())
 
 
+@pytest.mark.process
 def test_bad_trial_arguments_abort_with_one_line(tmp_path):
     with pytest.raises(UsageError, match="trial rejected its arguments: .*unknown fault"):
         run_bisect(cfg(tmp_path, [], run_args=("--bad",), trials=3))
@@ -98,6 +101,7 @@ def _alive(pid_file: Path) -> bool:
     return psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.process
 def test_trial_timeout_kills_the_trial(tmp_path):
     table = run_bisect(cfg(tmp_path, [], run_args=("--sleep",), trial_timeout_s=1.0))
     cell = table.cells[0].to_json()
@@ -105,6 +109,7 @@ def test_trial_timeout_kills_the_trial(tmp_path):
     assert not any(_alive(p) for p in (tmp_path / "b").rglob("pid"))
 
 
+@pytest.mark.process
 def test_ctrl_c_returns_the_partial_table_and_leaves_no_trial(tmp_path):
     script = (
         "import json, sys; from pathlib import Path\n"
@@ -128,6 +133,7 @@ def test_ctrl_c_returns_the_partial_table_and_leaves_no_trial(tmp_path):
     assert not any(_alive(p) for p in pids)
 
 
+@pytest.mark.process
 def test_failures_no_axis_explains_still_get_a_verdict_line(tmp_path):
     table = run_bisect(cfg(tmp_path, [], trials=2, run_args=("--protocol", "legacy")))
     assert table.verdict() == [

@@ -81,6 +81,7 @@ def _fake_pyspy(tmp_path: Path, body: str) -> str:
 
 
 @pytest.mark.skipif(pyspy.find_pyspy() is None, reason="py-spy is not installed")
+@pytest.mark.process
 def test_every_rank_is_dumped_by_py_spy(tmp_path, ranks):
     got = trial.dump_rank_stacks(ranks, tmp_path)
     assert got == {"tool": "py-spy", "error": None}
@@ -97,6 +98,7 @@ def _assert_faulthandler_files(tmp_path: Path) -> None:
         assert not (tmp_path / "stacks" / f"rank{r}.json").exists()
 
 
+@pytest.mark.process
 def test_missing_py_spy_falls_back_to_faulthandler(tmp_path, ranks, monkeypatch):
     monkeypatch.setattr(pyspy, "find_pyspy", lambda: None)
     got = trial.dump_rank_stacks(ranks, tmp_path)
@@ -104,6 +106,7 @@ def test_missing_py_spy_falls_back_to_faulthandler(tmp_path, ranks, monkeypatch)
     _assert_faulthandler_files(tmp_path)
 
 
+@pytest.mark.process
 def test_ptrace_denied_is_named_and_falls_back(tmp_path, ranks, monkeypatch):
     fake = _fake_pyspy(tmp_path, 'echo "Error: Operation not permitted (os error 1)" >&2; exit 1')
     monkeypatch.setattr(pyspy, "find_pyspy", lambda: fake)
@@ -112,6 +115,7 @@ def test_ptrace_denied_is_named_and_falls_back(tmp_path, ranks, monkeypatch):
     _assert_faulthandler_files(tmp_path)
 
 
+@pytest.mark.process
 def test_a_hung_py_spy_is_killed_at_the_deadline(tmp_path, ranks, monkeypatch):
     fake = _fake_pyspy(tmp_path, "exec sleep 60")
     monkeypatch.setattr(pyspy, "find_pyspy", lambda: fake)

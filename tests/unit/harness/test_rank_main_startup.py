@@ -38,6 +38,7 @@ def test_startup_phases_are_consecutive_differences(monkeypatch):
     assert out["total"] == pytest.approx(1.9)
 
 
+@pytest.mark.process
 def test_rank_whose_launcher_is_already_gone_exits(tmp_path, monkeypatch):
     """If the launcher died before prctl(PR_SET_PDEATHSIG) ran, no signal ever comes: the rank
     sees it was re-parented and leaves instead of lingering."""

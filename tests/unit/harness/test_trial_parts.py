@@ -73,6 +73,21 @@ def test_hang_watch_sees_progress_and_stalls(tmp_path):
     assert w.stalled(now=201.5)
 
 
+def test_hang_timeout_counts_from_the_first_step_and_start_up_is_bounded(tmp_path):
+    from hicache_diag.harness.hang_watch import STARTUP_GRACE_S
+
+    w = HangWatch(tmp_path, world_size=2, hang_timeout=1.0, started=100.0)
+    w.poll(now=100.0)
+    assert not w.stalled(now=100.0 + STARTUP_GRACE_S - 0.1), "start-up has its grace"
+    assert w.stalled(now=100.0 + STARTUP_GRACE_S + 0.1), "but a bounded one"
+    (tmp_path / "rank0.jsonl").write_text(json.dumps({"step": 0, "t": 100.5}) + "\n")
+    w.poll(now=100.5)
+    # rank 1 has not stepped yet: the hang timeout applies all the same, from rank 0's step
+    assert not w.stalled(now=101.4) and w.stalled(now=101.6)
+    assert w.startup_s() == {"0": 0.5, "1": None}
+    assert w.last_steps()["0"] == {"step": 0, "t": 100.5}
+
+
 def test_run_config_round_trips_through_the_manifest():
     cfg = RunConfig(
         server_args=ServerArgs(pp_size=3, tp_size=2, hicache_size=1 << 20),

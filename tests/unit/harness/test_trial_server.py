@@ -52,6 +52,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.process
 def test_a_trial_reports_its_exit_code_and_output(server, tmp_path):
     trial = _submit(server, tmp_path, "t")
     out, err = trial.communicate(timeout=30)
@@ -59,6 +60,7 @@ def test_a_trial_reports_its_exit_code_and_output(server, tmp_path):
     assert json.loads(out.strip().splitlines()[-1])["form"] == "A" and err == out
 
 
+@pytest.mark.process
 def test_a_trial_is_its_own_session_and_dies_whole(server, tmp_path):
     trial = _submit(server, tmp_path, "s", "--sleep")
     inner = _inner_pid(tmp_path / "s")
@@ -70,6 +72,7 @@ def test_a_trial_is_its_own_session_and_dies_whole(server, tmp_path):
     assert not _alive(inner) and not _alive(trial.pid)
 
 
+@pytest.mark.process
 def test_closing_the_server_kills_the_trials_still_running(tmp_path, no_leftover_processes):
     server = _start(tmp_path)
     trial = _submit(server, tmp_path, "s", "--sleep")

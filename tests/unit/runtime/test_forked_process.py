@@ -63,6 +63,7 @@ def _report(log_path) -> dict:
     return json.loads(lines[0])
 
 
+@pytest.mark.process
 def test_child_sees_a_fresh_interpreter_and_exits_with_its_code(forkee, tmp_path):
     marker = tmp_path / "parent_atexit_ran"
     hook = lambda: marker.write_text("x")  # noqa: E731
@@ -87,6 +88,7 @@ def test_child_sees_a_fresh_interpreter_and_exits_with_its_code(forkee, tmp_path
     assert os.environ.get("FORKEE_ENV") is None, "env goes to the child only"
 
 
+@pytest.mark.process
 def test_uncaught_exception_is_exit_1_with_traceback(forkee, tmp_path):
     child, log_path = _fork(forkee, tmp_path, "raise")
     assert child.wait() == 1
@@ -95,12 +97,14 @@ def test_uncaught_exception_is_exit_1_with_traceback(forkee, tmp_path):
     assert "ValueError: boom from the child" in text
 
 
+@pytest.mark.process
 def test_exit_with_a_message_is_exit_1_and_the_message(forkee, tmp_path):
     child, log_path = _fork(forkee, tmp_path, "message")
     assert child.wait() == 1
     assert "fatal: told to stop" in log_path.read_text()
 
 
+@pytest.mark.process
 def test_kill_poll_wait_as_popen(forkee, tmp_path):
     child, _ = _fork(forkee, tmp_path, "sleep")
     assert child.poll() is None and child.returncode is None
@@ -110,6 +114,7 @@ def test_kill_poll_wait_as_popen(forkee, tmp_path):
     child.kill()  # after the reap: a no-op, never a signal to a recycled pid
 
 
+@pytest.mark.process
 def test_module_missing_is_exit_1(tmp_path):
     child, log_path = _fork("no_such_module_hicache", tmp_path)
     assert child.wait() == 1
@@ -117,6 +122,7 @@ def test_module_missing_is_exit_1(tmp_path):
     assert_no_children()
 
 
+@pytest.mark.process
 def test_sitecustomize_runs_again_in_the_child(tmp_path, monkeypatch):
     """Start-up hooks that start threads (test crash injectors, profilers) must see each rank."""
     mark = tmp_path / "site_pids"
@@ -137,6 +143,7 @@ def test_sitecustomize_runs_again_in_the_child(tmp_path, monkeypatch):
     assert pids == [str(os.getpid()), str(child.pid)]
 
 
+@pytest.mark.process
 def test_child_never_unwinds_into_the_parents_stack(forkee, tmp_path):
     """The fork happens deep inside the CLI (typer, run_trial, pytest): the child must end in
     os._exit, never run the finally blocks above fork_module."""

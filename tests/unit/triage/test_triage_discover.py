@@ -39,6 +39,7 @@ def test_label_and_key_tolerate_absent_tokens():
     assert sorted([a, b], key=lambda r: r.key) == [b, a]
 
 
+@pytest.mark.process
 def test_discover_finds_titled_processes_only(no_leftover_processes):
     code = (
         "import setproctitle, time, sys; "

@@ -25,6 +25,7 @@ def python_waiter():
     proc.stdout.close()
 
 
+@pytest.mark.process
 def test_dumps_live_python_process_and_leaves_it_running(no_leftover_processes, python_waiter):
     result = dump_stacks([python_waiter.pid], deadline_s=10)[python_waiter.pid]
     assert result.error is None, result.error
@@ -33,6 +34,7 @@ def test_dumps_live_python_process_and_leaves_it_running(no_leftover_processes, 
     assert python_waiter.poll() is None  # read-only: the target is still alive
 
 
+@pytest.mark.process
 def test_errors_for_dead_and_non_python_pids(no_leftover_processes):
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
@@ -45,6 +47,7 @@ def test_errors_for_dead_and_non_python_pids(no_leftover_processes):
         sleeper.wait()
 
 
+@pytest.mark.process
 def test_deadline_kills_py_spy_not_the_target(no_leftover_processes, python_waiter):
     result = dump_stacks([python_waiter.pid], deadline_s=0.001)[python_waiter.pid]
     assert result.threads is None and "timed out" in result.error

@@ -161,6 +161,7 @@ def test_tag_is_sglangs():
 
 
 @pytest.mark.usefixtures("no_leftover_processes")
+@pytest.mark.process
 def test_pp2_tp2_transport_and_collectives():
     res = _run(pp=2, tp=2)
     for r in (2, 3):  # PP1: each TP rank hears from its own TP column on PP0
@@ -180,6 +181,7 @@ def test_pp2_tp2_transport_and_collectives():
 
 
 @pytest.mark.usefixtures("no_leftover_processes")
+@pytest.mark.process
 def test_skipped_hicache_collective_hangs_instead_of_pairing_with_the_model_all_reduce():
     res = _run(pp=1, tp=2, exercise="_skip_hicache_collective")
     for r in (0, 1):

@@ -110,6 +110,7 @@ def two_ranks(tmp_path):
         assert left == [], f"rank processes left behind: {left}"
 
 
+@pytest.mark.process
 def test_l3_switches_on_real_gloo_ranks(two_ranks):
     results, procs = two_ranks
     assert [p.exitcode for p in procs] == [0, 0]
