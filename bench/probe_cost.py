@@ -75,11 +75,12 @@ def main() -> None:
             on, off, outcomes, shares = [], [], {True: set(), False: set()}, []
             for i in range(ns.repeat):
                 for record, acc in ((True, on), (False, off)):
-                    rate, outcome = one_run(
-                        pp, tp, record, args, Path(tmp) / f"{topo}-{i}-{record}"
-                    )
+                    out = Path(tmp) / f"{topo}-{i}-{record}"
+                    rate, outcome, share = one_run(pp, tp, record, args, out)
                     acc.append(rate)
                     outcomes[record].add(outcome)
+                    if share:
+                        shares.append(share)
             m_on, m_off = statistics.median(on), statistics.median(off)
             cost = (m_off - m_on) / m_off if m_off else float("nan")
             seen = " / ".join(",".join(sorted(outcomes[k])) for k in (True, False))
