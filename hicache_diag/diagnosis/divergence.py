@@ -222,18 +222,38 @@ def _only_some(counts: dict[int, int]) -> dict[int, int]:
 
 def _host_alloc_source(window: pd.DataFrame, step: int) -> Attribution | None:
     counts = _only_some(_per_rank_sum(window, "host_alloc_failed"))
-    what = "host alloc failed"
-    if not counts and _with_sub(window, "sync_received", "host_alloc") is None:
-        # No vote decides allocs: a pool refusal that write_backup's evict_host + retry hid
-        # still made this rank alone evict host nodes.
-        counts = _only_some(_per_rank_sum(window, "host_pool_refused"))
-        what = "the host pool refused allocs"
     if not counts:
         return None
     return (
         DivergenceSource.HOST_ALLOC,
         max(sorted(counts), key=lambda r: counts[r]),
-        f"{what} only on rank(s) {sorted(counts)} before step {step}: {counts}",
+        f"host alloc failed only on rank(s) {sorted(counts)} before step {step}: {counts}",
+    )
+
+
+def _voted(frames: pd.DataFrame) -> bool:
+    """Whether host allocs were decided by a vote anywhere in the run (two-phase)."""
+    if "sync_received" not in frames.columns:
+        return False
+    return any(isinstance(v, dict) and ("host_alloc" in v or "prefetch_alloc" in v)
+               for v in frames["sync_received"])  # fmt: skip
+
+
+def _pool_refusal_source(
+    window: pd.DataFrame, frames: pd.DataFrame, step: int
+) -> Attribution | None:
+    """No vote decides allocs: a pool refusal that write_backup's evict_host + retry hid from
+    host_alloc_failed still made this rank alone evict host nodes."""
+    if _voted(frames):
+        return None  # the vote absorbs a refusal; a refusal follows some other difference
+    counts = _only_some(_per_rank_sum(window, "host_pool_refused"))
+    if not counts:
+        return None
+    return (
+        DivergenceSource.HOST_ALLOC,
+        max(sorted(counts), key=lambda r: counts[r]),
+        f"the host pool refused allocs only on rank(s) {sorted(counts)} before step {step}: "
+        f"{counts}",
     )
 
 
@@ -298,6 +318,7 @@ def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Att
             or _ack_source(window, frames, step, column, values)
             or _l3_progress_source(window)
             or _l3_hit_source(window)
+            or _pool_refusal_source(window, frames, step)
             or _lru_source(window, frames)
         )
         if found:

@@ -98,6 +98,7 @@ class StepRecorder:
     ) -> None:
         self.rank, self.pp, self.tp = rank, pp, tp
         self.full = recording_on()
+        self._record_s = 0.0
         self._fh = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the rank
         self.must_agree = list(MUST_AGREE)
         if protocol is not None and protocol.mode("host-capacity") == "min":
@@ -119,6 +120,7 @@ class StepRecorder:
     ) -> dict[str, Any]:
         if not self.full:
             return self._heartbeat(step, slot, tree_cache, hooks, comm)
+        started = time.perf_counter()
         rec: dict[str, Any] = {**self._head(step, slot, batch), **_defaults()}
         stats = tree_cache.probe_stats() or {}
         extra = dict(extra or {})
@@ -136,7 +138,9 @@ class StepRecorder:
         rec["faults_fired"] = hooks.drain_fired()
         rec["must_agree"] = self.must_agree
         rec["t"] = time.time()
+        rec["record_s"] = self._record_s  # what recording the previous line cost (probe cost)
         self._fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
+        self._record_s = round(time.perf_counter() - started, 6)
         return rec
 
     def _heartbeat(self, step: int, slot: int, tree_cache: Any, hooks: Any, comm: Any) -> dict:
