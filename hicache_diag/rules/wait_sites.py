@@ -92,6 +92,8 @@ _STORAGE_THREADS = _s(
 
 K = WaitKind
 CONTEXT_RULES: tuple[Signature, ...] = (
+    # PP0 relays its counts down the chain (isend); PPn receives them (recv).
+    Signature("hicache-pp-sync-send", K.HICACHE_COMM, _s("isend", "send"), _s("pp_sync")),
     Signature("hicache-pp-sync-recv", K.HICACHE_COMM, _s("pp_sync")),
     Signature("hicache-pp-sync-drain", K.HICACHE_COMM, _s("drain_async_work")),
     Signature("hicache-tp-allreduce", K.HICACHE_COMM, _s("all_reduce_attn_groups")),

@@ -76,11 +76,12 @@ def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int |
     if root.is_cascade and (silent := _silent_rank(logs)) is not None:
         culprit = _report_for(silent, reports)
         culprit.state = "exited"
-        evidence.insert(
-            0,
+        evidence = [
             f"{silent.label} went silent while its peers report the cascade (connection "
-            "closed / reset by peer): it is the rank that died",
-        )
+            "closed / reset by peer): it is the rank that died (killed, OOM, a signal)",
+            *(e.replace("secondary (cascade)", "cascade") for e in evidence[1:]),
+            f"first cascade error: {root.text}",
+        ]
     for r in reports:
         crashed = [e for e in logs.exceptions if e.rank == r.rank and not e.is_timeout]
         if crashed and r.wait_site is None:

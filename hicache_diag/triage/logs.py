@@ -56,6 +56,11 @@ _PYSPY_TOOLING = re.compile(
 
 PROGRESS = sig.PROGRESS
 _CUT_SHORT = CUT_SHORT
+# Lines between the tracebacks of one chained exception.
+_CHAIN = re.compile(
+    r"^(?:Traceback \(most recent call last\):|During handling of the above exception"
+    r"|The above exception was the direct cause|$)"
+)
 
 
 @dataclass(slots=True)
@@ -152,15 +157,16 @@ def _consume(
         ev.noise += 1
         ctx.noise_next = True
         return i
-    if not msg.strip().startswith("Traceback"):
-        ctx.noise_next = False  # only the very next line can be the noise's own traceback
+    if not _CHAIN.match(msg.strip()):
+        ctx.noise_next = False  # only the noise's own (chained) traceback follows it
     handlers = (_on_traceback, _on_terminate, _on_pyspy, _on_pyspy_error, _on_faulthandler,
                 _on_fatal, _on_bare_exception)  # fmt: skip
     for handler in handlers:
         end = handler(lines, i, msg, source, ctx, ev)
         if end is not None:
             ev.recognised += 1
-            ctx.noise_next = False
+            if handler is not _on_traceback:  # it keeps a noise's chained tracebacks together
+                ctx.noise_next = False
             return end
     if thread := _THREAD_EXC.search(msg):
         ctx.thread = thread.group(1) or thread.group(2)
