@@ -27,6 +27,7 @@ class LogException:
     last_frame: str | None = None  # the innermost frame, `func (file.py:line)`
     files: list[str] = field(default_factory=list)  # the frames' file names
     fatal_signal: bool = False  # `Fatal Python error` (SIGSEGV/SIGABRT) or a C++ terminate
+    scheduler: bool = False  # logged as `Scheduler hit an exception`: the scheduler died of it
 
     @property
     def text(self) -> str:

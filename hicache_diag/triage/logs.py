@@ -1,8 +1,10 @@
 """Parse SGLang (and hicache-diag) server logs into crash, hang and progress evidence.
 
 Understands the `[ts PP1 ATTN_CP0 TP0]` prefix, `Scheduler hit an exception: Traceback ...`
-blocks, `Exception in thread ...` (storage threads), `Pyspy dump for PID N:` blocks, the SGLang
-watchdog, the NCCL watchdog, gloo timeouts and the `Connection closed by peer` cascade.
+blocks, `Exception in thread ...` (storage threads), `Pyspy dump for PID N:` blocks and py-spy's
+failures, faulthandler blocks, C++ aborts, bare exception lines, the SGLang watchdog (hard, soft,
+other components'), the NCCL watchdog, gloo timeouts, the `Connection closed by peer` cascade and
+benign noise; `triage.lines` first undoes collector prefixes and paste damage.
 """
 
 from __future__ import annotations
@@ -202,7 +204,7 @@ def _on_traceback(
     ev.exceptions.append(
         LogException(
             ctx.rank, ctx.ts, source, i + 1, tb.exc_type, tb.message, tb.frames, name,
-            tb.last_frame, tb.files,
+            tb.last_frame, tb.files, scheduler="Scheduler hit an exception" in msg,
         )
     )  # fmt: skip
     ev.context = ev.context | sig.frames_context(tb.frames, tb.files)
