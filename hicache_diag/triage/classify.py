@@ -94,14 +94,16 @@ def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int |
         crashed = [e for e in logs.exceptions if e.rank == r.rank and not e.is_timeout]
         if crashed and r.wait_site is None:
             r.state, r.error = "crashed", crashed[0].text
-    signature = None if root.is_cascade and culprit is not None else root.text
+    signature = root.text
+    if root.is_cascade and culprit is not None:
+        signature = f"{culprit.rank.label} went silent (no traceback): killed, OOM or a signal"
     return TriageReport(
         "crash",
         form=finding.form,
         culprit=culprit,
         ranks=reports,
         evidence=evidence,
-        signature=signature or root.text,
+        signature=signature,
     )
 
 
