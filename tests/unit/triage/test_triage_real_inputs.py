@@ -134,6 +134,7 @@ def test_silent_rank_among_complaining_peers_is_the_culprit():
         "PP1 TP0",
         16,
     )
+    assert report.signature.startswith("PP1 TP0 went silent")
 
 
 def test_dump_without_a_title_is_rank_unknown_and_one_rank_is_not_network_suspect():
