@@ -26,9 +26,13 @@ CORPUS = Path("samples/corpus")
 
 
 def triage_case(path: Path, mode: str) -> dict:
-    """`mode` "dumps": the folder is a dump directory (`--dumps`); else log files (`--logs`)."""
+    """`mode` "dumps": the folder is a dump directory (`--dumps`); "logs+dumps": its *.log
+    files and its dumps/ folder; else log files (`--logs`)."""
     if mode == "dumps":
         report = run_triage(TriageRequest(dumps=(path,)))
+    elif mode == "logs+dumps":  # a server log beside the dumps/ folder taken from it
+        logs = tuple(sorted(path.glob("*.log")))
+        report = run_triage(TriageRequest(dumps=(path / "dumps",), logs=logs))
     else:
         files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
         report = run_triage(TriageRequest(logs=tuple(files)))

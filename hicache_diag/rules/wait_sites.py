@@ -92,6 +92,8 @@ _STORAGE_THREADS = _s(
 
 K = WaitKind
 CONTEXT_RULES: tuple[Signature, ...] = (
+    # PP0 relays its counts down the chain (isend); PPn receives them (recv).
+    Signature("hicache-pp-sync-send", K.HICACHE_COMM, _s("isend", "send"), _s("pp_sync")),
     Signature("hicache-pp-sync-recv", K.HICACHE_COMM, _s("pp_sync")),
     Signature("hicache-pp-sync-drain", K.HICACHE_COMM, _s("drain_async_work")),
     Signature("hicache-tp-allreduce", K.HICACHE_COMM, _s("all_reduce_attn_groups")),
@@ -210,11 +212,10 @@ RECEIVE_FUNCS = _s("recv", "irecv", "recv_bytes", "recv_object", "recv_tensor_di
 # A main thread in these is a process on its way out (interpreter shutdown, SGLang's SIGQUIT
 # handler killing its tree): a post-mortem picture, never a live sample.
 EXIT_FUNCS = _s(
-    "shutdown",
+    "shutdown",  # threading._shutdown: the interpreter joins its threads on exit
     "kill_process_tree",
     "launch_phase_sigquit_handler",
     "running_phase_sigquit_handler",
-    "exit_function",
 )
 
 # Where each name of the tables comes from when SGLang 0.5.23 does not define it (a test scans
@@ -231,7 +232,6 @@ BUILTIN_NAMES = _s(
 )
 LIBRARY_NAMES = _s(  # Python's stdlib, torch.distributed, pyzmq
     "all_to_all", "irecv", "recv_bytes", "recv_multipart", "sleep", "acquire", "shutdown",
-    "exit_function",
 )  # fmt: skip
 NATIVE_NAMES = _s(  # C/C++ frames printed by `py-spy dump --native` (gloo, CUDA driver/runtime)
     "waitRecv", "waitSend", "cuStreamSynchronize", "cudaStreamSynchronize", "cuEventSynchronize",
@@ -247,5 +247,12 @@ def table_names() -> frozenset[str]:
 
 
 def is_exiting(thread: ThreadStack | None) -> bool:
-    """The thread is inside interpreter shutdown or SGLang's exit path."""
-    return thread is not None and any(normalize(f.name) in EXIT_FUNCS for f in thread.frames)
+    """The thread is inside interpreter shutdown (`threading._shutdown`) or SGLang's exit
+    path (its SIGQUIT handlers, kill_process_tree)."""
+    if thread is None:
+        return False
+    for frame in thread.frames:
+        name = normalize(frame.name)
+        if name in EXIT_FUNCS and (name != "shutdown" or "threading" in frame.filename):
+            return True
+    return False

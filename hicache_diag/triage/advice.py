@@ -63,6 +63,8 @@ _SITE = {
     "hicache-pp-sync-recv": "the culprit waits for the pp_sync value from the previous stage: "
     "that stage called check_hicache_events fewer times (an early return in "
     "get_new_batch_prefill) or is stuck before it",
+    "hicache-pp-sync-send": "the culprit is sending its pp_sync counts down the chain and the "
+    "next stage does not receive them: that stage is stuck before check_hicache_events",
     "hicache-pp-sync-drain": "PP0 waits for the next stage to consume last round's pp_sync "
     "message: that stage lags or skipped a check_hicache_events call",
     "hicache-tp-allreduce": "the culprit sits in a HiCache TP/CP MIN its TP peers never "

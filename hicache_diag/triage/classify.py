@@ -8,7 +8,7 @@ from hicache_diag.triage.advice import next_steps
 from hicache_diag.triage.crash import CrashFinding, crash_form, find_crash
 from hicache_diag.triage.discover import RankId, is_component_title
 from hicache_diag.triage.hang import HangFinding, RankSamples, analyse_rank, classify_stacks
-from hicache_diag.triage.logs import LogEvidence, LogLine
+from hicache_diag.triage.logs import LogEvidence, LogException, LogLine
 from hicache_diag.triage.report import RankReport, TriageReport
 from hicache_diag.triage.stacks import merge_stacks
 
@@ -65,8 +65,16 @@ def _silent_rank(logs: LogEvidence) -> RankId | None:
     return silent[0] if len(silent) == 1 else None
 
 
+def _handled(exc: LogException, logs: LogEvidence) -> bool:
+    """An error the launcher / HTTP / tokenizer process logged (no rank, not a scheduler's
+    death, no signal) after which the server went on serving: handled, not the crash."""
+    if exc.rank is not None or exc.scheduler or exc.fatal_signal or exc.is_timeout:
+        return False
+    return any(ln.source == exc.source and ln.lineno > exc.lineno for ln in logs.progress_lines)
+
+
 def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int | None):
-    excs = [e for e in logs.exceptions if not e.is_thread_death]
+    excs = [e for e in logs.exceptions if not e.is_thread_death and not _handled(e, logs)]
     finding = find_crash(excs, num_heads, logs.context)
     if finding is None or _hang_came_first(finding, logs):
         return None
@@ -76,23 +84,26 @@ def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int |
     if root.is_cascade and (silent := _silent_rank(logs)) is not None:
         culprit = _report_for(silent, reports)
         culprit.state = "exited"
-        evidence.insert(
-            0,
+        evidence = [
             f"{silent.label} went silent while its peers report the cascade (connection "
-            "closed / reset by peer): it is the rank that died",
-        )
+            "closed / reset by peer): it is the rank that died (killed, OOM, a signal)",
+            *(e.replace("secondary (cascade)", "cascade") for e in evidence[1:]),
+            f"first cascade error: {root.text}",
+        ]
     for r in reports:
         crashed = [e for e in logs.exceptions if e.rank == r.rank and not e.is_timeout]
         if crashed and r.wait_site is None:
             r.state, r.error = "crashed", crashed[0].text
-    signature = None if root.is_cascade and culprit is not None else root.text
+    signature = root.text
+    if root.is_cascade and culprit is not None:
+        signature = f"{culprit.rank.label} went silent (no traceback): killed, OOM or a signal"
     return TriageReport(
         "crash",
         form=finding.form,
         culprit=culprit,
         ranks=reports,
         evidence=evidence,
-        signature=signature or root.text,
+        signature=signature,
     )
 
 

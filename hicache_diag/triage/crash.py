@@ -76,7 +76,10 @@ def find_crash(
     ]
     if not real:
         return None
-    roots = sorted((e for e in real if not e.is_cascade), key=_order_key)
+    # A traceback cut short cannot be judged: a complete one goes first, whatever its stamp.
+    roots = sorted(
+        (e for e in real if not e.is_cascade), key=lambda e: (e.is_incomplete, *_order_key(e))
+    )
     cascades = sorted((e for e in real if e.is_cascade), key=_order_key)
     if cascades and all(e.is_incomplete for e in roots):
         roots = []  # a cut-short traceback beside the cascade may well be more of it

@@ -1,14 +1,16 @@
 """Parse SGLang (and hicache-diag) server logs into crash, hang and progress evidence.
 
 Understands the `[ts PP1 ATTN_CP0 TP0]` prefix, `Scheduler hit an exception: Traceback ...`
-blocks, `Exception in thread ...` (storage threads), `Pyspy dump for PID N:` blocks, the SGLang
-watchdog, the NCCL watchdog, gloo timeouts and the `Connection closed by peer` cascade.
+blocks, `Exception in thread ...` (storage threads), `Pyspy dump for PID N:` blocks and py-spy's
+failures, faulthandler blocks, C++ aborts, bare exception lines, the SGLang watchdog (hard, soft,
+other components'), the NCCL watchdog, gloo timeouts, the `Connection closed by peer` cascade and
+benign noise; `triage.lines` first undoes collector prefixes and paste damage.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from hicache_diag.rules import signatures as sig
@@ -16,6 +18,13 @@ from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.discover import RankId, parse_rank_tokens
 from hicache_diag.triage.dumps import RankDump, parse_faulthandler, parse_pyspy_text
 from hicache_diag.triage.lines import normalise
+from hicache_diag.triage.log_model import (  # noqa: F401 - re-exported for triage's callers
+    CUT_SHORT,
+    LogEvidence,
+    LogException,
+    LogLine,
+    PyspyFailure,
+)
 
 _PREFIX = re.compile(
     r"^\[(?:(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\s*)?"
@@ -48,107 +57,12 @@ _PYSPY_TOOLING = re.compile(
 )
 
 PROGRESS = sig.PROGRESS
-_CUT_SHORT = "traceback cut short"
-
-
-@dataclass(slots=True)
-class LogException:
-    """One traceback (or fatal one-liner) found in a log."""
-
-    rank: RankId | None
-    ts: str | None
-    source: str
-    lineno: int
-    exc_type: str
-    message: str
-    frames: list[str] = field(default_factory=list)  # function names, outermost first
-    thread: str | None = None  # set for `Exception in thread ...`
-    last_frame: str | None = None  # the innermost frame, `func (file.py:line)`
-    files: list[str] = field(default_factory=list)  # the frames' file names
-    fatal_signal: bool = False  # `Fatal Python error` (SIGSEGV/SIGABRT) or a C++ terminate
-
-    @property
-    def text(self) -> str:
-        return f"{self.exc_type}: {self.message}" if self.message else self.exc_type
-
-    @property
-    def is_signal_exit(self) -> bool:
-        return self.exc_type.rsplit(".", 1)[-1] in sig.SIGNAL_EXITS
-
-    @property
-    def is_cascade(self) -> bool:
-        return self.is_signal_exit or sig.is_cascade(self.text)
-
-    @property
-    def is_timeout(self) -> bool:
-        return sig.is_timeout(self.text)
-
-    @property
-    def is_incomplete(self) -> bool:
-        """A traceback whose exception line is missing (the paste or the log stops early)."""
-        return self.message == _CUT_SHORT
-
-    @property
-    def is_thread_death(self) -> bool:
-        """`Exception in thread X`: one thread died, the process (and its scheduler) lives on."""
-        return self.thread is not None and self.thread != "MainThread"
-
-
-@dataclass(slots=True)
-class LogLine:
-    rank: RankId | None
-    ts: str | None
-    source: str
-    lineno: int
-    text: str
-
-
-@dataclass(slots=True)
-class PyspyFailure:
-    """py-spy could not read a process: `stopped` when it could not suspend it (SIGSTOP, stuck
-    in the kernel), not when py-spy was missing or lacked ptrace rights."""
-
-    rank: RankId | None
-    pid: int | None
-    reason: str
-    stopped: bool
-    line: LogLine
-
-
-@dataclass(slots=True)
-class LogEvidence:
-    exceptions: list[LogException] = field(default_factory=list)
-    hang_lines: list[LogLine] = field(default_factory=list)  # timeouts: hang evidence
-    soft_lines: list[LogLine] = field(default_factory=list)  # soft / other components' watchdogs
-    debug_lines: list[LogLine] = field(default_factory=list)  # `Scheduler debug info:`
-    cascade_lines: list[LogLine] = field(default_factory=list)
-    progress_lines: list[LogLine] = field(default_factory=list)
-    pyspy_failures: list[PyspyFailure] = field(default_factory=list)
-    dumps: list[RankDump] = field(default_factory=list)
-    ranks_seen: dict[RankId, LogLine] = field(default_factory=dict)  # rank -> its last line
-    context: Context = Context()
-    noise: int = 0  # benign lines known not to be failures
-    recognised: int = 0  # lines that matched anything we know
-
-    def extend(self, other: LogEvidence) -> None:
-        self.exceptions += other.exceptions
-        self.hang_lines += other.hang_lines
-        self.soft_lines += other.soft_lines
-        self.debug_lines += other.debug_lines
-        self.cascade_lines += other.cascade_lines
-        self.progress_lines += other.progress_lines
-        self.pyspy_failures += other.pyspy_failures
-        self.dumps += other.dumps
-        self.ranks_seen.update(other.ranks_seen)
-        self.context = self.context | other.context
-        self.noise += other.noise
-        self.recognised += other.recognised
-
-    @property
-    def hang_signal(self) -> bool:
-        """A timeout, or SGLang's hard scheduler watchdog's debug block (a soft watchdog prints
-        the same block and then only its soft timeout line)."""
-        return bool(self.hang_lines) or (bool(self.debug_lines) and not self.soft_lines)
+_CUT_SHORT = CUT_SHORT
+# Lines between the tracebacks of one chained exception.
+_CHAIN = re.compile(
+    r"^(?:Traceback \(most recent call last\):|During handling of the above exception"
+    r"|The above exception was the direct cause|$)"
+)
 
 
 @dataclass(slots=True)
@@ -245,15 +159,16 @@ def _consume(
         ev.noise += 1
         ctx.noise_next = True
         return i
-    if not msg.strip().startswith("Traceback"):
-        ctx.noise_next = False  # only the very next line can be the noise's own traceback
+    if not _CHAIN.match(msg.strip()):
+        ctx.noise_next = False  # only the noise's own (chained) traceback follows it
     handlers = (_on_traceback, _on_terminate, _on_pyspy, _on_pyspy_error, _on_faulthandler,
                 _on_fatal, _on_bare_exception)  # fmt: skip
     for handler in handlers:
         end = handler(lines, i, msg, source, ctx, ev)
         if end is not None:
             ev.recognised += 1
-            ctx.noise_next = False
+            if handler is not _on_traceback:  # it keeps a noise's chained tracebacks together
+                ctx.noise_next = False
             return end
     if thread := _THREAD_EXC.search(msg):
         ctx.thread = thread.group(1) or thread.group(2)
@@ -289,7 +204,7 @@ def _on_traceback(
     ev.exceptions.append(
         LogException(
             ctx.rank, ctx.ts, source, i + 1, tb.exc_type, tb.message, tb.frames, name,
-            tb.last_frame, tb.files,
+            tb.last_frame, tb.files, scheduler="Scheduler hit an exception" in msg,
         )
     )  # fmt: skip
     ev.context = ev.context | sig.frames_context(tb.frames, tb.files)

@@ -17,8 +17,13 @@ EXPECTED = json.loads((CORPUS / "expected.json").read_text())["cases"]
 def triage(case: str) -> tuple[int, dict]:
     path = CORPUS / case
     argv = ["triage", "--json"]
-    if EXPECTED[case].get("mode") == "dumps":
+    mode = EXPECTED[case].get("mode")
+    if mode == "dumps":
         argv += ["--dumps", str(path)]
+    elif mode == "logs+dumps":
+        argv += ["--dumps", str(path / "dumps")]
+        for f in sorted(path.glob("*.log")):
+            argv += ["--logs", str(f)]
     else:
         for f in sorted(path.iterdir()) if path.is_dir() else [path]:
             argv += ["--logs", str(f)]

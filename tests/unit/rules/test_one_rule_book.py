@@ -18,6 +18,7 @@ LOGS = sorted(SAMPLES.glob("logs/*.log")) + sorted(SAMPLES.glob("runs/*/rank*.lo
 LOGS += sorted(p for p in (SAMPLES / "corpus").rglob("*.log"))
 DUMP_DIRS = [p for p in sorted((SAMPLES / "dumps").iterdir()) if p.is_dir()]
 DUMP_DIRS += [p for p in sorted((SAMPLES / "corpus").iterdir()) if any(p.glob("*.txt"))]
+DUMP_DIRS += sorted((SAMPLES / "corpus").glob("*/dumps"))  # real SGLang 0.5.23 --save dumps
 
 
 @pytest.mark.parametrize("log", LOGS, ids=lambda p: str(p.relative_to(SAMPLES)))
@@ -38,7 +39,7 @@ def test_triage_and_run_classifier_give_one_form(log):
     assert not ({"A", "B"} & triage_forms) or run_form is not None
 
 
-@pytest.mark.parametrize("folder", DUMP_DIRS, ids=lambda p: p.name)
+@pytest.mark.parametrize("folder", DUMP_DIRS, ids=lambda p: str(p.relative_to(SAMPLES)))
 def test_triage_wait_sites_and_run_classifier_agree_on_hicache_waits(folder):
     for rs in load_dumps(folder):
         for dump in rs.dumps:

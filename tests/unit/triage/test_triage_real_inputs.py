@@ -134,6 +134,7 @@ def test_silent_rank_among_complaining_peers_is_the_culprit():
         "PP1 TP0",
         16,
     )
+    assert report.signature.startswith("PP1 TP0 went silent")
 
 
 def test_dump_without_a_title_is_rank_unknown_and_one_rank_is_not_network_suspect():
@@ -182,3 +183,20 @@ def test_benign_noise_is_not_a_crash():
         "[2026-01-01 00:00:01] The server is fired up and ready to roll!\n"
     )
     assert classify_log(text).kind == "healthy"
+
+
+def test_an_error_the_server_survived_is_not_the_crash():
+    """The HTTP / launcher process logs a handled traceback, then the schedulers keep serving."""
+    text = (
+        "[2026-01-01 00:00:00] Request failed\n"
+        f"{TB}\n"
+        '  File "/s/http_server.py", line 9, in handler\n'
+        "ValueError: bad request\n"
+        "[2026-01-01 00:00:01 PP0] Prefill batch, #new-seq: 1, #new-token: 8\n"
+        "[2026-01-01 00:00:01 PP1] Prefill batch, #new-seq: 1, #new-token: 8\n"
+    )
+    assert classify_log(text).kind == "busy"
+    # the same traceback logged as a scheduler's death is a crash, progress or not
+    dead = text.replace("Request failed", "Scheduler hit an exception:")
+    dead = dead.replace(f"exception:\n{TB}", f"exception: {TB}")
+    assert classify_log(dead).kind == "crash"

@@ -25,6 +25,10 @@ CASES = [
     # SGLang UnifiedRadixCache: PPn receives PP0's relayed counts
     (("recv@" + C10D, "wrapper", "_pp_sync", "_all_reduce", "_sync_hicache_ready_counts",
       "check_hicache_events", *PREFILL), "hicache-pp-sync-recv", WaitKind.HICACHE_COMM),
+    # SGLang 0.5.23 PP0 relaying its counts (captured on CPU): isend inside _pp_sync
+    (("isend@" + C10D, "_pp_sync", "_all_reduce", "_sync_hicache_ready_counts",
+      "check_hicache_events", "_process_hicache_events", "get_next_batch_to_run"),
+     "hicache-pp-sync-send", WaitKind.HICACHE_COMM),
     # PP0 backpressure: last round's isend not consumed yet
     (("wait", "_drain_async_work", "check_hicache_events", *PREFILL),
      "hicache-pp-sync-drain", WaitKind.HICACHE_COMM),

@@ -1,0 +1,113 @@
+"""What a parsed log holds: exceptions, notable lines, py-spy failures (triage.logs fills it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hicache_diag.rules import signatures as sig
+from hicache_diag.rules.signatures import Context
+from hicache_diag.triage.discover import RankId
+from hicache_diag.triage.dumps import RankDump
+
+CUT_SHORT = "traceback cut short"
+
+
+@dataclass(slots=True)
+class LogException:
+    """One traceback (or fatal one-liner) found in a log."""
+
+    rank: RankId | None
+    ts: str | None
+    source: str
+    lineno: int
+    exc_type: str
+    message: str
+    frames: list[str] = field(default_factory=list)  # function names, outermost first
+    thread: str | None = None  # set for `Exception in thread ...`
+    last_frame: str | None = None  # the innermost frame, `func (file.py:line)`
+    files: list[str] = field(default_factory=list)  # the frames' file names
+    fatal_signal: bool = False  # `Fatal Python error` (SIGSEGV/SIGABRT) or a C++ terminate
+    scheduler: bool = False  # logged as `Scheduler hit an exception`: the scheduler died of it
+
+    @property
+    def text(self) -> str:
+        return f"{self.exc_type}: {self.message}" if self.message else self.exc_type
+
+    @property
+    def is_signal_exit(self) -> bool:
+        return self.exc_type.rsplit(".", 1)[-1] in sig.SIGNAL_EXITS
+
+    @property
+    def is_cascade(self) -> bool:
+        return self.is_signal_exit or sig.is_cascade(self.text)
+
+    @property
+    def is_timeout(self) -> bool:
+        return sig.is_timeout(self.text)
+
+    @property
+    def is_incomplete(self) -> bool:
+        """A traceback whose exception line is missing (the paste or the log stops early)."""
+        return self.message == CUT_SHORT
+
+    @property
+    def is_thread_death(self) -> bool:
+        """`Exception in thread X`: one thread died, the process (and its scheduler) lives on."""
+        return self.thread is not None and self.thread != "MainThread"
+
+
+@dataclass(slots=True)
+class LogLine:
+    rank: RankId | None
+    ts: str | None
+    source: str
+    lineno: int
+    text: str
+
+
+@dataclass(slots=True)
+class PyspyFailure:
+    """py-spy could not read a process: `stopped` when it could not suspend it (SIGSTOP, stuck
+    in the kernel), not when py-spy was missing or lacked ptrace rights."""
+
+    rank: RankId | None
+    pid: int | None
+    reason: str
+    stopped: bool
+    line: LogLine
+
+
+@dataclass(slots=True)
+class LogEvidence:
+    exceptions: list[LogException] = field(default_factory=list)
+    hang_lines: list[LogLine] = field(default_factory=list)  # timeouts: hang evidence
+    soft_lines: list[LogLine] = field(default_factory=list)  # soft / other components' watchdogs
+    debug_lines: list[LogLine] = field(default_factory=list)  # `Scheduler debug info:`
+    cascade_lines: list[LogLine] = field(default_factory=list)
+    progress_lines: list[LogLine] = field(default_factory=list)
+    pyspy_failures: list[PyspyFailure] = field(default_factory=list)
+    dumps: list[RankDump] = field(default_factory=list)
+    ranks_seen: dict[RankId, LogLine] = field(default_factory=dict)  # rank -> its last line
+    context: Context = Context()
+    noise: int = 0  # benign lines known not to be failures
+    recognised: int = 0  # lines that matched anything we know
+
+    def extend(self, other: LogEvidence) -> None:
+        self.exceptions += other.exceptions
+        self.hang_lines += other.hang_lines
+        self.soft_lines += other.soft_lines
+        self.debug_lines += other.debug_lines
+        self.cascade_lines += other.cascade_lines
+        self.progress_lines += other.progress_lines
+        self.pyspy_failures += other.pyspy_failures
+        self.dumps += other.dumps
+        self.ranks_seen.update(other.ranks_seen)
+        self.context = self.context | other.context
+        self.noise += other.noise
+        self.recognised += other.recognised
+
+    @property
+    def hang_signal(self) -> bool:
+        """A timeout, or SGLang's hard scheduler watchdog's debug block (a soft watchdog prints
+        the same block and then only its soft timeout line)."""
+        return bool(self.hang_lines) or (bool(self.debug_lines) and not self.soft_lines)
