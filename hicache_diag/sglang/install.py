@@ -37,6 +37,11 @@ CUDA_ONLY = re.compile(
     re.IGNORECASE,
 )
 
+# Releases whose unpinned requirements resolve today to something their pinned transformers
+# cannot import (kernels 0.17's LayerRepository needs a revision that transformers 5.6's
+# hub_kernels does not pass): held at the release that 0.5.13's resolution picked.
+COMPAT_PINS: dict[str, tuple[str, ...]] = {"0.5.12.post1": ("kernels==0.14.1",)}
+
 _PROBE = """
 import importlib.metadata as md, importlib.util as u, json, sys
 spec = u.find_spec("sglang")
@@ -204,7 +209,8 @@ def install_cpu(python: str, version: str) -> None:
             meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
             reqs = cpu_requirements(zf.read(meta).decode())
         constraints = Path(tmp) / "constraints.txt"
-        constraints.write_text(f"torch=={torch}\n")
+        pins = "".join(f"{pin}\n" for pin in COMPAT_PINS.get(version, ()))
+        constraints.write_text(f"torch=={torch}\n{pins}")
         requirements = Path(tmp) / "requirements.txt"
         requirements.write_text("\n".join(reqs) + "\n")
         _pip(python, "--no-deps", str(wheel))
