@@ -105,10 +105,19 @@ class Scheduler:
                 "ended_at": self.ended_at}  # fmt: skip
 
 
+# SGLang derives more ports from --port (0.5.1x: a gRPC port at port + 10000, checked <= 65535
+# at start-up), so the HTTP port stays below that headroom.
+_MAX_PORT = 65535 - 10000
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for _ in range(64):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port <= _MAX_PORT:
+            return port
+    return port
 
 
 def parse_title(cmdline: str) -> dict[str, int] | None:
