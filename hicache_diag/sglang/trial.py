@@ -36,7 +36,9 @@ STACK_DEADLINE_S = 8.0
 # `[2026-12-01 02:46:52 PP1 TP0]`: SGLang's per-rank log prefix (tokens in any order).
 _PREFIX_RE = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?P<tokens>(?: [A-Z_]+\d+)+)\]")
 _TOKEN_RE = re.compile(r"(PP|TP)(\d+)")
-_CHILD_EXIT_RE = re.compile(r"Subprocess scheduler_\d+ \(pid=(\d+)\) crashed with exit code (-?\d+)")
+_CHILD_EXIT_RE = re.compile(
+    r"Subprocess scheduler_\d+ \(pid=(\d+)\) crashed with exit code (-?\d+)"
+)
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -92,8 +94,9 @@ def _manifest(run_dir: Path, cfg: SglangRunConfig, argv: list[str], launch: list
             "argv": argv or sys.argv,
             "seed": cfg.seed,
             "config": {
-                "spec": {k: str(v) if isinstance(v, Path) else v
-                         for k, v in asdict(cfg.spec).items()},
+                "spec": {
+                    k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg.spec).items()
+                },
                 "workload": asdict(cfg.workload),
                 "hang_timeout": cfg.hang_timeout,
             },  # fmt: skip
@@ -114,7 +117,8 @@ def run_sglang_trial(
         cfg = replace(cfg, spec=replace(cfg.spec, hicache_storage_dir=str(l3)))
     from hicache_diag.sglang.install import SglangInstall
 
-    install = SglangInstall(cfg.python, cfg.sglang_version, Path("."), None, cfg.cpu_kernel_names)
+    package_dir = Path(cfg.package_dir or ".")
+    install = SglangInstall(cfg.python, cfg.sglang_version, package_dir, None, cfg.cpu_kernel_names)
     server = SglangServer(install, cfg.spec, run_dir)
     _manifest(run_dir, cfg, argv or [], cfg.spec.argv(cfg.python, server.port))
     plugin_path = run_dir / "plugin.json"
@@ -177,8 +181,10 @@ def _watch_loop(server: SglangServer, client: WorkloadClient, cfg: SglangRunConf
             grace_until = now
         progress.poll()
         if on_progress is not None:
-            ranks = {r: {"step": st, "idle_s": now - progress.last_busy}
-                     for r, st in progress.last_step.items()}
+            ranks = {
+                r: {"step": st, "idle_s": now - progress.last_busy}
+                for r, st in progress.last_step.items()
+            }
             on_progress({"ranks": ranks, "elapsed_s": now - server.started_at})
         if grace_until is not None:
             if now > grace_until:
