@@ -53,3 +53,27 @@ def test_every_sglang_sample_names_its_release_and_expectation():
         assert isinstance(scenario.options.get("sglang_version"), str), path
         assert scenario.expect is not None, path
         assert path.read_text().startswith("#"), f"{path} comments what it replays"
+
+
+# Committed run directories (samples/runs/) of real-SGLang scenarios: their verdicts still meet
+# the files' [expect] (the classifier or the file changing would show here, without SGLang).
+SAMPLE_RUNS = {
+    "form_a_dma_delay_0.5.12.post1": "sglang-0.5.12.post1-form-a",
+    "form_b_host_alloc_0.5.23": "sglang-0.5.23-form-b",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLE_RUNS))
+def test_committed_sglang_run_meets_its_scenarios_expectation(name):
+    import json
+
+    from hicache_diag.verdict import Verdict
+
+    expect = load_scenario(ROOT / "samples" / "scenarios" / "sglang" / f"{name}.toml").expect
+    run = ROOT / "samples" / "runs" / SAMPLE_RUNS[name]
+    verdict = Verdict.from_json(json.loads((run / "verdict.json").read_text()))
+    assert expect.mismatches(verdict) == []
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert load_scenario(ROOT / "samples" / "scenarios" / "sglang" / f"{name}.toml").options[
+        "sglang_version"
+    ] in json.dumps(manifest)
