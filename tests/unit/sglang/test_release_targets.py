@@ -75,3 +75,23 @@ def test_transfer_kv_direct_replaces_the_raising_stub_but_not_a_real_kernel():
     real.transfer_kv_direct = print
     shims._add_transfer_kv_direct(real)
     assert real.transfer_kv_direct is print
+
+
+def test_omp_bind_entries_follow_the_release(tmp_path):
+    """0.5.2x reads one SGLANG_CPU_OMP_THREADS_BIND entry per global rank (utils/numa_utils.py);
+    0.5.1x asserts one per TP rank in ModelRunner."""
+    from hicache_diag.sglang.server import _binds_every_rank
+
+    numa = tmp_path / "srt" / "utils" / "numa_utils.py"
+    numa.parent.mkdir(parents=True)
+    assert not _binds_every_rank(tmp_path)
+    numa.write_text("def f():\n    return 1\n")
+    assert not _binds_every_rank(tmp_path)
+    numa.write_text('omp = os.environ.get("SGLANG_CPU_OMP_THREADS_BIND", "all")\n')
+    assert _binds_every_rank(tmp_path)
+
+
+def test_free_port_leaves_sglangs_grpc_headroom():
+    from hicache_diag.sglang.server import _MAX_PORT, free_port
+
+    assert all(free_port() <= _MAX_PORT for _ in range(20))
