@@ -118,7 +118,7 @@ def build_sglang_config(
                               int(value("max_new_tokens")), seed)  # fmt: skip
     return SglangRunConfig(spec, workload, install.python, install.version,
                            install.cpu_kernel_names, faults, seed, flags.get("out"),
-                           hang_timeout, vocab)  # fmt: skip
+                           hang_timeout, vocab, str(install.package_dir))  # fmt: skip
 
 
 def _sglang_install(flags: dict[str, Any], scenario: dict[str, Any], *, cpu: bool) -> Any:

@@ -29,6 +29,7 @@ class SglangRunConfig:
     out: str | None = None
     hang_timeout: float = 30.0
     vocab_size: int = 512
+    package_dir: str = ""  # where that release's sglang package lives (release-specific set-up)
 
     @property
     def world_size(self) -> int:

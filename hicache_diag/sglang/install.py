@@ -37,6 +37,11 @@ CUDA_ONLY = re.compile(
     re.IGNORECASE,
 )
 
+# Releases whose unpinned requirements resolve today to something their pinned transformers
+# cannot import (kernels 0.17's LayerRepository needs a revision that transformers 5.6's
+# hub_kernels does not pass): held at the release that 0.5.13's resolution picked.
+COMPAT_PINS: dict[str, tuple[str, ...]] = {"0.5.12.post1": ("kernels==0.14.1",)}
+
 _PROBE = """
 import importlib.metadata as md, importlib.util as u, json, sys
 spec = u.find_spec("sglang")
@@ -62,7 +67,8 @@ class SglangInstall:
     package_dir: Path
     torch: str | None = None
     cpu_kernel_names: dict[str, list[str]] = field(default_factory=dict)
-    # Hook point -> the SGLang function this release lacks for it; faults there are refused.
+    # Hook point -> why this release cannot serve it (a function it lacks); faults there are
+    # refused before launch.
     missing_points: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -131,10 +137,27 @@ def preflight(install: SglangInstall, *, cpu: bool) -> SglangInstall:
             f"{missing[0]}" + (f" (+{len(missing) - 1} more)" if len(missing) > 1 else "")
         )
     names = scan_cpu_kernel_names(install.package_dir) if cpu else {}
-    points = missing_points(install.site_root)
+    points = {
+        p: f"needs {t}, which this release lacks"
+        for p, t in missing_points(install.site_root).items()
+    }
+    if "now" not in points and _rust_tree_core(install.package_dir):
+        points["now"] = (
+            "this release's default Rust TreeCore stamps last_access_time inside its extension; "
+            f"set {TREE_CORE_ENV}=python to run SGLang's Python TreeCore, where the clock is hooked"
+        )
     return SglangInstall(
         install.python, install.version, install.package_dir, install.torch, names, points
     )
+
+
+TREE_CORE_ENV = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
+
+
+def _rust_tree_core(package_dir: Path) -> bool:
+    """0.5.2x: the unified tree's core is a bundled Rust extension unless the env picks Python."""
+    bundled = any((package_dir / "srt" / "mem_cache" / "rust_tree_core").glob("mem_cache*.so"))
+    return bundled and os.environ.get(TREE_CORE_ENV, "rust") != "python"
 
 
 def refuse_unhookable(install: SglangInstall, faults: tuple[str, ...]) -> None:
@@ -146,8 +169,8 @@ def refuse_unhookable(install: SglangInstall, faults: tuple[str, ...]) -> None:
         for point in fault.POINTS:
             if point in install.missing_points:
                 raise UsageError(
-                    f"fault {fault.NAME!r} cannot run on sglang {install.version}: its hook point "
-                    f"{point!r} needs {install.missing_points[point]}, which this release lacks"
+                    f"fault {fault.NAME!r} cannot run on sglang {install.version} "
+                    f"(hook point {point!r}): {install.missing_points[point]}"
                 )
 
 
@@ -186,7 +209,8 @@ def install_cpu(python: str, version: str) -> None:
             meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
             reqs = cpu_requirements(zf.read(meta).decode())
         constraints = Path(tmp) / "constraints.txt"
-        constraints.write_text(f"torch=={torch}\n")
+        pins = "".join(f"{pin}\n" for pin in COMPAT_PINS.get(version, ()))
+        constraints.write_text(f"torch=={torch}\n{pins}")
         requirements = Path(tmp) / "requirements.txt"
         requirements.write_text("\n".join(reqs) + "\n")
         _pip(python, "--no-deps", str(wheel))

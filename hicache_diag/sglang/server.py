@@ -109,10 +109,19 @@ class Scheduler:
                 and self.signal is None}  # fmt: skip
 
 
+# SGLang derives more ports from --port (0.5.1x: a gRPC port at port + 10000, checked <= 65535
+# at start-up), so the HTTP port stays below that headroom.
+_MAX_PORT = 65535 - 10000
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for _ in range(64):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port <= _MAX_PORT:
+            return port
+    return port
 
 
 def parse_title(cmdline: str) -> dict[str, int] | None:
@@ -147,12 +156,16 @@ class SglangServer:
         )
         env[plugin_config.ENV_VAR] = str(plugin_path)
         env["PYTHONUNBUFFERED"] = "1"
-        if Path(self.install.python).resolve() != Path(_our_python()).resolve():
+        # Not resolve(): every venv's python is a symlink to the same base interpreter, so the
+        # resolved paths agree while the environments (site-packages) differ.
+        if os.path.abspath(self.install.python) != os.path.abspath(_our_python()):
             env["HICACHE_DIAG_SITE"] = _our_site()
         if self.spec.cpu:
             env["SGLANG_USE_CPU_ENGINE"] = "1"
             cores = max(1, os.cpu_count() or 1)
             ranks = self.spec.pp_size * self.spec.tp_size
+            if not _binds_every_rank(self.install.package_dir):
+                ranks = self.spec.tp_size  # 0.5.1x: one entry per TP rank, asserted equal
             env.setdefault(
                 "SGLANG_CPU_OMP_THREADS_BIND", "|".join(str(r % cores) for r in range(ranks))
             )
@@ -320,6 +333,13 @@ def last_error_line(log: Path) -> str:
         if re.search(r"(Error|Exception|error:|Traceback|Killed|exited)", text):
             return text[:300]
     return lines[-1][:300] if lines else "(empty log)"
+
+
+def _binds_every_rank(package_dir: Path) -> bool:
+    """Whether this release reads SGLANG_CPU_OMP_THREADS_BIND per global rank (utils/numa_utils,
+    0.5.2x) rather than per TP rank (ModelRunner.init_threads_binding, 0.5.1x)."""
+    numa = package_dir / "srt" / "utils" / "numa_utils.py"
+    return numa.is_file() and "SGLANG_CPU_OMP_THREADS_BIND" in numa.read_text(errors="replace")
 
 
 def _our_python() -> str:

@@ -128,7 +128,8 @@ def run_sglang_trial(
         cfg = replace(cfg, spec=replace(cfg.spec, hicache_storage_dir=str(l3)))
     from hicache_diag.sglang.install import SglangInstall
 
-    install = SglangInstall(cfg.python, cfg.sglang_version, Path("."), None, cfg.cpu_kernel_names)
+    package_dir = Path(cfg.package_dir or ".")
+    install = SglangInstall(cfg.python, cfg.sglang_version, package_dir, None, cfg.cpu_kernel_names)
     server = SglangServer(install, cfg.spec, run_dir)
     _manifest(run_dir, cfg, argv or [], cfg.spec.argv(cfg.python, server.port))
     plugin_path = run_dir / "plugin.json"

@@ -4,6 +4,7 @@ per rank, in the scheduler entry, the Hooks table, the faults and the recorder."
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import time
@@ -62,10 +63,14 @@ def _arm_rank(server_args, tp_rank: int, pp_rank: int) -> None:
 
 
 def _wrap_entry(original):
+    # By name: 0.5.1x passes attn_cp/moe_dp/moe_ep ranks between tp_rank and pp_rank.
+    signature = inspect.signature(original)
+
     @functools.wraps(original)
-    def run_scheduler_process(server_args, port_args, gpu_id, tp_rank, pp_rank, *args, **kw):
-        _arm_rank(server_args, tp_rank, pp_rank)
-        return original(server_args, port_args, gpu_id, tp_rank, pp_rank, *args, **kw)
+    def run_scheduler_process(*args, **kw):
+        bound = signature.bind_partial(*args, **kw).arguments
+        _arm_rank(bound["server_args"], int(bound["tp_rank"]), int(bound["pp_rank"]))
+        return original(*args, **kw)
 
     return run_scheduler_process
 

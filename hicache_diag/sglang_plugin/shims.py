@@ -49,6 +49,7 @@ def _unavailable(module: str, name: str) -> Callable:
         )
 
     stub.__name__ = name
+    stub.__hicache_diag_stub__ = True  # type: ignore[attr-defined]
     return stub
 
 
@@ -102,7 +103,10 @@ def _no_pinning(module) -> None:
 
 
 def _add_transfer_kv_direct(module) -> None:
-    if not hasattr(module, "transfer_kv_direct"):
+    """Absent (0.5.2x imports it only on CUDA/HIP) or our raising stub (0.5.1x imports it from
+    sgl_kernel.kvcacheio on every platform but NPU/XPU/MPS): the plain-torch copy either way."""
+    current = getattr(module, "transfer_kv_direct", None)
+    if current is None or getattr(current, "__hicache_diag_stub__", False):
         module.transfer_kv_direct = transfer_kv_direct
 
 

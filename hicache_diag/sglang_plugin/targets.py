@@ -71,7 +71,8 @@ TARGETS: tuple[Target, ...] = (
            (("sglang.srt.mem_cache.allocation", "assign_req_to_token_pool_func"),
             # 0.5.1x: only speculative decoding assigns through it (a triton kernel); the
             # serving path writes req_to_token in plain torch, so nothing needs the CPU kernel.
-            ("sglang.srt.speculative.triton_ops.cache_locs", "assign_req_to_token_pool_func")),
+            ("sglang.srt.speculative.triton_ops.cache_locs", "assign_req_to_token_pool_func"),
+            ("sglang.srt.speculative.spec_utils", "assign_req_to_token_pool_func")),
            "calls sgl_kernel.assign_req_to_token_pool_cpu on CPU"),
     Target("host_pin_memory", "shim",
            (("sglang.srt.mem_cache.pool_host.base", "HostKVCache.__init__"),

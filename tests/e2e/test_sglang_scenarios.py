@@ -1,0 +1,82 @@
+"""Real-SGLang scenarios (samples/scenarios/sglang/): each replays its release and its [expect]
+holds, through `run --check` (exit 0). Slow: one SGLang launch per file, 1-3 minutes each here.
+
+A file whose release is not held (our interpreter, or $HICACHE_DIAG_SGLANG_VENVS/sglang-X) is
+skipped with the install command, not failed: holding several releases is a set-up choice."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hicache_diag.errors import UsageError
+from hicache_diag.faults import load_scenario
+from hicache_diag.sglang.install import probe_sglang, release_command, venv_python_for
+from tests.conftest import assert_no_children
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = sorted((ROOT / "samples" / "scenarios" / "sglang").glob("*.toml"))
+
+
+def _held(version: str) -> bool:
+    try:
+        return probe_sglang(venv_python_for(version)).version == version
+    except UsageError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_sglang_scenario_meets_its_expectation(path, tmp_path):
+    scenario = load_scenario(path)
+    assert scenario.expect is not None, "every real-SGLang sample says what it must produce"
+    version = scenario.options["sglang_version"]
+    if not _held(version):
+        pytest.skip(f"sglang {version} is not held here; {release_command(version)}")
+    cmd = [sys.executable, "-m", "hicache_diag.cli.main", "run", "--engine", "sglang",
+           "--scenario", str(path), "--check", "--out", str(tmp_path / "run")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "check: ok, the verdict matches [expect]" in proc.stderr
+    assert_no_children()
+
+
+def test_every_sglang_sample_names_its_release_and_expectation():
+    """Cheap and always run: the files parse, name a release, and expect something."""
+    assert FILES, "samples/scenarios/sglang/ holds the real-SGLang scenarios"
+    for path in FILES:
+        scenario = load_scenario(path)
+        assert scenario.options.get("engine") == "sglang", path
+        assert isinstance(scenario.options.get("sglang_version"), str), path
+        assert scenario.expect is not None, path
+        assert path.read_text().startswith("#"), f"{path} comments what it replays"
+
+
+# Committed run directories (samples/runs/) of real-SGLang scenarios: their verdicts still meet
+# the files' [expect] (the classifier or the file changing would show here, without SGLang).
+SAMPLE_RUNS = {
+    "form_a_dma_delay_0.5.12.post1": "sglang-0.5.12.post1-form-a",
+    "form_b_host_alloc_0.5.23": "sglang-0.5.23-form-b",
+    "form_c_tp_host_alloc_0.5.13": "sglang-0.5.13-form-c-tp",
+    "form_c_tp_host_alloc_0.5.14": "sglang-0.5.14-form-c-tp",
+    "form_c_tp_host_alloc_0.5.23": "sglang-0.5.23-form-c-tp",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLE_RUNS))
+def test_committed_sglang_run_meets_its_scenarios_expectation(name):
+    import json
+
+    from hicache_diag.verdict import Verdict
+
+    expect = load_scenario(ROOT / "samples" / "scenarios" / "sglang" / f"{name}.toml").expect
+    run = ROOT / "samples" / "runs" / SAMPLE_RUNS[name]
+    verdict = Verdict.from_json(json.loads((run / "verdict.json").read_text()))
+    assert expect.mismatches(verdict) == []
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert load_scenario(ROOT / "samples" / "scenarios" / "sglang" / f"{name}.toml").options[
+        "sglang_version"
+    ] in json.dumps(manifest)

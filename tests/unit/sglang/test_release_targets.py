@@ -1,0 +1,97 @@
+"""Older SGLang layouts: a release lacking a hook point refuses only the faults on that point,
+probe/shim targets have per-release alternatives, and the 0.5.1x kernel stub gets replaced."""
+
+from pathlib import Path
+
+import pytest
+
+from hicache_diag.errors import UsageError
+from hicache_diag.sglang.install import SglangInstall, refuse_unhookable
+from hicache_diag.sglang_plugin import shims
+from hicache_diag.sglang_plugin.targets import TARGETS, missing_points, scan_targets
+
+
+def _fake_release(root: Path, *, with_clock: bool, old_layout: bool) -> Path:
+    """Write every target's module with the def it needs, in the old or the new layout."""
+    defs: dict[str, dict[str, list[str]]] = {}  # module -> class ("" = module level) -> names
+    for target in TARGETS:
+        if target.key == "time_counter" and not with_clock:
+            continue
+        pick = target.options[-1] if old_layout and len(target.options) > 1 else target.options[0]
+        module, qualname = pick
+        owner, _, name = qualname.rpartition(".")
+        defs.setdefault(module, {}).setdefault(owner, []).append(name)
+    for module, owners in defs.items():
+        lines = []
+        for owner, names in owners.items():
+            if owner:
+                lines += [f"class {owner}:"] + [f"    def {n}(self): pass" for n in names]
+            else:
+                lines += [
+                    f"class {n}: pass" if n[0].isupper() else f"def {n}(): pass" for n in names
+                ]
+        path = root.joinpath(*module.split(".")).with_suffix(".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_old_layout_satisfies_every_required_target(tmp_path):
+    root = _fake_release(tmp_path, with_clock=False, old_layout=True)
+    assert scan_targets(root, roles="required") == []
+    assert set(missing_points(root)) == {"now"}
+    assert scan_targets(root) == [
+        "sglang.srt.mem_cache.unified_cache.components.base.get_and_increase_time_counter"
+    ]
+
+
+def test_full_release_has_every_point(tmp_path):
+    root = _fake_release(tmp_path, with_clock=True, old_layout=False)
+    assert scan_targets(root) == [] and missing_points(root) == {}
+
+
+def test_only_the_fault_on_a_missing_point_is_refused():
+    install = SglangInstall("py", "0.5.12.post1", Path("/x"), missing_points={"now": "lacks it"})
+    refuse_unhookable(install, ("dma-delay:rank=1,ms=5", "host-alloc-fail:rank=1"))
+    with pytest.raises(UsageError) as err:
+        refuse_unhookable(install, ("dma-delay:rank=1,ms=5", "clock-skew:jitter-us=5"))
+    assert str(err.value) == (
+        "fault 'clock-skew' cannot run on sglang 0.5.12.post1 (hook point 'now'): lacks it"
+    )
+
+
+def test_transfer_kv_direct_replaces_the_raising_stub_but_not_a_real_kernel():
+    class Mod:
+        pass
+
+    old = Mod()
+    old.transfer_kv_direct = shims._unavailable("sgl_kernel.kvcacheio", "transfer_kv_direct")
+    shims._add_transfer_kv_direct(old)
+    assert old.transfer_kv_direct is shims.transfer_kv_direct
+    new = Mod()
+    shims._add_transfer_kv_direct(new)
+    assert new.transfer_kv_direct is shims.transfer_kv_direct
+    real = Mod()
+    real.transfer_kv_direct = print
+    shims._add_transfer_kv_direct(real)
+    assert real.transfer_kv_direct is print
+
+
+def test_omp_bind_entries_follow_the_release(tmp_path):
+    """0.5.2x reads one SGLANG_CPU_OMP_THREADS_BIND entry per global rank (utils/numa_utils.py);
+    0.5.1x asserts one per TP rank in ModelRunner."""
+    from hicache_diag.sglang.server import _binds_every_rank
+
+    numa = tmp_path / "srt" / "utils" / "numa_utils.py"
+    numa.parent.mkdir(parents=True)
+    assert not _binds_every_rank(tmp_path)
+    numa.write_text("def f():\n    return 1\n")
+    assert not _binds_every_rank(tmp_path)
+    numa.write_text('omp = os.environ.get("SGLANG_CPU_OMP_THREADS_BIND", "all")\n')
+    assert _binds_every_rank(tmp_path)
+
+
+def test_free_port_leaves_sglangs_grpc_headroom():
+    from hicache_diag.sglang.server import _MAX_PORT, free_port
+
+    assert all(free_port() <= _MAX_PORT for _ in range(20))
