@@ -25,6 +25,27 @@ def _is_step(frame: Frame) -> bool:
     return any(d in frame.filename for d in _STEP_DIRS) and name not in _HELPERS
 
 
+# Library frames as py-spy prints them (paths shortened to the package): never the answer to
+# "where does this rank wait" when a frame of the serving code sits above them.
+_LIBRARY_PREFIXES = ("torch/", "multiprocessing/", "concurrent/", "asyncio/", "importlib/")
+_LIBRARY_FILES = ("threading.py", "queue.py", "selectors.py", "subprocess.py", "socket.py",
+                  "<string>")  # fmt: skip
+
+
+def _is_ours(frame: Frame) -> bool:
+    """Serving code: ours or SGLang's. py-spy shortens SGLang's paths (`scheduler.py`,
+    `utils/watchdog.py`), so anything that is not a known library file and is Python counts.
+    The sglang plugin's own wrappers are transparent, unless they are all there is."""
+    name = frame.filename
+    if "sglang_plugin" in name:
+        return False
+    if "hicache_diag" in name or "sglang" in name:
+        return True
+    if not name.endswith(".py") or name.startswith(_LIBRARY_PREFIXES):
+        return False
+    return name.rsplit("/", 1)[-1] not in _LIBRARY_FILES and "site-packages" not in name
+
+
 def _fmt(frame: Frame) -> str:
     return f"{frame.name} ({frame.filename.rsplit('/', 1)[-1]}:{frame.line})"
 
@@ -36,7 +57,7 @@ def where(dump: RankDump) -> str | None:
     frames = _main_frames(dump)
     if not frames:
         return None
-    ours = [f for f in frames if "hicache_diag" in f.filename or "sglang" in f.filename]
+    ours = [f for f in frames if _is_ours(f)]
     first = (ours or frames)[0]
     step = next((f for f in ours if _is_step(f)), None)
     if step is None or step == first:

@@ -53,8 +53,9 @@ def _triage(*args: str) -> dict:
     return json.loads(proc.stdout)
 
 
-def test_discover_lists_both_real_schedulers_with_their_roles(server):
-    report = _triage("--discover")
+def test_live_triage_lists_both_real_schedulers_with_their_roles(server):
+    # --pid, not --discover: another server on this machine (a parallel test run) would join in.
+    report = _triage(*[arg for s in server.schedulers for arg in ("--pid", str(s.pid))])
     ours = [r for r in report["ranks"] if r["pid"] in {s.pid for s in server.schedulers}]
     assert sorted((r["pp"], r["title"]) for r in ours) == [
         (0, "sglang::scheduler_PP0"),
