@@ -1,8 +1,7 @@
 """Time every malformed input of tests/cli/bad_inputs.py as a real `hicache-diag` subprocess:
 exit code, stderr lines and seconds from exec to exit (the bound we aim for: under 2 s, before
 any rank starts). Prints a table and the slowest case; never asserts on time.
-Usage (from the repo root; bench/bisect.py would shadow the stdlib module as a script):
-python -m bench.bad_input
+Usage (from the repo root): python bench/bad_input.py  (or python -m bench.bad_input)
 """
 
 from __future__ import annotations
@@ -13,12 +12,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.cli.bad_inputs import BAD_INPUTS, expand, make_files
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the case table lives in tests/
+from tests.cli.bad_inputs import BAD_INPUTS, expand, make_files  # noqa: E402
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
 
 
 def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0]).parse_args()
     with tempfile.TemporaryDirectory(prefix="bad-input-") as tmp:
         root = Path(tmp) / "files"
         make_files(root)

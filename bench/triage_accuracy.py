@@ -47,6 +47,9 @@ def triage_case(path: Path, mode: str) -> dict:
 
 
 def main() -> int:
+    import argparse
+
+    argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0]).parse_args()
     if not CORPUS.is_dir():
         print("run from the project root: samples/corpus not found", file=sys.stderr)
         return 2

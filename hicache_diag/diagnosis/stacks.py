@@ -29,6 +29,7 @@ def _is_step(frame: Frame) -> bool:
 # "where does this rank wait" when a frame of the serving code sits above them.
 _LIBRARY_PREFIXES = ("torch/", "multiprocessing/", "concurrent/", "asyncio/", "importlib/")
 _LIBRARY_FILES = ("threading.py", "queue.py", "selectors.py", "subprocess.py", "socket.py",
+                  "distributed_c10d.py", "_contextlib.py", "module.py",
                   "<string>")  # fmt: skip
 
 

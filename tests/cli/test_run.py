@@ -110,6 +110,7 @@ def _scenario_file(tmp_path, text, name="s.toml"):
     return str(path)
 
 
+@pytest.mark.process  # the sglang case probes an interpreter in a subprocess
 @pytest.mark.parametrize(
     ("text", "args", "needle"),
     [
@@ -128,6 +129,7 @@ def test_check_refusals_are_one_line_and_exit_2(capsys, tmp_path, text, args, ne
     assert needle in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.process  # runs real ranks
 def test_check_exits_0_on_a_match_and_4_on_a_mismatch(tmp_path):
     """A real (small, green) builtin run checked twice: the exit status is the match."""
     base = 'pp = 2\nrequests = 4\nmax_new_tokens = 2\n\n[[fault]]\nname = "p2p-delay"\n'

@@ -10,6 +10,8 @@ import pytest
 from hicache_diag.cli.main import run_cli
 from tests.conftest import live_children
 
+pytestmark = pytest.mark.process  # probes an interpreter in a subprocess
+
 
 def _fake_sglang_python(tmp_path, version_file: bool = False):
     """An interpreter whose `sglang` is an empty package: every hook target is missing."""

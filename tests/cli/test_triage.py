@@ -269,6 +269,7 @@ def test_a_run_directory_brings_its_rank_logs(tmp_path):
     assert (exit_code, data["kind"], data["form"]) == (11, "crash", "B")
 
 
+@pytest.mark.process  # real ranks, one stopped
 def test_live_stopped_rank_is_named_the_culprit(no_leftover_processes):
     """A rank stopped with SIGSTOP cannot be suspended by py-spy: its peers wait for it."""
     import signal

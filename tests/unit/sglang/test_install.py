@@ -11,6 +11,8 @@ import pytest
 from hicache_diag.errors import UsageError
 from hicache_diag.sglang.install import cpu_requirements, probe_sglang, torchvision_for
 
+pytestmark = pytest.mark.process  # probes an interpreter in a subprocess
+
 METADATA = """\
 Name: sglang
 Requires-Dist: aiohttp

@@ -71,6 +71,7 @@ def test_target_scan_names_what_is_missing_and_accepts_alternatives(tmp_path):
     assert any("Scheduler.get_next_batch_to_run" in m for m in missing)
 
 
+@pytest.mark.process  # asks the interpreter where SGLang is, in a subprocess
 def test_installed_sglang_has_every_target():
     """The release the README installs must satisfy the table (skips where none is installed)."""
     from hicache_diag.errors import UsageError
