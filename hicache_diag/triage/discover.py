@@ -92,7 +92,8 @@ class SchedulerProcess:
 def describe_pid(pid: int) -> SchedulerProcess:
     """Title and rank of one pid (rank 0 when the title names none). Raises psutil errors."""
     proc = psutil.Process(pid)
-    title = " ".join(proc.cmdline()) or proc.name()
+    # setproctitle pads the title with spaces (it reuses argv's memory): strip them.
+    title = " ".join(proc.cmdline()).strip() or proc.name()
     return SchedulerProcess(pid, title, rank_from_title(title) or RankId())
 
 
@@ -110,7 +111,7 @@ def discover_schedulers(parent: int | None = None) -> list[SchedulerProcess]:
     found = []
     for proc in _candidates(parent):
         try:
-            cmdline = " ".join(proc.cmdline())
+            cmdline = " ".join(proc.cmdline()).strip()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
         if is_scheduler_title(cmdline):
