@@ -184,6 +184,27 @@ def _comm_hang(live: list[RankReport], multi: bool) -> HangFinding:
     return HangFinding("hang", "protocol-deadlock", culprits, [ev])
 
 
+def _holding_up(stuck: list[RankReport], confirmed: bool) -> HangFinding | None:
+    """A rank outside any wait on a peer (asleep, computing, stuck in other code) while the
+    others wait on a peer, e.g. PP0 draining its pp_sync sends that PP1 never receives: the
+    rank they wait for is the culprit, not the one at the HiCache wait. Needs two samples or
+    a logged timeout, since one snapshot of a computing stage is normal."""
+    outside = [
+        r for r in stuck
+        if not _in_comm(r) and r.wait_kind not in _IDLE_KINDS
+        and r.wait_kind != WaitKind.HICACHE_LOCAL.value
+    ]  # fmt: skip
+    waiting = [r for r in stuck if _in_comm(r) and r.wait_kind != WaitKind.REQUEST.value]
+    if not (confirmed and outside and waiting):
+        return None
+    ev = [
+        f"{r.rank.label} is outside any wait on a peer ({r.wait_site}) while "
+        f"{', '.join(w.rank.label for w in waiting)} wait(s) on a peer ({waiting[0].wait_site})"
+        for r in outside
+    ]
+    return HangFinding("hang", "straggler", outside, ev + ["the others wait for it"])
+
+
 def classify_stacks(reports: list[RankReport], hang_hint: bool) -> HangFinding | None:
     """None when no rank has a stack. `hang_hint`: the logs already report a watchdog timeout."""
     live = [r for r in reports if r.wait_site is not None]
@@ -196,6 +217,9 @@ def classify_stacks(reports: list[RankReport], hang_hint: bool) -> HangFinding |
     hicache = [r for r in stuck if r.wait_kind in {k.value for k in HICACHE_KINDS}]
     if moving and not hang_hint:
         return _busy(live, moving)
+    holding = _holding_up(stuck, multi or hang_hint)
+    if holding is not None:
+        return holding
     if hicache:
         return _hicache_hang(live, hicache)
     if all(r.wait_kind in _IDLE_KINDS for r in live):
