@@ -78,3 +78,22 @@ def test_a_stopped_scheduler_is_the_hang_culprit(server):
     assert report["culprit"] and report["culprit"]["pp"] == 1, report["evidence"]
     stopped = next(r for r in report["ranks"] if r["pp"] == 1)
     assert stopped["pid"] == pp1.pid
+
+
+@pytest.mark.slow
+def test_sglang_watchdog_on_the_waiter_names_the_stalled_rank(tmp_path):
+    """SGLang's own watchdog fires in PP0 (it waits on PP1's pp_sync recv) while PP1's
+    scheduler thread sleeps: run verdict and offline triage of the log both blame PP1."""
+    out = tmp_path / "wd"
+    run = subprocess.run(
+        [sys.executable, "-m", "hicache_diag.cli.main", "run", "--engine", "sglang", "--json",
+         "--out", str(out), "--requests", "200", "--hang-timeout", "120",
+         "--fault", "rank-stall:rank=1,ms=60000,p=0.01", "--sglang-arg=--watchdog-timeout=10"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    verdict = json.loads(run.stdout)
+    assert (verdict["outcome"], verdict["form"], verdict["culprit_rank"]) == ("hang", "C", 1)
+    assert "Scheduler watchdog timeout" in (out / "server.log").read_text()
+    report = _triage("--logs", str(out / "server.log"))
+    assert (report["kind"], report["culprit"]["pp"]) == ("hang", 1), report["evidence"]
+    assert_no_sglang_left(out)
