@@ -62,14 +62,32 @@ def capture_live(
     """`samples` parallel py-spy passes `interval` apart; never signals the targets."""
     ranks = _describe(pids)
     live = {rs.pid: rs for rs in ranks if rs.error is None and rs.pid is not None}
+    cpu0, t0 = _cpu_seconds(live), time.monotonic()
     for n in range(samples):
         if n:
             time.sleep(interval)
         _sample(live, deadline_s, False, f"sample {n}")
+    if samples > 1:
+        cpu1, wall = _cpu_seconds(live), max(time.monotonic() - t0, 1e-3)
+        for pid, rs in live.items():
+            if pid in cpu0 and pid in cpu1:
+                rs.cpu_fraction = round((cpu1[pid] - cpu0[pid]) / wall, 3)
     if native:
         # A separate pass: native frames would make every stack look changed between samples.
         _sample(live, deadline_s, True, "native")
     return ranks
+
+
+def _cpu_seconds(live: dict[int, RankSamples]) -> dict[int, float]:
+    """user + system CPU seconds of each live pid (psutil; read-only towards the target)."""
+    out = {}
+    for pid in live:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            out[pid] = t.user + t.system
+        except psutil.Error:
+            continue
+    return out
 
 
 def _sample(live: dict[int, RankSamples], deadline_s: float, native: bool, tag: str) -> None:

@@ -39,6 +39,7 @@ class RankSamples:
     error: str | None = None
     raw: list[list[dict[str, Any]]] = field(default_factory=list)  # py-spy JSON per sample
     native: RankDump | None = None  # the optional --native pass (stack tree only)
+    cpu_fraction: float | None = None  # CPU seconds / wall seconds across the live samples
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,10 @@ def stage_role(rank: RankId, pp_size: int, tp_size: int) -> str:
     return role
 
 
+# A rank using at least this share of one CPU between samples is going round, not stuck.
+BUSY_CPU_FRACTION = 0.2
+
+
 def analyse_rank(rs: RankSamples, pp_size: int, tp_size: int) -> RankReport:
     role = stage_role(rs.rank, pp_size, tp_size)
     if not rs.dumps:
@@ -80,6 +85,11 @@ def analyse_rank(rs: RankSamples, pp_size: int, tp_size: int) -> RankReport:
         sigs = {d.main_thread().signature if d.main_thread() else () for d in rs.dumps}
         # Spinning between idle-poll lines is not progress; anything else that moved is.
         progressed = len(sigs) > 1 and not all(s.kind.value in _IDLE_KINDS for s in sites)
+        if not progressed and (rs.cpu_fraction or 0.0) >= BUSY_CPU_FRACTION:
+            # Same stack in every sample, yet burning CPU: a loop that goes round (an idle PP0
+            # sending empty request lists to PP1 every slot), not a wait that never returns
+            # (a blocked gloo wait sleeps on a condition variable and uses no CPU).
+            progressed = True
     site = sites[-1]
     if rs.error and "no such process" in rs.error:
         state = "exited"  # it died between samples: its last stack is kept as evidence
