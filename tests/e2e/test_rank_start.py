@@ -34,20 +34,14 @@ def _startup(out: Path, rank: int) -> dict:
     raise AssertionError(f"rank {rank} logged no start-up line")
 
 
-def _schedule(out: Path) -> dict[int, list[str]]:
-    lines = [json.loads(x) for x in (out / "rank0.jsonl").read_text().splitlines() if x.strip()]
-    return {int(x["step"]): x["rids"] for x in lines if x.get("rids")}
-
-
 def test_fork_and_spawn_runs_agree(tmp_path):
     runs = {m: tmp_path / m for m in ("fork", "spawn")}
     verdicts = {"fork": _run(runs["fork"], None), "spawn": _run(runs["spawn"], "spawn")}
     assert {v["outcome"] for v in verdicts.values()} == {"ok"}
-    # The batch schedule (step -> rids) is the deterministic part of a run; the count of empty
-    # trailing steps that drain the last write acks moves by one with the copy thread's timing
-    # (seen 19 vs 20 on a loaded CI box), so the total step count is not compared.
-    assert _schedule(runs["fork"]) == _schedule(runs["spawn"])
-    assert abs(verdicts["fork"]["steps"] - verdicts["spawn"]["steps"]) <= 1
+    # Not compared: the step count and the batch schedule. Which slot a request lands in
+    # follows the copy thread's ack timing (a fresh interpreter's thread starts later), seen as
+    # 19 vs 20 steps in a CI run and as r0003 batched alone vs with r0004/r0005 here; the
+    # outputs below must still be identical.
     outputs = {m: json.loads((d / "outputs.json").read_text()) for m, d in runs.items()}
     assert outputs["fork"] == outputs["spawn"] and outputs["fork"]
     for method, out in runs.items():
