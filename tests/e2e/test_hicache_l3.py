@@ -95,6 +95,13 @@ def test_l3_divergence_scenario_legacy_l3_is_not_ok(tmp_path, no_leftover_proces
     proc = _run("--scenario", SCENARIO, "--out", str(tmp_path / "run"))
     verdict = json.loads(proc.stdout)
     assert verdict["outcome"] != "ok" and proc.returncode in (10, 11, 12, 13, 14)
+    assert verdict["culprit_rank"] == 1, verdict
+    if verdict["first_divergence"] is None:
+        # Seen 1 run in ~20 (CI, and issue 14's loops): the stages hang in the PP exchange
+        # before any must-agree field differs in what they recorded, so no source is located;
+        # the hang and its culprit (the rank the other waits on) must still be right.
+        assert (verdict["outcome"], verdict["form"]) == ("hang", "C"), verdict
+        return
     assert verdict["first_divergence"]["source"] in ("l3-hit", "l3-progress"), verdict
 
 
