@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,14 +91,3 @@ class WorkloadClient:
                     list(pool.map(self._one, self.requests[i : i + self.wave]))
         finally:
             self.result.done = True
-
-
-def run_blocking(url: str, requests: list[Any], wave: int, timeout_s: float,
-                 tick: Callable[[], None] | None = None) -> ClientResult:  # fmt: skip
-    client = WorkloadClient(url, requests, wave, timeout_s)
-    client.start()
-    while client.outstanding:
-        time.sleep(0.2)
-        if tick is not None:
-            tick()
-    return client.result

@@ -15,6 +15,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -158,7 +159,7 @@ class SglangServer:
         env["PYTHONUNBUFFERED"] = "1"
         # Not resolve(): every venv's python is a symlink to the same base interpreter, so the
         # resolved paths agree while the environments (site-packages) differ.
-        if os.path.abspath(self.install.python) != os.path.abspath(_our_python()):
+        if os.path.abspath(self.install.python) != os.path.abspath(sys.executable):
             env["HICACHE_DIAG_SITE"] = _our_site()
         if self.spec.cpu:
             env["SGLANG_USE_CPU_ENGINE"] = "1"
@@ -340,12 +341,6 @@ def _binds_every_rank(package_dir: Path) -> bool:
     0.5.2x) rather than per TP rank (ModelRunner.init_threads_binding, 0.5.1x)."""
     numa = package_dir / "srt" / "utils" / "numa_utils.py"
     return numa.is_file() and "SGLANG_CPU_OMP_THREADS_BIND" in numa.read_text(errors="replace")
-
-
-def _our_python() -> str:
-    import sys
-
-    return sys.executable
 
 
 def _our_site() -> str:
