@@ -274,15 +274,69 @@ def _l3_progress_source(window: pd.DataFrame) -> Attribution | None:
     return None
 
 
-def _l3_hit_source(window: pd.DataFrame) -> Attribution | None:
+def _first_per_request(frames: pd.DataFrame, column: str) -> dict[str, dict[int, Any]]:
+    """request id -> rank -> the value that rank first recorded for it in `column`."""
+    out: dict[str, dict[int, Any]] = {}
+    if column not in frames.columns:
+        return out
+    ordered = frames.sort_values("step", kind="stable")
+    for rank, per_rid in zip(ordered["rank"], ordered[column], strict=True):
+        for rid, value in per_rid.items() if isinstance(per_rid, dict) else ():
+            out.setdefault(str(rid), {}).setdefault(int(rank), value)
+    return out
+
+
+def _l3_hit_by_request(frames: pd.DataFrame, rids: list[str]) -> tuple[str, dict] | None:
+    """The first of `rids` whose own L3 hit lengths differ across ranks when each rank's
+    lookup is matched by request, not by step: legacy stages look a request up at their own
+    step (seen: PP1 at step 100, PP0 at 101), so a step-aligned compare sets a hit against
+    "no lookup yet" and would blame the rank that had not looked yet."""
+    local = _first_per_request(frames, "l3_hit_len_local")
+    used = _first_per_request(frames, "l3_hit_len")
+    for rid in rids:
+        mine = local.get(rid, {})
+        agreed = used.get(rid, {})
+        if len(mine) < 2 or not _disagree(mine):
+            continue
+        if len(agreed) == len(mine) and not _disagree(agreed):
+            continue  # a consensus (the hit MIN) absorbed the difference
+        return rid, mine
+    return None
+
+
+def _leader_rank(frames: pd.DataFrame) -> int:
+    """PP0's first rank: the stage whose decisions the fixed protocol relays."""
+    if "pp" in frames.columns:
+        leaders = frames.loc[frames["pp"] == 0, "rank"]
+        if not leaders.empty:
+            return int(leaders.min())
+    return int(frames["rank"].min())
+
+
+def _l3_hit_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | None:
     local = _step_disagreement(window, "l3_hit_len_local")
-    if local and (_step_disagreement(window, "l3_hit_len") or "l3_hit_len" not in window):
+    if not local or not (_step_disagreement(window, "l3_hit_len") or "l3_hit_len" not in window):
+        return None  # no difference, or a consensus (the hit MIN) absorbed it
+    step, values = local
+    drained = {r: frozenset(v) for r, v in values.items() if isinstance(v, dict)}
+    if len(set(drained.values())) < 2:
         return (
             DivergenceSource.L3_HIT,
-            _odd_rank(local[1]),
-            f"local L3 hit lengths differ at step {local[0]}: {local[1]}",
+            _odd_rank(values),
+            f"local L3 hit lengths differ at step {step}: {values}",
         )
-    return None
+    # Each stage drained its own prefetch_hit_queue: a hit one stage consumed, another had not
+    # yet. Matched by request, a length difference names the rank; else the stage that left
+    # PP0's drain (the count the fix relays) did.
+    why = f"the stages drained different L3 hit queries at step {step}: {values}"
+    matched = _l3_hit_by_request(frames, sorted({str(k) for d in drained.values() for k in d}))
+    if matched:
+        rid, per_rank = matched
+        return DivergenceSource.L3_HIT, _odd_rank(per_rank), f"{why}; {rid} hit per rank {per_rank}"
+    leader = _leader_rank(frames)
+    off = {r: v for r, v in values.items() if r in drained and drained[r] != drained.get(leader)}
+    culprit = _odd_rank(off) if len(off) > 1 and _disagree(off) else min(off, default=None)
+    return DivergenceSource.L3_HIT, culprit, f"{why}; off PP0's (rank {leader}): {sorted(off)}"
 
 
 def _lru_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | None:
@@ -317,7 +371,7 @@ def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Att
             _host_alloc_source(window, step)
             or _ack_source(window, frames, step, column, values)
             or _l3_progress_source(window)
-            or _l3_hit_source(window)
+            or _l3_hit_source(window, frames)
             or _pool_refusal_source(window, frames, step)
             or _lru_source(window, frames)
         )

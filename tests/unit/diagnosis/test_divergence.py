@@ -1,9 +1,10 @@
 import pandas as pd
+import pytest
 
 from hicache_diag.diagnosis.divergence import first_divergence
 from hicache_diag.verdict import DivergenceSource
 
-from .builder import step_record
+from .builder import MUST_AGREE, step_record
 
 
 def frames(world=2, steps=8, over=None):
@@ -209,3 +210,30 @@ def test_close_pending_ages_fall_back_to_fewer_ready_acks():
                      "acks_consumed": {"write": 0, "load": 0}, "ack_pending_ms": {"write": 4.0}},
             (0, 4): {"ack_pending_ms": {"write": 3.0}}}  # fmt: skip
     assert first_divergence(frames(over=over)).culprit_rank == 1
+
+
+def test_l3_hit_matched_by_request_when_stages_look_up_at_different_steps():
+    # From a legacy l3_divergence run: PP1 (the faulted rank, keep=0.5) looked r4 up at
+    # step 3, PP0 one step later with the full length. Step-aligned, PP0 holds "no lookup".
+    agree = [*MUST_AGREE, "l3_hit_len"]
+    over = {(r, s): {"must_agree": agree} for r in (0, 1) for s in range(8)}
+    over[(1, 3)].update(l3_hit_len_local={"r4": 24}, l3_hit_len={"r4": 24})
+    over[(0, 4)].update(l3_hit_len_local={"r4": 48}, l3_hit_len={"r4": 48})
+    d = first_divergence(frames(over=over))
+    assert (d.first.step, d.first.field) == (3, "l3_hit_len")
+    assert d.first.source is DivergenceSource.L3_HIT and d.culprit_rank == 1
+    assert "r4 hit per rank {1: 24, 0: 48}" in d.evidence[1]
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_l3_hit_drain_race_without_a_length_difference_names_the_stage_off_pp0(first):
+    # Legacy: each stage drains its own prefetch_hit_queue; r0 (no pages anywhere) was drained
+    # by one stage a step before the other. Nothing differs by request: the stage whose drain
+    # left PP0's (the count the fixed protocol relays) is named, whichever drained first.
+    agree = [*MUST_AGREE, "l3_hit_len"]
+    over = {(r, s): {"must_agree": agree} for r in (0, 1) for s in range(8)}
+    over[(first, 2)].update(l3_hit_len_local={"r0": 0}, l3_hit_len={"r0": 0})
+    over[(1 - first, 3)].update(l3_hit_len_local={"r0": 0}, l3_hit_len={"r0": 0})
+    d = first_divergence(frames(over=over))
+    assert (d.first.step, d.first.source, d.culprit_rank) == (2, DivergenceSource.L3_HIT, 1)
+    assert "drained different L3 hit queries at step 2" in d.evidence[1]
