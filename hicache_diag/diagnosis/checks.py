@@ -42,12 +42,15 @@ def _exited_cleanly(run: RunData) -> set[int]:
 
 
 def rank_crashes(run: RunData) -> dict[int, RankCrash]:
-    """Tracebacks in the logs of ranks that did not exit cleanly (a logged, handled exception on
-    a rank that went on to exit 0 is not a crash)."""
+    """Tracebacks in the logs of ranks that did not exit cleanly. A logged, handled exception on
+    a rank that went on to exit 0 is not a crash; one its scheduler loop died of is, exit 0 or
+    not: logged as `Scheduler hit an exception`, or the step it raised in recorded as crashed."""
     crashes = {}
     clean = _exited_cleanly(run)
     for rank, log in run.logs.items():
-        crash = None if rank in clean else parse_crash(rank, log)
+        crash = parse_crash(rank, log)
+        if crash and rank in clean and not (crash.fatal or crash_record(run, rank)):
+            crash = None
         if crash:
             crashes[rank] = crash
     return crashes

@@ -126,6 +126,10 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
         reasons.append("no rank recorded a step")
     if run.outputs is None:
         reasons.append("outputs.json is missing: PP0 never finished its requests")
+    errors = (run.requests or {}).get("errors") or {}
+    if isinstance(errors, dict) and errors:
+        rid, why = next(iter(sorted(errors.items())))
+        reasons.append(f"{len(errors)} request(s) got no answer from the server ({rid}: {why})")
     if not reasons:
         return found
     return checks.Finding(Outcome.UNDECIDED, signature=reasons[0], evidence=reasons)

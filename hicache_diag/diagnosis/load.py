@@ -30,6 +30,7 @@ class RunData:
     outputs: Any = None
     reference: Any = None
     verdict: dict[str, Any] | None = None
+    requests: dict[str, Any] | None = None  # requests.json (real SGLang): per-request errors
     missing: list[str] = field(default_factory=list)
     bad_lines: int = 0  # jsonl lines that did not parse (a torn last line of a killed rank)
 
@@ -167,6 +168,8 @@ def load_run(run_dir: Path | str) -> RunData:
     data.launcher = _optional(run_dir, "launcher.json", missing, obj=True)
     data.outputs = _optional(run_dir, "outputs.json", missing)
     data.reference = _optional(run_dir, "reference.json", missing)
+    rpath = run_dir / "requests.json"  # only the sglang engine's client writes it
+    data.requests = _object(rpath) if rpath.is_file() else None
     vpath = run_dir / "verdict.json"
     data.verdict = _object(vpath) if vpath.is_file() else None
     data.stacks = _load_stacks(run_dir)

@@ -19,6 +19,9 @@ class RankCrash:
     where: str | None  # the last frame, "func (file.py:line)"
     t: float | None  # when it was logged (epoch seconds), when the log says
     text: str  # the exception lines, one per traceback
+    # Logged as `Scheduler hit an exception`: the scheduler loop ended with it, whatever the
+    # exit code (SGLang's run_scheduler_process logs it, SIGQUITs its parent and returns 0).
+    fatal: bool = False
 
 
 def _epoch(ts: str | None) -> float | None:
@@ -51,5 +54,6 @@ def parse_crash(rank: int, log: str) -> RankCrash | None:
     last = excs[-1]
     text = "\n".join(e.text for e in excs)
     return RankCrash(
-        rank, _kind(excs, parsed.context), last.text, last.last_frame, _epoch(excs[0].ts), text
+        rank, _kind(excs, parsed.context), last.text, last.last_frame, _epoch(excs[0].ts), text,
+        fatal=any(e.scheduler for e in excs),
     )

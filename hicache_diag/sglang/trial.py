@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag import __version__
+from hicache_diag.diagnosis.tracebacks import parse_crash
 from hicache_diag.harness.proc_facts import StopWatch
 from hicache_diag.harness.rundir import prepare_run_dir, utc_now, write_json
 from hicache_diag.harness.trial import (
@@ -272,8 +273,9 @@ def _read_watchdog(run_dir: Path, server: SglangServer, watch: _Watch) -> None:
 
 def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient | None,
                      watch: _Watch, started: str) -> None:  # fmt: skip
-    split_rank_logs(run_dir / "server.log", run_dir, server.spec.tp_size)
+    logs = split_rank_logs(run_dir / "server.log", run_dir, server.spec.tp_size)
     _apply_logged_exit_codes(run_dir / "server.log", server)
+    _mark_logged_crashes(logs, server)
     _read_watchdog(run_dir, server, watch)
     if client is not None:
         write_json(run_dir / "outputs.json", client.result.outputs)
@@ -307,6 +309,18 @@ def _apply_logged_exit_codes(log: Path, server: SglangServer) -> None:
     for s in server.schedulers:
         if s.pid in codes and s.state in ("crashed", "exited"):
             s.exitcode = codes[s.pid]
+
+
+def _mark_logged_crashes(logs: dict[int, Path], server: SglangServer) -> None:
+    """A scheduler whose loop died of an exception crashed, though it exits 0: SGLang's
+    run_scheduler_process logs `Scheduler hit an exception`, SIGQUITs the launcher and returns
+    (seen on 0.5.23: form B on PP1, both schedulers exit code 0)."""
+    for s in server.schedulers:
+        if s.state != "exited" or s.rank not in logs:
+            continue
+        crash = parse_crash(s.rank, logs[s.rank].read_text(errors="replace"))
+        if crash is not None and crash.fatal:
+            s.state = "crashed"
 
 
 def split_rank_logs(server_log: Path, run_dir: Path, tp_size: int) -> dict[int, Path]:

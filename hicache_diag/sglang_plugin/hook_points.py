@@ -86,8 +86,12 @@ def _wrap_host_alloc(original):
     @functools.wraps(original)
     def alloc(self, need_size, *args, **kwargs):
         if not _apply("host_alloc", True, num_tokens=int(need_size)):
-            return None  # what the pool returns when it is short
-        return original(self, need_size, *args, **kwargs)
+            result = None  # what the pool returns when it is short
+        else:
+            result = original(self, need_size, *args, **kwargs)
+        if result is None and STATE.recorder is not None:
+            STATE.recorder.count("host_alloc_failed", 1)
+        return result
 
     return alloc
 

@@ -1,6 +1,6 @@
 """`run --engine sglang` end to end on REAL SGLang (PP2 + HiCache L2/L3 on CPU): evidence, L3 warm
-start, a killed scheduler, Ctrl-C and a killed CLI, live triage. Every test checks that no SGLang
-process of its run is left anywhere on the machine (reparented ones included).
+start, 0.5.23's own form B, a killed scheduler, Ctrl-C and a killed CLI, live triage. Every test
+checks that no SGLang process of its run is left anywhere on the machine (reparented ones too).
 
 Needs SGLang installed (the README's test command does it). Without it these tests skip, except
 under CI=true, where a missing SGLang is a failure: CI must run the real engine on every push.
@@ -169,6 +169,27 @@ def test_sigkill_of_one_scheduler_is_a_crash_naming_that_rank(tmp_path):
     assert verdict["failed_rank"] == 1 and verdict["culprit_rank"] == 1, verdict["evidence"]
     assert proc.returncode == verdict["exit_code"] != 0
     assert_no_sglang_left(out)
+
+
+FORM_B = Path(__file__).parents[2] / "samples/scenarios/sglang/form_b_host_alloc_0.5.23.toml"
+
+
+def test_real_form_b_is_a_crash_though_the_schedulers_exit_0(tmp_path):
+    # 0.5.23's own bug: PP1 pops PP0's relayed write-ack count from its shorter queue. SGLang's
+    # scheduler catches what killed its loop, logs it and exits 0: this run was once "ok".
+    out = tmp_path / "b"
+    proc = _run(["--scenario", str(FORM_B), "--check", "--out", str(out)])
+    assert_no_sglang_left(out)
+    verdict = json.loads(proc.stdout)
+    assert (verdict["outcome"], verdict["form"]) == ("crash", "B"), verdict["evidence"]
+    assert verdict["exit_code"] == 11 and proc.returncode == 0, proc.stderr[-2000:]  # --check
+    assert verdict["failed_rank"] == verdict["culprit_rank"] == 1
+    assert verdict["evidence"][0] == "rank 1 raised first: IndexError: pop from empty list"
+    states = {r["rank"]: r["state"] for r in verdict["ranks"]}
+    assert states[1] == "crashed", states
+    assert "check: ok, the verdict matches [expect]" in proc.stderr
+    crash = _lines(out / "rank1.jsonl")[-1]
+    assert crash["crashed"] is True and crash["error"] == "IndexError: pop from empty list"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "cli-killed"])

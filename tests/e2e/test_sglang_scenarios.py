@@ -72,10 +72,13 @@ def test_committed_sglang_run_meets_its_scenarios_expectation(name):
 
     from hicache_diag.verdict import Verdict
 
+    from hicache_diag.diagnosis.classify import classify_run
+
     expect = load_scenario(ROOT / "samples" / "scenarios" / "sglang" / f"{name}.toml").expect
     run = ROOT / "samples" / "runs" / SAMPLE_RUNS[name]
     verdict = Verdict.from_json(json.loads((run / "verdict.json").read_text()))
-    assert expect.mismatches(verdict) == []
+    assert expect.mismatches(verdict) == [], "the verdict the run gave"
+    assert expect.mismatches(classify_run(run)) == [], "today's classifier on its evidence"
     manifest = json.loads((run / "manifest.json").read_text())
     assert load_scenario(ROOT / "samples" / "scenarios" / "sglang" / f"{name}.toml").options[
         "sglang_version"

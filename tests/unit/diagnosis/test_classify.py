@@ -267,7 +267,34 @@ def test_hang_tie_picks_the_receiving_rank_and_iso_times_give_duration(tmp_path)
 
 
 def test_a_logged_traceback_on_a_rank_that_exited_0_is_not_a_crash(tmp_path):
-    rd = RunDir(tmp_path).crash(1, 9, "ValueError: handled and logged", t=1000.0)
-    rd.launcher["ranks"][1].update(state="exited", exitcode=0)
-    rd.launcher["first_failure"] = None
+    rd = RunDir(tmp_path)
+    rd.logs[1] += (
+        "[2026-11-29 10:00:01 PP1 TP0] Prefetch query failed, retrying: Traceback (most recent "
+        'call last):\n  File "/x/hicache_storage.py", line 9, in batch_exists\n    raise\n'
+        "ValueError: handled and logged\n"
+    )
     assert classify_run(rd.write()).outcome is Outcome.OK
+
+
+def test_a_scheduler_that_died_of_its_exception_crashed_though_it_exited_0(tmp_path):
+    # Real SGLang 0.5.23: run_scheduler_process logs `Scheduler hit an exception`, SIGQUITs its
+    # parent and returns, so the scheduler exits 0 (seen: form B on PP1, both exit codes 0).
+    rd = RunDir(tmp_path).crash(1, 9, POP_ERR, t=1000.0)
+    rd.launcher["ranks"][1].update(state="exited", exitcode=0)
+    rd.launcher["first_failure"] = {"rank": 1, "t": 1000.0, "exitcode": 0}
+    v = classify_run(rd.write())
+    assert (v.outcome, v.form, v.failed_rank) == (Outcome.CRASH, CrashForm.B, 1), v.evidence
+
+
+def test_requests_the_server_never_answered_are_not_ok(tmp_path):
+    # Nothing else wrong in the run dir, but the client's requests died with the connection:
+    # an empty outputs.json equals an empty reference, which is no evidence of health.
+    rd = RunDir(tmp_path)
+    rd.outputs, rd.reference = {}, {"tokens": {}, "tolerance": 0.0}
+    root = rd.write()
+    (root / "requests.json").write_text(json.dumps(
+        {"errors": {"r0000": "RemoteDisconnected: Remote end closed connection without response"}}
+    ))  # fmt: skip
+    v = classify_run(root)
+    assert v.outcome is Outcome.UNDECIDED, v.evidence
+    assert "1 request(s) got no answer from the server (r0000: RemoteDisconnected" in v.signature

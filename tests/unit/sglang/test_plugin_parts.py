@@ -49,6 +49,24 @@ def test_hook_points_do_nothing_until_a_rank_is_armed():
         hook_points.reset()
 
 
+def test_every_empty_host_alloc_is_counted_faulted_or_short(tmp_path):
+    # Evidence for the divergence source: the pool's own None counts too, not only a fault's.
+    hooks = Hooks(rank=1, pp_rank=1)
+    hooks.register("host_alloc", lambda ok, ctx: ok and ctx["num_tokens"] != 4)
+    rec = StepRecorder(str(tmp_path / "rank1.jsonl"), 1, 1, 0, hooks)
+    hook_points.STATE.hooks, hook_points.STATE.recorder = hooks, rec
+    try:
+        alloc = hook_points._wrap_host_alloc(lambda self, n: None if n > 100 else f"slots:{n}")
+        assert [alloc(None, n) for n in (8, 4, 200)] == ["slots:8", None, None]
+        rec.begin_step()
+        rec.end_step(_scheduler(), None)
+    finally:
+        hook_points.reset()
+        rec.close()
+    line = json.loads((tmp_path / "rank1.jsonl").read_text().splitlines()[-1])
+    assert line["host_alloc_failed"] == 2 and not line.get("idle"), line
+
+
 class _Event:
     def __init__(self) -> None:
         self.synced = False
