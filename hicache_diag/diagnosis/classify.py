@@ -9,7 +9,7 @@ from typing import Any
 
 from hicache_diag.diagnosis import checks, rank_facts
 from hicache_diag.diagnosis import stacks as stk
-from hicache_diag.diagnosis.divergence import Divergence
+from hicache_diag.diagnosis.divergence import Divergence, lone_local_input
 from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.diagnosis.storage import storage_fault_lines
 from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict
@@ -183,6 +183,11 @@ def verdict_from(run: RunData) -> Verdict:
         if not found.by_process_fact:
             culprit = div.culprit_rank  # the rank whose local input made the decisions diverge
     evidence = list(found.evidence) + (div.evidence if div else [])
+    if div is None and found.outcome in (Outcome.CRASH, Outcome.HANG):
+        lone = None if found.by_process_fact else lone_local_input(run.frames)
+        if lone is not None:
+            culprit = lone[0]  # the waiter or the rank that raised is where it ended, not why
+            evidence.append(lone[2])
     evidence += _safe("storage", lambda r: storage_fault_lines(r.frames), run, notes) or []
     if found.outcome is Outcome.CRASH and found.form is None:
         evidence.append("crash is neither form A nor B: a crash of another form")

@@ -394,3 +394,33 @@ def first_divergence(frames: pd.DataFrame) -> Divergence | None:
         f"source {source.value}: {why}",
     ]
     return Divergence(first=first, culprit_rank=culprit, evidence=lines)
+
+
+# Per-rank inputs that a rank alone can see, each counted per step in rank{r}.jsonl.
+_LOCAL_INPUTS = (
+    ("host_alloc_failed", "host allocs failed", DivergenceSource.HOST_ALLOC),
+    ("host_pool_refused", "the host pool refused allocs", DivergenceSource.HOST_ALLOC),
+    ("clock_regressions", "clock stamps went back", DivergenceSource.LRU_CLOCK),
+)
+
+
+def lone_local_input(frames: pd.DataFrame) -> tuple[int, DivergenceSource, str] | None:
+    """With no recorded step differing (the failure came inside the step the ranks parted in,
+    e.g. a TP rank skipping a collective its peer entered), the one rank whose own inputs went
+    wrong in its last LOOKBACK_STEPS recorded steps, when exactly one did."""
+    if frames.empty:
+        return None
+    last = frames.groupby("rank", group_keys=False).tail(LOOKBACK_STEPS)
+    for column, what, source in _LOCAL_INPUTS:
+        counts = _only_some(_per_rank_sum(last, column))
+        if len(counts) != 1:
+            continue
+        rank, n = next(iter(counts.items()))
+        hit = last[(last["rank"] == rank) & (last[column].fillna(0) > 0)]
+        why = (
+            f"no recorded step differs before the failure, but only rank {rank}'s {what} in its "
+            f"last {LOOKBACK_STEPS} recorded steps ({n}, the last at step {int(hit['step'].max())})"
+            f"; source {source.value}"
+        )
+        return rank, source, why
+    return None

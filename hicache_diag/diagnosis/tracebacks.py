@@ -54,6 +54,11 @@ def parse_crash(rank: int, log: str) -> RankCrash | None:
     last = excs[-1]
     text = "\n".join(e.text for e in excs)
     return RankCrash(
-        rank, _kind(excs, parsed.context), last.text, last.last_frame, _epoch(excs[0].ts), text,
+        rank,
+        _kind(excs, parsed.context),
+        last.text,
+        last.last_frame,
+        _epoch(excs[0].ts),
+        text,
         fatal=any(e.scheduler for e in excs),
     )

@@ -139,9 +139,14 @@ class StepRecorder:
         self._fh.write(json.dumps(line, sort_keys=True, default=str) + "\n")
 
     def write_crash(self, exc: BaseException) -> None:
-        """The step a scheduler died in, so the verdict sees how far each rank got."""
-        self._write({"step": self.step, "t": time.time(), "rank": self.rank,
-                     "crashed": True, "error": f"{type(exc).__name__}: {exc}"})  # fmt: skip
+        """The step a scheduler died in, so the verdict sees how far each rank got, with what
+        the rank counted in it before it raised (a host alloc that failed in the same step)."""
+        line: dict[str, Any] = {"step": self.step, "t": time.time(), "rank": self.rank,
+                                "pp": self.pp_rank, "tp": self.tp_rank, "crashed": True,
+                                "error": f"{type(exc).__name__}: {exc}"}  # fmt: skip
+        line.update({k: v for k, v in self._counts.items() if v})
+        line["faults_fired"] = self.hooks.drain_fired()
+        self._write(line)
 
     def close(self) -> None:
         try:

@@ -70,9 +70,8 @@ SAMPLE_RUNS = {
 def test_committed_sglang_run_meets_its_scenarios_expectation(name):
     import json
 
-    from hicache_diag.verdict import Verdict
-
     from hicache_diag.diagnosis.classify import classify_run
+    from hicache_diag.verdict import Verdict
 
     expect = load_scenario(ROOT / "samples" / "scenarios" / "sglang" / f"{name}.toml").expect
     run = ROOT / "samples" / "runs" / SAMPLE_RUNS[name]

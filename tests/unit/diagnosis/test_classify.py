@@ -298,3 +298,38 @@ def test_requests_the_server_never_answered_are_not_ok(tmp_path):
     v = classify_run(root)
     assert v.outcome is Outcome.UNDECIDED, v.evidence
     assert "1 request(s) got no answer from the server (r0000: RemoteDisconnected" in v.signature
+
+
+def _tp_hang(tmp_path, failed_on: dict[int, int]) -> RunDir:
+    # Real SGLang 0.5.13, PP1 x TP2: TP1's host allocs failed in the step it then skipped
+    # writing_check's all_reduce; TP0 entered it and waits. TP0 never finished that step, so no
+    # recorded step differs; the py-spy stacks put the wait on TP0.
+    rd = RunDir(tmp_path)
+    rd.stop_at = {0: 8}
+    for rank, n in failed_on.items():
+        rd.set(rank, 9 if rank else 8, host_alloc_failed=n)
+    rd.launcher["hang"] = {"detected_at": 1, "last_progress": {"0": 5.0, "1": 5.0},
+                           "stalled_ranks": [0, 1]}  # fmt: skip
+    rd.stacks = {
+        0: pyspy_dump(("all_reduce", "/t/distributed_c10d.py", 3252),
+                      ("_all_reduce_attn_groups", "/s/mem_cache/hiradix_cache.py", 196),
+                      ("loading_check", "/s/mem_cache/hiradix_cache.py", 600)),
+        1: pyspy_dump(("broadcast", "/t/distributed_c10d.py", 3151),
+                      ("_broadcast_reqs_across_ranks", "/s/managers/request_receiver.py", 187)),
+    }  # fmt: skip
+    return rd
+
+
+def test_hang_with_no_divergence_names_the_rank_whose_own_allocs_failed(tmp_path):
+    v = classify_run(_tp_hang(tmp_path, {1: 2}).write())
+    assert (v.outcome, v.form, v.failed_rank) == (Outcome.HANG, CrashForm.C, 0)
+    assert v.first_divergence is None and v.culprit_rank == 1, v.evidence
+    want = ("only rank 1's host allocs failed in its last 8 recorded steps (2, the last at "
+            "step 9); source host-alloc")  # fmt: skip
+    assert any(want in line for line in v.evidence), v.evidence
+
+
+def test_local_inputs_on_every_rank_name_no_one_else(tmp_path):
+    v = classify_run(_tp_hang(tmp_path, {0: 1, 1: 2}).write())
+    assert v.culprit_rank == v.failed_rank == 0
+    assert not any("no recorded step differs" in e for e in v.evidence)

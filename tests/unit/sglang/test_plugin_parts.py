@@ -67,6 +67,19 @@ def test_every_empty_host_alloc_is_counted_faulted_or_short(tmp_path):
     assert line["host_alloc_failed"] == 2 and not line.get("idle"), line
 
 
+def test_crash_line_keeps_what_the_step_counted_before_it_raised(tmp_path):
+    hooks = Hooks(rank=1, pp_rank=1)
+    rec = StepRecorder(str(tmp_path / "rank1.jsonl"), 1, 1, 0, hooks)
+    rec.begin_step()
+    rec.count("host_alloc_failed", 1)
+    rec.write_crash(IndexError("pop from empty list"))
+    rec.close()
+    line = json.loads((tmp_path / "rank1.jsonl").read_text())
+    assert line["crashed"] is True and line["error"] == "IndexError: pop from empty list"
+    assert (line["host_alloc_failed"], line["pp"], line["step"]) == (1, 1, 0)
+    assert "must_agree" not in line  # a step cut short is compared with nothing
+
+
 class _Event:
     def __init__(self) -> None:
         self.synced = False
