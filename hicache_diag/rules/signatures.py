@@ -146,6 +146,9 @@ CASCADE_PATTERNS = (
     re.compile(r"Subprocess .+ crashed with exit code"),  # the parent noticing, not the cause
 )
 SIGNAL_EXITS = frozenset({"KeyboardInterrupt", "SystemExit"})
+# SGLang's launcher (TokenizerManager's SIGQUIT handler) on a child's SIGQUIT: it then SIGKILLs
+# its whole process tree, so every scheduler death after this line is its teardown.
+LAUNCHER_TEARDOWN_RE = re.compile(r"SIGQUIT received\..*one child failed")
 
 
 def is_cascade(text: str) -> bool:

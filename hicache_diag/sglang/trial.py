@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import platform
 import re
+import signal
 import socket
 import sys
 import time
@@ -32,6 +33,7 @@ from hicache_diag.harness.trial import (
     _trap_sigterm,
 )
 from hicache_diag.harness.workload import Workload
+from hicache_diag.rules.signatures import LAUNCHER_TEARDOWN_RE
 from hicache_diag.sglang.client import WorkloadClient
 from hicache_diag.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
 from hicache_diag.sglang.server import ServerStartError, SglangServer
@@ -275,7 +277,7 @@ def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient
                      watch: _Watch, started: str) -> None:  # fmt: skip
     logs = split_rank_logs(run_dir / "server.log", run_dir, server.spec.tp_size)
     _apply_logged_exit_codes(run_dir / "server.log", server)
-    _mark_logged_crashes(logs, server)
+    _mark_logged_crashes(logs, server, watch)
     _read_watchdog(run_dir, server, watch)
     if client is not None:
         write_json(run_dir / "outputs.json", client.result.outputs)
@@ -311,16 +313,35 @@ def _apply_logged_exit_codes(log: Path, server: SglangServer) -> None:
             s.exitcode = codes[s.pid]
 
 
-def _mark_logged_crashes(logs: dict[int, Path], server: SglangServer) -> None:
-    """A scheduler whose loop died of an exception crashed, though it exits 0: SGLang's
-    run_scheduler_process logs `Scheduler hit an exception`, SIGQUITs the launcher and returns
-    (seen on 0.5.23: form B on PP1, both schedulers exit code 0)."""
-    for s in server.schedulers:
-        if s.state != "exited" or s.rank not in logs:
-            continue
-        crash = parse_crash(s.rank, logs[s.rank].read_text(errors="replace"))
+def _mark_logged_crashes(logs: dict[int, Path], server: SglangServer, watch: _Watch) -> None:
+    """Process facts as SGLang shapes them. A scheduler whose loop died of an exception crashed,
+    though it may exit 0: `run_scheduler_process` logs `Scheduler hit an exception`, SIGQUITs the
+    launcher and returns (seen on 0.5.23). The launcher then SIGKILLs its whole tree, so the
+    others' SIGKILL deaths are its teardown, and their order in our poll says nothing (seen on
+    0.5.12.post1: PP0 and PP1 SIGKILLed 40 us apart after PP1 raised): the first failure is
+    the scheduler that raised first, a root cause before a cascade."""
+    crashes = {}
+    for rank, path in logs.items():
+        crash = parse_crash(rank, path.read_text(errors="replace"))
         if crash is not None and crash.fatal:
+            crashes[rank] = crash
+    for s in server.schedulers:
+        if s.rank in crashes and s.state in ("exited", "crashed"):
             s.state = "crashed"
+    try:
+        text = (server.run_dir / "server.log").read_text(errors="replace")
+    except OSError:
+        text = ""
+    if not crashes or not LAUNCHER_TEARDOWN_RE.search(text):
+        return
+    for s in server.schedulers:
+        if s.rank not in crashes and s.state == "crashed" and s.signal == signal.SIGKILL:
+            s.state = "killed"
+    first = min(crashes.values(), key=lambda c: (c.kind == "secondary", c.t or 0.0, c.rank))
+    s = next((s for s in server.schedulers if s.rank == first.rank), None)
+    if s is not None:
+        watch.first_failure = {"rank": s.rank, "t": first.t or s.ended_at, "pid": s.pid,
+                               "exitcode": s.exitcode, "signal": s.signal}  # fmt: skip
 
 
 def split_rank_logs(server_log: Path, run_dir: Path, tp_size: int) -> dict[int, Path]:

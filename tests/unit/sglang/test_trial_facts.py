@@ -1,0 +1,69 @@
+"""How the sglang trial turns SGLang's own exit behaviour into process facts (launcher.json):
+a scheduler that logged its fatal exception crashed whatever its exit code; the SIGKILLs of the
+launcher's teardown after a child's SIGQUIT are not a root cause."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+
+from hicache_diag.sglang.server import Scheduler
+from hicache_diag.sglang.trial import _mark_logged_crashes, _Watch
+
+# Lines as SGLang 0.5.12.post1 printed them in a form-A run here (paths shortened).
+PP1_LOG = """\
+[2026-12-01 05:38:08 PP1] Scheduler hit an exception: Traceback (most recent call last):
+  File "/v/sglang/srt/managers/scheduler.py", line 3049, in run_scheduler_process
+    scheduler.event_loop_pp()
+  File "/v/sglang/srt/layers/rotary_embedding/base.py", line 232, in forward_native
+    query = query.view(num_tokens, -1, self.head_size)
+RuntimeError: shape '[58, -1, 16]' is invalid for input of size 7744
+"""
+TEARDOWN = (
+    "[2026-12-01 05:38:08] SIGQUIT received. signum=None, frame=None. It usually means one "
+    "child failed.\n"
+)
+
+
+def _server(tmp_path: Path, server_log: str, *states) -> SimpleNamespace:
+    (tmp_path / "server.log").write_text(server_log)
+    schedulers = [
+        Scheduler(pid=100 + r, pp=r, tp=0, title=f"sglang::scheduler_PP{r}", rank=r, state=st,
+                  exitcode=code, signal=sig, ended_at=1000.0 + r * 1e-5)
+        for r, (st, code, sig) in enumerate(states)
+    ]  # fmt: skip
+    return SimpleNamespace(schedulers=schedulers, run_dir=tmp_path)
+
+
+def _logs(tmp_path: Path, **texts: str) -> dict[int, Path]:
+    paths = {}
+    for name, text in texts.items():
+        paths[int(name[-1])] = tmp_path / f"{name}.log"
+        paths[int(name[-1])].write_text(text)
+    return paths
+
+
+def test_teardown_sigkills_are_not_the_first_failure(tmp_path):
+    killed = ("crashed", None, signal.SIGKILL)
+    server = _server(tmp_path, PP1_LOG + TEARDOWN, killed, killed)
+    watch = _Watch(first_failure={"rank": 0, "t": 1000.0, "signal": 9})  # PP0 polled first
+    _mark_logged_crashes(_logs(tmp_path, rank0="", rank1=PP1_LOG), server, watch)
+    assert [s.state for s in server.schedulers] == ["killed", "crashed"]
+    assert watch.first_failure["rank"] == 1
+
+
+def test_a_fatal_exception_with_exit_0_is_a_crash(tmp_path):
+    server = _server(tmp_path, PP1_LOG, ("exited", 0, None), ("exited", 0, None))
+    watch = _Watch(first_failure={"rank": 1, "t": 1000.0})
+    _mark_logged_crashes(_logs(tmp_path, rank0="", rank1=PP1_LOG), server, watch)
+    assert [s.state for s in server.schedulers] == ["exited", "crashed"]
+
+
+def test_without_a_logged_exception_a_sigkill_stays_a_death(tmp_path):
+    # A scheduler someone SIGKILLed: no traceback anywhere, the teardown follows that death.
+    server = _server(tmp_path, TEARDOWN, ("exited", 0, None), ("crashed", None, signal.SIGKILL))
+    watch = _Watch(first_failure={"rank": 1, "t": 1000.0})
+    _mark_logged_crashes(_logs(tmp_path, rank0="", rank1=""), server, watch)
+    assert [s.state for s in server.schedulers] == ["exited", "crashed"]
+    assert watch.first_failure["rank"] == 1
