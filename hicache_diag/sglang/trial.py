@@ -319,7 +319,8 @@ def _mark_logged_crashes(logs: dict[int, Path], server: SglangServer, watch: _Wa
     launcher and returns (seen on 0.5.23). The launcher then SIGKILLs its whole tree, so the
     others' SIGKILL deaths are its teardown, and their order in our poll says nothing (seen on
     0.5.12.post1: PP0 and PP1 SIGKILLed 40 us apart after PP1 raised): the first failure is
-    the scheduler that raised first, a root cause before a cascade."""
+    the scheduler that raised first. Only a root-cause traceback does this: when the only ones
+    are cascades (`Connection closed by peer`), a SIGKILL death may be the cause itself."""
     crashes = {}
     for rank, path in logs.items():
         crash = parse_crash(rank, path.read_text(errors="replace"))
@@ -332,12 +333,15 @@ def _mark_logged_crashes(logs: dict[int, Path], server: SglangServer, watch: _Wa
         text = (server.run_dir / "server.log").read_text(errors="replace")
     except OSError:
         text = ""
-    if not crashes or not LAUNCHER_TEARDOWN_RE.search(text):
-        return
+    primary = [c for c in crashes.values() if c.kind != "secondary"]
+    if not primary or not LAUNCHER_TEARDOWN_RE.search(text):
+        return  # only cascades: a death without a traceback may be the root (a SIGKILLed rank)
+    first = min(primary, key=lambda c: (c.t or 0.0, c.rank))
     for s in server.schedulers:
-        if s.rank not in crashes and s.state == "crashed" and s.signal == signal.SIGKILL:
+        # Log times have whole seconds: a SIGKILL from the same second on is the teardown.
+        after = first.t is None or s.ended_at is None or s.ended_at >= first.t
+        if s.rank not in crashes and s.state == "crashed" and s.signal == signal.SIGKILL and after:
             s.state = "killed"
-    first = min(crashes.values(), key=lambda c: (c.kind == "secondary", c.t or 0.0, c.rank))
     s = next((s for s in server.schedulers if s.rank == first.rank), None)
     if s is not None:
         watch.first_failure = {"rank": s.rank, "t": first.t or s.ended_at, "pid": s.pid,
