@@ -8,8 +8,10 @@ culprit_rank = 1
 source = "host-alloc"
 ```
 Any subset of the four keys; a key left out is not checked. `form = "none"` expects no crash
-form (an `ok` run, a latent divergence). The values are the verdict's own words, so a mismatch
-names both sides in the same vocabulary.
+form (an `ok` run, a latent divergence). `outcome` and `form` also take a list, any one of which
+matches: a divergence whose ending depends on timing (`outcome = ["crash", "hang"]`, `form =
+["A", "C"]`) is still checked for the divergence it must show. The values are the verdict's own
+words, so a mismatch names both sides in the same vocabulary.
 """
 
 from __future__ import annotations
@@ -26,9 +28,8 @@ _NO_FORM = "none"
 
 @dataclass(frozen=True, slots=True)
 class Expectation:
-    outcome: Outcome | None = None
-    form: CrashForm | None = None
-    no_form: bool = False  # `form = "none"`: the verdict must carry no crash form
+    outcome: tuple[Outcome, ...] | None = None  # any one of them
+    form: tuple[str, ...] | None = None  # CrashForm values or "none", any one of them
     culprit_rank: int | None = None
     source: DivergenceSource | None = None
 
@@ -36,9 +37,9 @@ class Expectation:
         """`outcome=crash form=B culprit_rank=1` in the file's own key order."""
         parts = []
         if self.outcome is not None:
-            parts.append(f"outcome={self.outcome.value}")
-        if self.form is not None or self.no_form:
-            parts.append(f"form={self.form.value if self.form else _NO_FORM}")
+            parts.append(f"outcome={_one_of([o.value for o in self.outcome])}")
+        if self.form is not None:
+            parts.append(f"form={_one_of(list(self.form))}")
         if self.culprit_rank is not None:
             parts.append(f"culprit_rank={self.culprit_rank}")
         if self.source is not None:
@@ -48,13 +49,13 @@ class Expectation:
     def mismatches(self, verdict: Verdict) -> list[str]:
         """One `key: expected X, got Y` line per expected key the verdict does not match."""
         out = []
-        if self.outcome is not None and verdict.outcome is not self.outcome:
-            out.append(f"outcome: expected {self.outcome.value}, got {verdict.outcome.value}")
-        if self.form is not None or self.no_form:
+        if self.outcome is not None and verdict.outcome not in self.outcome:
+            want = _one_of([o.value for o in self.outcome])
+            out.append(f"outcome: expected {want}, got {verdict.outcome.value}")
+        if self.form is not None:
             got = verdict.form.value if verdict.form else _NO_FORM
-            want = self.form.value if self.form else _NO_FORM
-            if got != want:
-                out.append(f"form: expected {want}, got {got}")
+            if got not in self.form:
+                out.append(f"form: expected {_one_of(list(self.form))}, got {got}")
         if self.culprit_rank is not None and verdict.culprit_rank != self.culprit_rank:
             out.append(f"culprit_rank: expected {self.culprit_rank}, got {verdict.culprit_rank}")
         if self.source is not None:
@@ -63,6 +64,14 @@ class Expectation:
             if fd is None or fd.source is not self.source:
                 out.append(f"source: expected {self.source.value}, got {got_source}")
         return out
+
+
+def _one_of(values: list[str]) -> str:
+    return values[0] if len(values) == 1 else " or ".join(values)
+
+
+def _listed(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
 
 
 def _enum(enum_cls: Any, key: str, value: Any, where: str) -> Any:
@@ -83,13 +92,16 @@ def parse_expect(table: Any, where: str) -> Expectation:
         )
     if not table:
         raise UsageError(f"{where}: [expect] is empty; give any of {', '.join(EXPECT_KEYS)}")
-    outcome = _enum(Outcome, "outcome", table["outcome"], where) if "outcome" in table else None
-    form, no_form = None, False
+    outcome = form = None
+    if "outcome" in table:
+        values = _listed(table["outcome"])
+        outcome = tuple(_enum(Outcome, "outcome", v, where) for v in values) or None
+        if outcome is None:
+            raise UsageError(f"{where}: outcome = [] matches nothing; name one or more")
     if "form" in table:
-        if table["form"] == _NO_FORM:
-            no_form = True
-        else:
-            form = _enum_form(table["form"], where)
+        form = tuple(_enum_form(v, where) for v in _listed(table["form"])) or None
+        if form is None:
+            raise UsageError(f"{where}: form = [] matches nothing; name one or more")
     culprit = table.get("culprit_rank")
     if culprit is not None and (
         isinstance(culprit, bool) or not isinstance(culprit, int) or culprit < 0
@@ -98,11 +110,11 @@ def parse_expect(table: Any, where: str) -> Expectation:
     source = None
     if "source" in table:
         source = _enum(DivergenceSource, "source", table["source"], where)
-    return Expectation(outcome, form, no_form, culprit, source)
+    return Expectation(outcome, form, culprit, source)
 
 
-def _enum_form(value: Any, where: str) -> CrashForm:
+def _enum_form(value: Any, where: str) -> str:
     valid = [m.value for m in CrashForm] + [_NO_FORM]
     if not isinstance(value, str) or value not in valid:
         raise UsageError(f"{where}: form must be one of {', '.join(valid)} (got {value!r})")
-    return CrashForm(value)
+    return value

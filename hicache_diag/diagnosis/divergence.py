@@ -167,10 +167,16 @@ def _slow_dma_rank(frames: pd.DataFrame, step: int) -> tuple[int, dict[int, floa
     return None
 
 
-def _ack_culprit(frames: pd.DataFrame, step: int, ready: dict) -> tuple[int | None, str]:
+def _ack_culprit(
+    frames: pd.DataFrame, step: int, ready: dict, consumed: dict | None = None
+) -> tuple[int | None, str]:
     slow = _slow_dma_rank(frames, step)
     if slow:
         return slow[0], f"; oldest pending ack per rank, ms: {slow[1]}"
+    if consumed and not _disagree(ready):
+        # Ready counts read after the drain (real SGLang's line) are equal again: what each
+        # rank drained is then its own ready count (0.5.12.post1: PP0 drained 1, PP1 0).
+        return _odd_rank(consumed), ""
     return _odd_rank(ready), ""
 
 
@@ -188,7 +194,7 @@ def _ack_source(window: pd.DataFrame, frames: pd.DataFrame, step: int, column: s
     if column == "acks_consumed":
         ready = _values(frames[frames["step"] == step], "acks_ready")
         why = "each rank drained its own ready acks" if sync is None else "despite the ack sync"
-        culprit, slow = _ack_culprit(frames, step, ready or values)
+        culprit, slow = _ack_culprit(frames, step, ready or values, values)
         return (
             DivergenceSource.DMA_ACK_COUNT,
             culprit,

@@ -237,3 +237,14 @@ def test_l3_hit_drain_race_without_a_length_difference_names_the_stage_off_pp0(f
     d = first_divergence(frames(over=over))
     assert (d.first.step, d.first.source, d.culprit_rank) == (2, DivergenceSource.L3_HIT, 1)
     assert "drained different L3 hit queries at step 2" in d.evidence[1]
+
+
+def test_acks_drained_per_rank_name_the_rank_that_drained_fewer_when_ready_reads_equal():
+    # Real SGLang 0.5.12.post1 (each stage drains its own ready acks; the line reads the ready
+    # count after the drain): PP0 drained 1 write ack at the step, PP1 (slow copies) none.
+    after = {"acks_ready": {"write": 0, "load": 0}}
+    over = {(0, 4): {**after, "acks_consumed": {"write": 1, "load": 0}},
+            (1, 4): {**after, "acks_consumed": {"write": 0, "load": 0}}}  # fmt: skip
+    d = first_divergence(frames(over=over))
+    assert (d.first.field, d.first.source) == ("acks_consumed", DivergenceSource.DMA_ACK_COUNT)
+    assert d.culprit_rank == 1
