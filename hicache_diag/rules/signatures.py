@@ -21,6 +21,10 @@ SIZE_MISMATCH_RE = re.compile(
     r"Size mismatch for shape#\d+\('\w+'\): expected (\d+) but got (\d+)"
     r"|The size of tensor a \(\d+\) must match the size of tensor b \(\d+\)"
 )
+# The same view() when the wrong token count happens to divide the buffer: query is a
+# non-contiguous slice of qkv, so PyTorch objects to the strides instead (seen on real SGLang
+# 0.5.12.post1, PP1's RoPE `forward_native`, in 1 of 6 form-A runs).
+VIEW_STRIDE_RE = re.compile(r"view size is not compatible with input tensor's size and stride")
 _POP_EMPTY = re.compile(r"pop from (?:an )?empty (?:list|deque)")
 # SGLang's own divergence detectors: HiCache/PP-specific by their text alone.
 _DIVERGENCE_TEXT = re.compile(
@@ -81,7 +85,7 @@ def crash_form(text: str, frames: Sequence[str], ctx: Context) -> str | None:
     context of the whole evidence (PP rank prefixes, HiCache frames elsewhere in the log)."""
     names = {normalize(f) for f in frames}
     here = frames_context(frames) | ctx
-    if SHAPE_RE.search(text) or SIZE_MISMATCH_RE.search(text):
+    if SHAPE_RE.search(text) or SIZE_MISMATCH_RE.search(text) or VIEW_STRIDE_RE.search(text):
         return "A" if here.pp else None
     if _DIVERGENCE_TEXT.search(text):
         return "B"
