@@ -201,7 +201,9 @@ def _watch_loop(server: SglangServer, client: WorkloadClient, cfg: SglangRunConf
                 watch.first_failure = {"rank": s.rank, "t": s.ended_at, "pid": s.pid,
                                        "exitcode": s.exitcode, "signal": s.signal}  # fmt: skip
                 grace_until = now + CASCADE_GRACE_S
-        watch.stops.poll({s.rank: s.pid for s in server.schedulers if s.state == "running"}, now)
+        # server.poll() marks a SIGSTOPped scheduler "stopped": it is live, and watched.
+        live = {s.rank: s.pid for s in server.schedulers if s.state in ("running", "stopped")}
+        watch.stops.poll(live, now)
         if watch.first_failure is None and not server.alive():
             watch.first_failure = {"rank": None, "t": now, "pid": server.popen.pid}
             grace_until = now

@@ -171,6 +171,26 @@ def test_sigkill_of_one_scheduler_is_a_crash_naming_that_rank(tmp_path):
     assert_no_sglang_left(out)
 
 
+def test_sigstop_of_one_scheduler_is_a_hang_naming_the_stopped_rank(tmp_path):
+    out = tmp_path / "stopped"
+    proc = subprocess.Popen([*CLI, *RUN, "--out", str(out), "--requests", "400",
+                             "--hang-timeout", "10"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _wait_for_busy_steps(out, 1, 20, proc)
+        os.kill(_scheduler_pid(out, "sglang::scheduler_PP1"), signal.SIGSTOP)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    verdict = json.loads(stdout)
+    assert (verdict["outcome"], verdict["form"]) == ("hang", "C"), verdict["evidence"]
+    assert verdict["failed_rank"] == verdict["culprit_rank"] == 1, verdict["evidence"]
+    assert any("stopped" in line and "rank 1" in line for line in verdict["evidence"])
+    hang = json.loads((out / "launcher.json").read_text())["hang"]
+    assert hang["stopped_ranks"] == [1] and hang["proc_status"]["1"] == "stopped", hang
+    assert_no_sglang_left(out)  # a stopped process is reaped too
+
+
 FORM_B = Path(__file__).parents[2] / "samples/scenarios/sglang/form_b_host_alloc_0.5.23.toml"
 
 
