@@ -98,9 +98,30 @@ def _wrap_step(original):
     return get_next_batch_to_run
 
 
+# The loops a scheduler runs its steps in (PP, plain, overlap): what raises in a forward, after
+# get_next_batch_to_run returned (form A's reshape), leaves them, not the step wrapper.
+EVENT_LOOPS = ("event_loop_pp", "event_loop_normal", "event_loop_overlap")
+
+
+def _wrap_loop(original):
+    @functools.wraps(original)
+    def event_loop(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        except BaseException as exc:
+            if STATE.recorder is not None:
+                STATE.recorder.write_crash(exc)  # once: the step wrapper may have written it
+            raise
+
+    return event_loop
+
+
 def _patch_scheduler(module) -> None:
     patch_attr(module, "run_scheduler_process", _wrap_entry)
     patch_attr(module.Scheduler, "get_next_batch_to_run", _wrap_step)
+    for name in EVENT_LOOPS:
+        if hasattr(module.Scheduler, name):  # SchedulerPPMixin's, bound on Scheduler itself
+            patch_attr(module.Scheduler, name, _wrap_loop)
 
 
 # -- the tree: what each rank consumed, synced and evicted -------------------------------------

@@ -67,6 +67,8 @@ class StepRecorder:
         self._last_write = 0.0
         self.pp_loop_size: int | None = None
         self._broken = False
+        self._crash_written = False
+        self._open = False  # inside get_next_batch_to_run: the step has no line yet
 
     # -- fed by the wrappers --------------------------------------------------------------
     def count(self, key: str, n: int) -> None:
@@ -81,6 +83,7 @@ class StepRecorder:
     # -- one step ---------------------------------------------------------------------------
     def begin_step(self) -> int:
         self.hooks.step = self.step
+        self._open = True
         return self.step
 
     def end_step(self, scheduler: Any, batch: Any) -> None:
@@ -92,6 +95,7 @@ class StepRecorder:
                 self._write({"step": self.step, "rank": self.rank,
                              "recorder_error": f"{type(exc).__name__}: {exc}"})  # fmt: skip
         self.step += 1
+        self._open = False
 
     def _end_step(self, scheduler: Any, batch: Any) -> None:
         line = self._line(scheduler, batch)
@@ -140,8 +144,14 @@ class StepRecorder:
 
     def write_crash(self, exc: BaseException) -> None:
         """The step a scheduler died in, so the verdict sees how far each rank got, with what
-        the rank counted in it before it raised (a host alloc that failed in the same step)."""
-        line: dict[str, Any] = {"step": self.step, "t": time.time(), "rank": self.rank,
+        the rank counted in it before it raised (a host alloc that failed in the same step).
+        Written once, whichever wrapper the exception leaves first. Raised after the step's
+        line (in its forward or result processing), it carries that step's number again."""
+        if self._crash_written:
+            return
+        self._crash_written = True
+        step = self.step if self._open or self.step == 0 else self.step - 1
+        line: dict[str, Any] = {"step": step, "t": time.time(), "rank": self.rank,
                                 "pp": self.pp_rank, "tp": self.tp_rank, "crashed": True,
                                 "error": f"{type(exc).__name__}: {exc}"}  # fmt: skip
         line.update({k: v for k, v in self._counts.items() if v})

@@ -1,6 +1,7 @@
 """`run --engine sglang` end to end on REAL SGLang (PP2 + HiCache L2/L3 on CPU): evidence, L3 warm
-start, 0.5.23's own form B, a killed scheduler, Ctrl-C and a killed CLI, live triage. Every test
-checks that no SGLang process of its run is left anywhere on the machine (reparented ones too).
+start, 0.5.23's own forms A and B, a killed or stopped scheduler, Ctrl-C and a killed CLI, live
+triage. Every test checks that no SGLang process of its run is left anywhere on the machine
+(reparented ones too).
 
 Needs SGLang installed (the README's test command does it). Without it these tests skip, except
 under CI=true, where a missing SGLang is a failure: CI must run the real engine on every push.
@@ -191,25 +192,44 @@ def test_sigstop_of_one_scheduler_is_a_hang_naming_the_stopped_rank(tmp_path):
     assert_no_sglang_left(out)  # a stopped process is reaped too
 
 
-FORM_B = Path(__file__).parents[2] / "samples/scenarios/sglang/form_b_host_alloc_0.5.23.toml"
+SCENARIOS = Path(__file__).parents[2] / "samples" / "scenarios" / "sglang"
 
 
-def test_real_form_b_is_a_crash_though_the_schedulers_exit_0(tmp_path):
-    # 0.5.23's own bug: PP1 pops PP0's relayed write-ack count from its shorter queue. SGLang's
-    # scheduler catches what killed its loop, logs it and exits 0: this run was once "ok".
-    out = tmp_path / "b"
-    proc = _run(["--scenario", str(FORM_B), "--check", "--out", str(out)])
+@pytest.mark.parametrize(
+    ("name", "form", "exit_code", "culprit", "error"),
+    [
+        # PP1's host allocs fail: it pops PP0's relayed write-ack count from a shorter queue.
+        ("form_b_host_alloc_0.5.23", "B", 11, 1, ("IndexError: pop from empty list",)),
+        # PP0's fail: it relays 0 acks, PP1's written nodes stay locked, PP1 admits less.
+        # The RoPE view fails on the shape, or on the strides when the wrong count divides.
+        (
+            "form_a_host_alloc_pp0_0.5.23",
+            "A",
+            10,
+            0,
+            ("RuntimeError: shape '[", "RuntimeError: view size is not compatible"),
+        ),  # fmt: skip
+    ],
+    ids=["form-b", "form-a"],
+)
+def test_real_0_5_23_crash_forms_though_the_schedulers_exit_0(
+    tmp_path, name, form, exit_code, culprit, error
+):
+    # 0.5.23's own bugs. SGLang's scheduler catches what killed its loop, logs it and exits 0:
+    # form B once read "ok" here.
+    out = tmp_path / "run"
+    proc = _run(["--scenario", str(SCENARIOS / f"{name}.toml"), "--check", "--out", str(out)])
     assert_no_sglang_left(out)
     verdict = json.loads(proc.stdout)
-    assert (verdict["outcome"], verdict["form"]) == ("crash", "B"), verdict["evidence"]
-    assert verdict["exit_code"] == 11 and proc.returncode == 0, proc.stderr[-2000:]  # --check
-    assert verdict["failed_rank"] == verdict["culprit_rank"] == 1
-    assert verdict["evidence"][0] == "rank 1 raised first: IndexError: pop from empty list"
+    assert (verdict["outcome"], verdict["form"]) == ("crash", form), verdict["evidence"]
+    assert verdict["exit_code"] == exit_code and proc.returncode == 0, proc.stderr[-2000:]
+    assert verdict["failed_rank"] == 1 and verdict["culprit_rank"] == culprit
+    assert verdict["evidence"][0].startswith(tuple(f"rank 1 raised first: {e}" for e in error))
     states = {r["rank"]: r["state"] for r in verdict["ranks"]}
     assert states[1] == "crashed", states
     assert "check: ok, the verdict matches [expect]" in proc.stderr
     crash = _lines(out / "rank1.jsonl")[-1]
-    assert crash["crashed"] is True and crash["error"] == "IndexError: pop from empty list"
+    assert crash["crashed"] is True and crash["error"].startswith(error)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "cli-killed"])

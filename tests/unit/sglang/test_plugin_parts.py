@@ -80,6 +80,20 @@ def test_crash_line_keeps_what_the_step_counted_before_it_raised(tmp_path):
     assert "must_agree" not in line  # a step cut short is compared with nothing
 
 
+def test_a_crash_after_the_steps_line_names_that_step_once(tmp_path):
+    # Form A raises in the forward, after get_next_batch_to_run wrote step 0's line; the event
+    # loop's wrapper writes the crash line, the step wrapper (not reached) does not repeat it.
+    rec = StepRecorder(str(tmp_path / "rank1.jsonl"), 1, 1, 0, Hooks(rank=1, pp_rank=1))
+    rec.begin_step()
+    rec.end_step(_scheduler(), _batch())
+    rec.write_crash(RuntimeError("shape '[58, -1, 16]' is invalid for input of size 7744"))
+    rec.write_crash(RuntimeError("the same exception, leaving the next wrapper"))
+    rec.close()
+    lines = [json.loads(x) for x in (tmp_path / "rank1.jsonl").read_text().splitlines()]
+    assert [(x["step"], x.get("crashed", False)) for x in lines] == [(0, False), (0, True)]
+    assert lines[1]["error"].startswith("RuntimeError: shape '[58, -1, 16]'")
+
+
 class _Event:
     def __init__(self) -> None:
         self.synced = False
