@@ -155,17 +155,23 @@ def _scheduler_pid(out: Path, title: str) -> int:
     raise AssertionError(f"no {title} process")
 
 
-def test_sigkill_of_one_scheduler_is_a_crash_naming_that_rank(tmp_path):
-    out = tmp_path / "killed"
-    proc = subprocess.Popen([*CLI, *RUN, "--out", str(out), "--requests", "400"],
+def _signal_pp1_mid_run(out: Path, sig: signal.Signals, *extra: str):
+    """A real run with a long workload; `sig` to PP1's scheduler once it has stepped 20 times.
+    Returns the verdict and the finished CLI process."""
+    proc = subprocess.Popen([*CLI, *RUN, "--out", str(out), "--requests", "400", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         _wait_for_busy_steps(out, 1, 20, proc)
-        os.kill(_scheduler_pid(out, "sglang::scheduler_PP1"), signal.SIGKILL)
-        stdout, stderr = proc.communicate(timeout=300)
+        os.kill(_scheduler_pid(out, "sglang::scheduler_PP1"), sig)
+        stdout, _ = proc.communicate(timeout=300)
     finally:
         proc.kill()
-    verdict = json.loads(stdout)
+    return json.loads(stdout), proc
+
+
+def test_sigkill_of_one_scheduler_is_a_crash_naming_that_rank(tmp_path):
+    out = tmp_path / "killed"
+    verdict, proc = _signal_pp1_mid_run(out, signal.SIGKILL)
     assert verdict["outcome"] == "crash", verdict
     assert verdict["failed_rank"] == 1 and verdict["culprit_rank"] == 1, verdict["evidence"]
     assert proc.returncode == verdict["exit_code"] != 0
@@ -174,16 +180,7 @@ def test_sigkill_of_one_scheduler_is_a_crash_naming_that_rank(tmp_path):
 
 def test_sigstop_of_one_scheduler_is_a_hang_naming_the_stopped_rank(tmp_path):
     out = tmp_path / "stopped"
-    proc = subprocess.Popen([*CLI, *RUN, "--out", str(out), "--requests", "400",
-                             "--hang-timeout", "10"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        _wait_for_busy_steps(out, 1, 20, proc)
-        os.kill(_scheduler_pid(out, "sglang::scheduler_PP1"), signal.SIGSTOP)
-        stdout, stderr = proc.communicate(timeout=300)
-    finally:
-        proc.kill()
-    verdict = json.loads(stdout)
+    verdict, _ = _signal_pp1_mid_run(out, signal.SIGSTOP, "--hang-timeout", "10")
     assert (verdict["outcome"], verdict["form"]) == ("hang", "C"), verdict["evidence"]
     assert verdict["failed_rank"] == verdict["culprit_rank"] == 1, verdict["evidence"]
     assert any("stopped" in line and "rank 1" in line for line in verdict["evidence"])
