@@ -28,11 +28,11 @@ import psutil
 from hicache_diag.errors import HicacheDiagError
 from hicache_diag.sglang.install import SglangInstall
 from hicache_diag.sglang_plugin import config as plugin_config
+from hicache_diag.triage.discover import RankId, parse_rank_tokens
 
 PLUGIN_SITE = Path(__file__).resolve().parent.parent / "sglang_plugin" / "site"
 READY_TIMEOUT_S = 240.0  # 35-75 s measured on 2 cores; headroom for a loaded CI box
 _TITLE_RE = re.compile(r"^sglang::scheduler(?P<rest>\S*)")
-_TOKEN_RE = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
 
 
 class ServerStartError(HicacheDiagError):
@@ -125,12 +125,12 @@ def free_port() -> int:
     return port
 
 
-def parse_title(cmdline: str) -> dict[str, int] | None:
-    """`sglang::scheduler_PP1_TP0` -> {"PP": 1, "TP": 0}; None for other processes."""
+def parse_title(cmdline: str) -> RankId | None:
+    """`sglang::scheduler_PP1_TP0` -> PP1 TP0 (no tokens: PP0 TP0); None for other processes."""
     m = _TITLE_RE.match(cmdline)
     if not m:
         return None
-    return {k: int(v) for k, v in _TOKEN_RE.findall(m.group("rest"))}
+    return parse_rank_tokens(m.group("rest")) or RankId()
 
 
 class SglangServer:
@@ -223,11 +223,10 @@ class SglangServer:
                 title = " ".join(proc.cmdline()).strip()
             except psutil.Error:
                 continue
-            tokens = parse_title(title)
-            if tokens is None:
+            ids = parse_title(title)
+            if ids is None:
                 continue
-            pp, tp = tokens.get("PP", 0), tokens.get("TP", 0)
-            found.append(Scheduler(proc.pid, pp, tp, title, pp * self.spec.tp_size + tp,
+            found.append(Scheduler(proc.pid, ids.pp, ids.tp, title, ids.flat(self.spec.tp_size),
                                    proc=proc))  # fmt: skip
         self.schedulers = sorted(found, key=lambda s: s.rank)
         return self.schedulers

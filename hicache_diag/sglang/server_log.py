@@ -12,14 +12,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from hicache_diag.triage.discover import RankId, parse_rank_tokens
+
 _WATCHDOG_RE = re.compile(
     r"^\[(?P<ts>[\d-]+ [\d:]+)(?P<tokens>(?: [A-Z_]+\d+)*)\] Scheduler watchdog timeout "
     r"\(self\.watchdog_timeout=(?P<timeout>[\d.]+), self\.soft=(?P<soft>True|False)\)"
 )
 _DUMP_RE = re.compile(r"Pyspy dump for PID (?P<pid>\d+)\b")
 _PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d ")
-_PP_RE = re.compile(r" PP(\d+)")
-_TP_RE = re.compile(r" TP(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +34,7 @@ def watchdog_firing(text: str, tp_size: int) -> WatchdogFiring | None:
     for line in text.splitlines():
         m = _WATCHDOG_RE.match(line)
         if m and m["soft"] == "False":
-            pp = _PP_RE.search(m["tokens"])
-            tp = _TP_RE.search(m["tokens"])
-            rank = (int(pp[1]) if pp else 0) * tp_size + (int(tp[1]) if tp else 0)
+            rank = (parse_rank_tokens(m["tokens"]) or RankId()).flat(tp_size)
             return WatchdogFiring(rank, float(m["timeout"]), line.strip())
     return None
 

@@ -39,13 +39,13 @@ from hicache_diag.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
 from hicache_diag.sglang.server import ServerStartError, SglangServer
 from hicache_diag.sglang.server_log import harvest_pyspy_dumps, watchdog_firing
 from hicache_diag.sglang_plugin.config import PluginConfig
+from hicache_diag.triage.discover import RankId, parse_rank_tokens
 from hicache_diag.verdict import write_json_atomic
 
 POLL_S = 0.2
 CASCADE_GRACE_S = 3.0  # SGLang's survivors log `Connection closed by peer` within a second or two
 # `[2026-12-01 02:46:52 PP1 TP0]`: SGLang's per-rank log prefix (tokens in any order).
 _PREFIX_RE = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?P<tokens>(?: [A-Z_]+\d+)+)\]")
-_TOKEN_RE = re.compile(r"(PP|TP)(\d+)")
 _CHILD_EXIT_RE = re.compile(
     r"Subprocess scheduler_\d+ \(pid=(\d+)\) crashed with exit code (-?\d+)"
 )
@@ -247,13 +247,9 @@ def _dump_schedulers(server: SglangServer, run_dir: Path, skip: set[int]) -> dic
     return {"tool": "py-spy", "error": _pyspy_dumps(alive, run_dir)}
 
 
-def _read_watchdog(run_dir: Path, server: SglangServer, watch: _Watch) -> None:
+def _read_watchdog(text: str, run_dir: Path, server: SglangServer, watch: _Watch) -> None:
     """SGLang's own watchdog declared a hang: the deaths after it are its teardown, the stacks
     it dumped are the hang's evidence (DESIGN §8: hangs from py-spy of every scheduler)."""
-    try:
-        text = (run_dir / "server.log").read_text(errors="replace")
-    except OSError:
-        return
     pids = {s.pid: s.rank for s in server.schedulers}
     dumped = harvest_pyspy_dumps(text, pids, run_dir / "stacks")
     fired = watchdog_firing(text, server.spec.tp_size)
@@ -278,9 +274,13 @@ def _read_watchdog(run_dir: Path, server: SglangServer, watch: _Watch) -> None:
 def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient | None,
                      watch: _Watch, started: str) -> None:  # fmt: skip
     logs = split_rank_logs(run_dir / "server.log", run_dir, server.spec.tp_size)
-    _apply_logged_exit_codes(run_dir / "server.log", server)
-    _mark_logged_crashes(logs, server, watch)
-    _read_watchdog(run_dir, server, watch)
+    try:
+        text = (run_dir / "server.log").read_text(errors="replace")
+    except OSError:
+        text = ""  # no log: nothing below finds anything in it
+    _apply_logged_exit_codes(text, server)
+    _mark_logged_crashes(text, logs, server, watch)
+    _read_watchdog(text, run_dir, server, watch)
     if client is not None:
         write_json(run_dir / "outputs.json", client.result.outputs)
         write_json(run_dir / "requests.json", {"cached": client.result.cached,
@@ -303,19 +303,17 @@ def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient
     )
 
 
-def _apply_logged_exit_codes(log: Path, server: SglangServer) -> None:
+def _apply_logged_exit_codes(text: str, server: SglangServer) -> None:
     """SGLang's launcher logs each scheduler's exit code; ours only sees a vanished pid."""
-    try:
-        text = log.read_text(errors="replace")
-    except OSError:
-        return
     codes = {int(pid): int(code) for pid, code in _CHILD_EXIT_RE.findall(text)}
     for s in server.schedulers:
         if s.pid in codes and s.state in ("crashed", "exited"):
             s.exitcode = codes[s.pid]
 
 
-def _mark_logged_crashes(logs: dict[int, Path], server: SglangServer, watch: _Watch) -> None:
+def _mark_logged_crashes(
+    text: str, logs: dict[int, Path], server: SglangServer, watch: _Watch
+) -> None:
     """Process facts as SGLang shapes them. A scheduler whose loop died of an exception crashed,
     though it may exit 0: `run_scheduler_process` logs `Scheduler hit an exception`, SIGQUITs the
     launcher and returns (seen on 0.5.23). The launcher then SIGKILLs its whole tree, so the
@@ -331,10 +329,6 @@ def _mark_logged_crashes(logs: dict[int, Path], server: SglangServer, watch: _Wa
     for s in server.schedulers:
         if s.rank in crashes and s.state in ("exited", "crashed"):
             s.state = "crashed"
-    try:
-        text = (server.run_dir / "server.log").read_text(errors="replace")
-    except OSError:
-        text = ""
     primary = [c for c in crashes.values() if c.kind != "secondary"]
     if not primary or not LAUNCHER_TEARDOWN_RE.search(text):
         return  # only cascades: a death without a traceback may be the root (a SIGKILLed rank)
@@ -362,8 +356,7 @@ def split_rank_logs(server_log: Path, run_dir: Path, tp_size: int) -> dict[int, 
     for line in lines:
         m = _PREFIX_RE.match(line)
         if m:
-            tokens = dict(_TOKEN_RE.findall(m.group("tokens")))
-            current = int(tokens.get("PP", 0)) * tp_size + int(tokens.get("TP", 0))
+            current = (parse_rank_tokens(m.group("tokens")) or RankId()).flat(tp_size)
         elif line.startswith("["):
             current = None  # the launcher's own lines
         if current is not None:

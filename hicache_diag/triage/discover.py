@@ -36,6 +36,10 @@ class RankId:
         head = (1, self.anon) if self.anon is not None else (0, 0)
         return (*head, self.dp or 0, self.pp, self.tp, *(-1 if v is None else v for v in opt))
 
+    def flat(self, tp_size: int) -> int:
+        """The launch-wide rank, numbered as SGLang numbers its schedulers: pp * tp_size + tp."""
+        return self.pp * tp_size + self.tp
+
     @property
     def label(self) -> str:
         if self.anon is not None:  # never an invented PP/TP

@@ -27,14 +27,13 @@ TEARDOWN = (
 )
 
 
-def _server(tmp_path: Path, server_log: str, *states) -> SimpleNamespace:
-    (tmp_path / "server.log").write_text(server_log)
+def _server(*states) -> SimpleNamespace:
     schedulers = [
         Scheduler(pid=100 + r, pp=r, tp=0, title=f"sglang::scheduler_PP{r}", rank=r, state=st,
                   exitcode=code, signal=sig, ended_at=LOGGED + 0.5 + r * 4e-5)
         for r, (st, code, sig) in enumerate(states)
     ]  # fmt: skip
-    return SimpleNamespace(schedulers=schedulers, run_dir=tmp_path)
+    return SimpleNamespace(schedulers=schedulers)
 
 
 def _logs(tmp_path: Path, **texts: str) -> dict[int, Path]:
@@ -47,25 +46,27 @@ def _logs(tmp_path: Path, **texts: str) -> dict[int, Path]:
 
 def test_teardown_sigkills_are_not_the_first_failure(tmp_path):
     killed = ("crashed", None, signal.SIGKILL)
-    server = _server(tmp_path, PP1_LOG + TEARDOWN, killed, killed)
+    server = _server(killed, killed)
     watch = _Watch(first_failure={"rank": 0, "t": 1000.0, "signal": 9})  # PP0 polled first
-    _mark_logged_crashes(_logs(tmp_path, rank0="", rank1=PP1_LOG), server, watch)
+    _mark_logged_crashes(
+        PP1_LOG + TEARDOWN, _logs(tmp_path, rank0="", rank1=PP1_LOG), server, watch
+    )
     assert [s.state for s in server.schedulers] == ["killed", "crashed"]
     assert watch.first_failure["rank"] == 1
 
 
 def test_a_fatal_exception_with_exit_0_is_a_crash(tmp_path):
-    server = _server(tmp_path, PP1_LOG, ("exited", 0, None), ("exited", 0, None))
+    server = _server(("exited", 0, None), ("exited", 0, None))
     watch = _Watch(first_failure={"rank": 1, "t": 1000.0})
-    _mark_logged_crashes(_logs(tmp_path, rank0="", rank1=PP1_LOG), server, watch)
+    _mark_logged_crashes(PP1_LOG, _logs(tmp_path, rank0="", rank1=PP1_LOG), server, watch)
     assert [s.state for s in server.schedulers] == ["exited", "crashed"]
 
 
 def test_without_a_logged_exception_a_sigkill_stays_a_death(tmp_path):
     # A scheduler someone SIGKILLed: no traceback anywhere, the teardown follows that death.
-    server = _server(tmp_path, TEARDOWN, ("exited", 0, None), ("crashed", None, signal.SIGKILL))
+    server = _server(("exited", 0, None), ("crashed", None, signal.SIGKILL))
     watch = _Watch(first_failure={"rank": 1, "t": 1000.0})
-    _mark_logged_crashes(_logs(tmp_path, rank0="", rank1=""), server, watch)
+    _mark_logged_crashes(TEARDOWN, _logs(tmp_path, rank0="", rank1=""), server, watch)
     assert [s.state for s in server.schedulers] == ["exited", "crashed"]
     assert watch.first_failure["rank"] == 1
 
@@ -80,8 +81,8 @@ def test_a_sigkill_before_only_cascades_stays_the_root(tmp_path):
         "closed by peer [127.0.0.1]:17092\n"
     )
     pp0 = cascade.split("\n", 1)[1]
-    server = _server(tmp_path, cascade, ("crashed", 0, None), ("crashed", None, signal.SIGKILL))
+    server = _server(("crashed", 0, None), ("crashed", None, signal.SIGKILL))
     watch = _Watch(first_failure={"rank": 1, "t": 1000.0, "signal": 9})
-    _mark_logged_crashes(_logs(tmp_path, rank0=pp0, rank1=""), server, watch)
+    _mark_logged_crashes(cascade, _logs(tmp_path, rank0=pp0, rank1=""), server, watch)
     assert [s.state for s in server.schedulers] == ["crashed", "crashed"]
     assert watch.first_failure["rank"] == 1
