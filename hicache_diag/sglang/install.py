@@ -63,7 +63,11 @@ if spec and spec.submodule_search_locations:
     except md.PackageNotFoundError:
         out["requires"] = []
     out["installed"] = sorted({(d.metadata["Name"] or "").lower() for d in md.distributions()})
-    record = os.path.join(os.path.dirname(pkg), RECORD_NAME)
+    try:  # beside the distribution's metadata: what pip installed together
+        out["dist_root"] = str(md.distribution("sglang").locate_file(""))
+    except md.PackageNotFoundError:
+        out["dist_root"] = os.path.dirname(pkg)
+    record = os.path.join(out["dist_root"], RECORD_NAME)
     if os.path.isfile(record):
         with open(record) as fh:
             out["record"] = json.load(fh)
@@ -93,6 +97,7 @@ class SglangInstall:
     record: dict = field(default_factory=dict)
     marker_env: dict[str, str] | None = None
     launch: LaunchFacts = field(default_factory=LaunchFacts)
+    dist_root: Path | None = None  # where the distribution's metadata (and our record) live
 
     @property
     def site_root(self) -> Path:
@@ -167,6 +172,7 @@ def probe_sglang(python: str | None = None) -> SglangInstall:
         installed=frozenset(canonicalize_name(n) for n in info.get("installed") or () if n),
         record=info.get("record") or {},
         marker_env=info.get("marker_env"),
+        dist_root=Path(info["dist_root"]) if info.get("dist_root") else None,
     )
 
 
@@ -403,7 +409,8 @@ def install_cpu(python: str, version: str, say=print) -> SglangInstall:
 def _write_record(install: SglangInstall, version: str, torch: str,
                   dropped: dict[str, str]) -> SglangInstall:  # fmt: skip
     record = {"sglang": version, "torch": torch, "dropped": dropped}
-    (install.site_root / RECORD_NAME).write_text(json.dumps(record, indent=1, sort_keys=True))
+    root = install.dist_root or install.site_root
+    (root / RECORD_NAME).write_text(json.dumps(record, indent=1, sort_keys=True))
     return probe_sglang(install.python)
 
 
@@ -505,7 +512,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     left = install.record.get("dropped", {})
     print(f"sglang {install.version} installed for {args.python} in {time.time() - t0:.0f} s "
-          f"({len(left)} requirements left out, recorded in {install.site_root / RECORD_NAME})")
+          f"({len(left)} requirements left out, recorded in "
+          f"{(install.dist_root or install.site_root) / RECORD_NAME})")
     return 0
 
 

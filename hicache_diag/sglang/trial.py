@@ -180,6 +180,7 @@ def run_sglang_trial(
     verdict = _classify(run_dir)
     if watch.startup_error:
         verdict = _environment_failure(verdict, watch.startup_error, server.log_path)
+    verdict.evidence += [f"launch adapted: {note}" for note in cfg.notes]
     verdict.duration_s = round(time.time() - t0, 3)
     verdict.run_dir = str(run_dir)
     write_json_atomic(run_dir / "verdict.json", verdict.to_json())
