@@ -114,7 +114,7 @@ class StepRecorder:
             # One line per heartbeat at most, so a failing idle poll cannot flood the file.
             self._errors += 1
             now = time.monotonic()
-            if now - self._last_error_write >= HEARTBEAT_S or self._errors == 1:
+            if not self._last_error_write or now - self._last_error_write >= HEARTBEAT_S:
                 self._write({"step": self.step, "rank": self.rank, "t": time.time(),
                              "recorder_error": f"{type(exc).__name__}: {exc}",
                              "recorder_errors": self._errors})  # fmt: skip
@@ -185,6 +185,9 @@ class StepRecorder:
 
     def close(self) -> None:
         try:
+            if self._errors:  # failed steps since the last error line: counted, not lost
+                self._write({"step": self.step, "rank": self.rank, "t": time.time(),
+                             "recorder_error": "(as above)", "recorder_errors": self._errors})
             self._fh.close()
         except OSError:
             pass
