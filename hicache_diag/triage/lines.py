@@ -1,15 +1,19 @@
 """Undo what carriers do to log lines before we read them: collector prefixes, partial lines,
-prefixes glued onto the previous line, tracebacks flattened onto one line.
+ANSI colours, CRLF, editor line numbers, terminal wrap, prefixes glued onto the previous line,
+tracebacks flattened onto one line.
 
 Real SGLang logs reach an engineer through Kubernetes (CRI `<ts> stdout F `), `kubectl logs
 --timestamps`, docker compose (`sglang-1  | `), journald, Loki / Grafana exports (an epoch or
 time column, `{labels}`), dashboard table pastes (`| time | line |`), Ray, torchrun or mpirun
-prefixes, and issue threads where a traceback was pasted as one line.
+prefixes, editors that copy their line numbers, terminals that wrap at their width, and issue
+threads where a traceback was pasted as one line. `normalise` is a generator: it holds at most
+one wrapped line and one numbered line back, so a log of any length streams through it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 
 _TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 # Kubernetes CRI log format: `<RFC3339Nano> <stream> <P|F> <text>`; P = a partial line.
@@ -31,14 +35,18 @@ _CARRIERS = (
     # docker compose: `sglang-1  | `.
     re.compile(r"^[\w.-]+\s+\|(?: |$)"),
     # Ray / vLLM workers: `(SchedulerActor pid=1234, ip=10.0.0.1) `, `(VllmWorker rank=0 pid=9) `.
-    re.compile(r"^\((?:[A-Za-z_][\w:.-]* )?(?:[\w.]+=[\w.:-]+(?:,? )?)+\)\s"),
+    # The key=value pairs are bounded and comma/space-separated, so no pair can split another.
+    re.compile(
+        r"^\((?:[A-Za-z_][\w:.-]{0,80} )?[\w.]{1,40}=[\w.:-]{1,80}(?:,? [\w.]{1,40}="
+        r"[\w.:-]{1,80}){0,8}\)\s"
+    ),  # fmt: skip
     # torchrun `--tee` / `--log-dir` (`[rank0]: `, `[default0]:`) and mpirun `[1,0]<stderr>:`.
     re.compile(r"^\[(?:rank|default)\d+\]:\s?"),
     re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?"),
     # vLLM / Python logging headers in front of a message.
     re.compile(
         r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-        r"\[[^\]]+\] "
+        r"\[[^\]]{0,200}\] "
     ),
 )
 # A dashboard table row: `| 2024-07-01 18:00:57.123 | <line> |` (cells that are only a time,
@@ -46,18 +54,36 @@ _CARRIERS = (
 _TABLE_CELL = re.compile(
     rf"^\|?\s*(?:{_TS}|\d{{10,19}}|INFO|WARN(?:ING)?|ERROR|DEBUG|stdout|stderr)\s*\|\s?"
 )
+# ANSI SGR colours and other CSI sequences a coloured terminal or `docker logs` leaves in.
+_ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]|\x1b[()][A-Z0-9]")
+# An editor's or `cat -n` / `grep -n` / `nl` line number in front of each line: `  12\t`,
+# `12: `, `12 | `, `12→`, `[12] `. Only stripped when the next or previous line carries the next or
+# previous number, so a line that merely starts with a figure keeps it.
+_LINE_NO = re.compile(
+    r"^ {0,8}(?:\[(?P<b>\d{1,7})\] ?|(?P<n>\d{1,7})(?:\t| ?[|\u2192] ?|:(?!\d) ?| {1,4}(?=\S)))"
+)
 # An SGLang prefix glued onto the end of the previous line (two writers on one stream).
 _GLUED = re.compile(
     r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?"
-    r"(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*\] )"
+    r"(?: [A-Z]{1,8}(?:_[A-Z]{1,8})?\d{1,5}){0,8}\] )"
 )
 _TRACEBACK = "Traceback (most recent call last):"
-_FLAT_FRAME = re.compile(r'\s*(?=File "[^"]+", line \d+)')
+# Anchored on what precedes the frame (start or a non-space), so a run of blanks is scanned once.
+_FLAT_FRAME = re.compile(r'(?:(?<=\S)|^)\s*(?=File "[^"\n]{1,2000}", line \d)')
 _FLAT_HEAD = re.compile(
     r'^File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\s*(?P<rest>.*)$'
 )
 _FLAT_EXC = re.compile(
     r"(?:^|\s)(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)(?::\s.*)?)$"
+)
+# Terminals wrap at their width: a paste whose longest lines are all exactly one of these wide,
+# with no line longer, was wrapped there.
+WRAP_WIDTHS = (80, 100, 120, 132, 140, 150, 160, 180, 200)
+_WRAP_PROBE = 2000  # lines read ahead to find the wrap width
+# A line that starts a record of its own is never the tail of a wrapped one.
+_RECORD_START = re.compile(
+    rf"^(?:\[{_TS}|\[(?:[A-Z]{{1,8}}(?:_[A-Z]{{1,8}})?\d{{1,5}} ?){{1,8}}\]|{_TS}\s"
+    r"|Traceback \(|  File \"|\w[\w.-]{0,60}\s+\| )"
 )
 
 
@@ -101,21 +127,108 @@ def unflatten_traceback(line: str) -> list[str]:
     return out
 
 
-def normalise(raw: list[str]) -> list[str]:
-    """Every carrier undone, partial CRI lines joined, glued and flattened lines split."""
-    out: list[str] = []
-    partial = ""
-    for line in raw:
+def _clean(lines: Iterable[str]) -> Iterator[str]:
+    """Line endings (CRLF, a lone CR) and ANSI colour codes off every line."""
+    for line in lines:
         line = line.rstrip("\r\n")
+        if "\r" in line:  # a progress bar redrawn with CR: keep what was drawn last
+            line = line.rsplit("\r", 1)[-1] or line.replace("\r", "")
+        if "\x1b" in line:
+            line = _ANSI.sub("", line)
+        yield line
+
+
+def _wrap_width(head: list[str]) -> int | None:
+    """The terminal width a paste was wrapped at, from its first lines; None if not wrapped."""
+    longest = max((len(s) for s in head), default=0)
+    if longest not in WRAP_WIDTHS:
+        return None
+    return longest if sum(1 for s in head if len(s) == longest) >= 2 else None
+
+
+def _unwrap(lines: Iterator[str]) -> Iterator[str]:
+    """Join the pieces of lines a terminal wrapped at its width back into one line."""
+    head: list[str] = []
+    for line in lines:
+        head.append(line)
+        if len(head) >= _WRAP_PROBE:
+            break
+    width = _wrap_width(head)
+    if width is None:
+        yield from _chain(head, lines)
+        return
+    pending: str | None = None
+    for line in _chain(head, lines):
+        if len(line) > width:
+            width = 10**9  # a longer line: this text was not wrapped after all
+        if pending is not None and not _RECORD_START.match(line):
+            pending += line
+        else:
+            if pending is not None:
+                yield pending
+            pending = line
+        if len(line) != width:
+            yield pending
+            pending = None
+    if pending is not None:
+        yield pending
+
+
+def _chain(head: list[str], rest: Iterator[str]) -> Iterator[str]:
+    yield from head
+    yield from rest
+
+
+def _number(m: re.Match[str] | None) -> int | None:
+    return None if m is None else int(m["b"] or m["n"])
+
+
+def _line_numbers(lines: Iterator[str]) -> Iterator[str]:
+    """Drop editor line numbers: a number is one when a neighbour carries the next (or the
+    previous) one."""
+    prev_no: int | None = None  # the number stripped from the line before, if any
+    held: tuple[str, re.Match[str] | None] | None = None
+    for line in lines:
+        m = _LINE_NO.match(line) if line[:1] in " [0123456789" else None
+        if held is not None:
+            prev_no = yield from _release(held, _number(m), prev_no)
+        held = (line, m)
+    if held is not None:
+        yield from _release(held, None, prev_no)
+
+
+def _release(held: tuple[str, re.Match[str] | None], next_no: int | None, prev_no: int | None):
+    text, m = held
+    n = _number(m)
+    numbered = n is not None and (next_no == n + 1 or (prev_no is not None and n == prev_no + 1))
+    yield text[m.end() :] if numbered and m is not None else text
+    return n if numbered else None
+
+
+def _carriers(lines: Iterator[str]) -> Iterator[str]:
+    """Collector prefixes off, CRI partial lines joined."""
+    partial = ""
+    for line in lines:
         if m := _CRI.match(line):
             text = line[m.end() :]
             if m["tag"] == "P":
                 partial += text
                 continue
             line, partial = partial + text, ""
-        line = strip_carrier(line)
-        for piece in _GLUED.split(line):
-            out.extend(unflatten_traceback(piece))
+        yield strip_carrier(line)
     if partial:
-        out.append(strip_carrier(partial))
-    return out
+        yield strip_carrier(partial)
+
+
+def normalise(raw: Iterable[str]) -> Iterator[str]:
+    """Every carrier undone, wrapped / partial lines joined, glued and flattened lines split."""
+    for line in _carriers(_unwrap(_line_numbers(_clean(raw)))):
+        if "[" in line[1:]:
+            pieces = _GLUED.split(line)
+        else:
+            pieces = [line]
+        for piece in pieces:
+            if _TRACEBACK in piece:
+                yield from unflatten_traceback(piece)
+            else:
+                yield piece

@@ -1,15 +1,20 @@
-"""What a parsed log holds: exceptions, notable lines, py-spy failures (triage.logs fills it)."""
+"""What a parsed log holds: exceptions, notable lines, py-spy failures, process fates
+(triage.logs fills it). Bounded: each list keeps its first KEEP entries (the first failure in
+time is the root; later repeats add nothing) and the progress lines their last ones, with counts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from hicache_diag.rules import signatures as sig
+from hicache_diag.rules.process_fate import FateFact
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.discover import RankId
 from hicache_diag.triage.dumps import RankDump
 
 CUT_SHORT = "traceback cut short"
+KEEP = 500  # entries kept per kind of evidence
+KEEP_PROGRESS = 64  # the last progress lines kept (their count is kept in full)
 
 
 @dataclass(slots=True)
@@ -78,6 +83,14 @@ class PyspyFailure:
 
 
 @dataclass(slots=True)
+class FateLine:
+    """A process-fate fact (rules.process_fate) and the line that told it."""
+
+    fact: FateFact
+    line: LogLine
+
+
+@dataclass(slots=True)
 class LogEvidence:
     exceptions: list[LogException] = field(default_factory=list)
     hang_lines: list[LogLine] = field(default_factory=list)  # timeouts: hang evidence
@@ -88,9 +101,31 @@ class LogEvidence:
     pyspy_failures: list[PyspyFailure] = field(default_factory=list)
     dumps: list[RankDump] = field(default_factory=list)
     ranks_seen: dict[RankId, LogLine] = field(default_factory=dict)  # rank -> its last line
+    fates: list[FateLine] = field(default_factory=list)  # who stopped whom, in log order
     context: Context = Context()
     noise: int = 0  # benign lines known not to be failures
     recognised: int = 0  # lines that matched anything we know
+    lines: int = 0  # lines read (after normalising)
+    progress_count: int = 0  # every progress line, of which progress_lines keeps the last
+    progress_last: dict[str, int] = field(default_factory=dict)  # source -> last progress line
+    served: int = 0  # HTTP requests answered (uvicorn access lines)
+    watchdog_dumps: int = 0  # `Pyspy dump for PID` blocks before any teardown: the watchdog's
+    watchdog_thread_dumps: int = 0  # faulthandler dumps taken from the watchdog's thread
+    dropped: int = 0  # entries not kept (over KEEP)
+
+    def keep(self, items: list, item: object) -> None:
+        """Append unless `items` already holds KEEP entries (counted in `dropped`)."""
+        if len(items) < KEEP:
+            items.append(item)
+        else:
+            self.dropped += 1
+
+    def add_progress(self, line: LogLine) -> None:
+        self.progress_count += 1
+        self.progress_last[line.source] = line.lineno
+        self.progress_lines.append(line)
+        if len(self.progress_lines) > 2 * KEEP_PROGRESS:
+            del self.progress_lines[:KEEP_PROGRESS]
 
     def extend(self, other: LogEvidence) -> None:
         self.exceptions += other.exceptions
@@ -102,12 +137,31 @@ class LogEvidence:
         self.pyspy_failures += other.pyspy_failures
         self.dumps += other.dumps
         self.ranks_seen.update(other.ranks_seen)
+        self.fates += other.fates
         self.context = self.context | other.context
         self.noise += other.noise
         self.recognised += other.recognised
+        self.lines += other.lines
+        self.progress_count += other.progress_count
+        self.progress_last.update(other.progress_last)
+        self.served += other.served
+        self.watchdog_dumps += other.watchdog_dumps
+        self.watchdog_thread_dumps += other.watchdog_thread_dumps
+        self.dropped += other.dropped
+
+    @property
+    def watchdog_fired(self) -> bool:
+        """The scheduler watchdog's own outputs without its timeout line: its debug block (or
+        the older `self.cur_batch` line), its `Pyspy dump for PID` blocks of a scheduler, a
+        faulthandler dump from its thread. A soft watchdog prints the same, then its soft line."""
+        outputs = self.debug_lines or self.watchdog_dumps or self.watchdog_thread_dumps
+        return bool(outputs) and not self.soft_lines
 
     @property
     def hang_signal(self) -> bool:
-        """A timeout, or SGLang's hard scheduler watchdog's debug block (a soft watchdog prints
-        the same block and then only its soft timeout line)."""
-        return bool(self.hang_lines) or (bool(self.debug_lines) and not self.soft_lines)
+        """A timeout, or the hard scheduler watchdog's outputs."""
+        return bool(self.hang_lines) or self.watchdog_fired
+
+    def first_stop(self) -> FateLine | None:
+        """The first stop from outside (the operator's SIGTERM, a child killed by SIGTERM)."""
+        return next((f for f in self.fates if f.fact.stopped_from_outside), None)
