@@ -280,7 +280,7 @@ def _on_traceback(
         return tb.end
     thread = _THREAD_EXC.search(msg)
     name = (thread.group(1) or thread.group(2)) if thread else ctx.thread
-    ev.keep(ev.exceptions, 
+    ev.keep(ev.exceptions,
         LogException(
             ctx.rank, ctx.ts, source, i + 1, tb.exc_type, tb.message, tb.frames, name,
             tb.last_frame, tb.files, scheduler="Scheduler hit an exception" in msg,
