@@ -74,7 +74,8 @@ _FLAT_HEAD = re.compile(
     r'^File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\s*(?P<rest>.*)$'
 )
 _FLAT_EXC = re.compile(
-    r"(?:^|\s)(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)(?::\s.*)?)$"
+    r"(?:^|\s)(?P<exc>(?:[A-Za-z_]\w{0,80}\.){0,16}[A-Z]\w{0,120}(?:Error|Exception|Interrupt|Exit)"
+    r"(?::\s.*)?)$"
 )
 # Terminals wrap at their width: a paste whose longest lines are all exactly one of these wide,
 # with no line longer, was wrapped there.

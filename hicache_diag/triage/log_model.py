@@ -95,7 +95,10 @@ class LogEvidence:
     exceptions: list[LogException] = field(default_factory=list)
     hang_lines: list[LogLine] = field(default_factory=list)  # timeouts: hang evidence
     soft_lines: list[LogLine] = field(default_factory=list)  # soft / other components' watchdogs
-    debug_lines: list[LogLine] = field(default_factory=list)  # `Scheduler debug info:`
+    # The scheduler watchdog's outputs other than its timeout line: `Scheduler debug info:`, the
+    # older `self.cur_batch...` line, its `Pyspy dump for PID` blocks of a scheduler (before any
+    # teardown), a faulthandler dump taken from its thread.
+    debug_lines: list[LogLine] = field(default_factory=list)
     cascade_lines: list[LogLine] = field(default_factory=list)
     progress_lines: list[LogLine] = field(default_factory=list)
     pyspy_failures: list[PyspyFailure] = field(default_factory=list)
@@ -109,8 +112,6 @@ class LogEvidence:
     progress_count: int = 0  # every progress line, of which progress_lines keeps the last
     progress_last: dict[str, int] = field(default_factory=dict)  # source -> last progress line
     served: int = 0  # HTTP requests answered (uvicorn access lines)
-    watchdog_dumps: int = 0  # `Pyspy dump for PID` blocks before any teardown: the watchdog's
-    watchdog_thread_dumps: int = 0  # faulthandler dumps taken from the watchdog's thread
     dropped: int = 0  # entries not kept (over KEEP)
 
     def keep(self, items: list, item: object) -> None:
@@ -145,8 +146,6 @@ class LogEvidence:
         self.progress_count += other.progress_count
         self.progress_last.update(other.progress_last)
         self.served += other.served
-        self.watchdog_dumps += other.watchdog_dumps
-        self.watchdog_thread_dumps += other.watchdog_thread_dumps
         self.dropped += other.dropped
 
     @property
@@ -154,8 +153,7 @@ class LogEvidence:
         """The scheduler watchdog's own outputs without its timeout line: its debug block (or
         the older `self.cur_batch` line), its `Pyspy dump for PID` blocks of a scheduler, a
         faulthandler dump from its thread. A soft watchdog prints the same, then its soft line."""
-        outputs = self.debug_lines or self.watchdog_dumps or self.watchdog_thread_dumps
-        return bool(outputs) and not self.soft_lines
+        return bool(self.debug_lines) and not self.soft_lines
 
     @property
     def hang_signal(self) -> bool:

@@ -46,7 +46,7 @@ _EXC_LINE = re.compile(
 # An exception line with no traceback above it (a logger that printed only `str(e)` with its
 # type, a paste that kept the last line): `torch.distributed.DistBackendError: ...`.
 _BARE_EXC = re.compile(
-    r"^(?P<type>(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception))(?::\s(?P<msg>.*))?$"
+    r"^(?P<type>(?:[a-z_]\w{0,80}\.){0,16}[A-Z]\w{0,120}(?:Error|Exception))(?::\s(?P<msg>.*))?$"
 )
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{1,300})'")
 _WHAT = re.compile(r"^\s*what\(\):\s*(.*)$")
@@ -320,7 +320,7 @@ def _on_pyspy(
         # SGLang prints `Pyspy dump for PID` from its watchdog, and (0.5.23) from the launcher's
         # teardown after a failure: only a scheduler's dump before any teardown is the watchdog's.
         if m and not ctx.torn_down and not is_component_title(dump.title):
-            ev.watchdog_dumps += 1
+            ev.keep(ev.debug_lines, LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip()))
         ev.keep(ev.dumps, dump)
     return max(end, i)
 
@@ -390,7 +390,7 @@ def _on_faulthandler(
         dump.rank = ctx.rank
         ev.keep(ev.dumps, dump)
         if _taken_by_watchdog(block):
-            ev.watchdog_thread_dumps += 1
+            ev.keep(ev.debug_lines, line)
     return end
 
 
