@@ -88,18 +88,33 @@ _RECORD_START = re.compile(
 )
 
 
-def strip_carrier(line: str) -> str:
-    """Remove collector prefixes from one line (several may stack: CRI around docker)."""
-    for _ in range(4):
-        before = line
-        if line.startswith("|"):
-            line = line.rstrip().removesuffix("|").rstrip() if line.rstrip().endswith("|") else line
-        line = _TABLE_CELL.sub("", line, count=1) if _TABLE_CELL.match(line) else line
-        for carrier in _CARRIERS:
-            line = carrier.sub("", line, count=1)
+def _strip_once(line: str) -> str:
+    if line.startswith("|"):
+        line = line.rstrip().removesuffix("|").rstrip() if line.rstrip().endswith("|") else line
+    line = _TABLE_CELL.sub("", line, count=1) if _TABLE_CELL.match(line) else line
+    for carrier in _CARRIERS:
+        line = carrier.sub("", line, count=1)
+    return line
+
+
+def peel(line: str) -> tuple[str, bool]:
+    """Remove collector prefixes from one line, several stacked in any order (CRI around
+    docker around Loki); True when a CRI layer marked it partial (`P`: continued next line)."""
+    partial = False
+    for _ in range(6):
+        if m := _CRI.match(line):
+            partial = partial or m["tag"] == "P"
+            line = line[m.end() :]
+            continue
+        before, line = line, _strip_once(line)
         if line == before:
             break
-    return line
+    return line, partial
+
+
+def strip_carrier(line: str) -> str:
+    """Remove collector prefixes from one line (several may stack: CRI around docker)."""
+    return peel(line)[0]
 
 
 def unflatten_traceback(line: str) -> list[str]:
@@ -210,15 +225,17 @@ def _carriers(lines: Iterator[str]) -> Iterator[str]:
     """Collector prefixes off, CRI partial lines joined."""
     partial = ""
     for line in lines:
-        if m := _CRI.match(line):
-            text = line[m.end() :]
-            if m["tag"] == "P":
-                partial += text
-                continue
-            line, partial = partial + text, ""
-        yield strip_carrier(line)
+        text, continued = peel(line)
+        if continued:
+            partial += text
+            continue
+        if partial:
+            # The carriers of a partial line's tail are already off; the joined line may still
+            # carry an inner one (docker inside CRI), peeled once more.
+            text, partial = peel(partial + text)[0], ""
+        yield text
     if partial:
-        yield strip_carrier(partial)
+        yield peel(partial)[0]
 
 
 def normalise(raw: Iterable[str]) -> Iterator[str]:
