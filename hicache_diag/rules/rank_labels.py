@@ -9,6 +9,7 @@ number in front of it, a lost `[`, a terminal wrap through it (`triage.lines` jo
 
 from __future__ import annotations
 
+import functools
 import re
 
 # One dimension: `TP3`, `ATTN_CP0`, `MOE_DP2`; at most two name parts, bounded, so a long run
@@ -30,9 +31,29 @@ _TOKEN = re.compile(r"(?<![A-Z])(ATTN_CP|ATTN_DP|ATTN_TP|MOE_DP|MOE_EP|MOE_TP|DP
 NCCL_RANK = re.compile(r"\[(?:PG [^\]\[]{0,80}?)?Rank (\d+)\]|^\[rank(\d+)\]")
 
 
+_INSIDE = re.compile(rf"^(?:(?P<ts>{_STAMP})\s?)?(?P<tokens>(?:{_DIM}\s?){{0,12}})$")
+
+
+@functools.lru_cache(maxsize=8192)
+def _inside(inside: str) -> tuple[str | None, str | None] | None:
+    """(stamp, tokens) of what a `[...]` prefix holds; None when it is not a prefix."""
+    m = _INSIDE.match(inside)
+    if not m or not (m["ts"] or m["tokens"]):
+        return None
+    return m["ts"], (m["tokens"].strip() or None)
+
+
 def split_prefix(line: str) -> tuple[str | None, str | None, str] | None:
     """(stamp, rank tokens, message) of a prefixed line; None when the line has no prefix."""
-    m = LOG_PREFIX.match(line)
+    if line[:1] == "[":
+        # Most lines of a log: `[...]` read without a regex over the whole line, its inside
+        # parsed once per distinct stamp and token set.
+        j = line.find("]", 1, 200)
+        if j < 0 or (parts := _inside(line[1:j])) is None:
+            return None
+        msg = line[j + 1 :]
+        return parts[0], parts[1], msg[1:] if msg[:1].isspace() else msg
+    m = LOG_PREFIX.match(line) if line[:1].isdigit() else None
     if not m:
         return None
     ts = m["ts"] or m["bare_ts"]

@@ -145,10 +145,12 @@ class DeliveryKind:
 
 
 _STOPPABLE = frozenset({"hang", "busy", "healthy"})
+_CRI = "2026-06-24T17:38:{s:02d}.{i:09d}Z stderr F "
+_JOURNALD = "Jun 24 17:38:03 gpu-node-3 python3[4242]: "
 DELIVERIES: tuple[DeliveryKind, ...] = (
-    DeliveryKind("cri", _per_line(lambda i, s: f"2026-06-24T17:38:{i % 60:02d}.{i:09d}Z stderr F {s}")),
+    DeliveryKind("cri", _per_line(lambda i, s: _CRI.format(s=i % 60, i=i) + s)),
     DeliveryKind("compose", _per_line(lambda _i, s: f"sglang-1  | {s}")),
-    DeliveryKind("journald", _per_line(lambda _i, s: f"Jun 24 17:38:03 gpu-node-3 python3[4242]: {s}")),
+    DeliveryKind("journald", _per_line(lambda _i, s: _JOURNALD + s)),
     DeliveryKind("loki", _per_line(lambda i, s: f"{1719250683000000000 + i}\t{s}")),
     DeliveryKind("kubectl", _per_line(lambda i, s: f"2026-06-24T17:38:03.{i:09d}Z {s}")),
     DeliveryKind("ansi", _per_line(_ansi)),
@@ -162,7 +164,7 @@ DELIVERIES: tuple[DeliveryKind, ...] = (
     DeliveryKind("nodes", split_nodes),
     DeliveryKind("head-cut", cut_head),
     DeliveryKind("gzip", _gzip),
-)  # fmt: skip
+)
 
 
 def case_files(path: Path, mode: str) -> list[File]:

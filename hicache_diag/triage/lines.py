@@ -12,6 +12,7 @@ one wrapped line and one numbered line back, so a log of any length streams thro
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Iterator
 
@@ -54,6 +55,10 @@ _CARRIERS = (
 _TABLE_CELL = re.compile(
     rf"^\|?\s*(?:{_TS}|\d{{10,19}}|INFO|WARN(?:ING)?|ERROR|DEBUG|stdout|stderr)\s*\|\s?"
 )
+# Does any carrier start this line? One match instead of a dozen on a plain SGLang log.
+_ANY_CARRIER = re.compile(
+    "|".join(f"(?:{p.pattern})" for p in (_CRI, *_CARRIERS, _TABLE_CELL)) + r"|\|"
+)
 # ANSI SGR colours and other CSI sequences a coloured terminal or `docker logs` leaves in.
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]|\x1b[()][A-Z0-9]")
 # An editor's or `cat -n` / `grep -n` / `nl` line number in front of each line: `  12\t`,
@@ -64,8 +69,7 @@ _LINE_NO = re.compile(
 )
 # An SGLang prefix glued onto the end of the previous line (two writers on one stream).
 _GLUED = re.compile(
-    r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?"
-    r"(?: [A-Z]{1,8}(?:_[A-Z]{1,8})?\d{1,5}){0,8}\] )"
+    r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]{1,8}(?:_[A-Z]{1,8})?\d{1,5}){0,8}\] "
 )
 _TRACEBACK = "Traceback (most recent call last):"
 # Anchored on what precedes the frame (start or a non-space), so a run of blanks is scanned once.
@@ -146,12 +150,7 @@ def unflatten_traceback(line: str) -> list[str]:
 def _clean(lines: Iterable[str]) -> Iterator[str]:
     """Line endings (CRLF, a lone CR) and ANSI colour codes off every line."""
     for line in lines:
-        line = line.rstrip("\r\n")
-        if "\r" in line:  # a progress bar redrawn with CR: keep what was drawn last
-            line = line.rsplit("\r", 1)[-1] or line.replace("\r", "")
-        if "\x1b" in line:
-            line = _ANSI.sub("", line)
-        yield line
+        yield _clean_line(line)
 
 
 def _wrap_width(head: list[str]) -> int | None:
@@ -162,22 +161,24 @@ def _wrap_width(head: list[str]) -> int | None:
     return longest if sum(1 for s in head if len(s) == longest) >= 2 else None
 
 
-def _unwrap(lines: Iterator[str]) -> Iterator[str]:
-    """Join the pieces of lines a terminal wrapped at its width back into one line."""
-    head: list[str] = []
-    for line in lines:
-        head.append(line)
-        if len(head) >= _WRAP_PROBE:
-            break
-    width = _wrap_width(head)
-    if width is None:
-        yield from _chain(head, lines)
-        return
+def _numbered(head: list[str]) -> bool:
+    """Two neighbouring lines carry consecutive editor line numbers."""
+    prev: int | None = None
+    for line in head:
+        n = _number(_LINE_NO.match(line))
+        if n is not None and prev is not None and n == prev + 1:
+            return True
+        prev = n
+    return False
+
+
+def _unwrap(lines: Iterable[str], width: int) -> Iterator[str]:
+    """Join the pieces of lines a terminal wrapped at `width` back into one line."""
     pending: str | None = None
-    for line in _chain(head, lines):
+    for line in lines:
         if len(line) > width:
             width = 10**9  # a longer line: this text was not wrapped after all
-        if pending is not None and not _RECORD_START.match(line):
+        if pending is not None and not _RECORD_START.match(line) and len(pending) < MAX_LINE:
             pending += line
         else:
             if pending is not None:
@@ -190,16 +191,11 @@ def _unwrap(lines: Iterator[str]) -> Iterator[str]:
         yield pending
 
 
-def _chain(head: list[str], rest: Iterator[str]) -> Iterator[str]:
-    yield from head
-    yield from rest
-
-
 def _number(m: re.Match[str] | None) -> int | None:
     return None if m is None else int(m["b"] or m["n"])
 
 
-def _line_numbers(lines: Iterator[str]) -> Iterator[str]:
+def _line_numbers(lines: Iterable[str]) -> Iterator[str]:
     """Drop editor line numbers: a number is one when a neighbour carries the next (or the
     previous) one."""
     prev_no: int | None = None  # the number stripped from the line before, if any
@@ -221,32 +217,91 @@ def _release(held: tuple[str, re.Match[str] | None], next_no: int | None, prev_n
     return n if numbered else None
 
 
-def _carriers(lines: Iterator[str]) -> Iterator[str]:
-    """Collector prefixes off, CRI partial lines joined."""
-    partial = ""
-    for line in lines:
-        text, continued = peel(line)
-        if continued:
-            partial += text
-            continue
-        if partial:
-            # The carriers of a partial line's tail are already off; the joined line may still
-            # carry an inner one (docker inside CRI), peeled once more.
-            text, partial = peel(partial + text)[0], ""
-        yield text
-    if partial:
-        yield peel(partial)[0]
+def _clean_line(line: str) -> str:
+    """Line ending (CRLF, a lone CR) and ANSI colour codes off one line."""
+    if line.endswith("\n"):
+        line = line[:-2] if line.endswith("\r\n") else line[:-1]
+    if "\r" in line:  # a progress bar redrawn with CR: keep what was drawn last
+        line = line.rstrip("\r")
+        line = line.rsplit("\r", 1)[-1] or line.replace("\r", "")
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    return line
+
+
+def _paste_damage(raw: Iterator[str]) -> tuple[Iterator[str], bool]:
+    """Undo editor numbers and terminal wrap where the first lines show them (a paste is
+    numbered or wrapped from its first line). Returns the lines and whether they are cleaned
+    already; a plain log skips both stages and is cleaned in normalise's own loop."""
+    head = [_clean_line(line) for line in itertools.islice(raw, _WRAP_PROBE)]
+    numbered = _numbered(head)
+    if numbered:
+        head = [h[m.end() :] if (m := _LINE_NO.match(h)) else h for h in head]
+    width = _wrap_width(head)
+    if not numbered and not width:
+        return itertools.chain(head, raw), False
+    rest: Iterable[str] = _clean(raw)
+    if numbered:  # the head is stripped already; the rest goes through the stage
+        rest = _line_numbers(rest)
+    stream: Iterable[str] = itertools.chain(head, rest)
+    if width:
+        stream = _unwrap(stream, width)
+    return iter(stream), True
+
+
+# A line longer than this (a tensor's repr, a base64 blob, a batch of requests) is read by its
+# head and tail: what a line means is in its prefix, its first words and its end, and every
+# stage after this one then works on a bounded line, however long the input.
+MAX_LINE = 256 * 1024
+_KEEP_END = MAX_LINE // 2
+
+
+def _bounded(line: str) -> str:
+    if len(line) <= MAX_LINE:
+        return line
+    return f"{line[:_KEEP_END]} ... {line[-_KEEP_END:]}"
 
 
 def normalise(raw: Iterable[str]) -> Iterator[str]:
-    """Every carrier undone, wrapped / partial lines joined, glued and flattened lines split."""
-    for line in _carriers(_unwrap(_line_numbers(_clean(raw)))):
-        if "[" in line[1:]:
-            pieces = _GLUED.split(line)
+    """Every carrier undone, wrapped / partial lines joined, glued and flattened lines split.
+    One loop for the stages every line goes through (the hot path of a big log)."""
+    partial = ""
+    lines, cleaned = _paste_damage(iter(raw))
+    for line in lines:
+        if len(line) > MAX_LINE:
+            line = _bounded(line)
+        if not cleaned and (line[-1:] == "\n" or "\r" in line or "\x1b" in line):
+            line = _clean_line(line)
+        # `[2026-06-24 15:38:03 ...` is SGLang's prefix, never a carrier: skip the carrier scan.
+        if not (line[:3] == "[20" and line[11:12] == " ") and _ANY_CARRIER.match(line):
+            text, continued = peel(line)
+            if continued:
+                partial = _bounded(partial + text) if len(partial) > MAX_LINE else partial + text
+                continue
+            line = text
+        if partial:
+            # The joined CRI line may still carry an inner carrier (docker inside CRI).
+            line, partial = peel(_bounded(partial + line))[0], ""
+        if line.find("[", 1) < 0 and _TRACEBACK not in line:
+            yield line
         else:
-            pieces = [line]
-        for piece in pieces:
-            if _TRACEBACK in piece:
-                yield from unflatten_traceback(piece)
-            else:
-                yield piece
+            yield from _split_glued(line)
+    if partial:
+        yield from _split_glued(peel(partial)[0])
+
+
+def _split_glued(line: str) -> Iterator[str]:
+    if line.find("[", 1) > 0 and (cuts := _glue_points(line)):
+        pieces = [line[a:b] for a, b in zip([0, *cuts], [*cuts, len(line)], strict=True)]
+    else:
+        pieces = [line]
+    for piece in pieces:
+        if _TRACEBACK in piece:
+            yield from unflatten_traceback(piece)
+        else:
+            yield piece
+
+
+def _glue_points(line: str) -> list[int]:
+    """Where an SGLang prefix starts in the middle of a line, right after a non-blank."""
+    return [m.start() for m in _GLUED.finditer(line, 1) if not line[m.start() - 1].isspace()]

@@ -12,6 +12,7 @@ by the longest block (a traceback, a dump), not by the log.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import os
@@ -96,12 +97,16 @@ def _split_prefix(line: str, ctx: _Ctx, ev: LogEvidence) -> tuple[str, bool]:
     ts, tokens, msg = parts
     ctx.ts = ts or ctx.ts
     if tokens:
-        ctx.rank = parse_rank_tokens(tokens)
-        if "PP" in tokens:
+        ctx.rank = _rank_of(tokens)
+        if not ev.context.pp and "PP" in tokens:
             ev.context = ev.context | Context(pp=True)
     else:
         ctx.rank = None  # the launcher / tokenizer process: no rank tokens
     return msg, True
+
+
+# A log names few ranks, on every line: parse each token string once.
+_rank_of = functools.lru_cache(maxsize=4096)(parse_rank_tokens)
 
 
 def _is_prefixed(line: str) -> bool:
@@ -133,6 +138,21 @@ class _Window:
     def slice(self, start: int, end: int) -> list[str]:
         self.has(end - 1)
         return self._buf[max(start - self._base, 0) : end - self._base]
+
+    def take(self, i: int) -> str | None:
+        """Line i, forgetting the lines before it; None past the end."""
+        k = i - self._base
+        if k > 0 and (k >= 64 or k == len(self._buf)):
+            del self._buf[:k]
+            self._base, k = i, 0
+        if k < len(self._buf):
+            return self._buf[k]
+        if k == len(self._buf):  # the usual case: the next line of the stream
+            nxt = next(self._it, None)
+            if nxt is not None:
+                self._buf.append(nxt)
+            return nxt
+        return self[i] if self.has(i) else None
 
     def forget_before(self, i: int) -> None:
         drop = i - self._base
@@ -189,28 +209,89 @@ def _read_pyspy(lines: _Window, start: int, source: str, ctx: _Ctx) -> tuple[lis
     return dumps, end - 1
 
 
+# Every line the handlers below could use holds one of these (or starts as _TRIGGER_STARTS
+# says); a line with none is plain text, progress or an access line and takes the fast path.
+# The regex's alternatives all start with a capital, so its scan stops at few positions; the
+# few lower-case triggers are plain substring tests. tests/unit/triage/test_triage_stream.py
+# checks that the fast path agrees with the full one on every sample and corpus log.
+_TRIGGER = re.compile(
+    r"Traceback|Ignore import|Pyspy|All pyspy|Failed to suspend|Fatal Python|Timeout \("
+    r"|Found rank divergence|Subprocess |Error|Exception|SIG|Signal|FAILED|Term|Draining"
+    r"|Gracefully|Watchdog|Timed out|NCCL|Scheduler debug info|Connection |Broken pipe"
+    r"|ECONNRESET|Socket closed|Received sigquit|Killed|ProcessGroup"
+)
+_TRIGGER_WORDS = ("atchdog", "freeze_gc", "kill_process", "yspy")
+_TRIGGER_STARTS = (
+    "Process ", "Thread 0x", "Current thread", "nanobind", "- leaked", "self.cur_batch",
+    "During handling", "The above exception", "terminate called",
+)  # fmt: skip
+_SCHEDULER_PROGRESS = ("Decode batch", "Prefill batch")
+_PROGRESS_WORDS = ("batch", "#running-req", "throughput", "fired up")
+
+
+def _triggered(msg: str) -> bool:
+    if _TRIGGER.search(msg):
+        return True
+    for word in _TRIGGER_WORDS:
+        if word in msg:
+            return True
+    return msg.lstrip().startswith(_TRIGGER_STARTS)
+
+
 def parse_log_lines(
-    lines: Iterable[str], source: str, on_line: Callable[[int], None] | None = None
+    lines: Iterable[str],
+    source: str,
+    on_line: Callable[[int], None] | None = None,
+    *,
+    fast: bool = True,
 ) -> LogEvidence:
     """Evidence from one log's lines (any iterable: a file streams through). `on_line(n)` is
-    called every few thousand lines with the count read so far (a progress display)."""
+    called every few thousand lines with the count read so far (a progress display); `fast`
+    False sends every line through every handler (the reference the fast path is tested on)."""
     window = _Window(normalise(lines))
     ev = LogEvidence()
     ctx = _Ctx()
+    last_seen: dict[RankId, tuple[str | None, int, str]] = {}
     i = 0
-    while window.has(i):
-        window.forget_before(i)
-        msg, prefixed = _split_prefix(window[i], ctx, ev)
+    while (raw := window.take(i)) is not None:
+        msg, prefixed = _split_prefix(raw, ctx, ev)
         if prefixed and ctx.rank is not None:
-            ev.ranks_seen[ctx.rank] = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
-        if "ache" in msg or "radix" in msg:  # HiCache / hierarchical.cache / HiRadixCache
+            last_seen[ctx.rank] = (ctx.ts, i + 1, msg)
+        if not ev.context.hicache and ("Cache" in msg or "adix" in msg or "ierarch" in msg):
             ev.context = ev.context | sig.text_context(msg)
-        nxt = _consume(window, i, msg, prefixed, source, ctx, ev) + 1
-        if on_line is not None and nxt // 4096 != i // 4096:
+        if fast and _plain(msg, prefixed, i, source, ctx, ev):
+            nxt = i + 1
+        else:
+            nxt = _consume(window, i, msg, prefixed, source, ctx, ev) + 1
+        if on_line is not None and nxt >> 12 != i >> 12:
             on_line(nxt)
         i = nxt
+    for rank, (ts, lineno, msg) in last_seen.items():
+        ev.ranks_seen[rank] = LogLine(rank, ts, source, lineno, msg.strip())
     ev.lines = i
     return ev
+
+
+def _plain(msg: str, prefixed: bool, i: int, source: str, ctx: _Ctx, ev: LogEvidence) -> bool:
+    """The fast path: record a line that no handler needs (progress, an access line, plain
+    text); False sends it down the full path."""
+    if prefixed and msg.startswith(_SCHEDULER_PROGRESS):
+        progress = True  # SGLang's own batch line: progress, whatever it holds
+    elif _triggered(msg):
+        return False
+    else:
+        progress = any(w in msg for w in _PROGRESS_WORDS) and bool(PROGRESS.search(msg))
+    if msg and not msg.isspace():
+        ctx.noise_next = False
+    if progress:
+        ev.add_progress(LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip()))
+    elif " HTTP/" in msg and sig.SERVED.search(msg):
+        ev.served += 1
+    else:
+        ev.recognised += int(prefixed)
+        return True
+    ev.recognised += 1
+    return True
 
 
 def _consume(
