@@ -27,11 +27,13 @@ _LINES = (
     "token usage: 0.41, cuda graph: True, gen throughput (token/s): 1843.22, #queue-req: 3",
     "[2026-06-24 15:38:{s:02d} PP{pp} TP{tp}] Prefill batch, #new-seq: 2, #new-token: 512, "
     "#cached-token: {n}, token usage: 0.40, #running-req: 30, #queue-req: 1",
-    '[2026-06-24 15:38:{s:02d}] INFO:     10.0.0.7:{n} - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    '[2026-06-24 15:38:{s:02d}] INFO:     10.0.0.7:{n} - "POST /v1/chat/completions HTTP/1.1" '
+    "200 OK",
     "[2026-06-24 15:38:{s:02d} PP{pp} TP{tp}] WARNING: Prefetch reservation reached the cap "
     "(prefetch_tokens_occupied={n}); L3 prefetch paused",
 )
-_CRASH = """[2026-06-24 15:39:00 PP1 TP0] Scheduler hit an exception: Traceback (most recent call last):
+_CRASH = """\
+[2026-06-24 15:39:00 PP1 TP0] Scheduler hit an exception: Traceback (most recent call last):
   File "/sgl/python/sglang/srt/managers/scheduler.py", line 2710, in run_scheduler_process
     scheduler.event_loop_pp()
   File "/sgl/python/sglang/srt/mem_cache/hiradix_cache.py", line 301, in writing_check
