@@ -41,14 +41,22 @@ def merge_log_dumps(ranks: list[RankSamples], logs: LogEvidence) -> list[RankSam
 
 def _hang_came_first(finding: CrashFinding, logs: LogEvidence) -> bool:
     """A watchdog / collective timeout before an error of no known form makes that error a
-    consequence of the hang (the watchdog's SIGQUIT, peers losing their connection)."""
-    stamps = [ln.ts for ln in logs.hang_lines] + [e.ts for e in logs.exceptions if e.is_timeout]
-    if finding.form is not None or not stamps:
+    consequence of the hang (the watchdog's SIGQUIT, NCCL's abort, peers losing their
+    connection). Before: earlier in the same file, or earlier by time stamp across files."""
+    hangs = list(logs.hang_lines) + [
+        LogLine(e.rank, e.ts, e.source, e.lineno, e.text) for e in logs.exceptions if e.is_timeout
+    ]
+    if finding.form is not None or not hangs:
         return False
     if finding.root.is_cascade:
         return True
-    known = [t for t in stamps if t]
-    return bool(known and finding.root.ts and min(known) < finding.root.ts)
+    root = finding.root
+    return any(
+        ln.lineno < root.lineno
+        if ln.source == root.source
+        else bool(ln.ts and root.ts and ln.ts < root.ts)
+        for ln in hangs
+    )
 
 
 def _report_for(rank: RankId | None, reports: list[RankReport]) -> RankReport | None:

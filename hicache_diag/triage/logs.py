@@ -17,6 +17,7 @@ import gzip
 import io
 import os
 import re
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -539,3 +540,5 @@ def _lines(text: io.TextIOWrapper) -> Iterator[str]:
         yield from text
     except EOFError:  # a gzip member without its end: keep what was read
         return
+    except zlib.error as exc:  # gzip's magic, then no deflate stream: bad input, not a crash
+        raise OSError(f"not a gzip stream ({exc})") from None
