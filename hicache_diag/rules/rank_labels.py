@@ -15,7 +15,8 @@ import re
 # One dimension: `TP3`, `ATTN_CP0`, `MOE_DP2`; at most two name parts, bounded, so a long run
 # of capitals is scanned once.
 _DIM = r"[A-Z]{1,8}(?:_[A-Z]{1,8})?\d{1,5}"
-_STAMP = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?"
+# Releases before 0.4 stamped the time only: `[04:40:55 TP0]`.
+_STAMP = r"(?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d+)?"
 # `[2025-01-01 00:00:00 DP2 TP2 EP2] msg`, `[TP0] msg`, `[2025-01-01 00:00:00] msg`; the `[`
 # may be lost in a paste when a stamp is there to show what the prefix was.
 LOG_PREFIX = re.compile(

@@ -81,8 +81,8 @@ _FLAT_EXC = re.compile(
     r"(?:^|\s)(?P<exc>(?:[A-Za-z_]\w{0,80}\.){0,16}[A-Z]\w{0,120}(?:Error|Exception|Interrupt|Exit)"
     r"(?::\s.*)?)$"
 )
-# Terminals wrap at their width: a paste whose longest lines are all exactly one of these wide,
-# with no line longer, was wrapped there.
+# Common terminal widths: a paste whose longest lines are exactly one of these wide, with no
+# line longer, was wrapped there (other widths need more evidence, see _wrap_width).
 WRAP_WIDTHS = (80, 100, 120, 132, 140, 150, 160, 180, 200)
 _WRAP_PROBE = 2000  # lines read ahead to find the wrap width
 # A line that starts a record of its own is never the tail of a wrapped one.
@@ -154,11 +154,14 @@ def _clean(lines: Iterable[str]) -> Iterator[str]:
 
 
 def _wrap_width(head: list[str]) -> int | None:
-    """The terminal width a paste was wrapped at, from its first lines; None if not wrapped."""
+    """The terminal width a paste was wrapped at, from its first lines; None if not wrapped.
+    Wrapped text has no line longer than the width and several exactly that long: two at a
+    common terminal width, three at any other (a window resized by hand)."""
     longest = max((len(s) for s in head), default=0)
-    if longest not in WRAP_WIDTHS:
+    if longest < 60:
         return None
-    return longest if sum(1 for s in head if len(s) == longest) >= 2 else None
+    full = sum(1 for s in head if len(s) == longest)
+    return longest if full >= (2 if longest in WRAP_WIDTHS else 3) else None
 
 
 def _numbered(head: list[str]) -> bool:
