@@ -398,6 +398,7 @@ def _on_pyspy(
         return None
     for dump in dumps:
         dump.pid = dump.pid or (int(m.group(1)) if m else None)
+        dump.lineno = i + 1
         ev.context = ev.context | _dump_context(dump)
         # SGLang prints `Pyspy dump for PID` from its watchdog, and (0.5.23) from the launcher's
         # teardown after a failure: only a scheduler's dump before any teardown is the watchdog's.
@@ -469,7 +470,7 @@ def _on_faulthandler(
         ev.hang_lines.append(line)
     block = [msg.strip()] + lines.slice(i + 1, end + 1)
     if dump := parse_faulthandler(block, source):
-        dump.rank = ctx.rank
+        dump.rank, dump.lineno = ctx.rank, i + 1
         ev.keep(ev.dumps, dump)
         if _taken_by_watchdog(block):
             ev.keep(ev.debug_lines, line)

@@ -15,6 +15,7 @@ from hicache_diag.triage.log_model import FateLine, LogEvidence, LogException, L
 class Teardown:
     stop: FateLine | None = None  # the first stop from outside
     errors: list[LogException] = field(default_factory=list)  # errors after it (set aside)
+    dumps: int = 0  # stacks dumped after it (the teardown's own pictures), set aside
 
     @property
     def evidence(self) -> list[str]:
@@ -29,6 +30,11 @@ class Teardown:
             first = self.errors[0]
             notes.append(
                 f"set aside {len(self.errors)} error(s) of the teardown, first: {first.text[:120]}"
+            )
+        if self.dumps:
+            notes.append(
+                f"set aside {self.dumps} stack dump(s) taken after the stop: they show the "
+                "teardown (a rank waits on a peer already killed), not why the server stopped"
             )
         return notes
 
@@ -60,4 +66,8 @@ def set_aside_teardown(logs: LogEvidence) -> Teardown:
     logs.cascade_lines = [
         ln for ln in logs.cascade_lines if not _after(at, ln.source, ln.lineno, ln.ts)
     ]
-    return Teardown(stop, torn)
+    late_dumps = [
+        d for d in logs.dumps if d.lineno and d.source == at.source and d.lineno > at.lineno
+    ]
+    logs.dumps = [d for d in logs.dumps if d not in late_dumps]
+    return Teardown(stop, torn, len(late_dumps))

@@ -280,3 +280,12 @@ def test_a_shape_error_with_no_pp_in_sight_is_offered_as_form_a_if_pp():
 def test_the_pp_size_hint_makes_it_form_a():
     assert verdict(triage(SHAPE, pp_size=2))[:2] == ("crash", "A")
     assert verdict(triage(SHAPE, pp_size=1))[:2] == ("crash", None)
+
+
+def test_stacks_dumped_during_the_teardown_are_not_a_hang():
+    # 0.5.23's launcher dumps its children after the SIGQUIT: PP1 then waits on a PP0 that is
+    # already gone. That picture is the teardown's, not the reason the server was stopped.
+    after = TEARDOWN + PYSPY_PP0_BLOCKED.replace("00:05:00", "00:10:07")
+    report = triage(BUSY + after)
+    assert report.kind == "busy"
+    assert any("taken after the stop" in e for e in report.evidence)
