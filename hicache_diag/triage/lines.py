@@ -155,13 +155,17 @@ def _clean(lines: Iterable[str]) -> Iterator[str]:
 
 def _wrap_width(head: list[str]) -> int | None:
     """The terminal width a paste was wrapped at, from its first lines; None if not wrapped.
-    Wrapped text has no line longer than the width and several exactly that long: two at a
-    common terminal width, three at any other (a window resized by hand)."""
+    Wrapped text has no line longer than the width and several exactly that long that the next
+    line continues: two at a common terminal width, three at any other (a resized window)."""
     longest = max((len(s) for s in head), default=0)
     if longest < 60:
         return None
-    full = sum(1 for s in head if len(s) == longest)
-    return longest if full >= (2 if longest in WRAP_WIDTHS else 3) else None
+    # A full-width line that the next one continues (it starts no record of its own): a log
+    # whose templated lines merely share one length shows none.
+    cut = sum(
+        1 for a, b in zip(head, head[1:]) if len(a) == longest and b and not _RECORD_START.match(b)
+    )
+    return longest if cut >= (2 if longest in WRAP_WIDTHS else 3) else None
 
 
 def _numbered(head: list[str]) -> bool:

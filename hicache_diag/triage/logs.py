@@ -141,19 +141,24 @@ class _Window:
         return self._buf[max(start - self._base, 0) : end - self._base]
 
     def take(self, i: int) -> str | None:
-        """Line i, forgetting the lines before it; None past the end."""
+        """Line i, forgetting the lines before it; None past the end. Reading goes forward
+        only, so once i passes the buffered lines the buffer starts afresh at i."""
+        buf = self._buf
         k = i - self._base
-        if k > 0 and (k >= 64 or k == len(self._buf)):
-            del self._buf[:k]
-            self._base, k = i, 0
-        if k < len(self._buf):
-            return self._buf[k]
-        if k == len(self._buf):  # the usual case: the next line of the stream
+        if k >= len(buf):  # the usual case: the next line of the stream
+            skip = k - len(buf)  # lines never read into the buffer (none in practice)
+            buf.clear()
+            self._base = i
+            for _ in range(skip):
+                next(self._it, None)
             nxt = next(self._it, None)
             if nxt is not None:
-                self._buf.append(nxt)
+                buf.append(nxt)
             return nxt
-        return self[i] if self.has(i) else None
+        if k >= 64:
+            del buf[:k]
+            self._base, k = i, 0
+        return buf[k]
 
     def forget_before(self, i: int) -> None:
         drop = i - self._base
@@ -252,12 +257,14 @@ def parse_log_lines(
     window = _Window(normalise(lines))
     ev = LogEvidence()
     ctx = _Ctx()
-    last_seen: dict[RankId, tuple[str | None, int, str]] = {}
+    # Each rank's last line, keyed by the RankId object's identity (one per token string, from
+    # _rank_of's cache): a dataclass hash per line would cost more than the line.
+    last_seen: dict[int, tuple[RankId, str | None, int, str]] = {}
     i = 0
     while (raw := window.take(i)) is not None:
         msg, prefixed = _split_prefix(raw, ctx, ev)
         if prefixed and ctx.rank is not None:
-            last_seen[ctx.rank] = (ctx.ts, i + 1, msg)
+            last_seen[id(ctx.rank)] = (ctx.rank, ctx.ts, i + 1, msg)
         if not ev.context.hicache and ("Cache" in msg or "adix" in msg or "ierarch" in msg):
             ev.context = ev.context | sig.text_context(msg)
         if fast and _plain(msg, prefixed, i, source, ctx, ev):
@@ -267,8 +274,8 @@ def parse_log_lines(
         if on_line is not None and nxt >> 12 != i >> 12:
             on_line(nxt)
         i = nxt
-    for rank, (ts, lineno, msg) in last_seen.items():
-        ev.ranks_seen[rank] = LogLine(rank, ts, source, lineno, msg.strip())
+    for rank, ts, lineno, msg in sorted(last_seen.values(), key=lambda v: v[2]):
+        ev.ranks_seen[rank] = LogLine(rank, ts, source, lineno, msg.strip())  # latest wins
     ev.lines = i
     return ev
 
