@@ -163,7 +163,9 @@ def _wrap_width(head: list[str]) -> int | None:
     # A full-width line that the next one continues (it starts no record of its own): a log
     # whose templated lines merely share one length shows none.
     cut = sum(
-        1 for a, b in zip(head, head[1:]) if len(a) == longest and b and not _RECORD_START.match(b)
+        1
+        for a, b in itertools.pairwise(head)
+        if len(a) == longest and b and not _RECORD_START.match(b)
     )
     return longest if cut >= (2 if longest in WRAP_WIDTHS else 3) else None
 
