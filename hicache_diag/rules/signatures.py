@@ -145,6 +145,15 @@ def watchdog_kind(text: str) -> str | None:
     return "scheduler"
 
 
+def is_watchdog_debug(msg: str) -> bool:
+    """`Scheduler debug info:` (the hard watchdog's block) or the older `self.cur_batch` line."""
+    text = msg.strip()
+    if text.startswith("self.cur_batch"):
+        return bool(CUR_BATCH_DEBUG.match(text))
+    m = DEBUG_INFO.match(text) if text.endswith(":") else None
+    return bool(m) and m["who"] == "Scheduler"
+
+
 def is_watchdog_thread(frames: Sequence[str]) -> bool:
     """A thread whose stack runs one of the watchdog's own functions."""
     return any(normalize(f) in WATCHDOG_FUNCS for f in frames)

@@ -6,21 +6,16 @@ PID N:` blocks and py-spy's failures, faulthandler blocks, C++ aborts, bare exce
 SGLang watchdog (hard, soft, other components', every release's wording), NCCL's watchdog and
 heartbeat monitor, gloo timeouts, the `Connection closed by peer` cascade, process fates (who
 stopped whom: rules.process_fate) and benign noise; `triage.lines` first undoes collector
-prefixes and paste damage. Logs stream through a sliding window (`_Window`): memory is bounded
+prefixes and paste damage. Logs stream through a sliding window (`LineWindow`): memory is bounded
 by the longest block (a traceback, a dump), not by the log.
 """
 
 from __future__ import annotations
 
 import functools
-import gzip
-import io
-import os
 import re
-import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from hicache_diag.rules import signatures as sig
 from hicache_diag.rules.process_fate import Fate, read_fate
@@ -37,14 +32,11 @@ from hicache_diag.triage.log_model import (  # noqa: F401 - re-exported for tria
     LogLine,
     PyspyFailure,
 )
+from hicache_diag.triage.log_traceback import MAX_BLOCK, TRACEBACK, read_traceback
+from hicache_diag.triage.log_triggers import PROGRESS_WORDS, SCHEDULER_PROGRESS, triggered
+from hicache_diag.triage.log_window import LineWindow
 
-# The longest block (traceback, py-spy dump, faulthandler dump) read ahead of the current line.
-MAX_BLOCK = 5000
-_TRACEBACK = "Traceback (most recent call last):"
-_FRAME = re.compile(r'^\s+File "(.+?)", line (\d+), in (.+)$')
-_EXC_LINE = re.compile(
-    r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)?)(?::\s?(.*))?$"
-)
+_TRACEBACK = TRACEBACK
 # An exception line with no traceback above it (a logger that printed only `str(e)` with its
 # type, a paste that kept the last line): `torch.distributed.DistBackendError: ...`.
 _BARE_EXC = re.compile(
@@ -71,7 +63,6 @@ _PYSPY_TOOLING = re.compile(
 )
 
 PROGRESS = sig.PROGRESS
-_CUT_SHORT = CUT_SHORT
 # Lines between the tracebacks of one chained exception.
 _CHAIN = re.compile(
     r"^(?:Traceback \(most recent call last\):|During handling of the above exception"
@@ -114,96 +105,9 @@ def _is_prefixed(line: str) -> bool:
     return (line[:1] == "[" or line[:1].isdigit()) and split_prefix(line) is not None
 
 
-class _Window:
-    """The normalised lines as a sliding window over the stream: handlers index it like a list
-    (`lines[i]`, `lines.has(i)`, slices), and lines before the one being read are forgotten."""
-
-    def __init__(self, lines: Iterable[str]) -> None:
-        self._it: Iterator[str] = iter(lines)
-        self._buf: list[str] = []
-        self._base = 0  # stream index of _buf[0]
-
-    def has(self, i: int) -> bool:
-        while i >= self._base + len(self._buf):
-            nxt = next(self._it, None)
-            if nxt is None:
-                return False
-            self._buf.append(nxt)
-        return i >= self._base
-
-    def __getitem__(self, i: int) -> str:
-        if not self.has(i):
-            raise IndexError(i)
-        return self._buf[i - self._base]
-
-    def slice(self, start: int, end: int) -> list[str]:
-        self.has(end - 1)
-        return self._buf[max(start - self._base, 0) : end - self._base]
-
-    def take(self, i: int) -> str | None:
-        """Line i, forgetting the lines before it; None past the end. Reading goes forward
-        only, so once i passes the buffered lines the buffer starts afresh at i."""
-        buf = self._buf
-        k = i - self._base
-        if k >= len(buf):  # the usual case: the next line of the stream
-            skip = k - len(buf)  # lines never read into the buffer (none in practice)
-            buf.clear()
-            self._base = i
-            for _ in range(skip):
-                next(self._it, None)
-            nxt = next(self._it, None)
-            if nxt is not None:
-                buf.append(nxt)
-            return nxt
-        if k >= 64:
-            del buf[:k]
-            self._base, k = i, 0
-        return buf[k]
-
-    def forget_before(self, i: int) -> None:
-        drop = i - self._base
-        if drop > 0 and (drop >= 64 or drop == len(self._buf)):
-            del self._buf[:drop]
-            self._base = i
-
-
-@dataclass(slots=True)
-class _Traceback:
-    frames: list[str]
-    files: list[str]
-    exc_type: str
-    message: str
-    end: int  # index of its last line
-    last_frame: str | None
-
-
-def _read_traceback(lines: _Window, start: int) -> _Traceback:
-    """Frames, exception type and message of the traceback whose header is at `start`."""
-    frames: list[str] = []
-    files: list[str] = []
-    last: re.Match[str] | None = None
-    i = start + 1
-    while lines.has(i) and i - start < MAX_BLOCK:
-        raw = lines[i]
-        if m := _FRAME.match(raw):
-            frames.append(m.group(3).strip())
-            files.append(m.group(1))
-            last = m
-        elif raw.startswith(("During handling", "The above exception", _TRACEBACK)) or not raw:
-            pass
-        elif not raw[0].isspace():
-            where = f"{last[3].strip()} ({last[1].rsplit('/', 1)[-1]}:{last[2]})" if last else None
-            parts = split_prefix(raw) if raw[:1] == "[" or raw[:1].isdigit() else None
-            text = (parts[2] if parts else raw).strip()
-            m = _EXC_LINE.match(text)
-            if m:
-                return _Traceback(frames, files, m.group(1), (m.group(2) or "").strip(), i, where)
-            return _Traceback(frames, files, text[:80], "", i, where)
-        i += 1
-    return _Traceback(frames, files, "UnknownError", _CUT_SHORT, i - 1, None)
-
-
-def _read_pyspy(lines: _Window, start: int, source: str, ctx: _Ctx) -> tuple[list[RankDump], int]:
+def _read_pyspy(
+    lines: LineWindow, start: int, source: str, ctx: _Ctx
+) -> tuple[list[RankDump], int]:
     """The py-spy text after `Pyspy dump for PID N:`, up to the next prefixed log line."""
     end = start + 1
     while lines.has(end) and not _is_prefixed(lines[end]) and end - start < MAX_BLOCK:
@@ -213,35 +117,6 @@ def _read_pyspy(lines: _Window, start: int, source: str, ctx: _Ctx) -> tuple[lis
         if dump.rank is None:
             dump.rank = ctx.rank
     return dumps, end - 1
-
-
-# Every line the handlers below could use holds one of these (or starts as _TRIGGER_STARTS
-# says); a line with none is plain text, progress or an access line and takes the fast path.
-# The regex's alternatives all start with a capital, so its scan stops at few positions; the
-# few lower-case triggers are plain substring tests. tests/unit/triage/test_triage_stream.py
-# checks that the fast path agrees with the full one on every sample and corpus log.
-_TRIGGER = re.compile(
-    r"Traceback|Ignore import|Pyspy|All pyspy|Failed to suspend|Fatal Python|Timeout \("
-    r"|Found rank divergence|Subprocess |Error|Exception|SIG|Signal|FAILED|Term|Draining"
-    r"|Gracefully|Watchdog|Timed out|NCCL|Scheduler debug info|Connection |Broken pipe"
-    r"|ECONNRESET|Socket closed|Received sigquit|Killed|ProcessGroup"
-)
-_TRIGGER_WORDS = ("atchdog", "freeze_gc", "kill_process", "yspy")
-_TRIGGER_STARTS = (
-    "Process ", "Thread 0x", "Current thread", "nanobind", "- leaked", "self.cur_batch",
-    "During handling", "The above exception", "terminate called",
-)  # fmt: skip
-_SCHEDULER_PROGRESS = ("Decode batch", "Prefill batch")
-_PROGRESS_WORDS = ("batch", "#running-req", "throughput", "fired up")
-
-
-def _triggered(msg: str) -> bool:
-    if _TRIGGER.search(msg):
-        return True
-    for word in _TRIGGER_WORDS:
-        if word in msg:
-            return True
-    return msg.lstrip().startswith(_TRIGGER_STARTS)
 
 
 def parse_log_lines(
@@ -254,7 +129,7 @@ def parse_log_lines(
     """Evidence from one log's lines (any iterable: a file streams through). `on_line(n)` is
     called every few thousand lines with the count read so far (a progress display); `fast`
     False sends every line through every handler (the reference the fast path is tested on)."""
-    window = _Window(normalise(lines))
+    window = LineWindow(normalise(lines))
     ev = LogEvidence()
     ctx = _Ctx()
     # Each rank's last line, keyed by the RankId object's identity (one per token string, from
@@ -283,12 +158,12 @@ def parse_log_lines(
 def _plain(msg: str, prefixed: bool, i: int, source: str, ctx: _Ctx, ev: LogEvidence) -> bool:
     """The fast path: record a line that no handler needs (progress, an access line, plain
     text); False sends it down the full path."""
-    if prefixed and msg.startswith(_SCHEDULER_PROGRESS):
+    if prefixed and msg.startswith(SCHEDULER_PROGRESS):
         progress = True  # SGLang's own batch line: progress, whatever it holds
-    elif _triggered(msg):
+    elif triggered(msg):
         return False
     else:
-        progress = any(w in msg for w in _PROGRESS_WORDS) and bool(PROGRESS.search(msg))
+        progress = any(w in msg for w in PROGRESS_WORDS) and bool(PROGRESS.search(msg))
     if msg and not msg.isspace():
         ctx.noise_next = False
     if progress:
@@ -303,7 +178,7 @@ def _plain(msg: str, prefixed: bool, i: int, source: str, ctx: _Ctx, ev: LogEvid
 
 
 def _consume(
-    lines: _Window, i: int, msg: str, prefixed: bool, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, prefixed: bool, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int:
     """Record what line i says; return the last line index it used."""
     if sig.is_noise(msg):
@@ -334,7 +209,7 @@ def _consume(
             return i  # a stop or a child's exit is read as a fate; teardown is also a cascade
     if (kind := sig.watchdog_kind(msg)) or sig.is_timeout(msg):
         ev.keep(ev.soft_lines if kind == "soft" else ev.hang_lines, line)
-    elif _is_watchdog_debug(msg):
+    elif sig.is_watchdog_debug(msg):
         ev.keep(ev.debug_lines, line)
     elif sig.is_cascade(msg):
         ev.keep(ev.cascade_lines, line)
@@ -349,21 +224,12 @@ def _consume(
     return i
 
 
-def _is_watchdog_debug(msg: str) -> bool:
-    """`Scheduler debug info:` (the hard watchdog's block) or the older `self.cur_batch` line."""
-    text = msg.strip()
-    if text.startswith("self.cur_batch"):
-        return bool(sig.CUR_BATCH_DEBUG.match(text))
-    m = sig.DEBUG_INFO.match(text) if text.endswith(":") else None
-    return bool(m) and m["who"] == "Scheduler"
-
-
 def _on_traceback(
-    lines: _Window, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     if _TRACEBACK not in msg:
         return None
-    tb = _read_traceback(lines, i)
+    tb = read_traceback(lines, i)
     if ctx.noise_next:  # `Ignore import error when loading ...` with its traceback: benign
         ev.noise += 1
         return tb.end
@@ -381,7 +247,7 @@ def _on_traceback(
 
 
 def _on_terminate(
-    lines: _Window, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     """A C++ abort (gloo enforce, NCCL watchdog): no Python traceback, `what():` next line."""
     if not (m := _TERMINATE.search(msg)):
@@ -395,7 +261,7 @@ def _on_terminate(
 
 
 def _on_pyspy(
-    lines: _Window, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     m = _PYSPY.search(msg)
     if not m and not _PYSPY_PROCESS.match(msg):
@@ -423,7 +289,7 @@ def _dump_context(dump: RankDump) -> Context:
 
 
 def _on_pyspy_error(
-    lines: _Window, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     """`Pyspy failed (py-spy dump --pid N). Error: ...` (py-spy's stderr may follow on its own
     lines) and `All pyspy dump attempts failed for PID N.`"""
@@ -452,7 +318,7 @@ def _on_pyspy_error(
 
 
 def _on_faulthandler(
-    lines: _Window, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     """faulthandler's blocks inside a log: after `Fatal Python error`, after
     `dump_traceback_later`'s `Timeout (0:05:00)!`, or on SIGUSR1."""
@@ -499,7 +365,7 @@ def _taken_by_watchdog(block: list[str]) -> bool:
 
 
 def _on_fatal(
-    lines: _Window, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     if not any(p.search(msg) for p in sig.FATAL_PATTERNS):
         return None
@@ -514,7 +380,7 @@ def _on_fatal(
 
 
 def _on_bare_exception(
-    lines: _Window, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     """`RuntimeError: ...` on a line of its own with no `Traceback` header above it."""
     if msg[:1].isspace() or not (m := _BARE_EXC.match(msg.strip())):
@@ -523,30 +389,3 @@ def _on_bare_exception(
     exc.thread, ctx.thread = ctx.thread, None
     ev.keep(ev.exceptions, exc)
     return i
-
-
-_GZIP_MAGIC = b"\x1f\x8b"
-Progress = Callable[[int, int], None]  # (bytes read, bytes in all) of the file on disk
-
-
-def parse_log_file(path: Path, progress: Progress | None = None) -> LogEvidence:
-    """Stream one log (gzip'd or plain, by its first bytes) through the parser. Raises OSError
-    when unreadable (the CLI turns that into a one-line usage error); a gzip stream cut short
-    is read up to where it ends, as a paste cut short is."""
-    with open(path, "rb") as raw:
-        total = os.fstat(raw.fileno()).st_size
-        gz = raw.read(2) == _GZIP_MAGIC
-        raw.seek(0)
-        stream: io.BufferedIOBase = gzip.GzipFile(fileobj=raw) if gz else raw  # type: ignore[assignment]
-        text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="\n")
-        on_line = (lambda _n: progress(raw.tell(), total)) if progress else None
-        return parse_log_lines(_lines(text), str(path), on_line)
-
-
-def _lines(text: io.TextIOWrapper) -> Iterator[str]:
-    try:
-        yield from text
-    except EOFError:  # a gzip member without its end: keep what was read
-        return
-    except zlib.error as exc:  # gzip's magic, then no deflate stream: bad input, not a crash
-        raise OSError(f"not a gzip stream ({exc})") from None

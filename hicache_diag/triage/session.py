@@ -13,7 +13,8 @@ from hicache_diag.triage.classify import classify
 from hicache_diag.triage.collect import capture_live, load_dumps, save_samples
 from hicache_diag.triage.discover import discover_schedulers
 from hicache_diag.triage.hang import RankSamples
-from hicache_diag.triage.logs import LogEvidence, Progress, parse_log_file
+from hicache_diag.triage.log_files import Progress, parse_log_file
+from hicache_diag.triage.logs import LogEvidence
 from hicache_diag.triage.report import TriageReport
 
 

@@ -20,6 +20,8 @@ MODULES = (
     "hicache_diag.rules.rank_labels",
     "hicache_diag.triage.logs",
     "hicache_diag.triage.lines",
+    "hicache_diag.triage.log_traceback",
+    "hicache_diag.triage.log_triggers",
     "hicache_diag.triage.dumps",
     "hicache_diag.triage.crash",
 )
