@@ -237,7 +237,8 @@ def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
             "hang", form="C", ranks=reports, evidence=ev, signature=first.text,
             confidence="medium",
         )  # fmt: skip
-    if logs.soft_lines and not logs.progress_lines:
+    progress = logs.progress_lines
+    if logs.soft_lines and not progress:
         first = logs.soft_lines[0]
         ev = [
             f"{first.source}:{first.lineno}: {first.text}",
@@ -245,11 +246,11 @@ def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
             "scheduler hang",
         ]
         return TriageReport("unknown", ranks=reports, evidence=ev, reason="soft watchdog only")
-    if logs.progress_lines and not logs.progress_lines[-1].text.startswith(_READY):
-        last = logs.progress_lines[-1]
+    if progress and not progress[-1].text.startswith(_READY):
+        last = progress[-1]
         ev = [f"{logs.progress_count} batch lines, last: {last.text}"]
         return TriageReport("busy", ranks=reports, evidence=ev, confidence="medium")
-    if logs.progress_lines:
+    if progress:
         return TriageReport("healthy", ranks=reports, evidence=["the server is up and idle"])
     if report := served_only(logs, reports):
         return report

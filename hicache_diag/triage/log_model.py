@@ -100,7 +100,9 @@ class LogEvidence:
     # teardown), a faulthandler dump taken from its thread.
     debug_lines: list[LogLine] = field(default_factory=list)
     cascade_lines: list[LogLine] = field(default_factory=list)
-    progress_lines: list[LogLine] = field(default_factory=list)
+    # The last progress lines as (rank, ts, source, lineno, text) tuples: a LogLine per batch
+    # line of a million-line log would cost more than reading it (`progress_lines` builds them).
+    recent_progress: list[tuple] = field(default_factory=list)
     pyspy_failures: list[PyspyFailure] = field(default_factory=list)
     dumps: list[RankDump] = field(default_factory=list)
     ranks_seen: dict[RankId, LogLine] = field(default_factory=dict)  # rank -> its last line
@@ -121,12 +123,22 @@ class LogEvidence:
         else:
             self.dropped += 1
 
-    def add_progress(self, line: LogLine) -> None:
+    def add_progress(
+        self, rank: RankId | None, ts: str | None, source: str, lineno: int, text: str
+    ) -> None:
         self.progress_count += 1
-        self.progress_last[line.source] = line.lineno
-        self.progress_lines.append(line)
-        if len(self.progress_lines) > 2 * KEEP_PROGRESS:
-            del self.progress_lines[:KEEP_PROGRESS]
+        self.progress_last[source] = lineno
+        recent = self.recent_progress
+        recent.append((rank, ts, source, lineno, text))
+        if len(recent) > 2 * KEEP_PROGRESS:
+            del recent[:KEEP_PROGRESS]
+
+    @property
+    def progress_lines(self) -> list[LogLine]:
+        """The last progress lines kept (at most 2 x KEEP_PROGRESS), oldest first."""
+        return [
+            LogLine(r, ts, src, n, text.strip()) for r, ts, src, n, text in self.recent_progress
+        ]
 
     def extend(self, other: LogEvidence) -> None:
         self.exceptions += other.exceptions
@@ -134,7 +146,7 @@ class LogEvidence:
         self.soft_lines += other.soft_lines
         self.debug_lines += other.debug_lines
         self.cascade_lines += other.cascade_lines
-        self.progress_lines += other.progress_lines
+        self.recent_progress += other.recent_progress
         self.pyspy_failures += other.pyspy_failures
         self.dumps += other.dumps
         self.ranks_seen.update(other.ranks_seen)

@@ -167,7 +167,7 @@ def _plain(msg: str, prefixed: bool, i: int, source: str, ctx: _Ctx, ev: LogEvid
     if msg and not msg.isspace():
         ctx.noise_next = False
     if progress:
-        ev.add_progress(LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip()))
+        ev.add_progress(ctx.rank, ctx.ts, source, i + 1, msg)
     elif " HTTP/" in msg and sig.SERVED.search(msg):
         ev.served += 1
     else:
@@ -214,7 +214,7 @@ def _consume(
     elif sig.is_cascade(msg):
         ev.keep(ev.cascade_lines, line)
     elif PROGRESS.search(msg):
-        ev.add_progress(line)
+        ev.add_progress(line.rank, line.ts, line.source, line.lineno, line.text)
     elif sig.SERVED.search(msg):
         ev.served += 1
     else:
