@@ -1,5 +1,6 @@
 """How a log reaches triage: each delivery re-sends a case's files the way a carrier, a terminal
-or an operator would (collector prefixes, colours, CRLF, editor numbers, terminal wrap, the
+or an operator would (collector prefixes: CRI, compose, journald, Loki, kubectl / docker -t,
+a viewer's bracketed ISO stamp; colours, CRLF, editor numbers, terminal wrap, the
 operator's own stop appended, per-node files, a head cut off, gzip). A verdict must not depend
 on which one brought the text: tests/unit/triage/test_metamorphic.py and
 bench/triage_accuracy.py run every corpus case through every delivery.
@@ -153,6 +154,7 @@ DELIVERIES: tuple[DeliveryKind, ...] = (
     DeliveryKind("journald", _per_line(lambda _i, s: _JOURNALD + s)),
     DeliveryKind("loki", _per_line(lambda i, s: f"{1719250683000000000 + i}\t{s}")),
     DeliveryKind("kubectl", _per_line(lambda i, s: f"2026-06-24T17:38:03.{i:09d}Z {s}")),
+    DeliveryKind("iso-bracket", _per_line(lambda i, s: f"[2026-06-24T17:38:03.{i:03d}Z] {s}")),
     DeliveryKind("ansi", _per_line(_ansi)),
     DeliveryKind("crlf", _crlf),
     DeliveryKind("numbered", _per_line(lambda i, s: f"{i + 1:>6}\t{s}")),
