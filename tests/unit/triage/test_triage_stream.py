@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hicache_diag.triage.log_files import parse_log_file
+from hicache_diag.triage.lines import normalise
 from hicache_diag.triage.log_model import KEEP, KEEP_PROGRESS
 from hicache_diag.triage.logs import MAX_BLOCK, parse_log_lines
 
@@ -87,3 +88,17 @@ def test_progress_is_reported_while_reading(tmp_path):
     parse_log_file(log, lambda done, total: seen.append((done, total)))
     assert seen and all(t == log.stat().st_size for _, t in seen)
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_lines_that_share_one_length_are_not_taken_for_a_wrap():
+    # Templated batch lines are often all one length: only a full-width line that the next
+    # line continues is a wrap.
+    line = "[2026-01-01 00:00:00 TP0] Decode batch, #running-req: 1, gen throughput (token/s): 9.99"
+    lines = [line] * 10 + ['  File "/s/x.py", line 1, in f', "    x()"]
+    assert list(normalise(lines)) == lines
+
+
+def test_a_wrap_at_an_uncommon_width_is_joined():
+    text = "x" * 300
+    wrapped = [text[i : i + 116] for i in range(0, 300, 116)] * 2
+    assert list(normalise(wrapped)) == [text, text]
