@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hicache_diag.triage.log_files import parse_log_file
 from hicache_diag.triage.lines import normalise
+from hicache_diag.triage.log_files import parse_log_file
 from hicache_diag.triage.log_model import KEEP, KEEP_PROGRESS
 from hicache_diag.triage.logs import MAX_BLOCK, parse_log_lines
 
