@@ -52,9 +52,3 @@ class LineWindow:
             del buf[:k]
             self._base, k = i, 0
         return buf[k]
-
-    def forget_before(self, i: int) -> None:
-        drop = i - self._base
-        if drop > 0 and (drop >= 64 or drop == len(self._buf)):
-            del self._buf[:drop]
-            self._base = i
