@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from hicache_diag.cli.render.console import print_json
+from hicache_diag.cli.render.console import err_console, print_json
+from hicache_diag.cli.render.log_progress import LogReadProgress
 from hicache_diag.cli.render.triage import render_triage
 from hicache_diag.errors import UsageError
 from hicache_diag.triage import TriageRequest, run_triage
@@ -95,6 +96,14 @@ def register(app: typer.Typer) -> None:
                 "--num-heads", metavar="N", help="Local attention heads, to decode form A's sizes."
             ),
         ] = None,
+        pp_size: Annotated[
+            int | None,
+            typer.Option(
+                "--pp-size",
+                metavar="N",
+                help="The deployment's PP size, when the logs do not show PP prefixes.",
+            ),
+        ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Print hicache-diag/triage/v1.")] = (
             False
         ),
@@ -110,6 +119,7 @@ def register(app: typer.Typer) -> None:
         Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided, 2 bad input."""
         if more_logs and not logs:
             raise UsageError(f"unexpected argument {more_logs[0]} (log files go after --logs)")
+        progress = LogReadProgress(err_console)
         request = TriageRequest(
             pids=tuple(pid or ()),
             discover=discover,
@@ -122,8 +132,11 @@ def register(app: typer.Typer) -> None:
             deadline_s=deadline,
             native=native,
             num_heads=num_heads,
+            pp_size=pp_size,
+            progress=progress,
         )
-        report = run_triage(request)
+        with progress:
+            report = run_triage(request)
         if json_out:
             print_json(report.to_json())
         else:
