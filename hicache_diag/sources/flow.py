@@ -27,6 +27,7 @@ State = tuple[SyncStep, ...]  # the sync steps a tainted value has been through;
 MAX_DEPTH = 6
 MAX_READERS = 8  # an attribute read in more functions than this is too common to follow
 MAX_WALKS = 40  # function bodies one source's walk may visit (keeps the scan to seconds)
+MAX_DOWN = 2  # callee levels a value is followed into (callers are walked before deep callees)
 MAX_HOPS = 2  # attribute/queue crossings per walk (thread -> queue -> thread -> scheduler)
 
 
@@ -34,7 +35,6 @@ MAX_HOPS = 2  # attribute/queue crossings per walk (thread -> queue -> thread ->
 class Trace:
     uses: list[Use] = field(default_factory=list)
     attrs: set[str] = field(default_factory=set)  # attributes the value was stored into
-    hops: int = 0
     walks: int = 0  # function bodies walked, a callee once per call site
 
 
@@ -51,7 +51,14 @@ class Tracer:
         return out
 
     def follow_stored(
-        self, attr: str, state: State, depth: int, out: Trace, seen: set, on_self: str | None = None
+        self,
+        attr: str,
+        state: State,
+        depth: int,
+        out: Trace,
+        seen: set,
+        on_self: str | None = None,
+        hops: int = 0,
     ) -> None:
         """A value stored in `x.attr` reaches the functions that read `.attr`; stored on self
         (`on_self` = the class), only that class's own `self.attr` reads, so that common names
@@ -67,14 +74,17 @@ class Tracer:
             pool = self.index.attr_readers.get(attr, [])
         if len(pool) > MAX_READERS:  # a common name: follow only into decision functions
             pool = [fn for fn in pool if self.decisions.of_function(fn, callers=False)[1]]
-        if len(pool) > MAX_READERS or out.hops >= MAX_HOPS:
+        if len(pool) > MAX_READERS or hops >= MAX_HOPS:
             return
-        out.hops += 1
         for fn in [fn for fn in pool if id(fn.node) not in seen]:
             match = _attr_load_matcher(attr)
-            _FnWalk(self, fn, match, {}, state, depth + 1, out, seen, up=True).run()
+            walk = _FnWalk(self, fn, match, {}, state, depth + 1, out, seen, up=True)
+            walk.hops = hops + 1
+            walk.run()
 
-    def follow_queue(self, queue: str, state: State, depth: int, out: Trace, seen: set) -> None:
+    def follow_queue(
+        self, queue: str, state: State, depth: int, out: Trace, seen: set, hops: int = 0
+    ) -> None:
         def match(n: ast.AST) -> bool:
             return (
                 isinstance(n, ast.Call)
@@ -84,11 +94,12 @@ class Tracer:
             )
 
         pool = self.index.queue_readers.get(queue, [])
-        if len(pool) > MAX_READERS or out.hops >= MAX_HOPS:
+        if len(pool) > MAX_READERS or hops >= MAX_HOPS:
             return
-        out.hops += 1
         for fn in [fn for fn in pool if id(fn.node) not in seen]:
-            _FnWalk(self, fn, match, {}, state, depth + 1, out, seen, up=True).run()
+            walk = _FnWalk(self, fn, match, {}, state, depth + 1, out, seen, up=True)
+            walk.hops = hops + 1
+            walk.run()
 
 
 def _same_object(cls: str | None, owner: str) -> bool:
@@ -116,7 +127,7 @@ def _weaker(a: State | None, b: State | None) -> State | None:
 class _FnWalk:
     """One function's statements in order, with the names the value has reached."""
 
-    def __init__(self, tracer, fn, is_seed, env, seed_state, depth, out, seen, up):
+    def __init__(self, tracer, fn, is_seed, env, seed_state, depth, out, seen, up, down=0):
         self.t = tracer
         self.fn = fn
         self.is_seed = is_seed
@@ -126,17 +137,19 @@ class _FnWalk:
         self.out: Trace = out
         self.seen: set[int] = seen
         self.up = up  # may walk up to callers when the value is returned
+        self.down = down  # callee levels below the walk this one descended from
         self.returned: State | None = None
         self.attr_keys = any("." in k for k in self.env)
         self.carriers: dict[str, State] = {}  # objects given a tainted field in this function
+        self.replay = 0  # > 0 in a loop body's second turn
+        self.hops = 0  # attribute/queue crossings on the path to this walk
 
     def run(self) -> State | None:
         if id(self.fn.node) in self.seen or self.out.walks >= MAX_WALKS:
             return None
         self.out.walks += 1
         self.seen.add(id(self.fn.node))
-        for _ in range(2):  # a second pass sees names tainted late in a loop body
-            self.block(self.fn.node.body)
+        self.block(self.fn.node.body)
         if self.returned is not None:
             self.on_return(self.returned)
         return self.returned
@@ -176,12 +189,12 @@ class _FnWalk:
             self.attr_keys = True
             if isinstance(target.value, ast.Name) and target.value.id != "self":
                 self.carriers[target.value.id] = state  # followed only when put on a queue
-            if self.depth < MAX_DEPTH:
+            if self.depth < MAX_DEPTH and not self.replay:
                 on_self = None
                 if isinstance(target.value, ast.Name) and target.value.id == "self":
                     on_self = self.fn.cls or ""
                 self.t.follow_stored(
-                    target.attr, state, self.depth, self.out, self.seen, on_self=on_self
+                    target.attr, state, self.depth, self.out, self.seen, on_self, self.hops
                 )
 
     # -- statements ---------------------------------------------------------------------------
@@ -206,11 +219,11 @@ class _FnWalk:
             self.block(s.orelse, loop)
         elif isinstance(s, ast.While):
             self.branch(s, s.test, s.body, None)
-            self.block(s.body, s)
+            self.loop_body(s)
         elif isinstance(s, ast.For | ast.AsyncFor):
             if (st := self.taint(s.iter)) is not None:
                 self.bind(s.target, st)
-            self.block(s.body, s)
+            self.loop_body(s)
             self.block(s.orelse, loop)
         elif isinstance(s, ast.With | ast.AsyncWith):
             self.block(s.body, loop)
@@ -223,6 +236,14 @@ class _FnWalk:
             for t in s.targets:
                 if (st := self.taint(t)) is not None:
                     self.use(s.lineno, st, "count-loop")
+
+    def loop_body(self, loop: ast.For | ast.While) -> None:
+        """Twice: a name tainted late in the body taints its reads early in the next turn. The
+        second turn only binds names and records uses; it does not descend again."""
+        self.block(loop.body, loop)
+        self.replay += 1
+        self.block(loop.body, loop)
+        self.replay -= 1
 
     def branch(self, s: ast.stmt, test: ast.expr, body: list[ast.stmt], loop) -> None:
         st = self.taint(test)
@@ -272,18 +293,26 @@ class _FnWalk:
 
     def into_call(self, call: ast.Call, tainted, state: State) -> None:
         name = callee_name(call) or ""
+        if self.replay:
+            return
         if name == "put" and isinstance(call.func, ast.Attribute):
             queue = ast.unparse(call.func.value).rsplit(".", 1)[-1]
             if "queue" in queue.lower() and self.depth < MAX_DEPTH:
-                self.t.follow_queue(queue, state, self.depth, self.out, self.seen)
+                self.t.follow_queue(queue, state, self.depth, self.out, self.seen, self.hops)
             return
         target = self.t.index.resolve(call, self.fn)
         before = len(self.out.uses)
-        if target is not None and self.depth < MAX_DEPTH and id(target.node) not in self.seen:
+        if (
+            target is not None
+            and self.depth < MAX_DEPTH
+            and self.down < MAX_DOWN
+            and id(target.node) not in self.seen
+        ):
             env = _param_env(call, target, tainted)
             if env:
                 walk = _FnWalk(self.t, target, lambda n: False, env, (), self.depth + 1,
-                               self.out, self.seen, up=False)  # fmt: skip
+                               self.out, self.seen, up=False, down=self.down + 1)  # fmt: skip
+                walk.hops = self.hops
                 walk.run()
                 self.seen.discard(id(target.node))  # another call site may pass other values
         decision = self.t.decisions.of_name(name, call)
@@ -299,8 +328,10 @@ class _FnWalk:
         for caller, call in self.t.index.callers(self.fn):
             if id(caller.node) in self.seen:
                 continue
-            _FnWalk(self.t, caller, lambda n, c=call: n is c, {}, state, self.depth + 1,
-                    self.out, self.seen, up=True).run()  # fmt: skip
+            walk = _FnWalk(self.t, caller, lambda n, c=call: n is c, {}, state, self.depth + 1,
+                           self.out, self.seen, up=True)  # fmt: skip
+            walk.hops = self.hops
+            walk.run()
 
     def use(self, line: int, state: State, how: str, decided=None) -> None:
         decision, where = decided or self.t.decisions.of_function(self.fn)

@@ -132,9 +132,9 @@ class Source:
 
     @property
     def raw_uses(self) -> int:
-        """Decisions (of a known category) taken on the value before any alignment."""
+        """Nearest decisions (see `nearest`) that read the value before any alignment."""
         return sum(
-            1 for u in self.uses if u.alignment.mechanism == "none" and u.decision != "unknown"
+            1 for u in self.nearest if u.alignment.mechanism == "none" and u.decision != "unknown"
         )
 
     @property

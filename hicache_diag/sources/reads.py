@@ -81,9 +81,18 @@ def _nonblocking(call: ast.Call) -> bool:
     )
 
 
+# A function that is itself one of these reads (an allocator's `alloc`, a pool's
+# `available_size`) implements the quantity: the reads inside it are its parts, and its callers'
+# reads are the sources.
+_IMPLEMENTS = {"pool-size": POOL_SIZE_METHODS, "alloc-result": ALLOC_METHODS | POOL_SIZE_METHODS}
+
+
 def find_reads(fn: Function) -> Iterator[Read]:
+    implemented = {k for k, names in _IMPLEMENTS.items() if fn.name in names}
     for sub in _walk_own(fn.node):
         if isinstance(sub, ast.Call) and (kind := kind_of_call(sub)):
+            if kind in implemented or (kind == "pool-size" and fn.name in ALLOC_METHODS):
+                continue
             yield Read(sub, kind, ast.unparse(sub))
 
 
