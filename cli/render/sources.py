@@ -95,6 +95,8 @@ def _classic_summary(inv, console: Console) -> None:
 
 
 def render_diff(diff, show_all: bool = False, console: Console | None = None) -> None:
+    from hicache_diag.sources.diff import label
+
     console = _console(console)
     a, b = f"{diff.a.engine} {diff.a.version}", f"{diff.b.engine} {diff.b.version}"
     t = Table(title=f"Classic sources, {a} -> {b}", title_justify="left")
@@ -113,8 +115,8 @@ def render_diff(diff, show_all: bool = False, console: Console | None = None) ->
         for item in diff.realigned:
             r.add_row(
                 f"{item.b.file}:{item.b.line} {item.b.function} {item.b.kind}",
-                item.a.alignment.mechanism,
-                item.b.alignment.mechanism,
+                label(item.a),
+                label(item.b),
             )
         console.print(r)
     for title, items in (("Added", diff.added), ("Removed", diff.removed)):

@@ -84,6 +84,14 @@ def _keyed(inv: Inventory) -> dict[str, Source]:
     return out
 
 
+def label(s: Source) -> str:
+    """`min+leader-relay`, or `min (no PP)` when the alignment leaves the PP stages out."""
+    a = s.alignment
+    if a.mechanism in ("none", "logical", "unknown") or a.covers_pp:
+        return a.mechanism
+    return f"{a.mechanism} ({'no' if a.covers_pp is False else '?'} PP)"
+
+
 def _shape(s: Source) -> tuple:
     a = s.alignment
     return a.mechanism, a.covers_pp, a.covers_tp
@@ -94,7 +102,7 @@ def _classic(inv: Inventory, name: str) -> tuple[dict[str, int], tuple[str, ...]
     fns: list[str] = []
     for s in inv.sources:
         if s.classic == name:
-            mechs[s.alignment.mechanism] += 1
+            mechs[label(s)] += 1
             fns.append(s.function)
     return dict(sorted(mechs.items())), tuple(dict.fromkeys(fns))
 

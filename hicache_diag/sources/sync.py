@@ -123,16 +123,13 @@ class SyncSummaries:
         return (_group_name(ast.unparse(expr)),), None
 
     def _built_groups(self, attr: str, fn: Function) -> tuple[str, ...]:
-        """`self.x = self._create_sync_groups()`: the groups that builder references."""
+        """A list of groups kept in `self.x`: the `*_group`s its builder references, the builder
+        being `self.x = self._create_sync_groups()` or a method doing `self.x.append(...)`."""
         for other in self._index.functions:
             if other.cls != fn.cls or other.file != fn.file:
                 continue
             for sub in ast.walk(other.node):
-                if not (isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call)):
-                    continue
-                if not any(isinstance(t, ast.Attribute) and t.attr == attr for t in sub.targets):
-                    continue
-                builder = self._index.resolve(sub.value, other)
+                builder = self._builder(sub, attr, other)
                 if builder is None:
                     continue
                 names = [
@@ -143,6 +140,20 @@ class SyncSummaries:
                 if names:
                     return tuple(dict.fromkeys(names))
         return ()
+
+    def _builder(self, sub: ast.AST, attr: str, fn: Function) -> Function | None:
+        if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call):
+            if any(isinstance(t, ast.Attribute) and t.attr == attr for t in sub.targets):
+                return self._index.resolve(sub.value, fn)
+        if (
+            isinstance(sub, ast.Call)
+            and callee_name(sub) == "append"
+            and isinstance(sub.func, ast.Attribute)
+            and isinstance(sub.func.value, ast.Attribute)
+            and sub.func.value.attr == attr
+        ):
+            return fn
+        return None
 
     def _fallback_groups(self, fn: Function, loop_var: str) -> tuple[str, ...]:
         # `if not reduced: all_reduce(..., group=self.tp_group)` after the loop: list it too.
