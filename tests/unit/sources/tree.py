@@ -1,4 +1,4 @@
-"""Build tiny synthetic SGLang-shaped trees (our own code, written for these tests) and scan them."""
+"""Tiny synthetic SGLang-shaped trees (our own code, written for these tests), and their scan."""
 
 from __future__ import annotations
 
