@@ -143,16 +143,23 @@ class _FnWalk:
         self.carriers: dict[str, State] = {}  # objects given a tainted field in this function
         self.replay = 0  # > 0 in a loop body's second turn
         self.hops = 0  # attribute/queue crossings on the path to this walk
+        # calls walked into: what their return carries (None: nothing), in place of the
+        # default "a call with a tainted argument returns a tainted value"
+        self.results: dict[int, State | None] = {}
 
     def run(self) -> State | None:
+        if self.run_body() and self.returned is not None:
+            self.on_return(self.returned)
+        return self.returned
+
+    def run_body(self) -> bool:
+        """Walk the body once; False when the budget or an earlier visit stops it."""
         if id(self.fn.node) in self.seen or self.out.walks >= MAX_WALKS:
-            return None
+            return False
         self.out.walks += 1
         self.seen.add(id(self.fn.node))
         self.block(self.fn.node.body)
-        if self.returned is not None:
-            self.on_return(self.returned)
-        return self.returned
+        return True
 
     # -- expressions --------------------------------------------------------------------------
     def taint(self, expr: ast.AST | None) -> State | None:
@@ -160,6 +167,8 @@ class _FnWalk:
             return None
         if self.is_seed(expr):
             return self.seed_state
+        if isinstance(expr, ast.Call) and id(expr) in self.results:
+            return self.results[id(expr)]
         if isinstance(expr, ast.Name):
             return self.env.get(expr.id)
         if isinstance(expr, ast.Attribute) and self.attr_keys:
@@ -282,11 +291,13 @@ class _FnWalk:
             if not tainted:
                 continue
             steps = self.t.sync.steps_of_call(call, self.fn)
-            if steps:  # the arguments hold the agreed value after the call
-                for arg, st in tainted:
-                    if isinstance(arg, ast.Name | ast.Attribute):
-                        self.env[ast.unparse(arg)] = st + steps
-                        self.attr_keys = self.attr_keys or isinstance(arg, ast.Attribute)
+            if steps:  # every buffer passed holds the agreed value after the call (gathers fill
+                state = min((st for _, st in tainted), key=len)  # an output buffer in place)
+                for arg in _call_args(call):
+                    for buf in _buffers(arg):
+                        self.env[ast.unparse(buf)] = state + steps
+                        self.attr_keys = self.attr_keys or isinstance(buf, ast.Attribute)
+                self.results[id(call)] = state + steps  # what a wrapper returns is agreed too
                 continue
             state = min((st for _, st in tainted), key=len)
             self.into_call(call, tainted, state)
@@ -313,7 +324,10 @@ class _FnWalk:
                 walk = _FnWalk(self.t, target, lambda n: False, env, (), self.depth + 1,
                                self.out, self.seen, up=False, down=self.down + 1)  # fmt: skip
                 walk.hops = self.hops
-                walk.run()
+                if walk.run_body():
+                    self.results[id(call)] = walk.returned
+                    if walk.returned is not None:
+                        walk.on_return(walk.returned)  # a decision function's return is a use
                 self.seen.discard(id(target.node))  # another call site may pass other values
         decision = self.t.decisions.of_name(name, call)
         if decision and len(self.out.uses) == before:
@@ -360,6 +374,15 @@ def _param_env(call: ast.Call, target: Function, tainted) -> dict[str, State]:
         if id(kw.value) in ids and kw.arg in params:
             env[kw.arg] = ids[id(kw.value)]
     return env
+
+
+def _buffers(arg: ast.expr) -> list[ast.expr]:
+    """The names a collective writes through: `t`, `self.buf`, `self.buf.flatten()`."""
+    if isinstance(arg, ast.Name | ast.Attribute):
+        return [arg]
+    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute):
+        return _buffers(arg.func.value)
+    return []
 
 
 def _call_args(call: ast.Call) -> list[ast.expr]:

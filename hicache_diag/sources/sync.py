@@ -116,7 +116,8 @@ class SyncSummaries:
     def _groups_of_expr(self, expr: ast.expr, fn: Function) -> tuple[tuple[str, ...], str | None]:
         if isinstance(expr, ast.Name) and expr.id in fn.params:
             return (), expr.id
-        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+        known = _group_name(expr.attr) in _GROUP_ORDER if isinstance(expr, ast.Attribute) else True
+        if not known and isinstance(expr.value, ast.Name):  # a list or alias: what it holds
             built = self._built_groups(expr.attr, fn)
             if built:
                 return built, None
@@ -133,17 +134,20 @@ class SyncSummaries:
                 if builder is None:
                     continue
                 names = [
-                    _group_name(n.attr)
+                    _group_name(name)
                     for n in ast.walk(builder.node)
-                    if isinstance(n, ast.Attribute) and n.attr.endswith("_group")
+                    if (name := _ref_name(n)) and name.endswith("_group") and name != attr
+                    and name not in _GROUP_HANDLES
                 ]
                 if names:
                     return tuple(dict.fromkeys(names))
         return ()
 
     def _builder(self, sub: ast.AST, attr: str, fn: Function) -> Function | None:
-        if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call):
+        if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Call | ast.Attribute):
             if any(isinstance(t, ast.Attribute) and t.attr == attr for t in sub.targets):
+                if isinstance(sub.value, ast.Attribute):  # `self.g = tp_group.cpu_group`
+                    return _Snippet(fn, sub.value)
                 return self._index.resolve(sub.value, fn)
         if (
             isinstance(sub, ast.Call)
@@ -164,6 +168,26 @@ class SyncSummaries:
                 if g is not None and not (isinstance(g, ast.Name) and g.id == loop_var):
                     extra.append(_group_name(ast.unparse(g)))
         return tuple(extra)
+
+
+# `tp_group.cpu_group` / `.device_group` are handles of the group named before them.
+_GROUP_HANDLES = frozenset({"cpu_group", "device_group"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Snippet:
+    """An expression standing in for a builder function (`node` is what gets walked)."""
+
+    fn: Function
+    node: ast.AST
+
+
+def _ref_name(n: ast.AST) -> str | None:
+    if isinstance(n, ast.Attribute):
+        return n.attr
+    if isinstance(n, ast.Name):
+        return n.id
+    return None
 
 
 _KIND_ORDER = {"all_reduce": 0, "gather": 1, "broadcast": 2, "pp_relay": 3}

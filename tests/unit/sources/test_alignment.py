@@ -169,3 +169,28 @@ class Scheduler:
 """})
     assert inv.sources == ()
     assert inv.reads_without_decision == 2
+
+
+def test_a_gather_into_a_buffer_over_an_aliased_tp_group_covers_tp_not_pp(tmp_path):
+    inv = scan(tmp_path, {"managers/prefill_delayer.py": """
+import time
+import torch
+
+class PrefillDelayer:
+    def __init__(self, parallel):
+        self._gather_group = parallel.tp_group.cpu_group
+        self._buf = torch.empty(4, 2)
+
+    def _gather(self, expired):
+        local = torch.tensor([int(expired)])
+        all_gather_single(self._buf.flatten(), local, group=self._gather_group)
+        return self._buf[:, 0]
+
+    def get_new_batch_prefill(self, state):
+        everyone = self._gather(time.perf_counter() - state.start > 1.0)
+        if everyone.max().item() > 0:
+            return None
+"""})
+    a = only(inv, kind="clock").alignment
+    assert a.mechanism == "gather" and a.steps[0].groups == ("tp",)
+    assert a.covers_tp is True and a.covers_pp is False
