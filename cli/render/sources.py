@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from rich.console import Console
@@ -9,8 +10,9 @@ from rich.table import Table
 
 
 def _console(console: Console | None) -> Console:
-    # Piped output gets a wide table instead of rich's 80-column wrap.
-    return console or Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    # Piped output gets a wide table instead of rich's 80-column wrap ($COLUMNS still rules).
+    wide = sys.stdout.isatty() or "COLUMNS" in os.environ
+    return console or Console(highlight=False, width=None if wide else 200)
 
 
 def _pp(value: bool | None) -> str:

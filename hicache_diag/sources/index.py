@@ -43,6 +43,15 @@ def receiver_text(call: ast.Call) -> str:
     return ast.unparse(f.value) if isinstance(f, ast.Attribute) else ""
 
 
+def _module_file(module: str) -> str:
+    """`sglang.srt.mem_cache.radix_cache` -> `mem_cache/radix_cache.py` (display paths are
+    relative to srt/, or to the builtin runtime's root)."""
+    for prefix in ("sglang.srt.", "hicache_diag.runtime."):
+        if module.startswith(prefix):
+            module = module[len(prefix) :]
+    return module.replace(".", "/") + ".py"
+
+
 def receiver_names_class(call: ast.Call, cls: str | None) -> bool:
     """`self.cache_controller.write(...)` names a `*CacheController` (HiCacheController,
     HybridCacheController): the receiver's own name, without underscores, ends the class name."""
@@ -70,11 +79,19 @@ class SourceIndex:
     )
     # queue attribute name -> functions that take items from it (`....name.get()`)
     queue_readers: dict[str, list[Function]] = field(default_factory=lambda: defaultdict(list))
+    # file -> {name: the file it is imported from}, for `from sglang.srt.x import name`
+    imports: dict[str, dict[str, str]] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     unparsable: list[str] = field(default_factory=list)
 
     def add_module(self, rel: str, tree: ast.Module) -> None:
         self.files.append(rel)
+        self.imports[rel] = {
+            alias.asname or alias.name: _module_file(node.module)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+            for alias in node.names
+        }
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
                 for item in node.body:
@@ -124,6 +141,10 @@ class SourceIndex:
             same_file = [c for c in cands if c.cls is None and c.file == caller.file]
             if same_file:
                 return same_file[0]
+            source = self.imports.get(caller.file, {}).get(name)
+            imported = [c for c in cands if c.cls is None and c.file == source]
+            if imported:
+                return imported[0]
         if len(cands) == 1:
             return cands[0]
         named = [c for c in cands if receiver_names_class(call, c.cls)]

@@ -83,6 +83,8 @@ PP_GROUP_HINT = "pp"
 DECISIONS: dict[str, str] = {
     "SchedulerFlushWrapper.*": "flush",
     "flush_cache": "flush",
+    "flush_cache_wrapped": "flush",  # 0.5.1x: the deferred flush lived in the Scheduler
+    "_check_pending_flush": "flush",
     "maybe_reap": "session-release",
     "is_timed_out": "session-release",
     "release_session": "session-release",

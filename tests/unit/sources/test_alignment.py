@@ -194,3 +194,30 @@ class PrefillDelayer:
     a = only(inv, kind="clock").alignment
     assert a.mechanism == "gather" and a.steps[0].groups == ("tp",)
     assert a.covers_tp is True and a.covers_pp is False
+
+
+def test_a_stamp_function_imported_from_another_module_is_resolved_through_the_import(tmp_path):
+    tick = """
+_n = [0.0]
+
+def tick():
+    _n[0] += 1.0
+    return _n[0]
+"""
+    inv = scan(tmp_path, {
+        "mem_cache/counter.py": tick,
+        "mem_cache/other.py": tick,  # a second `tick`: only the import can tell them apart
+        "mem_cache/tree.py": """
+from sglang.srt.mem_cache.counter import tick
+
+class Tree:
+    def touch(self, node):
+        node.last_access_time = tick()
+
+    def evict(self):
+        if self.a.last_access_time < self.b.last_access_time:
+            self.drop(self.a)
+""",
+    })
+    s = only(inv, function="Tree.touch")
+    assert s.alignment.mechanism == "logical" and s.decisions == ("eviction",)
