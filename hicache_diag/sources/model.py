@@ -21,6 +21,9 @@ class SyncStep:
         return {"kind": self.kind, "op": self.op, "groups": list(self.groups), "via": self.via}
 
 
+State = tuple[SyncStep, ...]  # the steps a value has been through on its way; () = raw
+
+
 @dataclass(frozen=True, slots=True)
 class Alignment:
     """How ranks are made to agree on a value before a decision reads it (as the code shows)."""

@@ -123,6 +123,13 @@ DECISIONS: dict[str, str] = {
 }
 CALLER_DEPTH = 6  # how far up the call graph a use looks for its decision
 
+# --- walk budgets (keep a release's scan to seconds; docs/sources.md) -------------------------
+MAX_DEPTH = 6  # hops from the read (calls, returns, attributes, queues)
+MAX_READERS = 8  # an attribute read in more functions than this is too common to follow
+MAX_WALKS = 40  # function bodies one read's walk may visit
+MAX_DOWN = 2  # callee levels a value is followed into (callers are walked before deep callees)
+MAX_HOPS = 2  # attribute/queue crossings per path (thread -> queue -> thread -> scheduler)
+
 # Branches whose every statement only logs or updates metrics decide nothing.
 BOOKKEEPING_CALL_HINTS = ("log", "metric", "warn", "debug", "info", "print", "stat", "observe")
 BOOKKEEPING_ATTR_HINTS = ("log", "metric", "stat", "_time", "timestamp")
