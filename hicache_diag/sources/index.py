@@ -79,6 +79,8 @@ class SourceIndex:
     )
     # queue attribute name -> functions that take items from it (`....name.get()`)
     queue_readers: dict[str, list[Function]] = field(default_factory=lambda: defaultdict(list))
+    # class name -> its base classes' names (for `self.m()` inherited from a base in scope)
+    bases: dict[str, list[str]] = field(default_factory=dict)
     # file -> {name: the file it is imported from}, for `from sglang.srt.x import name`
     imports: dict[str, dict[str, str]] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
@@ -92,8 +94,19 @@ class SourceIndex:
             if isinstance(node, ast.ImportFrom) and node.module
             for alias in node.names
         }
+        # `from x import HiCacheController as BaseHiCacheController`: bases by their own name
+        renamed = {
+            alias.asname: alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+            if alias.asname
+        }
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
+                names = [ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases]
+                names = [renamed.get(n, n) for n in names]
+                self.bases.setdefault(node.name, names)
                 for item in node.body:
                     if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
                         self._add(Function(rel, node.name, item.name, item))
@@ -137,6 +150,8 @@ class SourceIndex:
             same = [c for c in cands if c.cls == caller.cls and c.file == caller.file]
             if same:
                 return same[0]
+            if inherited := self._inherited(caller.cls, cands):
+                return inherited
         if isinstance(f, ast.Name):
             same_file = [c for c in cands if c.cls is None and c.file == caller.file]
             if same_file:
@@ -149,6 +164,24 @@ class SourceIndex:
             return cands[0]
         named = [c for c in cands if receiver_names_class(call, c.cls)]
         return named[0] if len(named) == 1 else None
+
+    def ancestors(self, cls: str | None) -> list[str]:
+        """`cls`'s base classes in scope, breadth first (close enough to the MRO here)."""
+        queue, out = list(self.bases.get(cls or "", [])), []
+        while queue:
+            base = queue.pop(0)
+            if base not in out:
+                out.append(base)
+                queue.extend(self.bases.get(base, []))
+        return out
+
+    def _inherited(self, cls: str | None, cands: list[Function]) -> Function | None:
+        """The definition a `self.m()` in `cls` reaches through its bases."""
+        for base in self.ancestors(cls):
+            found = [c for c in cands if c.cls == base]
+            if found:
+                return found[0]
+        return None
 
     def callers(self, fn: Function) -> list[tuple[Function, ast.Call]]:
         """Call sites that may reach `fn`: a `self.` call in its own class, or any call by its

@@ -126,17 +126,20 @@ class SyncSummaries:
     def _built_groups(self, attr: str, fn: Function) -> tuple[str, ...]:
         """A list of groups kept in `self.x`: the `*_group`s its builder references, the builder
         being `self.x = self._create_sync_groups()` or a method doing `self.x.append(...)`."""
+        family = {fn.cls, *self._index.ancestors(fn.cls)}
         for other in self._index.functions:
-            if other.cls != fn.cls or other.file != fn.file:
+            if other.cls not in family or (other.cls == fn.cls and other.file != fn.file):
                 continue
             for sub in ast.walk(other.node):
                 builder = self._builder(sub, attr, other)
                 if builder is None:
                     continue
+                called = {id(c.func) for c in ast.walk(builder.node) if isinstance(c, ast.Call)}
                 names = [
                     _group_name(name)
                     for n in ast.walk(builder.node)
-                    if (name := _ref_name(n)) and name.endswith("_group") and name != attr
+                    if id(n) not in called  # `create_custom_parallel_group(...)` builds, not is
+                    and (name := _ref_name(n)) and name.endswith("_group") and name != attr
                     and name not in _GROUP_HANDLES
                 ]
                 if names:

@@ -221,3 +221,36 @@ class Tree:
     })
     s = only(inv, function="Tree.touch")
     assert s.alignment.mechanism == "logical" and s.decisions == ("eviction",)
+
+
+def test_a_sync_inherited_from_an_aliased_base_class_and_its_built_groups(tmp_path):
+    inv = scan(tmp_path, {
+        "managers/cache_controller.py": """
+import torch
+
+class Controller:
+    def start(self):
+        self.hit_groups = self._make_groups()
+
+    def _make_groups(self):
+        return [new_group(g) for g in (self.tp_group, self.pp_group)]
+
+    def _all_reduce(self, t, op, groups):
+        for group in groups:
+            torch.distributed.all_reduce(t, op=op, group=group)
+""",
+        "mem_cache/hybrid_controller.py": """
+import torch
+from sglang.srt.managers.cache_controller import Controller as BaseController
+
+class HybridController(BaseController):
+    def check_prefetch_progress(self, op):
+        hit = torch.tensor(self.storage_backend.batch_exists(op.keys))
+        self._all_reduce(hit, torch.distributed.ReduceOp.MIN, self.hit_groups)
+        if hit.item() < self.threshold:
+            self.revoke(op)
+""",
+    })
+    a = only(inv, kind="storage-exists").alignment
+    assert a.mechanism == "min" and a.steps[0].groups == ("tp", "pp")
+    assert a.covers_pp is True
