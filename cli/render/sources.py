@@ -117,8 +117,8 @@ def render_diff(diff, show_all: bool = False, console: Console | None = None) ->
         for item in diff.realigned:
             r.add_row(
                 f"{item.b.file}:{item.b.line} {item.b.function} {item.b.kind}",
-                label(item.a),
-                label(item.b),
+                _full(label(item.a), item.a.alignment.text),
+                _full(label(item.b), item.b.alignment.text),
             )
         console.print(r)
     for title, items in (("Added", diff.added), ("Removed", diff.removed)):
@@ -127,6 +127,10 @@ def render_diff(diff, show_all: bool = False, console: Console | None = None) ->
             console.print(table)
     if not show_all:
         console.print("reads of unknown decision are left out: --all")
+
+
+def _full(label: str, text: str) -> str:
+    return label if text in label else f"{label}: {text}"
 
 
 def _mechs(counts: dict[str, int]) -> str:

@@ -94,7 +94,8 @@ def label(s: Source) -> str:
 
 def _shape(s: Source) -> tuple:
     a = s.alignment
-    return a.mechanism, a.covers_pp, a.covers_tp
+    groups = frozenset(g for step in a.steps for g in step.groups)
+    return a.mechanism, a.covers_pp, a.covers_tp, groups
 
 
 def _classic(inv: Inventory, name: str) -> tuple[dict[str, int], tuple[str, ...]]:
