@@ -86,10 +86,15 @@ class Tracer:
 
 
 def _same_object(cls: str | None, owner: str) -> bool:
-    """The Scheduler is assembled from mixins (SchedulerPPMixin, ...): one `self` for all."""
+    """The Scheduler is assembled from mixins (SchedulerPPMixin, ...): one `self` for all. Its
+    components (SchedulerFlushWrapper, SchedulerMetricsReporter) are objects of their own."""
     if cls == owner:
         return True
-    return bool(cls and owner and cls.startswith("Scheduler") and owner.startswith("Scheduler"))
+    return bool(cls and owner and _scheduler_part(cls) and _scheduler_part(owner))
+
+
+def _scheduler_part(cls: str) -> bool:
+    return cls == "Scheduler" or (cls.startswith("Scheduler") and cls.endswith("Mixin"))
 
 
 def _attr_load_matcher(attr: str) -> Callable[[ast.AST], bool]:

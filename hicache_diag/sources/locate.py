@@ -26,6 +26,8 @@ def builtin_tree() -> Tree:
 
 def source_tree(path: Path) -> Tree:
     """An unzipped wheel (holding sglang/srt/) or the sglang package dir itself."""
+    if path.is_file():
+        raise UsageError(f"--source {path}: a file, not a directory (unzip the wheel first)")
     if not path.is_dir():
         raise UsageError(f"--source {path}: no such directory")
     for pkg in (path, path / "sglang"):

@@ -130,6 +130,7 @@ def test_builtin_engine_scans_our_runtime(capsys):
     ("argv", "needle"),
     [
         (["--source", "{tmp}/missing"], "no such directory"),
+        (["--source", "{tmp}/w.whl"], "a file, not a directory"),
         (["--source", "{tmp}"], "no SGLang source there"),
         (["--source", "{tmp}", "--sglang-python", "python"], "give one"),
         (["--engine", "vllm"], "choose one of sglang, builtin"),
@@ -139,6 +140,7 @@ def test_builtin_engine_scans_our_runtime(capsys):
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, needle):
+    (tmp_path / "w.whl").write_bytes(b"PK")
     rc = run_cli(["sources", *(a.replace("{tmp}", str(tmp_path)) for a in argv)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("hicache-diag: error:"), err

@@ -128,3 +128,30 @@ class Cache:
     s = only(inv, kind="alloc-result")
     assert (s.classic, s.decisions) == ("host-alloc", ("write-back",))
     assert s.alignment.mechanism == "none"
+
+
+def test_scheduler_mixins_share_self_but_scheduler_components_do_not(tmp_path):
+    inv = scan(tmp_path, {"managers/scheduler.py": """
+import time
+
+class SchedulerPPMixin:
+    def stamp(self):
+        self._last_step = time.monotonic()
+
+class Scheduler(SchedulerPPMixin):
+    def get_next_batch_to_run(self):
+        if self._last_step > self._deadline:
+            return None
+
+class SchedulerFlushWrapper:
+    def handle(self, req):
+        self._pending = (req, time.monotonic())
+
+class SchedulerMetricsMixin:
+    def flush_cache(self):
+        if self._pending:
+            self.reset()
+"""})
+    mixin = only(inv, function="SchedulerPPMixin.stamp")
+    assert mixin.decisions == ("batch-admission",)
+    assert [s.function for s in inv.sources] == ["SchedulerPPMixin.stamp"]
