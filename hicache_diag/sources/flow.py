@@ -14,7 +14,7 @@ import ast
 from collections.abc import Callable
 
 from hicache_diag.sources.decisions import Decisions
-from hicache_diag.sources.index import Function, SourceIndex, callee_name
+from hicache_diag.sources.index import Function, SourceIndex, callee_name, same_object
 from hicache_diag.sources.model import State
 from hicache_diag.sources.rules import MAX_HOPS, MAX_READERS
 from hicache_diag.sources.sync import SyncSummaries
@@ -42,16 +42,18 @@ class Tracer:
         seen: set,
         on_self: str | None = None,
         hops: int = 0,
+        positions: frozenset[int] | None = None,
     ) -> None:
         """A value stored in `x.attr` reaches the functions that read `.attr`; stored on self
         (`on_self` = the class), only that class's own `self.attr` reads, so that common names
-        do not join unrelated classes."""
+        do not join unrelated classes. `positions`: a tuple was stored and only these of its
+        elements carry the value (`self._pending = (req, deadline)`)."""
         out.attrs.add(attr)
         if on_self is not None:
             pool = [
                 fn
                 for fn in self.index.self_attr_readers.get(attr, [])
-                if _same_object(fn.cls, on_self)
+                if same_object(fn.cls, on_self)
             ]
         else:
             pool = self.index.attr_readers.get(attr, [])
@@ -63,6 +65,7 @@ class Tracer:
             match = _attr_load_matcher(attr)
             walk = FunctionWalk(self, fn, match, {}, state, depth + 1, out, seen, up=True)
             walk.hops = hops + 1
+            walk.seed_positions = positions
             walk.run()
 
     def follow_queue(
@@ -83,18 +86,6 @@ class Tracer:
             walk = FunctionWalk(self, fn, match, {}, state, depth + 1, out, seen, up=True)
             walk.hops = hops + 1
             walk.run()
-
-
-def _same_object(cls: str | None, owner: str) -> bool:
-    """The Scheduler is assembled from mixins (SchedulerPPMixin, ...): one `self` for all. Its
-    components (SchedulerFlushWrapper, SchedulerMetricsReporter) are objects of their own."""
-    if cls == owner:
-        return True
-    return bool(cls and owner and _scheduler_part(cls) and _scheduler_part(owner))
-
-
-def _scheduler_part(cls: str) -> bool:
-    return cls == "Scheduler" or (cls.startswith("Scheduler") and cls.endswith("Mixin"))
 
 
 def _attr_load_matcher(attr: str) -> Callable[[ast.AST], bool]:

@@ -43,6 +43,18 @@ def receiver_text(call: ast.Call) -> str:
     return ast.unparse(f.value) if isinstance(f, ast.Attribute) else ""
 
 
+def same_object(cls: str | None, owner: str | None) -> bool:
+    """The Scheduler is assembled from mixins (SchedulerPPMixin, ...): one `self` for all. Its
+    components (SchedulerFlushWrapper, SchedulerMetricsReporter) are objects of their own."""
+    if cls == owner:
+        return True
+    return bool(cls and owner and _scheduler_part(cls) and _scheduler_part(owner))
+
+
+def _scheduler_part(cls: str) -> bool:
+    return cls == "Scheduler" or (cls.startswith("Scheduler") and cls.endswith("Mixin"))
+
+
 def _module_file(module: str) -> str:
     """`sglang.srt.mem_cache.radix_cache` -> `mem_cache/radix_cache.py` (display paths are
     relative to srt/, or to the builtin runtime's root)."""
@@ -152,6 +164,11 @@ class SourceIndex:
                 return same[0]
             if inherited := self._inherited(caller.cls, cands):
                 return inherited
+            # The Scheduler's mixins call each other's methods through one `self`.
+            parts = [c for c in cands if same_object(c.cls, caller.cls)]
+            if parts:
+                return parts[0]
+            return None  # an attribute holding a callable (`self._send_output`): unknown
         if isinstance(f, ast.Name):
             same_file = [c for c in cands if c.cls is None and c.file == caller.file]
             if same_file:

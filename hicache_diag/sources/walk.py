@@ -56,6 +56,7 @@ class FunctionWalk:
         self.carriers: dict[str, State] = {}  # objects given a tainted field in this function
         self.replay = 0  # > 0 in a loop body's second turn
         self.hops = 0  # attribute/queue crossings on the path to this walk
+        self.seed_positions: frozenset[int] | None = None  # see Tracer.follow_stored
         # calls walked into: what their return carries (None: nothing), in place of the
         # default "a call with a tainted argument returns a tainted value"
         self.results: dict[int, State | None] = {}
@@ -96,7 +97,9 @@ class FunctionWalk:
             found = _weaker(found, self.taint(child))
         return found
 
-    def bind(self, target: ast.AST, state: State) -> None:
+    def bind(
+        self, target: ast.AST, state: State, positions: frozenset[int] | None = None
+    ) -> None:
         if isinstance(target, ast.Name):
             self.env[target.id] = state
         elif isinstance(target, ast.Tuple | ast.List):
@@ -116,8 +119,20 @@ class FunctionWalk:
                 if isinstance(target.value, ast.Name) and target.value.id == "self":
                     on_self = self.fn.cls or ""
                 self.t.follow_stored(
-                    target.attr, state, self.depth, self.out, self.seen, on_self, self.hops
+                    target.attr, state, self.depth, self.out, self.seen, on_self, self.hops,
+                    positions,
                 )
+
+    def _unpack_seed(self, target: ast.AST, value: ast.AST, state: State) -> bool:
+        """`req, deadline = self._pending` where only `deadline` was tainted when stored."""
+        if self.seed_positions is None or not isinstance(target, ast.Tuple):
+            return False
+        if not self.is_seed(value):
+            return False
+        for i, elt in enumerate(target.elts):
+            if i in self.seed_positions:
+                self.bind(elt, state)
+        return True
 
     # -- statements ---------------------------------------------------------------------------
     def block(self, stmts: list[ast.stmt], loop: ast.For | ast.While | None = None) -> None:
@@ -130,8 +145,14 @@ class FunctionWalk:
             self.comprehension_tests(expr)
         if isinstance(s, ast.Assign):
             if (st := self.taint(s.value)) is not None:
+                positions = None
+                if isinstance(s.value, ast.Tuple):  # which elements of a stored tuple carry it
+                    elts = enumerate(s.value.elts)
+                    positions = frozenset(i for i, e in elts if self.taint(e) is not None)
                 for t in s.targets:
-                    self.bind(t, st)
+                    if self._unpack_seed(t, s.value, st):
+                        continue
+                    self.bind(t, st, positions)
         elif isinstance(s, ast.AugAssign | ast.AnnAssign):
             if s.value is not None and (st := self.taint(s.value)) is not None:
                 self.bind(s.target, st)

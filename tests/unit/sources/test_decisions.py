@@ -155,3 +155,24 @@ class SchedulerMetricsMixin:
     mixin = only(inv, function="SchedulerPPMixin.stamp")
     assert mixin.decisions == ("batch-admission",)
     assert [s.function for s in inv.sources] == ["SchedulerPPMixin.stamp"]
+
+
+def test_only_the_stored_tuple_element_that_holds_the_value_carries_it(tmp_path):
+    code = """
+import time
+
+class SchedulerFlushWrapper:
+    def handle(self, req):
+        self._pending = (req, time.monotonic() + req.timeout_s)
+
+    def check_pending(self):
+        req, deadline = self._pending
+        if req.rid in self.seen:
+            self.drop(req)
+        if time.monotonic() >= deadline:
+            self._reply(req)
+"""
+    inv = scan(tmp_path, {"managers/scheduler_components/flush_wrapper.py": code})
+    deadline_test = 1 + code.splitlines().index("        if time.monotonic() >= deadline:")
+    handle = only(inv, function="SchedulerFlushWrapper.handle")
+    assert [u.line for u in handle.uses] == [deadline_test]  # not the `req` test above it
