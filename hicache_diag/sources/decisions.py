@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 from collections import deque
 
 from hicache_diag.sources.index import Function, SourceIndex
@@ -23,7 +22,7 @@ class Decisions:
                 return self._table[key]
         return None
 
-    def of_name(self, name: str, call: ast.Call | None = None) -> str | None:
+    def of_name(self, name: str) -> str | None:
         """The category of a call by its callee name (the callee may be out of scope)."""
         return self._table.get(name)
 

@@ -263,7 +263,7 @@ class FunctionWalk:
                     if walk.returned is not None:
                         walk.on_return(walk.returned)  # a decision function's return is a use
                 self.seen.discard(id(target.node))  # another call site may pass other values
-        decision = self.t.decisions.of_name(name, call)
+        decision = self.t.decisions.of_name(name)
         if decision and len(self.out.uses) == before:
             self.use(call.lineno, state, "call-arg", decided=(decision, name))
 
