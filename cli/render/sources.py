@@ -1,0 +1,137 @@
+"""Renders a sources `Inventory` (one row per read) and an `InventoryDiff`."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _console(console: Console | None) -> Console:
+    # Piped output gets a wide table instead of rich's 80-column wrap ($COLUMNS still rules).
+    wide = sys.stdout.isatty() or "COLUMNS" in os.environ
+    return console or Console(highlight=False, width=None if wide else 200)
+
+
+def _pp(value: bool | None) -> str:
+    return {True: "yes", False: "no", None: "?"}[value]
+
+
+def _groups(sources, show_all: bool) -> list[list]:
+    """Reads of one kind in one function that feed the same decisions the same way share a
+    row (`is_fully_idle` reads nine queue lengths)."""
+    groups: dict[tuple, list] = {}
+    for s in sources:
+        if show_all or s.known:
+            a = s.alignment
+            key = (s.file, s.function, s.kind, s.classic, s.decisions, a.mechanism, a.covers_pp)
+            groups.setdefault(key, []).append(s)
+    return list(groups.values())
+
+
+def _rows(table: Table, sources, show_all: bool) -> int:
+    groups = _groups(sources, show_all)
+    for group in groups:
+        s = group[0]
+        more = f" (+{len(group) - 1})" if len(group) > 1 else ""
+        a = s.alignment
+        raw = sum(g.raw_uses for g in group)
+        table.add_row(
+            f"{s.file}:{s.line}{more}",
+            s.function,
+            s.kind,
+            s.classic or "",
+            ", ".join(s.decisions),
+            a.mechanism,
+            _pp(a.covers_pp),
+            str(raw) if raw else "",
+        )
+    return len(groups)
+
+
+def _source_table(title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("file:line", "function", "kind", "classic", "decision", "alignment", "PP", "raw"):
+        t.add_column(col, overflow="fold")
+    return t
+
+
+def render_inventory(inv, show_all: bool = False, console: Console | None = None) -> None:
+    console = _console(console)
+    rel = inv.release
+    t = _source_table(f"Divergence sources, {rel.engine} {rel.version} (static)")
+    shown = _rows(t, inv.sources, show_all)
+    console.print(t)
+    unknown = sum(1 for s in inv.sources if not s.known)
+    console.print(
+        f"{len(inv.sources)} reads reach a decision in {len(inv.files)} files; {shown} rows"
+        + ("" if show_all else f" ({unknown} reads of unknown decision left out: --all)")
+        + f"; {inv.reads_without_decision} reads reach none (metrics, logs)."
+    )
+    console.print(
+        "alignment: how ranks agree on the value at its nearest aligned decision; "
+        "PP: whether that covers the PP stages; raw: decisions taken on the unaligned value."
+    )
+    _classic_summary(inv, console)
+    for note in inv.notes:
+        console.print(f"note: {note}")
+
+
+def _classic_summary(inv, console: Console) -> None:
+    """The four classic sources (seed 001) and where this tree reads each."""
+    from hicache_diag.sources.diff import CLASSIC_ORDER
+
+    t = Table(title="Classic sources", title_justify="left")
+    for col in ("source", "read at", "alignment", "PP"):
+        t.add_column(col, overflow="fold")
+    for name in CLASSIC_ORDER:
+        reads = [s for s in inv.sources if s.classic == name and s.known]
+        if not reads:
+            t.add_row(name, "not found", "", "")
+        for s in reads:
+            a = s.alignment
+            t.add_row(name, f"{s.file}:{s.line} {s.function}", a.text, _pp(a.covers_pp))
+    console.print(t)
+
+
+def render_diff(diff, show_all: bool = False, console: Console | None = None) -> None:
+    from hicache_diag.sources.diff import label
+
+    console = _console(console)
+    a, b = f"{diff.a.engine} {diff.a.version}", f"{diff.b.engine} {diff.b.version}"
+    t = Table(title=f"Classic sources, {a} -> {b}", title_justify="left")
+    for col in ("source", a, b, "changed"):
+        t.add_column(col, overflow="fold")
+    for c in diff.classic:
+        t.add_row(c.classic, _mechs(c.a), _mechs(c.b), "yes" if c.changed else "")
+    console.print(t)
+    console.print(
+        f"PP relays: {', '.join(diff.relays_a) or 'none'} -> {', '.join(diff.relays_b) or 'none'}"
+    )
+    if diff.realigned:
+        r = Table(title="Re-aligned (same read, other alignment)", title_justify="left")
+        for col in ("read", a, b):
+            r.add_column(col, overflow="fold")
+        for item in diff.realigned:
+            r.add_row(
+                f"{item.b.file}:{item.b.line} {item.b.function} {item.b.kind}",
+                _full(label(item.a), item.a.alignment.text),
+                _full(label(item.b), item.b.alignment.text),
+            )
+        console.print(r)
+    for title, items in (("Added", diff.added), ("Removed", diff.removed)):
+        table = _source_table(f"{title} ({len(items)})")
+        if _rows(table, items, show_all):
+            console.print(table)
+    if not show_all:
+        console.print("reads of unknown decision are left out: --all")
+
+
+def _full(label: str, text: str) -> str:
+    return label if text in label else f"{label}: {text}"
+
+
+def _mechs(counts: dict[str, int]) -> str:
+    return ", ".join(f"{m} x{n}" for m, n in counts.items()) or "-"

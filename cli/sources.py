@@ -1,0 +1,112 @@
+"""`hicache-diag sources`: the divergence-source inventory of a release's source tree (static),
+or the difference between two releases' inventories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hicache_diag.cli.render.console import err_console, print_json
+from hicache_diag.errors import UsageError
+
+EXAMPLES = """\b
+Examples:
+  hicache-diag sources --sglang-python ~/venvs/sglang-0.5.23/bin/python
+  hicache-diag sources --source sglang-0.5.23-wheel/ --json
+  hicache-diag sources --diff wheel-0.5.12.post1/ wheel-0.5.23/"""
+
+ENGINES = ("sglang", "builtin")
+
+
+def _tree(source: Path | None, python: str | None, engine: str):
+    from hicache_diag.sources.locate import builtin_tree, python_tree, source_tree
+
+    if engine not in ENGINES:
+        raise UsageError(f"--engine {engine}: choose one of {', '.join(ENGINES)}")
+    if source is not None and python is not None:
+        raise UsageError("--source and --sglang-python name two trees: give one")
+    if engine == "builtin":
+        if source is not None or python is not None:
+            raise UsageError("--engine builtin scans our runtime: drop --source/--sglang-python")
+        return builtin_tree()
+    return source_tree(source) if source is not None else python_tree(python)
+
+
+def _scan(tree):
+    from hicache_diag.sources.scan import scan_tree
+
+    err_console.print(f"sources: scanning {tree.engine} {tree.version} at {tree.root}")
+    return scan_tree(tree.root, tree.engine, tree.version)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "sources", epilog=EXAMPLES, short_help="List the per-rank reads that feed decisions."
+    )
+    def sources(
+        source: Annotated[
+            Path | None,
+            typer.Option(
+                "--source",
+                metavar="DIR",
+                help="An unzipped SGLang wheel or sglang package dir to scan.",
+                show_default=False,
+            ),
+        ] = None,
+        sglang_python: Annotated[
+            str | None,
+            typer.Option(
+                "--sglang-python",
+                metavar="PY",
+                help="Scan the SGLang this Python has (found without importing it).",
+                show_default=False,
+            ),
+        ] = None,
+        engine: Annotated[
+            str,
+            typer.Option("--engine", metavar="NAME", help="sglang, or builtin (our runtime)."),
+        ] = "sglang",
+        diff: Annotated[
+            tuple[str, str] | None,
+            typer.Option(
+                "--diff",
+                metavar="A B",
+                help="Compare two trees (dirs, Pythons or 'builtin').",
+                show_default=False,
+            ),
+        ] = None,
+        show_all: Annotated[
+            bool, typer.Option("--all", help="Also list reads whose decision is unknown.")
+        ] = False,
+        json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON.")] = False,
+    ) -> None:
+        """Inventory the reads of per-rank physical quantities (clocks, event readiness, queue
+        and pool sizes, allocation results, storage reads) in SGLang's scheduler, cache,
+        controller and session code: the decision each feeds and how ranks are aligned on it.
+        With no tree named, the SGLang of the current Python. Static; heuristic rules in
+        docs/sources.md."""
+        if diff is not None:
+            if source is not None or sglang_python is not None:
+                raise UsageError("--diff names both trees: drop --source/--sglang-python")
+            from hicache_diag.sources.diff import diff_inventories
+            from hicache_diag.sources.locate import any_tree
+
+            a, b = (_scan(any_tree(spec)) for spec in diff)
+            result = diff_inventories(a, b)
+            if json_out:
+                print_json(result.to_json())
+            else:
+                from hicache_diag.cli.render.sources import render_diff
+
+                render_diff(result, show_all=show_all)
+            raise typer.Exit(0)
+        inventory = _scan(_tree(source, sglang_python, engine))
+        if json_out:
+            print_json(inventory.to_json())
+        else:
+            from hicache_diag.cli.render.sources import render_inventory
+
+            render_inventory(inventory, show_all=show_all)
+        raise typer.Exit(0)

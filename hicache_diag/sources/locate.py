@@ -1,0 +1,72 @@
+"""Find the tree to scan: `--source DIR`, `--sglang-python PY`, the current Python's SGLang, or
+the builtin runtime. Never imports SGLang (its python is asked with find_spec)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from hicache_diag.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class Tree:
+    engine: str  # sglang | builtin
+    root: Path  # the sglang package dir, or hicache_diag/runtime
+    version: str
+
+
+def builtin_tree() -> Tree:
+    import hicache_diag
+    from hicache_diag import runtime
+
+    return Tree("builtin", Path(runtime.__file__).parent, hicache_diag.__version__)
+
+
+def source_tree(path: Path) -> Tree:
+    """An unzipped wheel (holding sglang/srt/) or the sglang package dir itself."""
+    if path.is_file():
+        raise UsageError(f"--source {path}: a file, not a directory (unzip the wheel first)")
+    if not path.is_dir():
+        raise UsageError(f"--source {path}: no such directory")
+    for pkg in (path, path / "sglang"):
+        if (pkg / "srt").is_dir():
+            return Tree("sglang", pkg.resolve(), _version(pkg))
+    raise UsageError(f"--source {path}: no SGLang source there (expected srt/ or sglang/srt/)")
+
+
+def python_tree(python: str | None) -> Tree:
+    from hicache_diag.sglang.install import probe_sglang
+
+    install = probe_sglang(python)
+    if not (install.package_dir / "srt").is_dir():
+        raise UsageError(f"{install.package_dir}: SGLang there has no srt/ source")
+    return Tree("sglang", install.package_dir, install.version)
+
+
+def any_tree(spec: str) -> Tree:
+    """For --diff: `builtin`, a source directory, or a Python executable."""
+    if spec == "builtin":
+        return builtin_tree()
+    path = Path(spec)
+    if path.is_dir():
+        return source_tree(path)
+    if path.is_file():
+        return python_tree(spec)
+    raise UsageError(f"--diff {spec}: neither a directory, a Python executable nor 'builtin'")
+
+
+_VERSION = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""")
+
+
+def _version(pkg: Path) -> str:
+    for meta in sorted(pkg.parent.glob("sglang-*.dist-info/METADATA")):
+        for line in meta.read_text(errors="replace").splitlines():
+            if line.startswith("Version:"):
+                return line.split(":", 1)[1].strip()
+    for name in ("_version.py", "version.py"):
+        f = pkg / name
+        if f.is_file() and (m := _VERSION.search(f.read_text(errors="replace"))):
+            return m.group(1)
+    return "unknown"
