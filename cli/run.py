@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import Any
 
@@ -13,6 +12,8 @@ from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.cli.render.progress import LiveProgress
 from hicache_diag.cli.render.verdict import render_check, render_verdict
 from hicache_diag.errors import UsageError
+from hicache_diag.harness.no_effect import refuse_no_effect
+from hicache_diag.limits import check_builtin_run, check_int, check_seconds
 from hicache_diag.runtime.protocol import build_protocol
 from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig, parse_size
 from hicache_diag.verdict import ExitCode, Outcome
@@ -28,10 +29,12 @@ def _pick(flags: dict[str, Any], scenario: dict[str, Any], name: str) -> Any:
 
 
 def _scenario(path: str | None) -> tuple[tuple[str, ...], dict[str, Any]]:
-    if not path:
+    if path is None:
         return (), {}
     from hicache_diag.faults import load_scenario
+    from hicache_diag.paths import input_file
 
+    input_file("--scenario", path)  # a device or a FIFO would be read forever
     sc = load_scenario(path)
     opts = dict(sc.options)
     # Scenario keys use run flag names in snake_case; map the storage aliases.
@@ -47,7 +50,7 @@ def _scenario(path: str | None) -> tuple[tuple[str, ...], dict[str, Any]]:
 
 def _expectation(path: str | None) -> Any:
     """`--check`: the scenario's [expect] table, refused (exit 2) when there is none to check."""
-    if not path:
+    if path is None:
         raise UsageError("--check needs --scenario FILE with an [expect] table")
     from hicache_diag.faults import load_scenario
 
@@ -101,8 +104,12 @@ def build_engine_config(flags: dict[str, Any]) -> Any:
     from hicache_diag.sglang.build import build_sglang_config
 
     check_writable(flags.get("out"))
+    if pick("max_steps") is not None:  # SGLang's server runs until its requests are answered
+        raise UsageError("--max-steps applies to --engine builtin only")
     pp, tp = int(pick("pp")), int(pick("tp"))
     faults = _faults(scenario_faults, flags, pp, tp)
+    given = {k: v for k, v in {**sopts, **flags}.items() if v is not None}
+    refuse_no_effect(given, faults, pick("hicache_storage_backend") != "none")
     return build_sglang_config(flags, sopts, faults, pick)
 
 
@@ -140,6 +147,7 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
     from hicache_diag.harness.workload import check_fits
 
     check_fits(workload, sa)
+    given = {k: v for k, v in {**sopts, **flags}.items() if v is not None}
     # A scenario's `fix` list refines the scenario's own preset (e.g. legacy + ack-count=leader
     # replays the state between #27285 and #31425); `--protocol` on the command line replaces
     # that historical state whole, so it drops the list. `--fix` flags always apply last.
@@ -147,15 +155,19 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
     fixes = scenario_fixes + list(flags.get("fix") or [])
     protocol = build_protocol(pick("protocol"), fixes)
     faults = _faults(scenario_faults, flags, sa.pp_size, sa.tp_size)
+    refuse_no_effect(given, faults, sa.hicache_storage_backend != "none", protocol.lru_clock)
     hang_timeout = float(pick("hang_timeout"))
-    if not (math.isfinite(hang_timeout) and hang_timeout > 0):
-        raise UsageError(
-            f"--hang-timeout must be a finite number of seconds > 0 (got {hang_timeout})"
-        )
+    check_seconds("--hang-timeout", hang_timeout)
+    max_steps = pick("max_steps")
+    if max_steps is not None:
+        check_int("--max-steps", int(max_steps), 1)
     from hicache_diag.harness.rundir import check_writable
 
     check_writable(flags.get("out"))
-    return RunConfig(sa, protocol, workload, faults, seed, flags.get("out"), hang_timeout)
+    cfg = RunConfig(sa, protocol, workload, faults, seed, flags.get("out"), hang_timeout,
+                    max_steps)  # fmt: skip
+    check_builtin_run(cfg)  # pools, workload and records against this host's memory and disk
+    return cfg
 
 
 # \b keeps click from rewrapping the block.
@@ -195,6 +207,7 @@ def register(app: typer.Typer) -> None:
         requests: o.RequestsOpt = None,
         max_new_tokens: o.MaxNewTokensOpt = None,
         hang_timeout: o.HangTimeoutOpt = None,
+        max_steps: o.MaxStepsOpt = None,
         device: o.DeviceOpt = None,
         engine: o.EngineOpt = None,
         model: o.ModelOpt = None,

@@ -117,6 +117,13 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
         lines = [f"interrupted by the user (SIGINT/SIGTERM); every rank reaped; so far: {seen}"]
         return checks.Finding(Outcome.INTERRUPTED, signature="interrupted", evidence=lines
                               + found.evidence)  # fmt: skip
+    if run.budget is not None:
+        # Whatever followed (requests without output, a stage left waiting) is our limit's doing.
+        b = run.budget
+        line = (f"step budget exhausted after {b.get('steps')} steps (--max-steps "
+                f"{b.get('max_steps')}; {b.get('unfinished_requests')} request(s) unfinished)")
+        return checks.Finding(Outcome.UNDECIDED, signature=line, evidence=[
+            line, "raise --max-steps to let the run finish; nothing here is a verdict"])
     if found.outcome is not Outcome.OK:
         return found
     reasons = []

@@ -31,6 +31,7 @@ class RunData:
     reference: Any = None
     verdict: dict[str, Any] | None = None
     requests: dict[str, Any] | None = None  # requests.json (real SGLang): per-request errors
+    budget: dict[str, Any] | None = None  # budget.json: PP0 stopped on --max-steps, work left
     missing: list[str] = field(default_factory=list)
     bad_lines: int = 0  # jsonl lines that did not parse (a torn last line of a killed rank)
 
@@ -170,6 +171,8 @@ def load_run(run_dir: Path | str) -> RunData:
     data.reference = _optional(run_dir, "reference.json", missing)
     rpath = run_dir / "requests.json"  # only the sglang engine's client writes it
     data.requests = _object(rpath) if rpath.is_file() else None
+    bpath = run_dir / "budget.json"  # only written when the step budget ran out
+    data.budget = _object(bpath) if bpath.is_file() else None
     vpath = run_dir / "verdict.json"
     data.verdict = _object(vpath) if vpath.is_file() else None
     data.stacks = _load_stacks(run_dir)

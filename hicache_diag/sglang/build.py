@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag.errors import UsageError
+from hicache_diag.limits import check_async_depth, check_seconds
 from hicache_diag.runtime.server_args import (
     PREFETCH_POLICIES,
     STORAGE_BACKENDS,
@@ -83,8 +84,7 @@ def build_sglang_config(
     if policy:
         _choice("prefetch policy", policy, PREFETCH_POLICIES)
     hang_timeout = float(value("hang_timeout"))
-    if not math.isfinite(hang_timeout) or hang_timeout <= 0:
-        raise UsageError(f"--hang-timeout must be a finite number > 0 (got {hang_timeout})")
+    check_seconds("--hang-timeout", hang_timeout)
     pp, tp, page = int(value("pp")), int(value("tp")), int(value("page_size"))
     max_total = int(value("max_total_tokens"))
     for name, v in (("--pp", pp), ("--tp", tp), ("--page-size", page)):
@@ -102,6 +102,7 @@ def build_sglang_config(
 
     refuse_unhookable(install, faults)
     depth = int(value("async_depth") or 0)
+    check_async_depth(depth)
     extra = tuple(flags.get("sglang_arg") or ()) + (
         ("--pp-async-batch-depth", str(depth)) if depth else ()
     )

@@ -18,7 +18,7 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
     (["run", "--pp", "6"], 2, "exceeds the model's 5 layers"),
     (["run", "--pp", "0"], 2, "--pp must be >= 1"),
     (["run", "--tp", "0"], 2, "--tp must be >= 1"),
-    (["run", "--async-depth", "-1"], 2, "--async-depth must be >= 0"),
+    (["run", "--async-depth", "-1"], 2, "--async-depth must be between 0 and 8"),
     # sizes: positive, finite, big enough for one request
     (["run", "--max-total-tokens", "7"], 2, "cannot hold one request"),
     (["run", "--max-total-tokens", "0"], 2, "smaller than one page"),
@@ -51,7 +51,7 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
     (["run", "--scenario", "{root}/pp_two.toml"], 2, "pp must be an integer, not 'two'"),
     (["run", "--scenario", "{root}/unknown_key.toml"], 2, "unknown key 'bogus'; valid keys:"),
     (["run", "--scenario", "{root}/fix_str.toml"], 2, "fix must be a list"),
-    (["run", "--scenario", "{root}/missing.toml"], 2, "cannot read scenario"),
+    (["run", "--scenario", "{root}/missing.toml"], 2, "does not exist"),
     # the run directory is written once
     (["run", "--out", "{root}/nonempty"], 2, "is not empty; a run directory is written once"),
     (["run", "--out", "{root}/afile/run"], 2, "is not writable"),
