@@ -67,8 +67,8 @@ class Scheduler(SchedulerPPMixin):
         """PP0, at the end of a step: stop once every request is done. The stop travels with the
         next step's requests, so that step's output relay still runs on every stage."""
         done = self.step >= self.stop_after and not self.waiting_queue and self.num_active == 0
-        self._stop_next = done or self.step + 1 >= self.max_steps
-        if self._stop_next and not done and self.on_budget_exhausted is not None:
+        stopping, self._stop_next = self._stop_next, done or self.step + 1 >= self.max_steps
+        if self._stop_next and not (done or stopping) and self.on_budget_exhausted is not None:
             # The budget is the tool's limit: say so, so the verdict is `undecided`, not a form.
             self.on_budget_exhausted(self.step + 1, len(self.waiting_queue) + self.num_active)
 
