@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -9,12 +10,9 @@ import typer
 
 from hicache_diag.cli.options import with_default
 from hicache_diag.cli.render.console import print_json
-from hicache_diag.errors import UsageError
 
 
 def _render(report, summary: Path | None) -> None:
-    import sys
-
     from rich.console import Console
 
     from hicache_diag.cli.render.report import markdown_summary, render_report
@@ -69,13 +67,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Render a run directory: verdict, first divergence, per-rank timelines and plots."""
         from hicache_diag.diagnosis.report import build_report  # pandas only when used
+        from hicache_diag.paths import not_empty, output_dir, output_file
         from hicache_diag.verdict import ExitCode
 
-        if plots is not None and plots.exists() and not plots.is_dir():
-            raise UsageError(f"--plots {str(plots)!r} is a file; give a directory for the PNGs")
-        if summary is not None and summary.is_dir():
-            raise UsageError(f"--summary {str(summary)!r} is a directory; give a file name")
+        not_empty("RUN_DIR", run_dir)
+        output_dir("--plots", plots)
+        output_file("--summary", summary if summary is not None or plots is None
+                    else plots / "report.md")  # fmt: skip
         result = build_report(run_dir, plots, reclassify)
+        if result.reclassified is not None:  # say so: the recorded verdict is not what is shown
+            sys.stderr.write(f"note: --reclassify: {result.reclassified}; classified afresh "
+                             "from the evidence\n")  # fmt: skip
         if summary is None and plots is not None:
             summary = plots / "report.md"
         if json_out:
