@@ -59,7 +59,8 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
     (["bisect", "--trials", "1"], 2, "bisect needs a matrix"),
     (["bisect", "--switch", "host-alloc=local,two-phase", "--tp", "3"], 2, "attention heads"),
     (["bisect", "--hicache-size", "1B,64MiB"], 2, "fewer tokens than one page"),
-    (["bisect", "--switch", "host-alloc=local", "--trial-timeout", "nan"], 2, "--trial-timeout"),
+    (["bisect", "--switch", "host-alloc=local,two-phase", "--trial-timeout", "nan"], 2,
+     "--trial-timeout"),
     # triage
     (["triage", "--pid", "-5"], 2, "--pid must be a positive process id, got -5"),
     (["triage", "--pid", "0"], 2, "--pid must be a positive process id, got 0"),
