@@ -94,10 +94,11 @@ def build_sglang_config(
         raise UsageError(
             f"--max-total-tokens {max_total} is too small for SGLang (use >= {64 * page})"
         )
+    device = value("device")
+    # The release first: a missing --sglang-python is refused before the model is built.
+    install = _sglang_install(flags, scenario, cpu=device == "cpu")
     model, vocab = _model(flags.get("model") or scenario.get("model"))
     _check_topology(model, pp, tp)
-    device = value("device")
-    install = _sglang_install(flags, scenario, cpu=device == "cpu")
     from hicache_diag.sglang.install import refuse_unhookable
 
     refuse_unhookable(install, faults)
