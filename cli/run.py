@@ -229,7 +229,7 @@ def _run_and_render(cfg: RunConfig, json_: bool, expect: Any = None) -> int:
         from hicache_diag.sglang.trial import run_sglang_trial as run_trial
 
     try:
-        with LiveProgress(err_console, cfg.world_size) as progress:
+        with LiveProgress(err_console, cfg.world_size, quiet=json_) as progress:
             argv = ["hicache-diag", *sys.argv[1:]]
             result = run_trial(cfg, argv, on_progress=progress.update)
     except KeyboardInterrupt:

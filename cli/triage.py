@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from hicache_diag.cli.render.console import print_json
+from hicache_diag.cli.render.console import err_console, print_json
+from hicache_diag.cli.render.status import reading_status
 from hicache_diag.cli.render.triage import render_triage
 from hicache_diag.errors import UsageError
 from hicache_diag.triage import TriageRequest, run_triage
@@ -54,7 +55,39 @@ EXAMPLES = """\b
 Examples:
   hicache-diag triage --discover          # every *::scheduler* process here
   hicache-diag triage --dumps samples/dumps/pp_hang_pp_sync --json
-  hicache-diag triage --logs samples/logs/form_a_cascade.log"""
+  hicache-diag triage samples/logs/form_a_cascade.log   # same as --logs FILE
+
+Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided,
+130 interrupted, 2 bad input, 1 internal error."""
+
+
+def _check_request(req: TriageRequest) -> None:
+    """Paths, live targets and sample counts, before any file is read or process dumped."""
+    import psutil
+
+    from hicache_diag.limits import MAX_SECONDS
+    from hicache_diag.paths import input_dir, input_file, output_dir
+
+    for path in req.logs:
+        input_file("--logs", path)  # a device or FIFO would be read forever
+    for path in req.dumps:
+        input_dir("--dumps", path)
+    output_dir("--save", req.save)
+    gone = [p for p in req.pids if not psutil.pid_exists(p)]
+    if gone:
+        raise UsageError(f"--pid {gone[0]}: no such process on this host")
+    live = bool(req.pids or req.discover)
+    if req.native and not live:
+        raise UsageError("--native adds a live py-spy pass: use it with --pid or --discover")
+    for flag, value in (("--interval", req.interval), ("--deadline", req.deadline_s)):
+        if value > MAX_SECONDS:
+            raise UsageError(f"{flag} must be <= {MAX_SECONDS:.0f} s (one day) (got {value})")
+    most = int(MAX_SECONDS // (req.interval + req.deadline_s))
+    if live and req.samples > most:
+        raise UsageError(
+            f"--samples {req.samples} x (--interval {req.interval} + --deadline "
+            f"{req.deadline_s}) s is more than a day; the largest that fits is {most}"
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -100,16 +133,10 @@ def register(app: typer.Typer) -> None:
         ),
         more_logs: Annotated[
             list[Path] | None,
-            typer.Argument(
-                help="More log files after --logs FILE.", metavar="[FILE...]", hidden=True
-            ),
+            typer.Argument(help="Log files, as with --logs.", metavar="LOG", show_default=False),
         ] = None,
     ) -> None:
-        """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits.
-
-        Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided, 2 bad input."""
-        if more_logs and not logs:
-            raise UsageError(f"unexpected argument {more_logs[0]} (log files go after --logs)")
+        """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits."""
         request = TriageRequest(
             pids=tuple(pid or ()),
             discover=discover,
@@ -123,7 +150,9 @@ def register(app: typer.Typer) -> None:
             native=native,
             num_heads=num_heads,
         )
-        report = run_triage(request)
+        _check_request(request)
+        with reading_status(err_console, request.logs, quiet=json_out):
+            report = run_triage(request)
         if json_out:
             print_json(report.to_json())
         else:
