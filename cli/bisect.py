@@ -162,7 +162,10 @@ Examples:
   hicache-diag bisect --storage-backend none,file --hicache-size 16MiB,64MiB \\
       --trials 3 --jobs 2 --scenario samples/scenarios/form_a.toml
   hicache-diag bisect --switch host-alloc=local,two-phase --trials 5 \\
-      --protocol legacy --fault host-alloc-fail:rank=1"""
+      --protocol legacy --fault host-alloc-fail:rank=1
+
+Exit: 0 completed, whatever it found (table.json and table.md in --out),
+130 interrupted (partial table), 2 bad input, 1 internal error."""
 
 
 def add_run_flags_to_help(app: typer.Typer) -> None:

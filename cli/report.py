@@ -32,7 +32,8 @@ Examples:
   hicache-diag report samples/runs/form_c --json
 
 Exit: 0 rendered, 3 the run dir cannot decide (never finished or stepped),
-2 not a run directory or damaged."""
+2 bad input (not a run directory, a damaged file, a bad output path),
+1 internal error."""
 
 
 def register(app: typer.Typer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from typing import Any
 
 import typer
@@ -179,11 +180,28 @@ Examples:
                                 # a stalled rank: hang naming rank 1, exit 12
 
 Exit: 0 ok, 10/11/12 form A/B/C, 13 diverged, 14 wrong output, 15 leak,
-16 other crash, 3 undecided, 130 interrupted, 2 bad input, 1 internal error."""
+16 other crash, 3 undecided (also: step budget exhausted), 4 --check mismatch,
+130 interrupted, 2 bad input, 1 internal error."""
+
+
+def _catalogue() -> str:
+    """Fault names and --fix switches with their modes (legacy first), from the registries,
+    so the help can never drift from what the parser accepts (docs/faults.md has the table)."""
+    from hicache_diag.faults import FAULTS
+    from hicache_diag.runtime.protocol import SWITCHES
+
+    lines = ["\b", "Faults (--fault NAME[:key=value,...]; keys in docs/faults.md):"]
+    lines += textwrap.wrap(", ".join(sorted(FAULTS)), 76, initial_indent="  ",
+                           subsequent_indent="  ", break_on_hyphens=False)  # fmt: skip
+    lines.append("Switches (--fix NAME=MODE; legacy mode first, then the fix):")
+    for sw in SWITCHES.values():
+        lines.append(f"  {sw.name}={'|'.join(sw.modes)}  {sw.upstream}")
+    return "\n".join(lines)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("run", epilog=EXAMPLES, short_help="Run a PP + HiCache runtime, give a verdict.")
+    @app.command("run", epilog=f"{EXAMPLES}\n\n{_catalogue()}",
+                 short_help="Run a PP + HiCache runtime, give a verdict.")  # fmt: skip
     def run(
         fault: o.FaultOpt = None,
         fix: o.FixOpt = None,
