@@ -158,6 +158,7 @@ def check_jobs(jobs: int, world_size: int, machine: Machine | None = None) -> No
 def check_builtin_run(cfg: RunConfig, machine: Machine | None = None) -> None:
     """Everything a builtin run holds, against this host: pools, workload, recorded steps."""
     from hicache_diag.harness.workload import prompt_limit
+    from hicache_diag.runtime.server_args import AUTO_STEP_SLACK, auto_steps_per_request
 
     sa, wl = cfg.server_args, cfg.workload
     machine = machine or Machine.here()
@@ -168,5 +169,16 @@ def check_builtin_run(cfg: RunConfig, machine: Machine | None = None) -> None:
     check_requests(wl.requests, prompt_limit(wl, sa) + wl.max_new_tokens, sa.world_size + 1,
                    machine)  # fmt: skip
     # The budget bounds what a run can record; an automatic one grows with --requests.
-    flag = "--max-steps" if cfg.max_steps is not None else "--requests (its automatic --max-steps)"
-    check_record_disk(cfg.step_budget, sa.world_size, cfg.out, flag)
+    if cfg.max_steps is not None:
+        check_record_disk(cfg.max_steps, sa.world_size, cfg.out, "--max-steps")
+        return
+    free_steps = disk_free(cfg.out or "runs") // (RECORD_BYTES_PER_STEP * sa.world_size)
+    if cfg.step_budget > free_steps:
+        per_request = auto_steps_per_request(sa, wl)
+        largest = max(0, (free_steps - AUTO_STEP_SLACK) // per_request)
+        raise UsageError(
+            f"--requests {wl.requests} may record up to {cfg.step_budget} steps (its automatic "
+            f"--max-steps) x {sa.world_size} rank(s), more than the disk under "
+            f"{cfg.out or 'runs/'} holds; the largest --requests that fits is {largest} "
+            "(or set --max-steps)"
+        )

@@ -207,5 +207,11 @@ def auto_step_budget(sa: ServerArgs, wl: WorkloadConfig) -> int:
     token one visit of its slot, a visit every pp_loop_size steps) after the last arrival, plus
     1000. A healthy run ends long before; only a run that steps without finishing reaches it,
     and that is `undecided`, never a form (the budget is ours, not the user's bug)."""
-    serial = wl.requests * (wl.max_new_tokens + 1) * sa.pp_loop_size
-    return MAX_ARRIVAL_GAP * wl.requests + 2 * serial + 1000
+    return wl.requests * auto_steps_per_request(sa, wl) + AUTO_STEP_SLACK
+
+
+AUTO_STEP_SLACK = 1000
+
+
+def auto_steps_per_request(sa: ServerArgs, wl: WorkloadConfig) -> int:
+    return MAX_ARRIVAL_GAP + 2 * (wl.max_new_tokens + 1) * sa.pp_loop_size
