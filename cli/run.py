@@ -11,6 +11,7 @@ import typer
 from hicache_diag.cli import options as o
 from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.cli.render.progress import LiveProgress
+from hicache_diag.cli.render.status import PhaseStatus
 from hicache_diag.cli.render.verdict import render_check, render_verdict
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.no_effect import refuse_no_effect
@@ -236,7 +237,10 @@ def register(app: typer.Typer) -> None:
         """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
         flags = dict(locals())
         expect = _expectation(scenario) if check else None
-        raise typer.Exit(_run_and_render(build_engine_config(flags), json_, expect))
+        # With --engine sglang the checks probe the release and may build the model: seconds.
+        with PhaseStatus(err_console, quiet=json_, first="checking the run"):
+            cfg = build_engine_config(flags)
+        raise typer.Exit(_run_and_render(cfg, json_, expect))
 
 
 def _run_and_render(cfg: RunConfig, json_: bool, expect: Any = None) -> int:
@@ -248,6 +252,7 @@ def _run_and_render(cfg: RunConfig, json_: bool, expect: Any = None) -> int:
 
     try:
         with LiveProgress(err_console, cfg.world_size, quiet=json_) as progress:
+            progress.update({"phase": "starting", "elapsed_s": 0.0})  # from the first second
             argv = ["hicache-diag", *sys.argv[1:]]
             result = run_trial(cfg, argv, on_progress=progress.update)
     except KeyboardInterrupt:
