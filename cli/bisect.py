@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Annotated
@@ -22,6 +21,7 @@ from hicache_diag.harness.bisect import (
     parse_values,
     run_bisect,
 )
+from hicache_diag.limits import check_seconds
 
 
 def _run_options(app: typer.Typer) -> set[str]:
@@ -46,7 +46,12 @@ def _axes(app, storage: str | None, size: str | None, switches: list[str]) -> tu
 
 
 def _refuse_flat_axes(axes: tuple[Axis, ...]) -> None:
-    """An axis with one value, or a value twice, compares nothing (or a cell with itself)."""
+    """An axis with one value, or a value twice, compares nothing (or a cell with itself); an
+    axis given twice would overwrite itself in every cell."""
+    names = [a.name for a in axes]
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise UsageError(f"bisect axis {twice} is given twice; give it once with every value")
     for axis in axes:
         dup = next((v for i, v in enumerate(axis.values) if v in axis.values[:i]), None)
         if dup is not None:
@@ -108,7 +113,7 @@ Trials = Annotated[int, typer.Option("--trials", metavar="N", help="Trials per c
 Jobs = Annotated[int, typer.Option("--jobs", "-j", metavar="N", help="Trials run in parallel.")]
 Seed = Annotated[int, typer.Option("--seed", metavar="N", help="Seed of trial 0 (trial j: +j).")]
 Out = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
         "--out", metavar="DIR", help=with_default("Parent of the run dirs.", "runs/bisect-<utc>")
     ),
@@ -213,13 +218,13 @@ def register(app: typer.Typer) -> None:
         axes = _axes(app, storage_backend, hicache_size, switch or [])
         if trial_timeout is None:  # real SGLang starts in tens of seconds, the builtin in one
             trial_timeout = 900.0 if _engine(ctx.args) == "sglang" else 300.0
-        if not (math.isfinite(trial_timeout) and trial_timeout > 0):
-            raise UsageError(f"--trial-timeout must be a finite number > 0 (got {trial_timeout})")
+        check_seconds("--trial-timeout", trial_timeout)
         from hicache_diag.harness.rundir import check_writable
-        from hicache_diag.limits import check_jobs, check_trials
+        from hicache_diag.limits import check_jobs, check_seed, check_trials
 
-        check_writable(None if out is None else str(out))  # a file, non-empty or unwritable: 2
-        out = out or Path("runs") / f"bisect-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        check_writable(out)  # a file, non-empty or unwritable: 2
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        out = Path(out) if out is not None else Path("runs") / f"bisect-{stamp}"
         cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(ctx.args), trial_timeout)
         if not axes:
             raise UsageError(
@@ -228,6 +233,8 @@ def register(app: typer.Typer) -> None:
             )
         _refuse_flat_axes(axes)
         check_trials(trials, _cells(axes), out)
+        check_seed(seed)
+        check_seed(seed + trials - 1, "--seed + --trials - 1")  # trial j runs seed + j
         check_jobs(jobs, _check_cells(app, cfg))
         progress, on_result = trial_progress(err_console, _cells(axes) * trials, quiet=json_out)
         with progress:

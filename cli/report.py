@@ -42,17 +42,17 @@ def register(app: typer.Typer) -> None:
     )
     def report(
         run_dir: Annotated[
-            Path,
+            str,
             typer.Argument(
                 metavar="RUN_DIR", help="A run directory (runs/<utc>-<seed>/).", show_default=False
             ),
         ],
         plots: Annotated[
-            Path | None,
+            str | None,
             typer.Option("--plots", metavar="DIR", help="Write per-rank timeline PNGs here."),
         ] = None,
         summary: Annotated[
-            Path | None,
+            str | None,
             typer.Option(
                 "--summary",
                 metavar="FILE",
@@ -68,14 +68,16 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Render a run directory: verdict, first divergence, per-rank timelines and plots."""
         from hicache_diag.diagnosis.report import build_report  # pandas only when used
-        from hicache_diag.paths import not_empty, output_dir, output_file
+        from hicache_diag.paths import input_dir, output_dir, output_file
         from hicache_diag.verdict import ExitCode
 
-        not_empty("RUN_DIR", run_dir)
+        input_dir("RUN_DIR", run_dir)
         output_dir("--plots", plots)
-        output_file("--summary", summary if summary is not None or plots is None
-                    else plots / "report.md")  # fmt: skip
-        result = build_report(run_dir, plots, reclassify)
+        plots = None if plots is None else Path(plots)
+        summary = None if summary is None else (output_file("--summary", summary), Path(summary))[1]
+        if summary is None and plots is not None:
+            output_file("--summary", plots / "report.md")
+        result = build_report(Path(run_dir), plots, reclassify)
         if result.reclassified is not None:  # say so: the recorded verdict is not what is shown
             sys.stderr.write(f"note: --reclassify: {result.reclassified}; classified afresh "
                              "from the evidence\n")  # fmt: skip

@@ -15,7 +15,8 @@ from hicache_diag.cli.render.status import PhaseStatus
 from hicache_diag.cli.render.verdict import render_check, render_verdict
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.no_effect import refuse_no_effect
-from hicache_diag.limits import check_builtin_run, check_int, check_seconds
+from hicache_diag.limits import check_builtin_run, check_int, check_seconds, check_seed
+from hicache_diag.paths import not_empty
 from hicache_diag.runtime.protocol import build_protocol
 from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig, parse_size
 from hicache_diag.verdict import ExitCode, Outcome
@@ -136,6 +137,7 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
         hicache_storage_prefetch_policy=pick("hicache_storage_prefetch_policy"),
         device=device,
     )
+    not_empty("--hicache-storage-dir", sa.hicache_storage_dir)
     if sa.hicache_storage_backend == "none" and sa.hicache_storage_dir:
         raise UsageError(
             "--hicache-storage-dir does nothing without --hicache-storage-backend file"
@@ -145,6 +147,7 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
 
         check_storage_dir(sa.hicache_storage_dir)  # exit 2 before any rank starts
     seed = int(pick("seed"))
+    check_seed(seed)
     workload = WorkloadConfig(pick("workload"), pick("requests"), pick("max_new_tokens"), seed)
     from hicache_diag.harness.workload import check_fits
 

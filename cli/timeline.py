@@ -14,7 +14,7 @@ import typer
 
 from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.errors import HicacheDiagError, UsageError
-from hicache_diag.limits import check_builtin_run
+from hicache_diag.limits import check_builtin_run, check_seed
 from hicache_diag.runtime.protocol import build_protocol
 from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig
 
@@ -27,6 +27,7 @@ PROTOCOL = "l2"
 
 
 def build_config(pp: int, async_depth: int, requests: int, seed: int, out: Path) -> RunConfig:
+    check_seed(seed)
     if requests < 4:
         raise UsageError(f"--requests must be >= 4 to produce host hits (got {requests})")
     server = ServerArgs(
@@ -83,16 +84,17 @@ def register(app: typer.Typer) -> None:
         ] = 12,
         seed: Annotated[int, typer.Option("--seed", metavar="N", help="Workload seed.")] = 0,
         out: Annotated[
-            Path | None, typer.Option("--out", metavar="DIR", help="Keep the run directory here.")
+            str | None, typer.Option("--out", metavar="DIR", help="Keep the run directory here.")
         ] = None,
     ) -> None:
         """Measure load_ack / write_ack latencies of the PP event loop (seed 000's table)."""
         from hicache_diag.diagnosis.timeline import compute_timeline
         from hicache_diag.harness.rundir import check_writable
 
-        check_writable(None if out is None else str(out))
+        check_writable(out)
         build_config(pp, async_depth, requests, seed, Path(tempfile.gettempdir()))  # checks only
-        run_dir = out or Path(tempfile.mkdtemp(prefix="hicache-timeline-"))
+        tmp = out is None
+        run_dir = Path(tempfile.mkdtemp(prefix="hicache-timeline-")) if tmp else Path(out)
         cfg = build_config(pp, async_depth, requests, seed, run_dir)
         loop = cfg.server_args.pp_loop_size
         err_console.print(f"timeline: PP{pp} + {async_depth} async slot(s), loop size {loop}")

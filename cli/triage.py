@@ -28,7 +28,7 @@ Parent = Annotated[
     typer.Option("--parent", metavar="PID", help="With --discover: only this launcher's tree."),
 ]
 Dumps = Annotated[
-    list[Path] | None,
+    list[str] | None,
     typer.Option(
         "--dumps",
         metavar="DIR",
@@ -37,7 +37,7 @@ Dumps = Annotated[
     ),
 ]
 Logs = Annotated[
-    list[Path] | None,
+    list[str] | None,
     typer.Option(
         "--logs",
         metavar="FILE",
@@ -46,7 +46,7 @@ Logs = Annotated[
     ),
 ]
 Save = Annotated[
-    Path | None,
+    str | None,
     typer.Option("--save", metavar="DIR", help="Write the live samples here (merge with --dumps)."),
 ]
 
@@ -61,19 +61,32 @@ Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided,
 130 interrupted, 2 bad input, 1 internal error."""
 
 
+def _check_paths(dumps: list[str], logs: list[str], save: str | None) -> None:
+    """Before anything is read: a device or FIFO would be read forever; '' is no path."""
+    from hicache_diag.paths import input_dir, input_file, output_dir
+
+    for path in logs:
+        input_file("--logs", path)
+    for path in dumps:
+        input_dir("--dumps", path)
+    output_dir("--save", save)
+
+
+def _pid_max() -> int:
+    try:
+        return int(open("/proc/sys/kernel/pid_max").read())
+    except (OSError, ValueError):
+        return 2**22  # Linux's ceiling
+
+
 def _check_request(req: TriageRequest) -> None:
     """Paths, live targets and sample counts, before any file is read or process dumped."""
     import psutil
 
     from hicache_diag.limits import MAX_SECONDS
-    from hicache_diag.paths import input_dir, input_file, output_dir
 
-    for path in req.logs:
-        input_file("--logs", path)  # a device or FIFO would be read forever
-    for path in req.dumps:
-        input_dir("--dumps", path)
-    output_dir("--save", req.save)
-    gone = [p for p in req.pids if not psutil.pid_exists(p)]
+    pid_max = _pid_max()
+    gone = [p for p in req.pids if p > pid_max or not psutil.pid_exists(p)]
     if gone:
         raise UsageError(f"--pid {gone[0]}: no such process on this host")
     live = bool(req.pids or req.discover)
@@ -132,18 +145,19 @@ def register(app: typer.Typer) -> None:
             False
         ),
         more_logs: Annotated[
-            list[Path] | None,
+            list[str] | None,
             typer.Argument(help="Log files, as with --logs.", metavar="LOG", show_default=False),
         ] = None,
     ) -> None:
         """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits."""
+        _check_paths(dumps or [], [*(logs or []), *(more_logs or [])], save)
         request = TriageRequest(
             pids=tuple(pid or ()),
             discover=discover,
             parent=parent,
-            dumps=tuple(dumps or ()),
-            logs=tuple(logs or ()) + tuple(more_logs or ()),
-            save=save,
+            dumps=tuple(map(Path, dumps or ())),
+            logs=tuple(map(Path, [*(logs or []), *(more_logs or [])])),
+            save=None if save is None else Path(save),
             samples=samples,
             interval=interval,
             deadline_s=deadline,

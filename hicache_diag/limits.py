@@ -27,6 +27,7 @@ RUN_DIR_BYTES = 2 * 1024**2  # a finished builtin run dir with its logs (measure
 RANK_PROCESS_BYTES = 200 * 1024**2  # a forked rank's own pages beyond the pools (torch, gloo)
 POOL_OVERHEAD_BYTES_PER_TOKEN = 24  # the allocator's free list and the tree's index per slot
 REQUEST_BYTES = 1024  # one request held by the workload, the reference and outputs, per copy
+SEED_MAX = 2**32 - 1  # seeds reach torch generators and SGLang's --random-seed (32-bit there)
 MEMORY_SHARE = 0.8  # of what the machine has available; the rest stays for everything else
 
 
@@ -77,6 +78,10 @@ def check_seconds(flag: str, value: float, allow_zero: bool = False) -> None:
             f"{flag} must be a finite number of seconds {low} and <= {MAX_SECONDS:.0f} "
             f"(one day) (got {value})"
         )
+
+
+def check_seed(seed: int, flag: str = "--seed") -> None:
+    check_int(flag, seed, 0, SEED_MAX)
 
 
 def check_async_depth(depth: int) -> None:

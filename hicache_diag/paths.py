@@ -13,6 +13,8 @@ from hicache_diag.errors import UsageError
 
 
 def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "a file"
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):
@@ -57,7 +59,8 @@ def input_dir(flag: str, path: str | os.PathLike | None) -> None:
     if not p.exists():
         raise UsageError(f"{flag} {str(path)!r} does not exist")
     if not p.is_dir():
-        raise UsageError(f"{flag} {str(path)!r} is a file; give a directory")
+        kind = _kind(p.stat().st_mode)
+        raise UsageError(f"{flag} {str(path)!r} is {kind}; give a directory")
     if not os.access(p, os.R_OK | os.X_OK):
         raise UsageError(f"{flag} {str(path)!r} is not readable")
 
@@ -84,7 +87,8 @@ def output_dir(flag: str, path: str | os.PathLike | None) -> None:
     not_empty(flag, path)
     p = Path(path)
     if p.exists() and not p.is_dir():
-        raise UsageError(f"{flag} {str(path)!r} is a file; give a directory")
+        kind = _kind(p.stat().st_mode)
+        raise UsageError(f"{flag} {str(path)!r} is {kind}; give a directory")
     _parent_writable(flag, p)
 
 

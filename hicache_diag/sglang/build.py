@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag.errors import UsageError
-from hicache_diag.limits import check_async_depth, check_seconds
+from hicache_diag.limits import check_async_depth, check_seconds, check_seed
 from hicache_diag.runtime.server_args import (
     PREFETCH_POLICIES,
     STORAGE_BACKENDS,
@@ -71,6 +71,8 @@ def build_sglang_config(
     _choice("storage backend", backend, STORAGE_BACKENDS)
     _choice("write policy", value("hicache_write_policy"), WRITE_POLICIES)
     storage_dir = value("hicache_storage_dir")
+    if storage_dir is not None and not str(storage_dir).strip():
+        raise UsageError("--hicache-storage-dir '' is empty; give a path")
     if storage_dir and backend == "none":
         raise UsageError("--storage-dir does nothing without --storage-backend file")
     if storage_dir:
@@ -116,6 +118,7 @@ def build_sglang_config(
         extra_args=extra, cpu=device == "cpu",
     )  # fmt: skip
     seed = int(value("seed"))
+    check_seed(seed)
     workload = WorkloadConfig(value("workload"), int(value("requests")),
                               int(value("max_new_tokens")), seed)  # fmt: skip
     return SglangRunConfig(spec, workload, install.python, install.version,
