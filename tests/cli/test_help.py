@@ -120,3 +120,18 @@ def test_a_closed_stdout_keeps_the_exit_code(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 12, err
     assert "BrokenPipe" not in err and "internal error" not in err
+
+
+def test_docs_table_the_switches_and_modes_the_parser_accepts():
+    from pathlib import Path
+
+    from hicache_diag.runtime.protocol import SWITCHES
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "faults.md").read_text()
+    table = doc.split("## Protocol switches", 1)[1].split("\n## ", 1)[0]
+    rows = {ln.split("|")[1].strip(" `"): ln.split("|") for ln in table.splitlines()
+            if ln.startswith("| `")}  # fmt: skip
+    assert set(rows) == set(SWITCHES)
+    for sw in SWITCHES.values():
+        assert rows[sw.name][2].strip(" `") == sw.legacy
+        assert [m.strip(" `") for m in rows[sw.name][3].split(",")] == list(sw.fixed)
