@@ -214,6 +214,7 @@ def register(app: typer.Typer) -> None:
         """Repeat `run` over a matrix of switches; any other `run` flag applies to every cell."""
         from hicache_diag.cli.render.bisect import trial_progress
         from hicache_diag.cli.render.console import err_console
+        from hicache_diag.cli.render.status import PhaseStatus
 
         axes = _axes(app, storage_backend, hicache_size, switch or [])
         if trial_timeout is None:  # real SGLang starts in tens of seconds, the builtin in one
@@ -235,7 +236,9 @@ def register(app: typer.Typer) -> None:
         check_trials(trials, _cells(axes), out)
         check_seed(seed)
         check_seed(seed + trials - 1, "--seed + --trials - 1")  # trial j runs seed + j
-        check_jobs(jobs, _check_cells(app, cfg))
+        with PhaseStatus(err_console, json_out, f"checking {_cells(axes)} cell(s)"):
+            world = _check_cells(app, cfg)  # the sglang engine probes each cell's release
+        check_jobs(jobs, world)
         progress, on_result = trial_progress(err_console, _cells(axes) * trials, quiet=json_out)
         with progress:
             table = run_bisect(cfg, on_result)

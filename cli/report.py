@@ -67,6 +67,8 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Render a run directory: verdict, first divergence, per-rank timelines and plots."""
+        from hicache_diag.cli.render.console import err_console
+        from hicache_diag.cli.render.status import reading_status
         from hicache_diag.diagnosis.report import build_report  # pandas only when used
         from hicache_diag.paths import input_dir, output_dir, output_file
         from hicache_diag.verdict import ExitCode
@@ -77,7 +79,8 @@ def register(app: typer.Typer) -> None:
         summary = None if summary is None else (output_file("--summary", summary), Path(summary))[1]
         if summary is None and plots is not None:
             output_file("--summary", plots / "report.md")
-        result = build_report(Path(run_dir), plots, reclassify)
+        with reading_status(err_console, Path(run_dir).glob("rank*.*"), quiet=json_out):
+            result = build_report(Path(run_dir), plots, reclassify)
         if result.reclassified is not None:  # say so: the recorded verdict is not what is shown
             sys.stderr.write(f"note: --reclassify: {result.reclassified}; classified afresh "
                              "from the evidence\n")  # fmt: skip

@@ -105,3 +105,28 @@ def test_verdict_panel_names_form_ranks_and_divergence():
     assert "pair.cc" not in text
     assert text.rstrip().splitlines()[-2].split()[1:4] == ["next", "hicache-diag", "report"]
     assert "hicache-diag report /tmp/x" in text
+
+
+def test_status_line_only_on_a_terminal_and_never_with_json():
+    from hicache_diag.cli.render.status import PhaseStatus
+
+    assert not PhaseStatus(Console(force_terminal=False)).enabled  # piped: nothing
+    assert not PhaseStatus(Console(force_terminal=True), quiet=True).enabled  # --json
+    console = Console(force_terminal=True, record=True, width=80)
+    with PhaseStatus(console, first="SGLang 0.5.23: launching") as status:
+        assert status.enabled
+        status.phase("SGLang 0.5.23: loading the model")
+        status._progress.refresh()
+    assert "loading the model" in console.export_text()
+
+
+def test_reading_status_only_for_big_inputs(tmp_path):
+    from hicache_diag.cli.render.status import BIG_READ_BYTES, reading_status
+
+    small = tmp_path / "small.log"
+    small.write_text("x")
+    assert not reading_status(Console(force_terminal=True), [small]).enabled
+    big = tmp_path / "big.log"
+    with open(big, "wb") as fh:
+        fh.truncate(BIG_READ_BYTES + 1)  # sparse: no real bytes written
+    assert reading_status(Console(force_terminal=True), [big]).enabled
