@@ -75,25 +75,26 @@ def register(app: typer.Typer) -> None:
 
         input_dir("RUN_DIR", run_dir)
         output_dir("--plots", plots)
-        plots = None if plots is None else Path(plots)
-        summary = None if summary is None else (output_file("--summary", summary), Path(summary))[1]
-        if summary is None and plots is not None:
-            output_file("--summary", plots / "report.md")
+        output_file("--summary", summary)
+        plots_dir = None if plots is None else Path(plots)
+        summary_file = None if summary is None else Path(summary)
+        if summary_file is None and plots_dir is not None:
+            output_file("--summary", plots_dir / "report.md")
         with reading_status(err_console, Path(run_dir).glob("rank*.*"), quiet=json_out):
-            result = build_report(Path(run_dir), plots, reclassify)
+            result = build_report(Path(run_dir), plots_dir, reclassify)
         if result.reclassified is not None:  # say so: the recorded verdict is not what is shown
             sys.stderr.write(f"note: --reclassify: {result.reclassified}; classified afresh "
                              "from the evidence\n")  # fmt: skip
-        if summary is None and plots is not None:
-            summary = plots / "report.md"
+        if summary_file is None and plots_dir is not None:
+            summary_file = plots_dir / "report.md"
         if json_out:
-            if summary is not None:
+            if summary_file is not None:
                 from hicache_diag.cli.render.report import markdown_summary
 
-                markdown_summary(result, summary)
+                markdown_summary(result, summary_file)
             print_json(result.verdict.to_json())
         else:
-            _render(result, summary)
+            _render(result, summary_file)
         # A run dir that cannot decide (never finished, never stepped) says so in the status.
         undecided = result.verdict.exit_code is ExitCode.UNDECIDED
         raise typer.Exit(int(ExitCode.UNDECIDED) if undecided else 0)
