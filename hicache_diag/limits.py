@@ -19,7 +19,8 @@ from hicache_diag.errors import UsageError
 if TYPE_CHECKING:
     from hicache_diag.runtime.server_args import RunConfig
 
-# Slots beyond the running-request cap (ServerArgs.max_running_requests) never all hold a batch.
+# Slots beyond the running-request cap (ServerArgs.max_running_requests, 8; SGLang's engine is
+# held to the same documented range) never all hold a batch.
 ASYNC_DEPTH_MAX = 8
 MAX_SECONDS = 86_400.0  # any interval or timeout: one day; past that it is a typo, not a wait
 RECORD_BYTES_PER_STEP = 1536  # one rank{r}.jsonl line (measured ~1.2 KiB at the defaults)
@@ -84,9 +85,10 @@ def check_seed(seed: int, flag: str = "--seed") -> None:
     check_int(flag, seed, 0, SEED_MAX)
 
 
-def check_async_depth(depth: int) -> None:
-    check_int("--async-depth", depth, 0, ASYNC_DEPTH_MAX,
-              "micro-batch slots beyond the 8 running requests never all hold a batch")  # fmt: skip
+def check_async_depth(depth: int, running: int = ASYNC_DEPTH_MAX) -> None:
+    """`running`: the engine's running-request cap; a slot holds at least one request."""
+    why = f"micro-batch slots beyond the {running} running requests never all hold a batch"
+    check_int("--async-depth", depth, 0, running, why)
 
 
 def check_pools(per_rank_token_bytes: list[int], device_tokens: int, host_tokens: list[int],

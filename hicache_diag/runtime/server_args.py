@@ -84,7 +84,7 @@ class ServerArgs:
             raise UsageError(f"--pp must be >= 1 (got {self.pp_size})")
         if self.tp_size < 1:
             raise UsageError(f"--tp must be >= 1 (got {self.tp_size})")
-        check_async_depth(self.pp_async_batch_depth)
+        check_async_depth(self.pp_async_batch_depth, self.max_running_requests)
         if self.page_size < 1:
             raise UsageError(f"--page-size must be >= 1 (got {self.page_size})")
         if self.max_total_tokens < self.page_size:
