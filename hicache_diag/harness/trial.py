@@ -134,17 +134,27 @@ INTERRUPT_STALL_S = 1.0  # every rank this long without a step when Ctrl-C came:
 
 def _note_interrupt_stall(launcher: Launcher, run_dir: Path, watch: _Watch) -> None:
     """Ctrl-C on a run that had stopped stepping (before the hang timeout): take the stacks, as
-    a hang would, so the verdict can name the rank the others were waiting for."""
-    hang = watch.hang_watch
+    a hang would, so the verdict can name the rank the others were waiting for. The step files'
+    mtimes say when each rank last stepped (the watch loop may not have begun: the reference
+    is computed while the ranks already run)."""
     now = watch.interrupted_at or time.time()
-    if hang is None or watch.hang is not None or not hang.stepped or not launcher.alive():
+    if watch.hang is not None or not launcher.alive():
         return
-    last = hang.last_progress()
+    last = {}
+    for p in launcher.procs:
+        try:
+            st = (run_dir / f"rank{p.rank}.jsonl").stat()
+        except OSError:
+            return  # a rank that never stepped: start-up, not a stall
+        if not st.st_size:
+            return
+        last[str(p.rank)] = st.st_mtime
     if not last or min(now - t for t in last.values()) < INTERRUPT_STALL_S:
         return
     stopped = set(watch.stops.stopped_for(now))
+    hang = watch.hang_watch
     watch.interrupt_stall = {
-        "last_progress": last, "last_steps": hang.last_steps(),
+        "last_progress": last, "last_steps": hang.last_steps() if hang else {},
         "stalled_ranks": [p.rank for p in launcher.alive()],
         "proc_status": {str(r): s for r, s in watch.stops.last_status.items()},
         "stopped_ranks": sorted(stopped), "idle_s": {r: round(now - t, 3) for r, t in last.items()},
