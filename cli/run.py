@@ -16,7 +16,7 @@ from hicache_diag.cli.render.verdict import render_check, render_verdict
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.no_effect import refuse_no_effect
 from hicache_diag.limits import check_builtin_run, check_int, check_seconds, check_seed
-from hicache_diag.paths import not_empty
+from hicache_diag.paths import not_empty, output_dir
 from hicache_diag.runtime.protocol import build_protocol
 from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig, parse_size
 from hicache_diag.verdict import ExitCode, Outcome
@@ -143,6 +143,7 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
             "--hicache-storage-dir does nothing without --hicache-storage-backend file"
         )
     if sa.hicache_storage_backend != "none" and sa.hicache_storage_dir:
+        output_dir("--hicache-storage-dir", sa.hicache_storage_dir)  # no torch import to refuse
         from hicache_diag.runtime.mem_cache.hicache_storage import check_storage_dir
 
         check_storage_dir(sa.hicache_storage_dir)  # exit 2 before any rank starts
