@@ -4,8 +4,11 @@ Run from the project root:  python bench/triage_accuracy.py
 Each case is triaged offline through the same entry point as `hicache-diag triage --logs`
 (a folder case passes every file in it, as logs from several nodes); the expected verdicts and
 their provenance are in samples/corpus/expected.json and samples/corpus/README.md. Prints one
-line per case and the scores; exits 0 (the scores are figures, not a test: tests/corpus pins
-every verdict).
+line per case and the scores, then the case x delivery table (triage.deliveries: each
+collector prefix, ANSI, CRLF, editor numbers, terminal wrap, the operator's teardown, per-node
+files, a head cut off, gzip), where `.` is the verdict kept, `X` changed, blank not applicable.
+Exits 0 (the scores are figures, not a test: tests/unit/rules/test_corpus.py and
+tests/unit/triage/test_metamorphic.py pin every verdict).
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ import sys
 sys.path[:] = [p for p in sys.path if not p.rstrip("/").endswith("bench")]
 
 import json  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from hicache_diag.triage import TriageRequest, run_triage  # noqa: E402
+from hicache_diag.triage.deliveries import DELIVERIES, verdict  # noqa: E402
+from hicache_diag.triage.deliveries import triage_case as deliver_case  # noqa: E402
 
 CORPUS = Path("samples/corpus")
 
@@ -74,7 +80,35 @@ def main() -> int:
     for k, v in scores.items():
         print(f"{k:8} {v}/{n} = {100 * v / n:.0f}%")
     print(f"culprit where the text names one: {named_right}/{named}")
+    delivery_table(expected)
     return 0
+
+
+def delivery_table(expected: dict) -> None:
+    """Every case x every delivery: does the verdict hold?"""
+    heads = [d.name for d in DELIVERIES]
+    print(f"\n{'case':48} " + " ".join(f"{i:>2}" for i in range(len(heads))))
+    held = total = 0
+    broken: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, want in sorted(expected.items()):
+            mode = want.get("mode", "logs")
+            cells = []
+            for d in DELIVERIES:
+                if mode == "dumps" or (d.kinds is not None and want["kind"] not in d.kinds):
+                    cells.append("  ")
+                    continue
+                report = deliver_case(CORPUS / name, mode, d, Path(tmp) / name / d.name)
+                ok = verdict(report) == (want["kind"], want["form"], want["culprit"])
+                held, total = held + ok, total + 1
+                cells.append(" ." if ok else " X")
+                if not ok:
+                    broken.append(f"{name} / {d.name}: {verdict(report)}")
+            print(f"{name[:48]:48} " + " ".join(cells))
+    print("deliveries: " + ", ".join(f"{i}={h}" for i, h in enumerate(heads)))
+    print(f"case x delivery held: {held}/{total}")
+    for line in broken:
+        print(f"  changed: {line}")
 
 
 if __name__ == "__main__":

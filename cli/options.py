@@ -254,12 +254,19 @@ ModelOpt = Annotated[
 ]
 SglangArgOpt = Annotated[
     list[str] | None,
-    _opt("--sglang-arg", metavar="ARG", help="sglang engine: one more launch_server argument, "
-         "e.g. --sglang-arg=--watchdog-timeout=60; repeatable."),
+    _opt(
+        "--sglang-arg",
+        metavar="ARG",
+        help="sglang engine: one more launch_server argument, "
+        "e.g. --sglang-arg=--watchdog-timeout=60; repeatable.",
+    ),
 ]
 SGLANG_SCENARIO_KEYS = ("sglang_python", "sglang_version")  # scenario-only, sglang engine only
 SglangPythonOpt = Annotated[
     str | None,
-    _opt("--sglang-python", metavar="PATH", help="sglang engine: the Python whose SGLang release "
-         "to run [this one]."),
+    _opt(
+        "--sglang-python",
+        metavar="PATH",
+        help="sglang engine: the Python whose SGLang release to run [this one].",
+    ),
 ]

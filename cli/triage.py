@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from hicache_diag.cli.render.console import err_console, print_json
-from hicache_diag.cli.render.status import reading_status
+from hicache_diag.cli.render.log_progress import LogReadProgress
 from hicache_diag.cli.render.triage import render_triage
 from hicache_diag.errors import UsageError
 from hicache_diag.triage import TriageRequest, run_triage
@@ -141,6 +142,14 @@ def register(app: typer.Typer) -> None:
                 "--num-heads", metavar="N", help="Local attention heads, to decode form A's sizes."
             ),
         ] = None,
+        pp_size: Annotated[
+            int | None,
+            typer.Option(
+                "--pp-size",
+                metavar="N",
+                help="The deployment's PP size, when the logs do not show PP prefixes.",
+            ),
+        ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Print hicache-diag/triage/v1.")] = (
             False
         ),
@@ -151,6 +160,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits."""
         _check_paths(dumps or [], [*(logs or []), *(more_logs or [])], save)
+        progress = None if json_out else LogReadProgress(err_console)  # --json: quiet
         request = TriageRequest(
             pids=tuple(pid or ()),
             discover=discover,
@@ -163,9 +173,11 @@ def register(app: typer.Typer) -> None:
             deadline_s=deadline,
             native=native,
             num_heads=num_heads,
+            pp_size=pp_size,
+            progress=progress,
         )
         _check_request(request)
-        with reading_status(err_console, request.logs, quiet=json_out):
+        with progress or contextlib.nullcontext():
             report = run_triage(request)
         if json_out:
             print_json(report.to_json())

@@ -115,6 +115,8 @@ class Verdict:
     # Per rank (str key): tokens served from the device tree (`prefix_hit`), from host
     # (`host_hit`), and the tokens evicted, loaded back and written back over the run.
     cache: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Per rank (str key): steps whose evidence line the recorder could not build.
+    recorder_errors: dict[str, int] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -156,6 +158,7 @@ class Verdict:
             duration_s=data.get("duration_s", 0.0),
             run_dir=data.get("run_dir"),
             cache=dict(data.get("cache") or {}),
+            recorder_errors=dict(data.get("recorder_errors") or {}),
         )
 
 

@@ -63,6 +63,16 @@ def _stop_multiprocessing_resource_tracker():
 _PROCESS_FREE_DIRS = ("unit", "cli")
 
 
+def pytest_configure(config):
+    """matplotlib builds its font cache on first use by running `fc-list`: do that first use
+    here, once per session, in the real (possibly empty) MPLCONFIGDIR, so tests the process
+    guard keeps process-free never meet it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.font_manager  # noqa: F401 - the import builds the cache
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         parts = item.path.parts

@@ -74,6 +74,8 @@ def render_triage(report: TriageReport, console: Console | None = None) -> None:
     # Error texts carry `[/pytorch/...]` paths that rich would parse as markup: print as Text.
     console = console or Console()
     console.print(Text(verdict_line(report), style=_STYLE.get(report.kind, "bold yellow")))
+    if report.confidence != "high":
+        console.print(Text(f"confidence: {report.confidence}", style="yellow"))
     if report.signature:
         console.print(Text(f"signature: {report.signature}"))
     if report.reason:

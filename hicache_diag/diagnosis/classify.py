@@ -11,6 +11,7 @@ from hicache_diag.diagnosis import checks, rank_facts
 from hicache_diag.diagnosis import stacks as stk
 from hicache_diag.diagnosis.divergence import Divergence, lone_local_input
 from hicache_diag.diagnosis.load import RunData, load_run
+from hicache_diag.diagnosis.recorder_health import blind_recorder_reason, recorder_errors
 from hicache_diag.diagnosis.storage import storage_fault_lines
 from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict
 
@@ -139,6 +140,10 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
     if isinstance(errors, dict) and errors:
         rid, why = next(iter(sorted(errors.items())))
         reasons.append(f"{len(errors)} request(s) got no answer from the server ({rid}: {why})")
+    if run.manifest.get("engine") == "sglang":  # our own runtime records its own steps
+        blind = blind_recorder_reason(run.frames, run.ranks, run.outputs)
+        if blind:
+            reasons.append(blind)
     if not reasons:
         return found
     return checks.Finding(Outcome.UNDECIDED, signature=reasons[0], evidence=reasons)
@@ -216,6 +221,10 @@ def verdict_from(run: RunData) -> Verdict:
     if found.outcome is Outcome.CRASH and found.form is None:
         evidence.append("crash is neither form A nor B: a crash of another form")
     evidence += _faults_line(run)
+    errors = _safe("recorder", lambda r: recorder_errors(r.frames), run, notes) or {}
+    if errors:
+        counts = ", ".join(f"rank {r}: {n}" for r, n in sorted(errors.items()))
+        evidence.append(f"recorder errors (steps not recorded): {counts}")
     return Verdict(
         outcome=found.outcome,
         form=found.form,
@@ -230,6 +239,7 @@ def verdict_from(run: RunData) -> Verdict:
         duration_s=round(_duration(run), 3),
         run_dir=str(run.run_dir),
         cache=_safe("cache", cache_counts, run, notes) or {},
+        recorder_errors=errors,
     )
 
 

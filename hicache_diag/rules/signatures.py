@@ -103,12 +103,26 @@ def crash_form(text: str, frames: Sequence[str], ctx: Context) -> str | None:
 # SGLang's watchdog (utils/watchdog.py): `{debug_name} watchdog timeout (self.watchdog_timeout=
 # 300, self.soft=False)`; releases before 0.5 printed `Watchdog timeout (self.watchdog_timeout=
 # 300)` from the scheduler only.
+# The component name may only start where a word starts (the lookbehind), so a long run of
+# letters is scanned once, not once per starting position.
 SGLANG_WATCHDOG = re.compile(
-    r"(?:(?P<who>[A-Za-z]\w*) )?[Ww]atchdog timeout \(self\.watchdog_timeout=[^,)]*"
-    r"(?:, self\.soft=(?P<soft>\w+))?\)"
+    r"(?:(?<![\w])(?P<who>[A-Za-z]\w{0,80}) )?[Ww]atchdog timeout \(self\.watchdog_timeout="
+    r"[^,)]{0,40}(?:, self\.soft=(?P<soft>\w{1,10}))?\)"
 )
-DEBUG_INFO = re.compile(r"^(?P<who>[A-Za-z]\w*) debug info:\s*$")
+DEBUG_INFO = re.compile(r"^(?P<who>[A-Za-z]\w{0,80}) debug info:\s*$")
+# Releases before the `Scheduler debug info:` block printed the stuck batch on the watchdog's
+# rank: `self.cur_batch.batch_size()=109, self.cur_batch.reqs=[Req(...)...]`.
+CUR_BATCH_DEBUG = re.compile(r"^self\.cur_batch\.batch_size\(\)=\d+")
+# The watchdog thread's own functions across releases (scheduler.py `watchdog_thread`,
+# utils/watchdog.py `_watchdog_thread` / `_watchdog_once`): a faulthandler dump taken from one
+# of them is the watchdog's dump, i.e. the watchdog fired.
+WATCHDOG_FUNCS = frozenset({"watchdog_thread", "watchdog_once", "watchdog_loop"})
+# NCCL's heartbeat monitor: the NCCL watchdog itself made no progress (a hang below it), then
+# `Terminating the process after attempting to dump debug info` (F-level) ends the process.
+NCCL_HEARTBEAT = re.compile(r"ProcessGroupNCCL's watchdog got stuck for \d+ seconds")
 TIMEOUT_PATTERNS = (
+    NCCL_HEARTBEAT,
+    re.compile(r"Terminating the process after attempting to dump debug info"),
     re.compile(r"Watchdog caught collective operation timeout"),
     re.compile(r"Timed out waiting \d+ ?ms for (?:recv|send)"),
     re.compile(r"Timed out waiting"),  # gloo's other waits (connect, barrier)
@@ -129,6 +143,20 @@ def watchdog_kind(text: str) -> str | None:
     if m.group("soft") == "True" or (who and who not in ("Scheduler", "Watchdog")):
         return "soft"
     return "scheduler"
+
+
+def is_watchdog_debug(msg: str) -> bool:
+    """`Scheduler debug info:` (the hard watchdog's block) or the older `self.cur_batch` line."""
+    text = msg.strip()
+    if text.startswith("self.cur_batch"):
+        return bool(CUR_BATCH_DEBUG.match(text))
+    m = DEBUG_INFO.match(text) if text.endswith(":") else None
+    return bool(m) and m["who"] == "Scheduler"
+
+
+def is_watchdog_thread(frames: Sequence[str]) -> bool:
+    """A thread whose stack runs one of the watchdog's own functions."""
+    return any(normalize(f) in WATCHDOG_FUNCS for f in frames)
 
 
 def is_timeout(text: str) -> bool:
@@ -187,6 +215,9 @@ def is_noise(text: str) -> bool:
     return any(p.search(text) for p in NOISE_PATTERNS)
 
 
+# A request the HTTP server answered (uvicorn's access line): the server serves. Weak alone
+# (health checks answer during a hang too), so it only decides when nothing else does.
+SERVED = re.compile(r'"(?:GET|POST|PUT|DELETE|PATCH) /[^" ]{0,2000} HTTP/\d(?:\.\d)?" [23]\d\d\b')
 PROGRESS = re.compile(
     r"(?:Prefill|Decode) batch[,.]|#running-req|gen throughput|The server is fired up", re.I
 )

@@ -97,10 +97,11 @@ def build_sglang_config(
             f"--max-total-tokens {max_total} is too small for SGLang (use >= {64 * page})"
         )
     device = value("device")
-    # The release first: a missing --sglang-python is refused before the model is built.
     install = _sglang_install(flags, scenario, cpu=device == "cpu")
-    model, vocab = _model(flags.get("model") or scenario.get("model"))
-    _check_topology(model, pp, tp)
+    model, vocab = _model(flags.get("model") or scenario.get("model"), install, pp, tp)
+    page, notes = _page_size_for(install, page, explicit=(flags.get("page_size") or
+                                                          scenario.get("page_size")) is not None,
+                                 cpu=device == "cpu")  # fmt: skip
     from hicache_diag.sglang.install import refuse_unhookable
 
     refuse_unhookable(install, faults)
@@ -123,7 +124,20 @@ def build_sglang_config(
                               int(value("max_new_tokens")), seed)  # fmt: skip
     return SglangRunConfig(spec, workload, install.python, install.version,
                            install.cpu_kernel_names, faults, seed, flags.get("out"),
-                           hang_timeout, vocab, str(install.package_dir))  # fmt: skip
+                           hang_timeout, vocab, str(install.package_dir), install.launch,
+                           install.facts(), notes)  # fmt: skip
+
+
+def _page_size_for(install: Any, page: int, *, explicit: bool, cpu: bool) -> tuple[int, tuple]:
+    """A release whose paged allocator has only a triton path cannot run pages > 1 on CPU
+    (launch_facts.py): the default adapts to 1 with a note; an explicit --page-size is refused."""
+    if not (cpu and page > 1 and install.launch.paged_alloc_needs_triton):
+        return page, ()
+    why = (f"sglang {install.version} allocates pages of more than one token only with a triton "
+           "kernel (PagedTokenToKVPoolAllocator.alloc_extend), which has no CPU driver")
+    if explicit:
+        raise UsageError(f"--page-size {page} cannot run on this CPU host: {why}; use 1")
+    return 1, (f"page size 1 instead of {page}: {why}",)
 
 
 def _sglang_install(flags: dict[str, Any], scenario: dict[str, Any], *, cpu: bool) -> Any:
@@ -150,20 +164,25 @@ def _sglang_install(flags: dict[str, Any], scenario: dict[str, Any], *, cpu: boo
     return inst.preflight(install, cpu=cpu)
 
 
-def _model(path: str | None) -> tuple[Path, int]:
+def _model(path: str | None, install: Any, pp: int, tp: int) -> tuple[Path, int]:
+    """--model, else the tiny model built by (and for) the release's own interpreter; the
+    topology is checked against the model's shape first (before any build)."""
     import json
+    from dataclasses import asdict
 
-    from hicache_diag.sglang.model import check_model_dir, default_model_dir
+    from hicache_diag.sglang.model import TinyModelSpec, check_model_dir, default_model_dir
 
-    model = check_model_dir(path) if path else default_model_dir()
-    config = json.loads((model / "config.json").read_text())
-    return model, int(config.get("vocab_size") or 512)
+    if path:
+        model = check_model_dir(path)
+        config = json.loads((model / "config.json").read_text())
+        _check_topology(config, pp, tp)
+        return model, int(config.get("vocab_size") or 512)
+    spec = TinyModelSpec()
+    _check_topology(asdict(spec), pp, tp)
+    return default_model_dir(install.python, install.transformers, spec), spec.vocab_size
 
 
-def _check_topology(model: Path, pp: int, tp: int) -> None:
-    import json
-
-    config = json.loads((model / "config.json").read_text())
+def _check_topology(config: dict[str, Any], pp: int, tp: int) -> None:
     layers = int(config.get("num_hidden_layers") or 0)
     heads = int(config.get("num_attention_heads") or 0)
     if layers and pp > layers:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hicache_diag.runtime.server_args import ModelConfig, ServerArgs, WorkloadConfig
+from hicache_diag.sglang.launch_facts import LaunchFacts
 from hicache_diag.sglang.server import LaunchSpec
 
 # Defaults where the builtin engine's do not fit real SGLang on a 2-core CPU: start-up takes
@@ -30,6 +31,9 @@ class SglangRunConfig:
     hang_timeout: float = 30.0
     vocab_size: int = 512
     package_dir: str = ""  # where that release's sglang package lives (release-specific set-up)
+    launch_facts: LaunchFacts = field(default_factory=LaunchFacts)
+    release: dict = field(default_factory=dict)  # SglangInstall.facts(): what the manifest says
+    notes: tuple[str, ...] = ()  # how the launch was adapted to this host and release
 
     @property
     def world_size(self) -> int:

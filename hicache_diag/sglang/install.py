@@ -1,13 +1,15 @@
 """Find, check and install real SGLang for `--engine sglang`.
 
-`probe_sglang(python)` asks an interpreter (ours, or `--sglang-python`) where its SGLang lives
-and which release it is, without importing it (an import costs seconds and, on a CPU host, needs
-the plugin's shims first). `preflight` then reads that source: the plugin's targets must all be
-there, and on CPU the `sgl_kernel` names SGLang imports are listed for the stand-in.
+`probe_sglang(python)` asks an interpreter (ours, or `--sglang-python`) where its SGLang lives,
+which release it is and what that environment holds, without importing SGLang (an import costs
+seconds and, on a CPU host, needs the plugin's shims first). `preflight` then reads that source
+and environment: the plugin's targets must be there, and so must every requirement the release
+needs here (a broken venv is refused before launch, naming the package).
 
 `python -m hicache_diag.sglang.install [--python PY] [--version V]` installs a release on a CPU
-host: its wheel without dependencies, then its own requirements minus the CUDA-only ones, with
-torch held at the CPU build already installed (SGLang pins a CUDA torch that cannot run here).
+host (requirements.py decides, from metadata, what a CPU host installs), records what it left
+out and why beside the release, and calls it installed only once that interpreter imports
+SGLang's scheduler with the release's own requirements.
 """
 
 from __future__ import annotations
@@ -19,45 +21,63 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from hicache_diag.errors import UsageError
+from hicache_diag.sglang import requirements as R
+from hicache_diag.sglang.launch_facts import LaunchFacts, read_launch_facts
 from hicache_diag.sglang_plugin.cpu_kernels import scan_cpu_kernel_names
 from hicache_diag.sglang_plugin.targets import missing_points, scan_targets
 
 DEFAULT_VERSION = "0.5.23"
-# Requirements that exist only as CUDA builds (reference/sglang-on-cpu.md); none is imported on
-# the CPU serving path.
-CUDA_ONLY = re.compile(
-    r"^(sglang-kernel|sgl-kernel|flashinfer.*|cuda-python|flash-attn.*|nvidia-.*|nvshmem4py.*|"
-    r"quack-kernels|sgl-deep-ep|sgl-deep-gemm|sgl-flash-mla|tilelang|torchaudio|torchcodec|"
-    r"timm|modelscope|humming-kernels|torch|torchvision|triton)$",
-    re.IGNORECASE,
-)
+# Written beside the release (its site-packages) by the installer: what it left out and why.
+RECORD_NAME = "hicache-diag-sglang-install.json"
 
-# Releases whose unpinned requirements resolve today to something their pinned transformers
-# cannot import (kernels 0.17's LayerRepository needs a revision that transformers 5.6's
-# hub_kernels does not pass): held at the release that 0.5.13's resolution picked.
+# A measured incompatibility, not a CPU matter: 0.5.12.post1's unpinned `kernels` resolves today
+# to 0.17, whose LayerRepository needs a revision its pinned transformers 5.6 does not pass;
+# held at the release 0.5.13's resolution picked.
 COMPAT_PINS: dict[str, tuple[str, ...]] = {"0.5.12.post1": ("kernels==0.14.1",)}
 
 _PROBE = """
-import importlib.metadata as md, importlib.util as u, json, sys
-spec = u.find_spec("sglang")
-out = {"python": sys.executable, "pyver": "%d.%d" % sys.version_info[:2]}
-if spec and spec.submodule_search_locations:
-    out["package_dir"] = list(spec.submodule_search_locations)[0]
+import importlib.metadata as md, importlib.util as u, json, os, sys
+def ver(name):
     try:
-        out["version"] = md.version("sglang")
+        return md.version(name)
     except md.PackageNotFoundError:
-        out["version"] = None
+        return None
+out = {"python": sys.executable, "pyver": "%d.%d" % sys.version_info[:2],
+       "torch": ver("torch"), "transformers": ver("transformers"), "tokenizers": ver("tokenizers")}
+spec = u.find_spec("sglang")
+if spec and spec.submodule_search_locations:
+    pkg = list(spec.submodule_search_locations)[0]
+    out["package_dir"] = pkg
+    out["version"] = ver("sglang")
+    try:
+        out["requires"] = md.requires("sglang") or []
+    except md.PackageNotFoundError:
+        out["requires"] = []
+    out["installed"] = sorted({(d.metadata["Name"] or "").lower() for d in md.distributions()})
+    try:  # beside the distribution's metadata: what pip installed together
+        out["dist_root"] = str(md.distribution("sglang").locate_file(""))
+    except md.PackageNotFoundError:
+        out["dist_root"] = os.path.dirname(pkg)
+    record = os.path.join(out["dist_root"], RECORD_NAME)
+    if os.path.isfile(record):
+        with open(record) as fh:
+            out["record"] = json.load(fh)
 try:
-    out["torch"] = md.version("torch")
-except md.PackageNotFoundError:
-    out["torch"] = None
+    from packaging.markers import default_environment
+    out["marker_env"] = default_environment()
+except ImportError:
+    pass
 print(json.dumps(out))
-"""
+""".replace("RECORD_NAME", repr(RECORD_NAME))
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +90,31 @@ class SglangInstall:
     # Hook point -> why this release cannot serve it (a function it lacks); faults there are
     # refused before launch.
     missing_points: dict[str, str] = field(default_factory=dict)
+    transformers: str | None = None
+    tokenizers: str | None = None
+    requires: tuple[str, ...] = ()
+    installed: frozenset[str] = frozenset()
+    record: dict = field(default_factory=dict)
+    marker_env: dict[str, str] | None = None
+    launch: LaunchFacts = field(default_factory=LaunchFacts)
+    dist_root: Path | None = None  # where the distribution's metadata (and our record) live
 
     @property
     def site_root(self) -> Path:
         return self.package_dir.parent
 
+    def facts(self) -> dict:
+        """What the manifest says of the release."""
+        return {"python": self.python, "version": self.version,
+                "package_dir": str(self.package_dir), "torch": self.torch,
+                "transformers": self.transformers, "tokenizers": self.tokenizers,
+                "left_out": self.record.get("dropped", {}),
+                "launch_facts": self.launch.to_json()}  # fmt: skip
 
-def fix_command(python: str) -> str:
-    return f"{python} -m hicache_diag.sglang.install --python {python}"
+
+def fix_command(python: str, version: str | None = None) -> str:
+    tail = f" --version {version}" if version and version != "unknown" else ""
+    return f"{python} -m hicache_diag.sglang.install --python {python}{tail}"
 
 
 # Releases held side by side: `$HICACHE_DIAG_SGLANG_VENVS/sglang-<version>/` is a venv with that
@@ -103,9 +140,7 @@ def release_command(version: str) -> str:
     )
 
 
-def probe_sglang(python: str | None = None) -> SglangInstall:
-    """Where SGLang is for `python`; UsageError (exit 2) with the fixing command when absent."""
-    python = python or sys.executable
+def _run_probe(python: str) -> dict:
     try:
         done = subprocess.run(
             [python, "-c", _PROBE], capture_output=True, text=True, timeout=60, check=False
@@ -113,8 +148,15 @@ def probe_sglang(python: str | None = None) -> SglangInstall:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UsageError(f"--sglang-python {python}: cannot run it ({exc})") from None
     if done.returncode != 0:
-        raise UsageError(f"--sglang-python {python}: not a working Python ({done.stderr.strip()})")
-    info = json.loads(done.stdout.strip().splitlines()[-1])
+        err = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"--sglang-python {python}: not a working Python ({err})")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def probe_sglang(python: str | None = None) -> SglangInstall:
+    """Where SGLang is for `python`; UsageError (exit 2) with the fixing command when absent."""
+    python = python or sys.executable
+    info = _run_probe(python)
     if not info.get("package_dir"):
         raise UsageError(
             f"SGLang is not installed for {python}; install it with: {fix_command(python)}"
@@ -124,12 +166,45 @@ def probe_sglang(python: str | None = None) -> SglangInstall:
         version=info.get("version") or "unknown",
         package_dir=Path(info["package_dir"]),
         torch=info.get("torch"),
+        transformers=info.get("transformers"),
+        tokenizers=info.get("tokenizers"),
+        requires=tuple(info.get("requires") or ()),
+        installed=frozenset(canonicalize_name(n) for n in info.get("installed") or () if n),
+        record=info.get("record") or {},
+        marker_env=info.get("marker_env"),
+        dist_root=Path(info["dist_root"]) if info.get("dist_root") else None,
     )
 
 
+def missing_requirements(install: SglangInstall) -> list[str]:
+    """The release's requirements (for this platform) that its environment lacks, less those
+    the installer left out on purpose (recorded beside the release)."""
+    left_out = {canonicalize_name(n) for n in install.record.get("dropped", {})}
+    missing = []
+    for text in install.requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        name = canonicalize_name(req.name)
+        if not R.applies(req, install.marker_env) or name in left_out:
+            continue
+        if name not in install.installed:
+            missing.append(req.name)
+    return missing
+
+
 def preflight(install: SglangInstall, *, cpu: bool) -> SglangInstall:
-    """Refuse (exit 2) a release whose probe or shim targets are gone; note the hook points it
-    lacks (only a fault on one of those is refused); list its CPU kernel imports."""
+    """Refuse (exit 2) a release whose requirements, probe or shim targets are missing; note
+    the hook points it lacks (only a fault on one of those is refused); list its CPU kernel
+    imports."""
+    lacking = missing_requirements(install)
+    if lacking:
+        more = f" (+{len(lacking) - 1} more)" if len(lacking) > 1 else ""
+        raise UsageError(
+            f"sglang {install.version} at {install.python} lacks its requirement "
+            f"{lacking[0]!r}{more}; repair it with: {fix_command(install.python, install.version)}"
+        )
     missing = scan_targets(install.site_root, roles="required")
     if missing:
         raise UsageError(
@@ -146,9 +221,22 @@ def preflight(install: SglangInstall, *, cpu: bool) -> SglangInstall:
             "this release's default Rust TreeCore stamps last_access_time inside its extension; "
             f"set {TREE_CORE_ENV}=python to run SGLang's Python TreeCore, where the clock is hooked"
         )
-    return SglangInstall(
-        install.python, install.version, install.package_dir, install.torch, names, points
-    )
+    from dataclasses import replace
+
+    return replace(install, cpu_kernel_names=names, missing_points=points,
+                   launch=read_launch_facts(install.package_dir))  # fmt: skip
+
+
+def missing_package_error(python: str, stderr: str) -> UsageError | None:
+    """The one-line error for an offline task that found a module missing in `python`."""
+    for line in reversed(stderr.splitlines()):
+        if line.startswith("missing-module: "):
+            module = line.split(": ", 1)[1].strip()
+            return UsageError(
+                f"{python} cannot import {module!r}, which this needs (SGLang requires it); "
+                f"repair that environment with: {fix_command(python)}"
+            )
+    return None
 
 
 TREE_CORE_ENV = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
@@ -175,49 +263,200 @@ def refuse_unhookable(install: SglangInstall, faults: tuple[str, ...]) -> None:
 
 
 # -- installing a release on a CPU host --------------------------------------------------------
-def cpu_requirements(metadata: str) -> list[str]:
-    """Requires-Dist lines of a wheel's METADATA minus extras and CUDA-only packages."""
-    reqs = []
-    for line in metadata.splitlines():
-        if not line.startswith("Requires-Dist:"):
-            continue
-        req = line.split(":", 1)[1].strip()
-        if "extra ==" in req:
-            continue
-        name = re.split(r"[\s\[<>=!~;]", req, maxsplit=1)[0]
-        if CUDA_ONLY.match(name):
-            continue
-        reqs.append(req)
-    return reqs
+MAX_PREPARE_ROUNDS = 8  # each round drops one requirement pip could not prepare
 
 
-def _pip(python: str, *args: str) -> None:
-    cmd = [python, "-m", "pip", "install", "-q", *args]
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+class _Pip:
+    """pip in the target interpreter, its output kept in one log (printed only on failure)."""
+
+    def __init__(self, python: str, log: Path, say) -> None:
+        self.python, self.log, self.say = python, log, say
+
+    def __call__(self, *args: str) -> subprocess.CompletedProcess:
+        cmd = [self.python, "-m", "pip", *args]
+        with open(self.log, "a") as fh:
+            fh.write(f"\n$ {' '.join(cmd)}\n")
+            fh.flush()
+            done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True,
+                                  check=False, stdin=subprocess.DEVNULL)  # fmt: skip
+        return done
+
+    def output_since(self, mark: int) -> str:
+        return self.log.read_text(errors="replace")[mark:]
+
+    def mark(self) -> int:
+        return len(self.log.read_text(errors="replace")) if self.log.exists() else 0
+
+    def last_error(self, mark: int) -> str:
+        lines = [ln.strip() for ln in self.output_since(mark).splitlines() if ln.strip()]
+        errs = [ln for ln in lines if ln.startswith("ERROR") or ln.startswith("error")]
+        return (errs or lines or ["(no output)"])[-1][:300]
 
 
-def install_cpu(python: str, version: str) -> None:
-    torch = probe_torch(python)
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [python, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", tmp],
-            check=True,
+def _download_wheel(pip: _Pip, version: str, into: Path) -> Path:
+    mark = pip.mark()
+    done = pip("download", "--no-deps", f"sglang=={version}", "-d", str(into))
+    wheels = list(into.glob("sglang-*.whl"))
+    if done.returncode != 0 or not wheels:
+        raise UsageError(
+            f"cannot download sglang=={version}: {pip.last_error(mark)} (log: {pip.log})"
         )
-        wheel = next(Path(tmp).glob("sglang-*.whl"))
+    return wheels[0]
+
+
+def _prepare(pip: _Pip, plan: R.RequirementPlan, tmp: Path, constraints: Path,
+             env: dict | None) -> None:  # fmt: skip
+    """Ask the index for each requirement's metadata (no install), dropping what pip cannot
+    prepare here and what that metadata shows is CUDA-only."""
+    for _ in range(MAX_PREPARE_ROUNDS):
+        reqs, report = tmp / "requirements.txt", tmp / "report.json"
+        reqs.write_text("\n".join(plan.install) + "\n")
+        mark = pip.mark()
+        done = pip("install", "--dry-run", "--ignore-installed", "--no-deps", "--quiet",
+                   "--report", str(report), "-r", str(reqs), "-c", str(constraints))  # fmt: skip
+        if done.returncode != 0:
+            failure = R.parse_pip_failure(pip.output_since(mark))
+            if failure is None or not plan.drop(failure.package, failure.reason):
+                raise UsageError(
+                    f"pip cannot read the requirements of this release: {pip.last_error(mark)} "
+                    f"(log: {pip.log})"
+                )
+            continue
+        # --no-deps: each requirement's metadata stands alone, so one report decides them all.
+        for item in json.loads(report.read_text()).get("install", []):
+            meta = item.get("metadata", {})
+            why = R.gpu_only_by_metadata(meta, env)
+            if why:
+                plan.drop(meta.get("name", ""), f"CUDA-only: {why}")
+        return
+    raise UsageError(f"gave up after {MAX_PREPARE_ROUNDS} rounds of requirements pip could "
+                     f"not prepare (log: {pip.log})")  # fmt: skip
+
+
+def _install_requirements(pip: _Pip, plan: R.RequirementPlan, tmp: Path,
+                          constraints: Path) -> None:  # fmt: skip
+    """The kept requirements with their own dependencies; a dependency pip cannot prepare drops
+    the requirement that brought it in."""
+    for _ in range(MAX_PREPARE_ROUNDS):
+        reqs = tmp / "requirements.txt"
+        reqs.write_text("\n".join(plan.install) + "\n")
+        mark = pip.mark()
+        done = pip("install", "-r", str(reqs), "-c", str(constraints))
+        if done.returncode == 0:
+            return
+        failure = R.parse_pip_failure(pip.output_since(mark))
+        top = failure.parents[-1] if failure and failure.parents else None
+        if failure is None or not plan.drop(top or failure.package,
+                                            f"needs {failure.package}: {failure.reason}"):
+            raise UsageError(
+                f"pip could not install the release's requirements: {pip.last_error(mark)} "
+                f"(log: {pip.log})"
+            )
+    raise UsageError(f"gave up installing after {MAX_PREPARE_ROUNDS} rounds (log: {pip.log})")
+
+
+def install_cpu(python: str, version: str, say=print) -> SglangInstall:
+    torch = probe_torch(python)
+    log_dir = Path(tempfile.gettempdir()) / "hicache-diag-install"
+    log_dir.mkdir(exist_ok=True)
+    pip = _Pip(python, log_dir / f"sglang-{version}-{int(time.time())}.log", say)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        say(f"sglang {version}: downloading its wheel (pip log: {pip.log})")
+        wheel = _download_wheel(pip, version, tmp)
         with zipfile.ZipFile(wheel) as zf:
             meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-            reqs = cpu_requirements(zf.read(meta).decode())
-        constraints = Path(tmp) / "constraints.txt"
+            requires = R.requires_dist(zf.read(meta).decode())
+        env = _run_probe(python).get("marker_env")
+        plan = R.plan_requirements(requires, env)
+        constraints = tmp / "constraints.txt"
         pins = "".join(f"{pin}\n" for pin in COMPAT_PINS.get(version, ()))
         constraints.write_text(f"torch=={torch}\n{pins}")
-        requirements = Path(tmp) / "requirements.txt"
-        requirements.write_text("\n".join(reqs) + "\n")
-        _pip(python, "--no-deps", str(wheel))
+        say(f"sglang {version}: reading the metadata of its {len(plan.install)} requirements")
+        _prepare(pip, plan, tmp, constraints, env)
+        say(f"sglang {version}: installing {len(plan.install)} requirements; "
+            f"{len(plan.dropped)} left out (torch held at {torch}, CUDA-only or not "
+            f"installable here)")  # fmt: skip
+        _install_requirements(pip, plan, tmp, constraints)
         # torchvision: a CUDA build is all the index has; the plugin empties its one
         # CUDA-only submodule, and nothing else of it needs the CUDA library.
-        _pip(python, "--no-deps", f"torchvision=={torchvision_for(torch)}")
-        _pip(python, "-r", str(requirements), "-c", str(constraints))
+        for args in (("--no-deps", f"torchvision=={torchvision_for(torch)}"),
+                     ("--no-deps", "--force-reinstall", str(wheel))):  # fmt: skip
+            mark = pip.mark()
+            if pip("install", *args).returncode != 0:
+                raise UsageError(f"pip install {args[-1]} failed: {pip.last_error(mark)} "
+                                 f"(log: {pip.log})")  # fmt: skip
+    dropped = {d.name: d.reason for d in plan.dropped}
+    install = _write_record(probe_sglang(python), version, torch, dropped)
+    for _ in range(MAX_PREPARE_ROUNDS):
+        say(f"sglang {version}: checking that its scheduler imports")
+        error = scheduler_import_error(install)
+        if error is None:
+            return install
+        dist = _unloadable_native_dist(install, error)
+        if dist is None:
+            raise UsageError(f"sglang {version} installed for {python}, but its scheduler does "
+                             f"not import: {error}")  # fmt: skip
+        # Built against another torch (its metadata does not say so): its library cannot load
+        # beside the CPU build, and the scheduler imports it only when it is there.
+        say(f"sglang {version}: removing {dist}, whose native library does not load here")
+        pip("uninstall", "-y", dist)
+        dropped[dist] = f"its native library does not load against torch {torch} ({error})"
+        install = _write_record(probe_sglang(python), version, torch, dropped)
+    return install
+
+
+def _write_record(install: SglangInstall, version: str, torch: str,
+                  dropped: dict[str, str]) -> SglangInstall:  # fmt: skip
+    record = {"sglang": version, "torch": torch, "dropped": dropped}
+    root = install.dist_root or install.site_root
+    (root / RECORD_NAME).write_text(json.dumps(record, indent=1, sort_keys=True))
+    return probe_sglang(install.python)
+
+
+_NATIVE_LOAD = re.compile(r"(?:OSError|ImportError).*?site-packages/(?P<top>[A-Za-z0-9_]+)/\S*\.so")
+
+
+def _unloadable_native_dist(install: SglangInstall, error: str) -> str | None:
+    """The distribution whose shared library failed to load in `error`, or None."""
+    m = _NATIVE_LOAD.search(error)
+    if not m:
+        return None
+    done = subprocess.run(
+        [install.python, "-c", "import importlib.metadata as m, json; "
+         "print(json.dumps(m.packages_distributions()))"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    if done.returncode != 0:
+        return None
+    dists = json.loads(done.stdout).get(m.group("top")) or []
+    return dists[0] if dists and canonicalize_name(dists[0]) != "sglang" else None
+
+
+def scheduler_import_error(install: SglangInstall) -> str | None:
+    """None when the release's scheduler imports as a CPU launch would; else the error line."""
+    install = preflight(install, cpu=True)
+    from hicache_diag.sglang.bundle import run_offline
+
+    done = run_offline(install.python, "check-import", json.dumps(install.cpu_kernel_names))
+    if done.returncode == 0:
+        return None
+    missing = missing_package_error(install.python, done.stderr)
+    if missing is not None:
+        raise missing
+    return (done.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
+
+
+def verify_release(install: SglangInstall, say=print) -> None:
+    """Installed means: every requirement is there (or left out on purpose) and the release's
+    scheduler imports. UsageError (exit 2) naming what is wrong otherwise."""
+    say(f"sglang {install.version}: checking its requirements and that its scheduler imports")
+    error = scheduler_import_error(install)
+    if error:
+        raise UsageError(
+            f"sglang {install.version} at {install.python} is installed but its scheduler does "
+            f"not import: {error}"
+        )
 
 
 def torchvision_for(torch: str) -> str:
@@ -227,12 +466,13 @@ def torchvision_for(torch: str) -> str:
 
 
 def probe_torch(python: str) -> str:
-    done = subprocess.run(
-        [python, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [python, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"--python {python}: cannot run it ({exc})") from None
     if done.returncode != 0:
         raise UsageError(f"{python} has no torch; install torch==2.13.0 (CPU build) first")
     return done.stdout.strip()
@@ -244,15 +484,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", default=DEFAULT_VERSION, help="SGLang release")
     parser.add_argument("--force", action="store_true", help="reinstall even if present")
     args = parser.parse_args(argv)
+    t0 = time.time()
+
+    def say(msg: str) -> None:
+        print(f"[{time.time() - t0:4.0f} s] {msg}", flush=True)
     try:
-        current = probe_sglang(args.python)
-        if current.version == args.version and not args.force:
-            print(f"sglang {current.version} already installed for {args.python}")
-            return 0
-    except UsageError:
-        pass
-    install_cpu(args.python, args.version)
-    print(f"sglang {probe_sglang(args.python).version} installed for {args.python}")
+        current = None
+        try:
+            current = probe_sglang(args.python)
+        except UsageError as exc:
+            if "not installed" not in str(exc):
+                raise
+        if current is not None and current.version == args.version and not args.force:
+            try:
+                verify_release(current, say)
+                print(f"sglang {current.version} already installed for {args.python} "
+                      "(requirements and scheduler import checked)")  # fmt: skip
+                return 0
+            except UsageError as exc:
+                print(f"sglang {current.version} is there but incomplete ({exc}); repairing")
+        install = install_cpu(args.python, args.version, say)  # ends on a scheduler import
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    left = install.record.get("dropped", {})
+    print(f"sglang {install.version} installed for {args.python} in {time.time() - t0:.0f} s "
+          f"({len(left)} requirements left out, recorded in "
+          f"{(install.dist_root or install.site_root) / RECORD_NAME})")
     return 0
 
 

@@ -1,37 +1,35 @@
 """Reference outputs for `--engine sglang`: the same weights through `transformers`, float32,
-greedy, the whole sequence recomputed per token (no cache of any kind), with each token's top-2
-logit gap so that `compare_outputs` can tolerate greedy ties (harness/reference.py)."""
+greedy, no cache of any kind, with each token's top-2 logit gap so that `compare_outputs` can
+tolerate greedy ties (harness/reference.py). Computed in the release's own interpreter
+(`sglang_plugin/offline.py reference`), which has the `transformers` that served the model."""
 
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from hicache_diag.errors import UsageError
 
-def compute_reference(model_dir: Path, requests: list[Any]) -> dict[str, dict[str, list]]:
+
+def compute_reference(python: str, model_dir: Path,
+                      requests: list[Any]) -> dict[str, dict[str, list]]:  # fmt: skip
     if not requests:
         return {}
-    from hicache_diag.sglang_plugin.shims import neutralise_torchvision_meta
+    from hicache_diag.sglang.bundle import run_offline
+    from hicache_diag.sglang.install import missing_package_error
 
-    neutralise_torchvision_meta()  # transformers imports torchvision when it is installed
-    import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # the run panel is ours; no third-party progress bars
-    hf_logging.set_verbosity_error()
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model.eval()
-    ref = {}
-    with torch.no_grad():
-        for req in requests:
-            tokens, out, gaps = list(req.input_ids), [], []
-            for _ in range(req.max_new_tokens):
-                logits = model(torch.tensor([tokens])).logits[0, -1]
-                top2 = logits.topk(2).values
-                tok = int(logits.argmax())
-                out.append(tok)
-                gaps.append(float(top2[0] - top2[1]))
-                tokens.append(tok)
-            ref[req.rid] = {"tokens": out, "top2_gap": gaps}
-    return ref
+    with tempfile.TemporaryDirectory(prefix="hicache-diag-ref-") as tmp:
+        reqs, out = Path(tmp) / "requests.json", Path(tmp) / "reference.json"
+        reqs.write_text(json.dumps([
+            {"rid": r.rid, "input_ids": list(r.input_ids), "max_new_tokens": r.max_new_tokens}
+            for r in requests
+        ]))  # fmt: skip
+        done = run_offline(python, "reference", str(model_dir), str(reqs), str(out))
+        if done.returncode != 0:
+            raise missing_package_error(python, done.stderr) or UsageError(
+                f"computing the reference outputs with {python} failed: "
+                f"{done.stderr.strip().splitlines()[-1:] or '(no output)'}"
+            )
+        return json.loads(out.read_text())

@@ -15,7 +15,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -27,11 +26,11 @@ from typing import IO, Any
 import psutil
 
 from hicache_diag.errors import HicacheDiagError
+from hicache_diag.sglang.bundle import plugin_bundle
 from hicache_diag.sglang.install import SglangInstall
 from hicache_diag.sglang_plugin import config as plugin_config
 from hicache_diag.triage.discover import RankId, parse_rank_tokens
 
-PLUGIN_SITE = Path(__file__).resolve().parent.parent / "sglang_plugin" / "site"
 READY_TIMEOUT_S = 240.0  # 35-75 s measured on 2 cores; headroom for a loaded CI box
 _TITLE_RE = re.compile(r"^sglang::scheduler(?P<rest>\S*)")
 
@@ -182,21 +181,19 @@ class SglangServer:
 
     def env(self, plugin_path: Path) -> dict[str, str]:
         env = dict(os.environ)
+        # The plugin comes from its bundle (plain files), never from the tool's environment:
+        # a release's interpreter imports only its own packages.
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(PLUGIN_SITE), env.get("PYTHONPATH", "")) if p
+            p for p in (plugin_bundle().pythonpath(boot=True), env.get("PYTHONPATH", "")) if p
         )
+        env["PYTHONNOUSERSITE"] = "1"
         env[plugin_config.ENV_VAR] = str(plugin_path)
         env["PYTHONUNBUFFERED"] = "1"
-        # Not resolve(): every venv's python is a symlink to the same base interpreter, so the
-        # resolved paths agree while the environments (site-packages) differ.
-        if os.path.abspath(self.install.python) != os.path.abspath(sys.executable):
-            env["HICACHE_DIAG_SITE"] = _our_site()
         if self.spec.cpu:
             env["SGLANG_USE_CPU_ENGINE"] = "1"
             cores = max(1, os.cpu_count() or 1)
-            ranks = self.spec.pp_size * self.spec.tp_size
-            if not _binds_every_rank(self.install.package_dir):
-                ranks = self.spec.tp_size  # 0.5.1x: one entry per TP rank, asserted equal
+            # One entry per rank of the world or per TP rank, as the release reads it.
+            ranks = self.install.launch.omp_bind_entries(self.spec.pp_size, self.spec.tp_size)
             env.setdefault(
                 "SGLANG_CPU_OMP_THREADS_BIND", "|".join(str(r % cores) for r in range(ranks))
             )
@@ -368,21 +365,3 @@ def last_error_line(log: Path) -> str:
         if re.search(r"(Error|Exception|error:|Traceback|Killed|exited)", text):
             return text[:300]
     return lines[-1][:300] if lines else "(empty log)"
-
-
-def _binds_every_rank(package_dir: Path) -> bool:
-    """Whether this release reads SGLANG_CPU_OMP_THREADS_BIND per global rank (utils/numa_utils,
-    0.5.2x) rather than per TP rank (ModelRunner.init_threads_binding, 0.5.1x)."""
-    numa = package_dir / "srt" / "utils" / "numa_utils.py"
-    return numa.is_file() and "SGLANG_CPU_OMP_THREADS_BIND" in numa.read_text(errors="replace")
-
-
-def _our_site() -> str:
-    # The directory that holds the `hicache_diag` package as installed (site-packages for a
-    # wheel; for an editable install, where its finder's .pth lives, i.e. site-packages).
-    import site
-
-    import hicache_diag
-
-    paths = site.getsitepackages()
-    return paths[0] if paths else str(Path(hicache_diag.__file__).resolve().parent.parent)

@@ -37,10 +37,10 @@ from hicache_diag.rules.signatures import LAUNCHER_TEARDOWN_RE
 from hicache_diag.sglang.client import WorkloadClient
 from hicache_diag.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
 from hicache_diag.sglang.server import ServerStartError, SglangServer
-from hicache_diag.sglang.server_log import harvest_pyspy_dumps, watchdog_firing
+from hicache_diag.sglang.server_log import harvest_pyspy_dumps, startup_cause, watchdog_firing
 from hicache_diag.sglang_plugin.config import PluginConfig
 from hicache_diag.triage.discover import RankId, parse_rank_tokens
-from hicache_diag.verdict import write_json_atomic
+from hicache_diag.verdict import Outcome, Verdict, write_json_atomic
 
 POLL_S = 0.2
 CASCADE_GRACE_S = 3.0  # SGLang's survivors log `Connection closed by peer` within a second or two
@@ -102,7 +102,9 @@ def _manifest(run_dir: Path, cfg: SglangRunConfig, argv: list[str], launch: list
             "tool": "hicache-diag",
             "version": __version__,
             "engine": "sglang",
-            "sglang": {"version": cfg.sglang_version, "python": cfg.python, "argv": launch},
+            "sglang": {**cfg.release, "version": cfg.sglang_version, "python": cfg.python,
+                       "argv": launch, "launch_facts": cfg.launch_facts.to_json()},
+            "notes": list(cfg.notes),
             "python": platform.python_version(),
             "host": socket.gethostname(),
             "argv": argv or sys.argv,
@@ -132,7 +134,8 @@ def run_sglang_trial(
     from hicache_diag.sglang.install import SglangInstall
 
     package_dir = Path(cfg.package_dir or ".")
-    install = SglangInstall(cfg.python, cfg.sglang_version, package_dir, None, cfg.cpu_kernel_names)
+    install = SglangInstall(cfg.python, cfg.sglang_version, package_dir, None,
+                            cfg.cpu_kernel_names, launch=cfg.launch_facts)  # fmt: skip
     server = SglangServer(install, cfg.spec, run_dir)
     _manifest(run_dir, cfg, argv or [], cfg.spec.argv(cfg.python, server.port))
     plugin_path = run_dir / "plugin.json"
@@ -177,7 +180,8 @@ def run_sglang_trial(
     write_json(run_dir / "reference.json", _reference(cfg, [r for r in requests if r.rid in done]))
     verdict = _classify(run_dir)
     if watch.startup_error:
-        verdict.evidence.insert(0, f"SGLang never became ready: {watch.startup_error}")
+        verdict = _environment_failure(verdict, watch.startup_error, server.log_path)
+    verdict.evidence += [f"launch adapted: {note}" for note in cfg.notes]
     verdict.duration_s = round(time.time() - t0, 3)
     verdict.run_dir = str(run_dir)
     write_json_atomic(run_dir / "verdict.json", verdict.to_json())
@@ -196,10 +200,21 @@ def _phase_reporter(server: SglangServer, cfg: SglangRunConfig, on_progress: Pro
     return report
 
 
+def _environment_failure(verdict: Verdict, error: str, log: Path) -> Verdict:
+    """A server that never became ready failed as an environment (a settings assert, a missing
+    driver, a bad flag): `undecided`, with the cause, and never a form or a rank to blame."""
+    cause = startup_cause(log) or error
+    return replace(verdict, outcome=Outcome.UNDECIDED, form=None, failed_rank=None,
+                   culprit_rank=None, first_divergence=None,
+                   signature=f"SGLang never became ready: {cause}",
+                   evidence=[f"SGLang never became ready (the environment failed, not a rank): "
+                             f"{cause}", f"launcher: {error}"])  # fmt: skip
+
+
 def _reference(cfg: SglangRunConfig, requests: list[Any]) -> dict[str, Any]:
     from hicache_diag.sglang.reference import compute_reference
 
-    return compute_reference(cfg.spec.model, requests)
+    return compute_reference(cfg.python, cfg.spec.model, requests)
 
 
 def _watch_loop(server: SglangServer, client: WorkloadClient, cfg: SglangRunConfig,

@@ -43,6 +43,25 @@ def _len(obj: Any) -> int | None:
         return None
 
 
+def _size(obj: Any) -> int:
+    """Length of a list or tensor alike (releases differ); never by truthiness, which a tensor
+    of no elements cannot answer."""
+    if obj is None:
+        return 0
+    if hasattr(obj, "numel"):
+        return int(obj.numel())
+    return len(obj)
+
+
+def _as_int(value: Any) -> int:
+    """An int from an int, a one-element tensor or None (0)."""
+    if value is None:
+        return 0
+    if hasattr(value, "item"):
+        return int(value.item())
+    return int(value)
+
+
 def _ready(queue: list) -> int:
     n = 0
     for ack in queue:
@@ -66,7 +85,8 @@ class StepRecorder:
         self._idle = 0
         self._last_write = 0.0
         self.pp_loop_size: int | None = None
-        self._broken = False
+        self._errors = 0  # steps whose line could not be built since the last error line
+        self._last_error_write = 0.0
         self._crash_written = False
         self._open = False  # inside get_next_batch_to_run: the step has no line yet
 
@@ -90,10 +110,15 @@ class StepRecorder:
         try:
             self._end_step(scheduler, batch)
         except Exception as exc:  # noqa: BLE001 - recording must never break SGLang's step
-            if not self._broken:
-                self._broken = True
-                self._write({"step": self.step, "rank": self.rank,
-                             "recorder_error": f"{type(exc).__name__}: {exc}"})  # fmt: skip
+            # Counted, never swallowed: the verdict names a blind recorder (docs/evidence.md).
+            # One line per heartbeat at most, so a failing idle poll cannot flood the file.
+            self._errors += 1
+            now = time.monotonic()
+            if not self._last_error_write or now - self._last_error_write >= HEARTBEAT_S:
+                self._write({"step": self.step, "rank": self.rank, "t": time.time(),
+                             "recorder_error": f"{type(exc).__name__}: {exc}",
+                             "recorder_errors": self._errors})  # fmt: skip
+                self._errors, self._last_error_write = 0, now
         self.step += 1
         self._open = False
 
@@ -160,6 +185,9 @@ class StepRecorder:
 
     def close(self) -> None:
         try:
+            if self._errors:  # failed steps since the last error line: counted, not lost
+                self._write({"step": self.step, "rank": self.rank, "t": time.time(),
+                             "recorder_error": "(as above)", "recorder_errors": self._errors})
             self._fh.close()
         except OSError:
             pass
@@ -178,19 +206,20 @@ def _batch_fields(batch: Any) -> dict[str, Any]:
     is_extend = bool(mode is not None and hasattr(mode, "is_extend") and mode.is_extend())
     out["forward_mode"] = getattr(mode, "name", str(mode))
     if is_extend:
-        out["extend_num_tokens"] = int(getattr(batch, "extend_num_tokens", 0) or 0)
+        out["extend_num_tokens"] = _as_int(getattr(batch, "extend_num_tokens", None))
         out["prefix_len"] = {r.rid: _prefix_len(r) for r in reqs}
-        out["host_hit_len"] = {r.rid: int(getattr(r, "host_hit_length", 0) or 0) for r in reqs}
+        out["host_hit_len"] = {r.rid: _as_int(getattr(r, "host_hit_length", None)) for r in reqs}
         if any(hasattr(r, "storage_hit_length") for r in reqs):
-            out["l3_hit_len"] = {r.rid: int(getattr(r, "storage_hit_length", 0)) for r in reqs}
+            out["l3_hit_len"] = {r.rid: _as_int(getattr(r, "storage_hit_length", None))
+                                 for r in reqs}  # fmt: skip
     return out
 
 
 def _prefix_len(req: Any) -> int:
     """Device-hit tokens of a request: `prefix_len` in 0.5.2x, `len(prefix_indices)` before."""
     if hasattr(req, "prefix_len"):
-        return int(req.prefix_len)
-    return len(getattr(req, "prefix_indices", ()) or ())
+        return _as_int(req.prefix_len)
+    return _size(getattr(req, "prefix_indices", None))
 
 
 def _cache_fields(scheduler: Any) -> dict[str, Any]:

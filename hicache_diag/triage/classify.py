@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hicache_diag.rules import signatures as sig
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.advice import next_steps
@@ -11,6 +13,8 @@ from hicache_diag.triage.hang import HangFinding, RankSamples, analyse_rank, cla
 from hicache_diag.triage.logs import LogEvidence, LogException, LogLine
 from hicache_diag.triage.report import RankReport, TriageReport
 from hicache_diag.triage.stacks import merge_stacks
+from hicache_diag.triage.teardown import set_aside_teardown
+from hicache_diag.triage.thin import one_rank_in_p2p, served_only, shape_without_pp
 
 
 def merge_log_dumps(ranks: list[RankSamples], logs: LogEvidence) -> list[RankSamples]:
@@ -37,14 +41,22 @@ def merge_log_dumps(ranks: list[RankSamples], logs: LogEvidence) -> list[RankSam
 
 def _hang_came_first(finding: CrashFinding, logs: LogEvidence) -> bool:
     """A watchdog / collective timeout before an error of no known form makes that error a
-    consequence of the hang (the watchdog's SIGQUIT, peers losing their connection)."""
-    stamps = [ln.ts for ln in logs.hang_lines] + [e.ts for e in logs.exceptions if e.is_timeout]
-    if finding.form is not None or not stamps:
+    consequence of the hang (the watchdog's SIGQUIT, NCCL's abort, peers losing their
+    connection). Before: earlier in the same file, or earlier by time stamp across files."""
+    hangs = list(logs.hang_lines) + [
+        LogLine(e.rank, e.ts, e.source, e.lineno, e.text) for e in logs.exceptions if e.is_timeout
+    ]
+    if finding.form is not None or not hangs:
         return False
     if finding.root.is_cascade:
         return True
-    known = [t for t in stamps if t]
-    return bool(known and finding.root.ts and min(known) < finding.root.ts)
+    root = finding.root
+    return any(
+        ln.lineno < root.lineno
+        if ln.source == root.source
+        else bool(ln.ts and root.ts and ln.ts < root.ts)
+        for ln in hangs
+    )
 
 
 def _report_for(rank: RankId | None, reports: list[RankReport]) -> RankReport | None:
@@ -70,7 +82,7 @@ def _handled(exc: LogException, logs: LogEvidence) -> bool:
     death, no signal) after which the server went on serving: handled, not the crash."""
     if exc.rank is not None or exc.scheduler or exc.fatal_signal or exc.is_timeout:
         return False
-    return any(ln.source == exc.source and ln.lineno > exc.lineno for ln in logs.progress_lines)
+    return logs.progress_last.get(exc.source, 0) > exc.lineno
 
 
 def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int | None):
@@ -95,8 +107,15 @@ def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int |
         if crashed and r.wait_site is None:
             r.state, r.error = "crashed", crashed[0].text
     signature = root.text
+    confidence = "high"
     if root.is_cascade and culprit is not None:
         signature = f"{culprit.rank.label} went silent (no traceback): killed, OOM or a signal"
+        confidence = "medium"
+    elif root.is_cascade:
+        confidence = "medium"  # only the cascade is in sight
+    if finding.form is None and (conditional := shape_without_pp(root, num_heads)):
+        evidence += conditional
+        confidence = "medium"
     return TriageReport(
         "crash",
         form=finding.form,
@@ -104,6 +123,7 @@ def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int |
         ranks=reports,
         evidence=evidence,
         signature=signature,
+        confidence=confidence,
     )
 
 
@@ -206,11 +226,19 @@ def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
         else:
             first = (logs.hang_lines or logs.debug_lines)[0]
         ev = [f"{first.source}:{first.lineno}: {first.text}"]
+        if not logs.hang_lines:
+            ev.append(
+                "the scheduler watchdog's own output (its debug block, dump or thread): it fired"
+            )
         ev.append(
             "no stacks: run triage live (--discover) or pass the py-spy dumps to name the site"
         )
-        return TriageReport("hang", form="C", ranks=reports, evidence=ev, signature=first.text)
-    if logs.soft_lines and not logs.progress_lines:
+        return TriageReport(
+            "hang", form="C", ranks=reports, evidence=ev, signature=first.text,
+            confidence="medium",
+        )  # fmt: skip
+    progress = logs.progress_lines
+    if logs.soft_lines and not progress:
         first = logs.soft_lines[0]
         ev = [
             f"{first.source}:{first.lineno}: {first.text}",
@@ -218,12 +246,14 @@ def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
             "scheduler hang",
         ]
         return TriageReport("unknown", ranks=reports, evidence=ev, reason="soft watchdog only")
-    if logs.progress_lines and not logs.progress_lines[-1].text.startswith(_READY):
-        last = logs.progress_lines[-1]
-        ev = [f"{len(logs.progress_lines)} batch lines, last: {last.text}"]
-        return TriageReport("busy", ranks=reports, evidence=ev)
-    if logs.progress_lines:
+    if progress and not progress[-1].text.startswith(_READY):
+        last = progress[-1]
+        ev = [f"{logs.progress_count} batch lines, last: {last.text}"]
+        return TriageReport("busy", ranks=reports, evidence=ev, confidence="medium")
+    if progress:
         return TriageReport("healthy", ranks=reports, evidence=["the server is up and idle"])
+    if report := served_only(logs, reports):
+        return report
     return TriageReport("unknown", ranks=reports, reason="no traceback, timeout or stack found")
 
 
@@ -232,9 +262,15 @@ def classify(
     logs: LogEvidence | None = None,
     *,
     num_heads: int | None = None,
+    pp_size: int | None = None,
 ) -> TriageReport:
-    """Crash (a traceback) first, then hang vs busy from the stacks, then what logs alone say."""
-    logs = logs or LogEvidence()
+    """Crash (a traceback) first, then hang vs busy from the stacks, then what logs alone say.
+    Errors after a stop from outside are set aside as its teardown first. `pp_size`: the
+    deployment's PP size when the caller knows it (the text may not show PP)."""
+    logs = replace(logs) if logs else LogEvidence()  # a copy: the teardown split edits it
+    teardown = set_aside_teardown(logs)
+    if pp_size and pp_size > 1:
+        logs.context = logs.context | Context(pp=True)
     ranks = merge_log_dumps(ranks, logs)
     known = [rs.rank for rs in ranks if rs.rank.known]
     pp_size = max((r.pp for r in known), default=0) + 1
@@ -249,11 +285,14 @@ def classify(
     if report is None and (finding := classify_stacks(reports, hang_hint)) is not None:
         report = _exited_report(reports) or _from_hang(finding, reports)
         report = _one_rank_only(report, reports, hang_hint)
+        if report.kind == "unknown" and not hang_hint:
+            report = one_rank_in_p2p(reports) or report
         if report.kind == "hang" and logs.hang_lines:
             first = logs.hang_lines[0]
             report.evidence.append(f"log: {first.source}:{first.lineno}: {first.text}")
     if report is None:
         report = _exited_report(reports) or _logs_only(logs, reports)
+    report.evidence += teardown.evidence
     report.evidence += _watchdog_notes(logs, report)
     report.evidence += [
         f"ignored the dump of {d.title.split()[0]} (pid {d.pid}): not a scheduler"
@@ -268,7 +307,9 @@ def classify(
     common = next(iter(sites)) if len(sites) == 1 else None
     site = report.culprit.wait_site if report.culprit else common
     ctx = logs.context | _stack_context(ranks)
-    report.next_steps = next_steps(report.kind, report.form, report.cause, site, ctx)
+    report.next_steps = report.next_steps or next_steps(
+        report.kind, report.form, report.cause, site, ctx
+    )
     report.ranks.sort(key=lambda r: r.rank.key)
     return report
 

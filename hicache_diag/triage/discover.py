@@ -1,16 +1,14 @@
-"""Find scheduler processes by title and parse their rank tokens (DP/PP/ATTN_CP/MOE_DP/TP/EP)."""
+"""Find scheduler processes by title and parse their rank tokens (rules.rank_labels' grammar)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import psutil
 
+from hicache_diag.rules.rank_labels import rank_tokens
+
 TITLE_PREFIXES = ("sglang::scheduler", "hicache-diag::scheduler")
-# Titles come in several orders across SGLang versions (`_DP0_TP0_PP1`, `_PP1_ATTN_CP3_TP3_EP3`),
-# so each token is found on its own; ATTN_CP and MOE_DP must win over a bare CP/DP match.
-_TOKEN = re.compile(r"(?<![A-Z])(ATTN_CP|MOE_DP|DP|PP|TP|EP)(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +21,7 @@ class RankId:
     attn_cp: int | None = None
     moe_dp: int | None = None
     ep: int | None = None
+    attn_dp: int | None = None
     anon: int | None = None  # a process nothing names (no title, no prefix): `rank ?`
 
     @property
@@ -32,7 +31,7 @@ class RankId:
     @property
     def key(self) -> tuple[int, ...]:
         """Sort key that tolerates absent tokens (None never compares with int); unnamed last."""
-        opt = (self.dp, self.attn_cp, self.moe_dp, self.ep)
+        opt = (self.dp, self.attn_dp, self.attn_cp, self.moe_dp, self.ep)
         head = (1, self.anon) if self.anon is not None else (0, 0)
         return (*head, self.dp or 0, self.pp, self.tp, *(-1 if v is None else v for v in opt))
 
@@ -45,6 +44,8 @@ class RankId:
         if self.anon is not None:  # never an invented PP/TP
             return "rank ?" if self.anon == 0 else f"rank ?{self.anon + 1}"
         parts = [f"DP{self.dp}"] if self.dp is not None else []
+        if self.attn_dp is not None:
+            parts.append(f"ATTN_DP{self.attn_dp}")
         parts.append(f"PP{self.pp}")
         if self.attn_cp is not None:
             parts.append(f"ATTN_CP{self.attn_cp}")
@@ -54,7 +55,7 @@ class RankId:
 
 def parse_rank_tokens(text: str) -> RankId | None:
     """Rank from any title, log prefix or file name; None when it names no rank at all."""
-    found = {name: int(value) for name, value in _TOKEN.findall(text.upper())}
+    found = rank_tokens(text)
     if not found:
         return None
     return RankId(
@@ -63,7 +64,8 @@ def parse_rank_tokens(text: str) -> RankId | None:
         dp=found.get("DP"),
         attn_cp=found.get("ATTN_CP"),
         moe_dp=found.get("MOE_DP"),
-        ep=found.get("EP"),
+        ep=found.get("EP", found.get("MOE_EP")),
+        attn_dp=found.get("ATTN_DP"),
     )
 
 

@@ -52,6 +52,7 @@ class RankDump:
     title: str | None
     threads: list[ThreadStack] = field(default_factory=list)
     source: str = ""
+    lineno: int = 0  # where a dump inside a log starts (0: a file of its own, a live sample)
 
     def main_thread(self) -> ThreadStack | None:
         for thread in self.threads:

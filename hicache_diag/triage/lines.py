@@ -1,15 +1,20 @@
 """Undo what carriers do to log lines before we read them: collector prefixes, partial lines,
-prefixes glued onto the previous line, tracebacks flattened onto one line.
+ANSI colours, CRLF, editor line numbers, terminal wrap, prefixes glued onto the previous line,
+tracebacks flattened onto one line.
 
 Real SGLang logs reach an engineer through Kubernetes (CRI `<ts> stdout F `), `kubectl logs
 --timestamps`, docker compose (`sglang-1  | `), journald, Loki / Grafana exports (an epoch or
 time column, `{labels}`), dashboard table pastes (`| time | line |`), Ray, torchrun or mpirun
-prefixes, and issue threads where a traceback was pasted as one line.
+prefixes, editors that copy their line numbers, terminals that wrap at their width, and issue
+threads where a traceback was pasted as one line. `normalise` is a generator: it holds at most
+one wrapped line and one numbered line back, so a log of any length streams through it.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterable, Iterator
 
 _TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 # Kubernetes CRI log format: `<RFC3339Nano> <stream> <P|F> <text>`; P = a partial line.
@@ -31,14 +36,18 @@ _CARRIERS = (
     # docker compose: `sglang-1  | `.
     re.compile(r"^[\w.-]+\s+\|(?: |$)"),
     # Ray / vLLM workers: `(SchedulerActor pid=1234, ip=10.0.0.1) `, `(VllmWorker rank=0 pid=9) `.
-    re.compile(r"^\((?:[A-Za-z_][\w:.-]* )?(?:[\w.]+=[\w.:-]+(?:,? )?)+\)\s"),
+    # The key=value pairs are bounded and comma/space-separated, so no pair can split another.
+    re.compile(
+        r"^\((?:[A-Za-z_][\w:.-]{0,80} )?[\w.]{1,40}=[\w.:-]{1,80}(?:,? [\w.]{1,40}="
+        r"[\w.:-]{1,80}){0,8}\)\s"
+    ),  # fmt: skip
     # torchrun `--tee` / `--log-dir` (`[rank0]: `, `[default0]:`) and mpirun `[1,0]<stderr>:`.
     re.compile(r"^\[(?:rank|default)\d+\]:\s?"),
     re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?"),
     # vLLM / Python logging headers in front of a message.
     re.compile(
         r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-        r"\[[^\]]+\] "
+        r"\[[^\]]{0,200}\] "
     ),
 )
 # A dashboard table row: `| 2024-07-01 18:00:57.123 | <line> |` (cells that are only a time,
@@ -46,33 +55,70 @@ _CARRIERS = (
 _TABLE_CELL = re.compile(
     rf"^\|?\s*(?:{_TS}|\d{{10,19}}|INFO|WARN(?:ING)?|ERROR|DEBUG|stdout|stderr)\s*\|\s?"
 )
+# Does any carrier start this line? One match instead of a dozen on a plain SGLang log.
+_ANY_CARRIER = re.compile(
+    "|".join(f"(?:{p.pattern})" for p in (_CRI, *_CARRIERS, _TABLE_CELL)) + r"|\|"
+)
+# ANSI SGR colours and other CSI sequences a coloured terminal or `docker logs` leaves in.
+_ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]|\x1b[()][A-Z0-9]")
+# An editor's or `cat -n` / `grep -n` / `nl` line number in front of each line: `  12\t`,
+# `12: `, `12 | `, `12→`, `[12] `. Only stripped when the next or previous line carries the next or
+# previous number, so a line that merely starts with a figure keeps it.
+_LINE_NO = re.compile(
+    r"^ {0,8}(?:\[(?P<b>\d{1,7})\] ?|(?P<n>\d{1,7})(?:\t| ?[|\u2192] ?|:(?!\d) ?| {1,4}(?=\S)))"
+)
 # An SGLang prefix glued onto the end of the previous line (two writers on one stream).
 _GLUED = re.compile(
-    r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?"
-    r"(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*\] )"
+    r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]{1,8}(?:_[A-Z]{1,8})?\d{1,5}){0,8}\] "
 )
 _TRACEBACK = "Traceback (most recent call last):"
-_FLAT_FRAME = re.compile(r'\s*(?=File "[^"]+", line \d+)')
+# Anchored on what precedes the frame (start or a non-space), so a run of blanks is scanned once.
+_FLAT_FRAME = re.compile(r'(?:(?<=\S)|^)\s*(?=File "[^"\n]{1,2000}", line \d)')
 _FLAT_HEAD = re.compile(
     r'^File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\s*(?P<rest>.*)$'
 )
 _FLAT_EXC = re.compile(
-    r"(?:^|\s)(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)(?::\s.*)?)$"
+    r"(?:^|\s)(?P<exc>(?:[A-Za-z_]\w{0,80}\.){0,16}[A-Z]\w{0,120}(?:Error|Exception|Interrupt|Exit)"
+    r"(?::\s.*)?)$"
 )
+# Common terminal widths: a paste whose longest lines are exactly one of these wide, with no
+# line longer, was wrapped there (other widths need more evidence, see _wrap_width).
+WRAP_WIDTHS = (80, 100, 120, 132, 140, 150, 160, 180, 200)
+_WRAP_PROBE = 2000  # lines read ahead to find the wrap width
+# A line that starts a record of its own is never the tail of a wrapped one.
+_RECORD_START = re.compile(
+    rf"^(?:\[{_TS}|\[(?:[A-Z]{{1,8}}(?:_[A-Z]{{1,8}})?\d{{1,5}} ?){{1,8}}\]|{_TS}\s"
+    r"|Traceback \(|  File \"|\w[\w.-]{0,60}\s+\| )"
+)
+
+
+def _strip_once(line: str) -> str:
+    if line.startswith("|"):
+        line = line.rstrip().removesuffix("|").rstrip() if line.rstrip().endswith("|") else line
+    line = _TABLE_CELL.sub("", line, count=1) if _TABLE_CELL.match(line) else line
+    for carrier in _CARRIERS:
+        line = carrier.sub("", line, count=1)
+    return line
+
+
+def peel(line: str) -> tuple[str, bool]:
+    """Remove collector prefixes from one line, several stacked in any order (CRI around
+    docker around Loki); True when a CRI layer marked it partial (`P`: continued next line)."""
+    partial = False
+    for _ in range(6):
+        if m := _CRI.match(line):
+            partial = partial or m["tag"] == "P"
+            line = line[m.end() :]
+            continue
+        before, line = line, _strip_once(line)
+        if line == before:
+            break
+    return line, partial
 
 
 def strip_carrier(line: str) -> str:
     """Remove collector prefixes from one line (several may stack: CRI around docker)."""
-    for _ in range(4):
-        before = line
-        if line.startswith("|"):
-            line = line.rstrip().removesuffix("|").rstrip() if line.rstrip().endswith("|") else line
-        line = _TABLE_CELL.sub("", line, count=1) if _TABLE_CELL.match(line) else line
-        for carrier in _CARRIERS:
-            line = carrier.sub("", line, count=1)
-        if line == before:
-            break
-    return line
+    return peel(line)[0]
 
 
 def unflatten_traceback(line: str) -> list[str]:
@@ -101,21 +147,170 @@ def unflatten_traceback(line: str) -> list[str]:
     return out
 
 
-def normalise(raw: list[str]) -> list[str]:
-    """Every carrier undone, partial CRI lines joined, glued and flattened lines split."""
-    out: list[str] = []
+def _clean(lines: Iterable[str]) -> Iterator[str]:
+    """Line endings (CRLF, a lone CR) and ANSI colour codes off every line."""
+    for line in lines:
+        yield _clean_line(line)
+
+
+def _wrap_width(head: list[str]) -> int | None:
+    """The terminal width a paste was wrapped at, from its first lines; None if not wrapped.
+    Wrapped text has no line longer than the width and several exactly that long that the next
+    line continues: two at a common terminal width, three at any other (a resized window)."""
+    longest = max((len(s) for s in head), default=0)
+    if longest < 60:
+        return None
+    # A full-width line that the next one continues (it starts no record of its own): a log
+    # whose templated lines merely share one length shows none.
+    cut = sum(
+        1
+        for a, b in itertools.pairwise(head)
+        if len(a) == longest and b and not _RECORD_START.match(b)
+    )
+    return longest if cut >= (2 if longest in WRAP_WIDTHS else 3) else None
+
+
+def _numbered(head: list[str]) -> bool:
+    """Two neighbouring lines carry consecutive editor line numbers."""
+    prev: int | None = None
+    for line in head:
+        n = _number(_LINE_NO.match(line))
+        if n is not None and prev is not None and n == prev + 1:
+            return True
+        prev = n
+    return False
+
+
+def _unwrap(lines: Iterable[str], width: int) -> Iterator[str]:
+    """Join the pieces of lines a terminal wrapped at `width` back into one line."""
+    pending: str | None = None
+    for line in lines:
+        if len(line) > width:
+            width = 10**9  # a longer line: this text was not wrapped after all
+        if pending is not None and not _RECORD_START.match(line) and len(pending) < MAX_LINE:
+            pending += line
+        else:
+            if pending is not None:
+                yield pending
+            pending = line
+        if len(line) != width:
+            yield pending
+            pending = None
+    if pending is not None:
+        yield pending
+
+
+def _number(m: re.Match[str] | None) -> int | None:
+    return None if m is None else int(m["b"] or m["n"])
+
+
+def _line_numbers(lines: Iterable[str]) -> Iterator[str]:
+    """Drop editor line numbers: a number is one when a neighbour carries the next (or the
+    previous) one."""
+    prev_no: int | None = None  # the number stripped from the line before, if any
+    held: tuple[str, re.Match[str] | None] | None = None
+    for line in lines:
+        m = _LINE_NO.match(line) if line[:1] in " [0123456789" else None
+        if held is not None:
+            prev_no = yield from _release(held, _number(m), prev_no)
+        held = (line, m)
+    if held is not None:
+        yield from _release(held, None, prev_no)
+
+
+def _release(held: tuple[str, re.Match[str] | None], next_no: int | None, prev_no: int | None):
+    text, m = held
+    n = _number(m)
+    numbered = n is not None and (next_no == n + 1 or (prev_no is not None and n == prev_no + 1))
+    yield text[m.end() :] if numbered and m is not None else text
+    return n if numbered else None
+
+
+def _clean_line(line: str) -> str:
+    """Line ending (CRLF, a lone CR) and ANSI colour codes off one line."""
+    if line.endswith("\n"):
+        line = line[:-2] if line.endswith("\r\n") else line[:-1]
+    if "\r" in line:  # a progress bar redrawn with CR: keep what was drawn last
+        line = line.rstrip("\r")
+        line = line.rsplit("\r", 1)[-1] or line.replace("\r", "")
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    return line
+
+
+def _paste_damage(raw: Iterator[str]) -> tuple[Iterator[str], bool]:
+    """Undo editor numbers and terminal wrap where the first lines show them (a paste is
+    numbered or wrapped from its first line). Returns the lines and whether they are cleaned
+    already; a plain log skips both stages and is cleaned in normalise's own loop."""
+    head = [_clean_line(line) for line in itertools.islice(raw, _WRAP_PROBE)]
+    numbered = _numbered(head)
+    if numbered:
+        head = [h[m.end() :] if (m := _LINE_NO.match(h)) else h for h in head]
+    width = _wrap_width(head)
+    if not numbered and not width:
+        return itertools.chain(head, raw), False
+    rest: Iterable[str] = _clean(raw)
+    if numbered:  # the head is stripped already; the rest goes through the stage
+        rest = _line_numbers(rest)
+    stream: Iterable[str] = itertools.chain(head, rest)
+    if width:
+        stream = _unwrap(stream, width)
+    return iter(stream), True
+
+
+# A line longer than this (a tensor's repr, a base64 blob, a batch of requests) is read by its
+# head and tail: what a line means is in its prefix, its first words and its end, and every
+# stage after this one then works on a bounded line, however long the input.
+MAX_LINE = 256 * 1024
+_KEEP_END = MAX_LINE // 2
+
+
+def _bounded(line: str) -> str:
+    if len(line) <= MAX_LINE:
+        return line
+    return f"{line[:_KEEP_END]} ... {line[-_KEEP_END:]}"
+
+
+def normalise(raw: Iterable[str]) -> Iterator[str]:
+    """Every carrier undone, wrapped / partial lines joined, glued and flattened lines split.
+    One loop for the stages every line goes through (the hot path of a big log)."""
     partial = ""
-    for line in raw:
-        line = line.rstrip("\r\n")
-        if m := _CRI.match(line):
-            text = line[m.end() :]
-            if m["tag"] == "P":
-                partial += text
+    lines, cleaned = _paste_damage(iter(raw))
+    for line in lines:
+        if len(line) > MAX_LINE:
+            line = _bounded(line)
+        if not cleaned and (line[-1:] == "\n" or "\r" in line or "\x1b" in line):
+            line = _clean_line(line)
+        # `[2026-06-24 15:38:03 ...` is SGLang's prefix, never a carrier: skip the carrier scan.
+        if not (line[:3] == "[20" and line[11:12] == " ") and _ANY_CARRIER.match(line):
+            text, continued = peel(line)
+            if continued:
+                partial = _bounded(partial + text) if len(partial) > MAX_LINE else partial + text
                 continue
-            line, partial = partial + text, ""
-        line = strip_carrier(line)
-        for piece in _GLUED.split(line):
-            out.extend(unflatten_traceback(piece))
+            line = text
+        if partial:
+            # The joined CRI line may still carry an inner carrier (docker inside CRI).
+            line, partial = peel(_bounded(partial + line))[0], ""
+        if line.find("[", 1) < 0 and _TRACEBACK not in line:
+            yield line
+        else:
+            yield from _split_glued(line)
     if partial:
-        out.append(strip_carrier(partial))
-    return out
+        yield from _split_glued(peel(partial)[0])
+
+
+def _split_glued(line: str) -> Iterator[str]:
+    if line.find("[", 1) > 0 and (cuts := _glue_points(line)):
+        pieces = [line[a:b] for a, b in zip([0, *cuts], [*cuts, len(line)], strict=True)]
+    else:
+        pieces = [line]
+    for piece in pieces:
+        if _TRACEBACK in piece:
+            yield from unflatten_traceback(piece)
+        else:
+            yield piece
+
+
+def _glue_points(line: str) -> list[int]:
+    """Where an SGLang prefix starts in the middle of a line, right after a non-blank."""
+    return [m.start() for m in _GLUED.finditer(line, 1) if not line[m.start() - 1].isspace()]

@@ -1,15 +1,20 @@
-"""What a parsed log holds: exceptions, notable lines, py-spy failures (triage.logs fills it)."""
+"""What a parsed log holds: exceptions, notable lines, py-spy failures, process fates
+(triage.logs fills it). Bounded: each list keeps its first KEEP entries (the first failure in
+time is the root; later repeats add nothing) and the progress lines their last ones, with counts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from hicache_diag.rules import signatures as sig
+from hicache_diag.rules.process_fate import FateFact
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.discover import RankId
 from hicache_diag.triage.dumps import RankDump
 
 CUT_SHORT = "traceback cut short"
+KEEP = 500  # entries kept per kind of evidence
+KEEP_PROGRESS = 64  # the last progress lines kept (their count is kept in full)
 
 
 @dataclass(slots=True)
@@ -78,19 +83,62 @@ class PyspyFailure:
 
 
 @dataclass(slots=True)
+class FateLine:
+    """A process-fate fact (rules.process_fate) and the line that told it."""
+
+    fact: FateFact
+    line: LogLine
+
+
+@dataclass(slots=True)
 class LogEvidence:
     exceptions: list[LogException] = field(default_factory=list)
     hang_lines: list[LogLine] = field(default_factory=list)  # timeouts: hang evidence
     soft_lines: list[LogLine] = field(default_factory=list)  # soft / other components' watchdogs
-    debug_lines: list[LogLine] = field(default_factory=list)  # `Scheduler debug info:`
+    # The scheduler watchdog's outputs other than its timeout line: `Scheduler debug info:`, the
+    # older `self.cur_batch...` line, its `Pyspy dump for PID` blocks of a scheduler (before any
+    # teardown), a faulthandler dump taken from its thread.
+    debug_lines: list[LogLine] = field(default_factory=list)
     cascade_lines: list[LogLine] = field(default_factory=list)
-    progress_lines: list[LogLine] = field(default_factory=list)
+    # The last progress lines as (rank, ts, source, lineno, text) tuples: a LogLine per batch
+    # line of a million-line log would cost more than reading it (`progress_lines` builds them).
+    recent_progress: list[tuple] = field(default_factory=list)
     pyspy_failures: list[PyspyFailure] = field(default_factory=list)
     dumps: list[RankDump] = field(default_factory=list)
     ranks_seen: dict[RankId, LogLine] = field(default_factory=dict)  # rank -> its last line
+    fates: list[FateLine] = field(default_factory=list)  # who stopped whom, in log order
     context: Context = Context()
     noise: int = 0  # benign lines known not to be failures
     recognised: int = 0  # lines that matched anything we know
+    lines: int = 0  # lines read (after normalising)
+    progress_count: int = 0  # every progress line, of which progress_lines keeps the last
+    progress_last: dict[str, int] = field(default_factory=dict)  # source -> last progress line
+    served: int = 0  # HTTP requests answered (uvicorn access lines)
+    dropped: int = 0  # entries not kept (over KEEP)
+
+    def keep(self, items: list, item: object) -> None:
+        """Append unless `items` already holds KEEP entries (counted in `dropped`)."""
+        if len(items) < KEEP:
+            items.append(item)
+        else:
+            self.dropped += 1
+
+    def add_progress(
+        self, rank: RankId | None, ts: str | None, source: str, lineno: int, text: str
+    ) -> None:
+        self.progress_count += 1
+        self.progress_last[source] = lineno
+        recent = self.recent_progress
+        recent.append((rank, ts, source, lineno, text))
+        if len(recent) > 2 * KEEP_PROGRESS:
+            del recent[:KEEP_PROGRESS]
+
+    @property
+    def progress_lines(self) -> list[LogLine]:
+        """The last progress lines kept (at most 2 x KEEP_PROGRESS), oldest first."""
+        return [
+            LogLine(r, ts, src, n, text.strip()) for r, ts, src, n, text in self.recent_progress
+        ]
 
     def extend(self, other: LogEvidence) -> None:
         self.exceptions += other.exceptions
@@ -98,16 +146,32 @@ class LogEvidence:
         self.soft_lines += other.soft_lines
         self.debug_lines += other.debug_lines
         self.cascade_lines += other.cascade_lines
-        self.progress_lines += other.progress_lines
+        self.recent_progress += other.recent_progress
         self.pyspy_failures += other.pyspy_failures
         self.dumps += other.dumps
         self.ranks_seen.update(other.ranks_seen)
+        self.fates += other.fates
         self.context = self.context | other.context
         self.noise += other.noise
         self.recognised += other.recognised
+        self.lines += other.lines
+        self.progress_count += other.progress_count
+        self.progress_last.update(other.progress_last)
+        self.served += other.served
+        self.dropped += other.dropped
+
+    @property
+    def watchdog_fired(self) -> bool:
+        """The scheduler watchdog's own outputs without its timeout line: its debug block (or
+        the older `self.cur_batch` line), its `Pyspy dump for PID` blocks of a scheduler, a
+        faulthandler dump from its thread. A soft watchdog prints the same, then its soft line."""
+        return bool(self.debug_lines) and not self.soft_lines
 
     @property
     def hang_signal(self) -> bool:
-        """A timeout, or SGLang's hard scheduler watchdog's debug block (a soft watchdog prints
-        the same block and then only its soft timeout line)."""
-        return bool(self.hang_lines) or (bool(self.debug_lines) and not self.soft_lines)
+        """A timeout, or the hard scheduler watchdog's outputs."""
+        return bool(self.hang_lines) or self.watchdog_fired
+
+    def first_stop(self) -> FateLine | None:
+        """The first stop from outside (the operator's SIGTERM, a child killed by SIGTERM)."""
+        return next((f for f in self.fates if f.fact.stopped_from_outside), None)

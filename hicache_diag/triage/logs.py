@@ -1,63 +1,68 @@
 """Parse SGLang (and hicache-diag) server logs into crash, hang and progress evidence.
 
-Understands the `[ts PP1 ATTN_CP0 TP0]` prefix, `Scheduler hit an exception: Traceback ...`
-blocks, `Exception in thread ...` (storage threads), `Pyspy dump for PID N:` blocks and py-spy's
-failures, faulthandler blocks, C++ aborts, bare exception lines, the SGLang watchdog (hard, soft,
-other components'), the NCCL watchdog, gloo timeouts, the `Connection closed by peer` cascade and
-benign noise; `triage.lines` first undoes collector prefixes and paste damage.
+Understands the `[ts PP1 ATTN_CP0 TP0]` prefix (rules.rank_labels), `Scheduler hit an
+exception: Traceback ...` blocks, `Exception in thread ...` (storage threads), `Pyspy dump for
+PID N:` blocks and py-spy's failures, faulthandler blocks, C++ aborts, bare exception lines, the
+SGLang watchdog (hard, soft, other components', every release's wording), NCCL's watchdog and
+heartbeat monitor, gloo timeouts, the `Connection closed by peer` cascade, process fates (who
+stopped whom: rules.process_fate) and benign noise; `triage.lines` first undoes collector
+prefixes and paste damage. Logs stream through a sliding window (`LineWindow`): memory is bounded
+by the longest block (a traceback, a dump), not by the log.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from hicache_diag.rules import signatures as sig
+from hicache_diag.rules.process_fate import Fate, read_fate
+from hicache_diag.rules.rank_labels import NCCL_RANK, split_prefix
 from hicache_diag.rules.signatures import Context
-from hicache_diag.triage.discover import RankId, parse_rank_tokens
+from hicache_diag.triage.discover import RankId, is_component_title, parse_rank_tokens
 from hicache_diag.triage.dumps import RankDump, parse_faulthandler, parse_pyspy_text
 from hicache_diag.triage.lines import normalise
 from hicache_diag.triage.log_model import (  # noqa: F401 - re-exported for triage's callers
     CUT_SHORT,
+    FateLine,
     LogEvidence,
     LogException,
     LogLine,
     PyspyFailure,
 )
+from hicache_diag.triage.log_traceback import MAX_BLOCK, TRACEBACK, read_traceback
+from hicache_diag.triage.log_triggers import PROGRESS_WORDS, SCHEDULER_PROGRESS, triggered
+from hicache_diag.triage.log_window import LineWindow
 
-_PREFIX = re.compile(
-    r"^\[(?:(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)\s*)?"
-    r"(?P<tokens>(?:(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+\s*)*)\]\s?(?P<msg>.*)$"
-)
-_NCCL_RANK = re.compile(r"\[(?:PG \d+ )?Rank (\d+)\]|^\[rank(\d+)\]")
-_TRACEBACK = "Traceback (most recent call last):"
-_FRAME = re.compile(r'^\s+File "(.+?)", line (\d+), in (.+)$')
-_EXC_LINE = re.compile(
-    r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)?)(?::\s?(.*))?$"
-)
+_TRACEBACK = TRACEBACK
 # An exception line with no traceback above it (a logger that printed only `str(e)` with its
 # type, a paste that kept the last line): `torch.distributed.DistBackendError: ...`.
 _BARE_EXC = re.compile(
-    r"^(?P<type>(?:[a-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception))(?::\s(?P<msg>.*))?$"
+    r"^(?P<type>(?:[a-z_]\w{0,80}\.){0,16}[A-Z]\w{0,120}(?:Error|Exception))(?::\s(?P<msg>.*))?$"
 )
-_TERMINATE = re.compile(r"terminate called after throwing an instance of '(.+?)'")
+_TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{1,300})'")
 _WHAT = re.compile(r"^\s*what\(\):\s*(.*)$")
-_THREAD_EXC = re.compile(r"Exception in thread (.+?):\s*$|Exception in thread (.+?):(?= Traceback)")
+_THREAD_EXC = re.compile(
+    r"Exception in thread ([^:]{1,200}?):\s*$|Exception in thread ([^:]{1,200}?):(?= Traceback)"
+)
 _PYSPY = re.compile(r"Pyspy dump for PID (\d+)")
 _PYSPY_PROCESS = re.compile(r"^Process \d+: ")
-_PYSPY_ERROR = re.compile(r"Pyspy failed (?:\(.*?--pid (?P<pid>\d+)\)|to dump PID (?P<pid2>\d+))")
+_PYSPY_ERROR = re.compile(
+    r"Pyspy failed (?:\([^)]{0,300}?--pid (?P<pid>\d+)\)|to dump PID (?P<pid2>\d+))"
+)
 _FH_START = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):?")
 _FH_BODY = re.compile(
     r'^(?:\s+File "|\s*$|(?:Current thread|Thread) 0x|Extension modules:|  <no Python frame>)'
 )
+_FH_FRAME_IN = re.compile(r'^File "[^"]{0,1000}", line \d+ in (\S{1,200})')
 # py-spy's stderr when it cannot read a process for reasons that say nothing about the target.
 _PYSPY_TOOLING = re.compile(
     r"not found|No such file|Permission denied|Operation not permitted", re.I
 )
 
 PROGRESS = sig.PROGRESS
-_CUT_SHORT = CUT_SHORT
 # Lines between the tracebacks of one chained exception.
 _CHAIN = re.compile(
     r"^(?:Traceback \(most recent call last\):|During handling of the above exception"
@@ -69,90 +74,111 @@ _CHAIN = re.compile(
 class _Ctx:
     rank: RankId | None = None
     ts: str | None = None
+    torn_down: bool = False  # a teardown or stop line was seen: later dumps are the teardown's
     thread: str | None = None  # from `Exception in thread X:`, the line before its traceback
     noise_next: bool = False  # `Ignore import error ...` logged with its traceback
 
 
 def _split_prefix(line: str, ctx: _Ctx, ev: LogEvidence) -> tuple[str, bool]:
     """Strip a `[ts PP TP]` prefix, remembering its rank and time for the lines that follow."""
-    m = _PREFIX.match(line)
-    if not m or not (m.group("ts") or m.group("tokens")):
-        if line.startswith("[rank") and _NCCL_RANK.search(line):
+    parts = split_prefix(line) if line[:1] == "[" or line[:1].isdigit() else None
+    if parts is None:
+        if line.startswith("[rank") and NCCL_RANK.search(line):
             ctx.rank = None  # a global rank number; PP/TP unknown without the topology
         return line, False
-    ctx.ts = m.group("ts") or ctx.ts
-    if m.group("tokens"):
-        ctx.rank = parse_rank_tokens(m.group("tokens"))
-        if "PP" in m.group("tokens"):
+    ts, tokens, msg = parts
+    ctx.ts = ts or ctx.ts
+    if tokens:
+        ctx.rank = _rank_of(tokens)
+        if not ev.context.pp and "PP" in tokens:
             ev.context = ev.context | Context(pp=True)
     else:
         ctx.rank = None  # the launcher / tokenizer process: no rank tokens
-    return m.group("msg"), True
+    return msg, True
 
 
-@dataclass(slots=True)
-class _Traceback:
-    frames: list[str]
-    files: list[str]
-    exc_type: str
-    message: str
-    end: int  # index of its last line
-    last_frame: str | None
+# A log names few ranks, on every line: parse each token string once.
+_rank_of = functools.lru_cache(maxsize=4096)(parse_rank_tokens)
 
 
-def _read_traceback(lines: list[str], start: int) -> _Traceback:
-    """Frames, exception type and message of the traceback whose header is at `start`."""
-    frames: list[str] = []
-    files: list[str] = []
-    last: re.Match[str] | None = None
-    i = start + 1
-    while i < len(lines):
-        raw = lines[i]
-        if m := _FRAME.match(raw):
-            frames.append(m.group(3).strip())
-            files.append(m.group(1))
-            last = m
-        elif raw.startswith(("During handling", "The above exception", _TRACEBACK)) or not raw:
-            pass
-        elif not raw[0].isspace():
-            where = f"{last[3].strip()} ({last[1].rsplit('/', 1)[-1]}:{last[2]})" if last else None
-            text = _PREFIX.sub(r"\g<msg>", raw).strip() if _PREFIX.match(raw) else raw.strip()
-            m = _EXC_LINE.match(text)
-            if m:
-                return _Traceback(frames, files, m.group(1), (m.group(2) or "").strip(), i, where)
-            return _Traceback(frames, files, text[:80], "", i, where)
-        i += 1
-    return _Traceback(frames, files, "UnknownError", _CUT_SHORT, i - 1, None)
+def _is_prefixed(line: str) -> bool:
+    return (line[:1] == "[" or line[:1].isdigit()) and split_prefix(line) is not None
 
 
-def _read_pyspy(lines: list[str], start: int, source: str, ctx: _Ctx) -> tuple[list[RankDump], int]:
+def _read_pyspy(
+    lines: LineWindow, start: int, source: str, ctx: _Ctx
+) -> tuple[list[RankDump], int]:
     """The py-spy text after `Pyspy dump for PID N:`, up to the next prefixed log line."""
     end = start + 1
-    while end < len(lines) and not _PREFIX.match(lines[end]):
+    while lines.has(end) and not _is_prefixed(lines[end]) and end - start < MAX_BLOCK:
         end += 1
-    dumps = parse_pyspy_text(lines[start:end], source)
+    dumps = parse_pyspy_text(lines.slice(start, end), source)
     for dump in dumps:
         if dump.rank is None:
             dump.rank = ctx.rank
     return dumps, end - 1
 
 
-def parse_log_lines(lines: list[str], source: str) -> LogEvidence:
-    lines = normalise(lines)
+def parse_log_lines(
+    lines: Iterable[str],
+    source: str,
+    on_line: Callable[[int], None] | None = None,
+    *,
+    fast: bool = True,
+) -> LogEvidence:
+    """Evidence from one log's lines (any iterable: a file streams through). `on_line(n)` is
+    called every few thousand lines with the count read so far (a progress display); `fast`
+    False sends every line through every handler (the reference the fast path is tested on)."""
+    window = LineWindow(normalise(lines))
     ev = LogEvidence()
     ctx = _Ctx()
+    # Each rank's last line, keyed by the RankId object's identity (one per token string, from
+    # _rank_of's cache): a dataclass hash per line would cost more than the line.
+    last_seen: dict[int, tuple[RankId, str | None, int, str]] = {}
     i = 0
-    while i < len(lines):
-        msg, prefixed = _split_prefix(lines[i], ctx, ev)
+    while (raw := window.take(i)) is not None:
+        msg, prefixed = _split_prefix(raw, ctx, ev)
         if prefixed and ctx.rank is not None:
-            ev.ranks_seen[ctx.rank] = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
-        ev.context = ev.context | sig.text_context(msg)
-        i = _consume(lines, i, msg, prefixed, source, ctx, ev) + 1
+            last_seen[id(ctx.rank)] = (ctx.rank, ctx.ts, i + 1, msg)
+        if not ev.context.hicache and ("Cache" in msg or "adix" in msg or "ierarch" in msg):
+            ev.context = ev.context | sig.text_context(msg)
+        if fast and _plain(msg, prefixed, i, source, ctx, ev):
+            nxt = i + 1
+        else:
+            nxt = _consume(window, i, msg, prefixed, source, ctx, ev) + 1
+        if on_line is not None and nxt >> 12 != i >> 12:
+            on_line(nxt)
+        i = nxt
+    for rank, ts, lineno, msg in sorted(last_seen.values(), key=lambda v: v[2]):
+        ev.ranks_seen[rank] = LogLine(rank, ts, source, lineno, msg.strip())  # latest wins
+    ev.lines = i
     return ev
 
 
+def _plain(msg: str, prefixed: bool, i: int, source: str, ctx: _Ctx, ev: LogEvidence) -> bool:
+    """The fast path: record a line that no handler needs (progress, an access line, plain
+    text); False sends it down the full path."""
+    if prefixed and msg.startswith(SCHEDULER_PROGRESS):
+        progress = True  # SGLang's own batch line: progress, whatever it holds
+    elif triggered(msg):
+        return False
+    else:
+        progress = any(w in msg for w in PROGRESS_WORDS) and bool(PROGRESS.search(msg))
+    if msg and not msg.isspace():
+        ctx.noise_next = False
+    if progress:
+        ev.add_progress(ctx.rank, ctx.ts, source, i + 1, msg)
+    elif " HTTP/" in msg and sig.SERVED.search(msg):
+        ev.served += 1
+    else:
+        ev.recognised += int(prefixed)
+        return True
+    ev.recognised += 1
+    return True
+
+
 def _consume(
-    lines: list[str], i: int, msg: str, prefixed: bool, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, prefixed: bool, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int:
     """Record what line i says; return the last line index it used."""
     if sig.is_noise(msg):
@@ -175,14 +201,22 @@ def _consume(
         ev.recognised += 1
         return i
     line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
+    if fact := read_fate(msg):
+        ev.keep(ev.fates, FateLine(fact, line))
+        ctx.torn_down = ctx.torn_down or fact.fate in (Fate.TEARDOWN, Fate.OPERATOR_STOP)
+        if fact.fate is not Fate.TEARDOWN and fact.fate is not Fate.NCCL_ABORT:
+            ev.recognised += 1
+            return i  # a stop or a child's exit is read as a fate; teardown is also a cascade
     if (kind := sig.watchdog_kind(msg)) or sig.is_timeout(msg):
-        (ev.soft_lines if kind == "soft" else ev.hang_lines).append(line)
-    elif (m := sig.DEBUG_INFO.match(msg.strip())) and m["who"] == "Scheduler":
-        ev.debug_lines.append(line)
+        ev.keep(ev.soft_lines if kind == "soft" else ev.hang_lines, line)
+    elif sig.is_watchdog_debug(msg):
+        ev.keep(ev.debug_lines, line)
     elif sig.is_cascade(msg):
-        ev.cascade_lines.append(line)
+        ev.keep(ev.cascade_lines, line)
     elif PROGRESS.search(msg):
-        ev.progress_lines.append(line)
+        ev.add_progress(line.rank, line.ts, line.source, line.lineno, line.text)
+    elif sig.SERVED.search(msg):
+        ev.served += 1
     else:
         ev.recognised += int(prefixed)
         return i
@@ -191,17 +225,17 @@ def _consume(
 
 
 def _on_traceback(
-    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     if _TRACEBACK not in msg:
         return None
-    tb = _read_traceback(lines, i)
+    tb = read_traceback(lines, i)
     if ctx.noise_next:  # `Ignore import error when loading ...` with its traceback: benign
         ev.noise += 1
         return tb.end
     thread = _THREAD_EXC.search(msg)
     name = (thread.group(1) or thread.group(2)) if thread else ctx.thread
-    ev.exceptions.append(
+    ev.keep(ev.exceptions,
         LogException(
             ctx.rank, ctx.ts, source, i + 1, tb.exc_type, tb.message, tb.frames, name,
             tb.last_frame, tb.files, scheduler="Scheduler hit an exception" in msg,
@@ -213,21 +247,21 @@ def _on_traceback(
 
 
 def _on_terminate(
-    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     """A C++ abort (gloo enforce, NCCL watchdog): no Python traceback, `what():` next line."""
     if not (m := _TERMINATE.search(msg)):
         return None
-    what = _WHAT.match(lines[i + 1]) if i + 1 < len(lines) else None
+    what = _WHAT.match(lines[i + 1]) if lines.has(i + 1) else None
     exc_type = m.group(1).rsplit("::", 1)[-1]
     text = what.group(1).strip() if what else "terminate called"
     exc = LogException(ctx.rank, ctx.ts, source, i + 1, exc_type, text, fatal_signal=True)
-    ev.exceptions.append(exc)
+    ev.keep(ev.exceptions, exc)
     return i + 1 if what else i
 
 
 def _on_pyspy(
-    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     m = _PYSPY.search(msg)
     if not m and not _PYSPY_PROCESS.match(msg):
@@ -237,8 +271,13 @@ def _on_pyspy(
         return None
     for dump in dumps:
         dump.pid = dump.pid or (int(m.group(1)) if m else None)
+        dump.lineno = i + 1
         ev.context = ev.context | _dump_context(dump)
-    ev.dumps += dumps
+        # SGLang prints `Pyspy dump for PID` from its watchdog, and (0.5.23) from the launcher's
+        # teardown after a failure: only a scheduler's dump before any teardown is the watchdog's.
+        if m and not ctx.torn_down and not is_component_title(dump.title):
+            ev.keep(ev.debug_lines, LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip()))
+        ev.keep(ev.dumps, dump)
     return max(end, i)
 
 
@@ -250,7 +289,7 @@ def _dump_context(dump: RankDump) -> Context:
 
 
 def _on_pyspy_error(
-    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     """`Pyspy failed (py-spy dump --pid N). Error: ...` (py-spy's stderr may follow on its own
     lines) and `All pyspy dump attempts failed for PID N.`"""
@@ -260,7 +299,7 @@ def _on_pyspy_error(
         return None
     end = i
     text = msg
-    while end + 1 < len(lines) and not _PREFIX.match(lines[end + 1]) and end - i < 6:
+    while lines.has(end + 1) and not _is_prefixed(lines[end + 1]) and end - i < 6:
         nxt = lines[end + 1]
         if _TRACEBACK in nxt or _PYSPY.search(nxt):
             break
@@ -279,7 +318,7 @@ def _on_pyspy_error(
 
 
 def _on_faulthandler(
-    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     """faulthandler's blocks inside a log: after `Fatal Python error`, after
     `dump_traceback_later`'s `Timeout (0:05:00)!`, or on SIGUSR1."""
@@ -288,8 +327,10 @@ def _on_faulthandler(
     if not (fatal or timeout or _FH_START.match(msg.strip())):
         return None
     end = i
-    while end + 1 < len(lines) and (
-        _FH_BODY.match(lines[end + 1]) or _FH_START.match(lines[end + 1].strip())
+    while (
+        lines.has(end + 1)
+        and end - i < MAX_BLOCK
+        and (_FH_BODY.match(lines[end + 1]) or _FH_START.match(lines[end + 1].strip()))
     ):
         end += 1
     line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
@@ -297,39 +338,54 @@ def _on_faulthandler(
         what = fatal["what"].strip()
         exc = LogException(ctx.rank, ctx.ts, source, i + 1, "Fatal Python error", what)
         exc.fatal_signal = True
-        ev.exceptions.append(exc)
+        ev.keep(ev.exceptions, exc)
     elif timeout:
         ev.hang_lines.append(line)
-    block = [msg.strip()] + lines[i + 1 : end + 1]
+    block = [msg.strip()] + lines.slice(i + 1, end + 1)
     if dump := parse_faulthandler(block, source):
-        dump.rank = ctx.rank
-        ev.dumps.append(dump)
+        dump.rank, dump.lineno = ctx.rank, i + 1
+        ev.keep(ev.dumps, dump)
+        if _taken_by_watchdog(block):
+            ev.keep(ev.debug_lines, line)
     return end
 
 
+def _taken_by_watchdog(block: list[str]) -> bool:
+    """faulthandler names the thread that took the dump `Current thread`: the watchdog's own
+    thread there (in `watchdog_thread`) means the watchdog dumped the stacks, i.e. it fired."""
+    current = False
+    for raw in block:
+        text = raw.strip()
+        if _FH_START.match(text):
+            current = text.startswith("Current thread")
+        elif current and (m := _FH_FRAME_IN.search(text)):
+            if sig.is_watchdog_thread([m[1]]):
+                return True
+    return False
+
+
 def _on_fatal(
-    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     if not any(p.search(msg) for p in sig.FATAL_PATTERNS):
         return None
+    fact = read_fate(msg)
+    if fact is not None and fact.stopped_from_outside:
+        return None  # a child stopped by SIGTERM / SIGINT: a fate (read next), not its crash
+    if fact is not None:
+        ev.keep(ev.fates, FateLine(fact, LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())))
     kind = "RankDivergence" if "rank divergence" in msg else "SubprocessCrash"
-    ev.exceptions.append(LogException(ctx.rank, ctx.ts, source, i + 1, kind, msg.strip()))
+    ev.keep(ev.exceptions, LogException(ctx.rank, ctx.ts, source, i + 1, kind, msg.strip()))
     return i
 
 
 def _on_bare_exception(
-    lines: list[str], i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
 ) -> int | None:
     """`RuntimeError: ...` on a line of its own with no `Traceback` header above it."""
     if msg[:1].isspace() or not (m := _BARE_EXC.match(msg.strip())):
         return None
     exc = LogException(ctx.rank, ctx.ts, source, i + 1, m["type"], (m["msg"] or "").strip())
     exc.thread, ctx.thread = ctx.thread, None
-    ev.exceptions.append(exc)
+    ev.keep(ev.exceptions, exc)
     return i
-
-
-def parse_log_file(path: Path) -> LogEvidence:
-    """Raises OSError when unreadable (the CLI turns that into a one-line usage error)."""
-    text = path.read_text(errors="replace")
-    return parse_log_lines(text.splitlines(), str(path))

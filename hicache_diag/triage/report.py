@@ -12,6 +12,10 @@ from hicache_diag.verdict import CrashForm, ExitCode, Outcome, exit_code_for
 TRIAGE_SCHEMA = "hicache-diag/triage/v1"
 KINDS = ("crash", "hang", "healthy", "busy", "unknown")
 CAUSES = ("protocol-deadlock", "network-suspect", "straggler")
+# How far the evidence carries the verdict: high (a traceback, stacks of the ranks involved),
+# medium (logs alone, one snapshot), low (thin: one rank's stack, HTTP lines only, a form that
+# holds only under an assumption the text does not show).
+CONFIDENCES = ("high", "medium", "low")
 
 
 @dataclass(slots=True)
@@ -60,10 +64,13 @@ class TriageReport:
     signature: str | None = None  # the root error line, or the culprit's wait site
     reason: str | None = None  # why kind is unknown
     samples: int = 0
+    confidence: str = "high"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS or (self.cause is not None and self.cause not in CAUSES):
             raise ValueError(f"bad triage kind/cause: {self.kind}/{self.cause}")
+        if self.confidence not in CONFIDENCES:
+            raise ValueError(f"bad triage confidence: {self.confidence}")
 
     @property
     def exit_code(self) -> ExitCode:
@@ -95,5 +102,6 @@ class TriageReport:
             "signature": self.signature,
             "reason": self.reason,
             "samples": self.samples,
+            "confidence": self.confidence,
             "exit_code": int(self.exit_code),
         }

@@ -13,7 +13,8 @@ from hicache_diag.triage.classify import classify
 from hicache_diag.triage.collect import capture_live, load_dumps, save_samples
 from hicache_diag.triage.discover import discover_schedulers
 from hicache_diag.triage.hang import RankSamples
-from hicache_diag.triage.logs import LogEvidence, parse_log_file
+from hicache_diag.triage.log_files import Progress, parse_log_file
+from hicache_diag.triage.logs import LogEvidence
 from hicache_diag.triage.report import TriageReport
 
 
@@ -30,6 +31,8 @@ class TriageRequest:
     deadline_s: float = 5.0
     native: bool = False
     num_heads: int | None = None
+    pp_size: int | None = None  # the deployment's PP size, when the text may not show it
+    progress: Progress | None = None  # (bytes read, bytes in all) while a log is read
 
     def __post_init__(self) -> None:
         if not (self.pids or self.discover or self.dumps or self.logs):
@@ -49,6 +52,8 @@ class TriageRequest:
             raise UsageError("--parent limits --discover: give both")
         if self.num_heads is not None and self.num_heads < 1:
             raise UsageError(f"--num-heads must be positive, got {self.num_heads}")
+        if self.pp_size is not None and self.pp_size < 1:
+            raise UsageError(f"--pp-size must be positive, got {self.pp_size}")
 
 
 def _live_pids(req: TriageRequest) -> list[int]:
@@ -64,11 +69,11 @@ def _live_pids(req: TriageRequest) -> list[int]:
     return pids
 
 
-def _read_logs(paths: tuple[Path, ...]) -> LogEvidence:
+def _read_logs(paths: tuple[Path, ...], progress: Progress | None = None) -> LogEvidence:
     evidence = LogEvidence()
     for path in paths:
         try:
-            evidence.extend(parse_log_file(path))
+            evidence.extend(parse_log_file(path, progress))
         except OSError as exc:
             raise UsageError(f"--logs {path}: cannot read ({exc.strerror or exc})") from None
     # Text with nothing recognisable is undecided (kind unknown, exit 3), not bad input: the
@@ -99,5 +104,5 @@ def run_triage(req: TriageRequest) -> TriageReport:
         except UsageError:
             if not found:
                 raise
-    logs = _read_logs(req.logs + tuple(run_logs))
-    return classify(ranks, logs, num_heads=req.num_heads)
+    logs = _read_logs(req.logs + tuple(run_logs), req.progress)
+    return classify(ranks, logs, num_heads=req.num_heads, pp_size=req.pp_size)

@@ -216,6 +216,7 @@ def test_live_busy_cluster_is_not_a_hang(no_leftover_processes):
 
 
 @pytest.mark.slow
+@pytest.mark.process  # starts a fake cluster of real processes
 @pytest.mark.parametrize(
     ("scenario", "world", "culprit", "site", "cause"),
     [

@@ -261,3 +261,20 @@ def test_bisect_on_the_real_engine_prints_its_table(tmp_path):
     assert table["verdict"], table
     for run_dir in (d for c in table["cells"] for d in c["run_dirs"]):
         assert json.loads((Path(run_dir) / "manifest.json").read_text())["engine"] == "sglang"
+
+
+def test_a_scheduler_failing_at_start_up_is_the_environments_failure_not_a_rank(tmp_path):
+    """A bind list one entry short makes 0.5.2x's numa_utils assert in PP1's scheduler while it
+    starts: the server never becomes ready, so the verdict is undecided with SGLang's own error,
+    no form and no rank blamed (it was a crash of another form naming PP1 before)."""
+    out = tmp_path / "run"
+    env = {**os.environ, "SGLANG_CPU_OMP_THREADS_BIND": "0"}
+    done = subprocess.run([*CLI, *RUN, "--out", str(out)], capture_output=True, text=True,
+                          timeout=600, env=env)  # fmt: skip
+    assert_no_sglang_left(out)
+    verdict = json.loads(done.stdout)
+    assert done.returncode == 3 and verdict["outcome"] == "undecided", verdict
+    assert verdict["form"] is None and verdict["culprit_rank"] is None
+    assert verdict["failed_rank"] is None
+    assert "never became ready" in verdict["signature"]
+    assert "SGLANG_CPU_OMP_THREADS_BIND" in verdict["signature"], verdict["signature"]

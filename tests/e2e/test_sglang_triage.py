@@ -31,7 +31,8 @@ def server(tmp_path_factory):
     plugin = run_dir / "plugin.json"
     PluginConfig(str(run_dir), cpu_kernel_names=install.cpu_kernel_names).write(str(plugin))
     srv = SglangServer(
-        install, LaunchSpec(model=default_model_dir(), max_total_tokens=256), run_dir
+        install, LaunchSpec(model=default_model_dir(install.python, install.transformers),
+                            max_total_tokens=256), run_dir
     )
     try:
         srv.start(plugin)

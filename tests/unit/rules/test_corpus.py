@@ -31,9 +31,9 @@ def triage(case: str) -> tuple[int, dict]:
     return result.exit_code, json.loads(result.stdout)
 
 
-def test_the_corpus_has_at_least_25_cases_and_every_file_is_pinned():
+def test_the_corpus_has_at_least_70_cases_and_every_file_is_pinned():
     on_disk = {p.name for p in CORPUS.iterdir() if p.name not in ("README.md", "expected.json")}
-    assert on_disk == set(EXPECTED) and len(EXPECTED) >= 25
+    assert on_disk == set(EXPECTED) and len(EXPECTED) >= 70
 
 
 @pytest.mark.parametrize("case", sorted(EXPECTED))

@@ -190,3 +190,38 @@ def test_rank_logs_split_on_sglang_prefixes_and_keep_traceback_bodies(tmp_path):
     rank1 = paths[1].read_text()
     assert "IndexError: pop from empty list" in rank1 and "SIGQUIT" not in rank1
     assert "Connection closed by peer" in paths[0].read_text()
+
+
+def test_recorder_reads_tensor_fields_by_length_not_truth(tmp_path):
+    """0.5.18/0.5.21 keep `prefix_indices` as a tensor (no `prefix_len`): an empty one has no
+    truth value, and `or ()` raised on every prefill, leaving the recorder blind."""
+    import torch
+
+    path = tmp_path / "rank0.jsonl"
+    rec = StepRecorder(str(path), 0, 0, 0, Hooks())
+    reqs = [SimpleNamespace(rid="a", prefix_indices=torch.empty(0, dtype=torch.int64),
+                            host_hit_length=torch.tensor(0)),
+            SimpleNamespace(rid="b", prefix_indices=torch.arange(6), host_hit_length=2)]
+    batch = _batch()
+    batch.reqs, batch.extend_num_tokens = reqs, torch.tensor(10)
+    rec.begin_step()
+    rec.end_step(_scheduler(), batch)
+    rec.close()
+    line = json.loads(path.read_text().splitlines()[-1])
+    assert "recorder_error" not in line
+    assert line["prefix_len"] == {"a": 0, "b": 6} and line["host_hit_len"] == {"a": 0, "b": 2}
+    assert line["extend_num_tokens"] == 10
+
+
+def test_every_failed_step_is_counted_and_written_at_most_once_a_second(tmp_path):
+    path = tmp_path / "rank0.jsonl"
+    rec = StepRecorder(str(path), 0, 0, 0, Hooks())
+    broken = SimpleNamespace(token_to_kv_pool_allocator=SimpleNamespace(available_size=None))
+    for _ in range(50):
+        rec.begin_step()
+        rec.end_step(broken, None)
+    rec.close()
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert lines and all("recorder_error" in x for x in lines)
+    assert len(lines) < 50  # folded, not one line per failed poll
+    assert lines[0]["recorder_errors"] == 1 and "TypeError" in lines[0]["recorder_error"]

@@ -1,6 +1,7 @@
 """Older SGLang layouts: a release lacking a hook point refuses only the faults on that point,
 probe/shim targets have per-release alternatives, and the 0.5.1x kernel stub gets replaced."""
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -77,18 +78,49 @@ def test_transfer_kv_direct_replaces_the_raising_stub_but_not_a_real_kernel():
     assert real.transfer_kv_direct is print
 
 
-def test_omp_bind_entries_follow_the_release(tmp_path):
-    """0.5.2x reads one SGLANG_CPU_OMP_THREADS_BIND entry per global rank (utils/numa_utils.py);
-    0.5.1x asserts one per TP rank in ModelRunner."""
-    from hicache_diag.sglang.server import _binds_every_rank
+def _src(root, rel: str, text: str) -> None:
+    path = root / "srt" / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
 
-    numa = tmp_path / "srt" / "utils" / "numa_utils.py"
-    numa.parent.mkdir(parents=True)
-    assert not _binds_every_rank(tmp_path)
-    numa.write_text("def f():\n    return 1\n")
-    assert not _binds_every_rank(tmp_path)
-    numa.write_text('omp = os.environ.get("SGLANG_CPU_OMP_THREADS_BIND", "all")\n')
-    assert _binds_every_rank(tmp_path)
+
+def test_omp_bind_entries_follow_the_releases_own_signature(tmp_path):
+    """init_threads_binding(numa_index, world_size) (0.5.2x) wants an entry per rank of the
+    world; (tp_rank, tp_size) (0.5.18), or none at all (0.5.12-0.5.14's inline ModelRunner
+    code), one per TP rank."""
+    from hicache_diag.sglang.launch_facts import read_launch_facts
+
+    assert read_launch_facts(tmp_path).omp_bind_entries(2, 2) == 2
+    _src(tmp_path, "utils/numa_utils.py", """
+        def init_threads_binding(*, tp_rank, tp_size):
+            omp = os.environ.get("SGLANG_CPU_OMP_THREADS_BIND", "all")
+    """)
+    assert read_launch_facts(tmp_path).omp_bind == "tp"
+    _src(tmp_path, "utils/numa_utils.py", """
+        def init_threads_binding(*, numa_index, world_size):
+            pass
+    """)
+    facts = read_launch_facts(tmp_path)
+    assert facts.omp_bind == "world" and facts.omp_bind_entries(2, 2) == 4
+
+
+def test_pages_over_one_need_triton_only_where_the_kernel_has_no_other_path(tmp_path):
+    from hicache_diag.sglang.launch_facts import read_launch_facts
+
+    body = """
+        class PagedTokenToKVPoolAllocator(Base):
+            def alloc_extend(self, prefix_lens, seq_lens):
+                out = torch.empty(3)
+                {launch}
+                return out
+    """
+    _src(tmp_path, "mem_cache/allocator/paged.py",
+         body.format(launch="alloc_extend_kernel[(bs,)](prefix_lens, out)"))
+    assert read_launch_facts(tmp_path).paged_alloc_needs_triton
+    guarded = ("if self.use_triton_kernels:\n                    alloc_extend_kernel[(bs,)](out)"
+               "\n                else:\n                    alloc_extend_naive(out)")
+    _src(tmp_path, "mem_cache/allocator/paged.py", body.format(launch=guarded))
+    assert not read_launch_facts(tmp_path).paged_alloc_needs_triton
 
 
 def test_free_port_leaves_sglangs_grpc_headroom():

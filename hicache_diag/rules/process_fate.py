@@ -1,0 +1,94 @@
+"""Process fate: who stopped whom, read from the log (the launcher's SIGTERM / SIGQUIT chain,
+a child's exit signal, NCCL's abort), so an operator's stop is never taken for the crash.
+
+SGLang's launcher on SIGTERM logs `SIGTERM received ... Draining requests and shutting
+down...`; its SubprocessWatchdog then reports each child that died (`Subprocess scheduler_0
+(pid=N) crashed with exit code -15. Triggering SIGQUIT for cleanup...`), the SIGQUIT handler
+logs `SIGQUIT received ...` and `kill_process_tree called`. A negative exit code is the signal
+that ended the child: SIGTERM (15) and SIGINT (2) come from outside (the operator, the
+orchestrator, the launcher's teardown); SIGKILL (9) is the OOM killer or `kill -9`; SIGSEGV
+(11) or SIGABRT (6) is the child's own crash.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+
+class Fate(str, enum.Enum):
+    OPERATOR_STOP = "operator-stop"  # SIGTERM / SIGINT from outside: someone stopped the server
+    TEARDOWN = "teardown"  # the launcher tearing its tree down (SIGQUIT chain, kill_process_tree)
+    CHILD_EXIT = "child-exit"  # a child's exit reported by its parent (code in FateFact.code)
+    NCCL_ABORT = "nccl-abort"  # NCCL's watchdog / heartbeat monitor terminates the process
+
+
+# Signals that stop a process from outside; the child did not fail on its own.
+STOP_SIGNALS = frozenset({2, 15})
+SIGNAL_NAMES = {2: "SIGINT", 3: "SIGQUIT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+
+_OPERATOR_STOP = re.compile(
+    r"SIGTERM received|Received SIGTERM|received signal (?:SIGTERM|SIGINT|15\b|2\b)"
+    r"|Draining requests and shutting down|Gracefully stopping\.\.\. \(press Ctrl\+C again"
+    r"|Received SIGINT|Caught SIGTERM|Signal (?:15|2) \(SIG(?:TERM|INT)\) received"
+)
+_TEARDOWN = re.compile(
+    r"SIGQUIT received|Received sigquit from a child process|kill_process_tree called"
+    r"|Triggering SIGQUIT for cleanup"
+)
+# SGLang's SubprocessWatchdog; torchrun's elastic agent (`exitcode: -9`, `Signal 9 (SIGKILL)`).
+_CHILD_EXIT = re.compile(
+    r"Subprocess (?P<who>\S{1,80}) \(pid=(?P<pid>\d+)\) crashed with exit code (?P<code>-?\d+)"
+    r"|(?P<who2>\S{1,80}) FAILED .{0,80}?exitcode\s*:\s*(?P<code2>-?\d+)"
+    r"|Signal (?P<sig>\d+) \(SIG[A-Z]+\) received by PID (?P<pid3>\d+)"
+)
+_NCCL_ABORT = re.compile(r"Terminating the process after attempting to dump debug info")
+
+
+@dataclass(frozen=True, slots=True)
+class FateFact:
+    fate: Fate
+    code: int | None = None  # a child's exit code (negative: killed by that signal)
+    who: str | None = None  # the child's name or pid as the line gives it
+
+    @property
+    def signal(self) -> int | None:
+        return -self.code if self.code is not None and self.code < 0 else None
+
+    @property
+    def stopped_from_outside(self) -> bool:
+        """The child was stopped by a stop signal (SIGTERM, SIGINT), not by a failure of its own."""
+        return self.fate is Fate.OPERATOR_STOP or (
+            self.fate is Fate.CHILD_EXIT and self.signal in STOP_SIGNALS
+        )
+
+    def describe(self) -> str:
+        if self.fate is Fate.CHILD_EXIT and self.code is not None:
+            how = SIGNAL_NAMES.get(self.signal or 0, f"signal {self.signal}")
+            end = f"was killed by {how}" if self.signal else f"exited with code {self.code}"
+            return f"{self.who or 'a child'} {end}"
+        return {
+            Fate.OPERATOR_STOP: "the server was stopped from outside (SIGTERM / SIGINT)",
+            Fate.TEARDOWN: "the launcher tore its process tree down",
+            Fate.NCCL_ABORT: "NCCL's watchdog terminated the process",
+        }.get(self.fate, self.fate.value)
+
+
+def read_fate(text: str) -> FateFact | None:
+    """What one log line says about a process's fate; None when it says nothing of it."""
+    if "SIG" not in text and "exit" not in text and "kill" not in text and "Term" not in text:
+        if "Draining" not in text and "Gracefully" not in text:
+            return None
+    if m := _CHILD_EXIT.search(text):
+        if m["sig"]:
+            return FateFact(Fate.CHILD_EXIT, -int(m["sig"]), f"pid {m['pid3']}")
+        code = m["code"] if m["code"] is not None else m["code2"]
+        return FateFact(Fate.CHILD_EXIT, int(code), m["who"] or m["who2"])
+    if _OPERATOR_STOP.search(text):
+        return FateFact(Fate.OPERATOR_STOP)
+    if _TEARDOWN.search(text):
+        return FateFact(Fate.TEARDOWN)
+    if _NCCL_ABORT.search(text):
+        return FateFact(Fate.NCCL_ABORT)
+    return None

@@ -1,0 +1,76 @@
+"""Honest answers when the evidence is thin: what the text does support, how sure that is,
+and the one command that would settle it (issue 21, class 5)."""
+
+from __future__ import annotations
+
+from hicache_diag.rules.signatures import SHAPE_RE
+from hicache_diag.triage.crash import decode_shape
+from hicache_diag.triage.log_model import LogEvidence, LogException
+from hicache_diag.triage.report import RankReport, TriageReport
+
+LIVE_STACKS = (
+    "take every rank's stack at once, twice: `hicache-diag triage --discover --samples 3 "
+    "--interval 2` on each serving host (or `py-spy dump --pid PID` of every "
+    "sglang::scheduler* process)"
+)
+# Directional waits: the peer they wait for is one stage away.
+_SENDS = frozenset({"pp-send", "p2p-send", "hicache-pp-sync-send", "hicache-pp-sync-drain"})
+_RECVS = frozenset({"pp-output-recv", "pp-proxy-recv", "p2p-recv", "hicache-pp-sync-recv"})
+
+
+def served_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport | None:
+    """Nothing but answered HTTP requests: a server that serves, said with low confidence
+    (a health check is answered during a hang too)."""
+    if not logs.served or logs.exceptions or logs.hang_signal or logs.progress_count:
+        return None
+    ev = [
+        f"{logs.served} HTTP request(s) answered with 2xx/3xx and no error, timeout or "
+        "watchdog line: the server serves",
+        "thin evidence: access lines only; a hang shows as a watchdog timeout or stacks",
+    ]
+    report = TriageReport("healthy", ranks=reports, evidence=ev, confidence="low")
+    report.next_steps = [f"if requests do stall, {LIVE_STACKS}"]
+    return report
+
+
+def one_rank_in_p2p(reports: list[RankReport]) -> TriageReport | None:
+    """One rank's stack, blocked in a PP send or receive: likely a hang, but only the peer's
+    stack can show it (a send blocks until that peer receives)."""
+    stacked = [r for r in reports if r.wait_site]
+    if len(stacked) != 1 or stacked[0].state != "blocked":
+        return None
+    only = stacked[0]
+    if only.wait_site in _SENDS:
+        peer, verb = only.rank.pp + 1, "sends to"
+    elif only.wait_site in _RECVS and only.rank.pp > 0:
+        peer, verb = only.rank.pp - 1, "receives from"
+    else:
+        return None
+    label = only.rank.label
+    peer_label = label.replace(f"PP{only.rank.pp}", f"PP{peer}")
+    ev = [
+        f"likely a hang: {label} is blocked in {only.wait_site} ({only.site_frame or '?'}); "
+        f"it {verb} PP{peer}, whose stack is not here",
+        "thin evidence: one rank's stack cannot tell a wedge from a slow peer",
+    ]
+    report = TriageReport(
+        "hang", form="C", ranks=reports, evidence=ev, signature=only.wait_site, confidence="low"
+    )
+    report.next_steps = [
+        f"the peer's stack is needed: `py-spy dump --pid PID` of sglang::scheduler_"
+        f"{peer_label.replace(' ', '_')} (same instant), or {LIVE_STACKS}",
+    ]
+    return report
+
+
+def shape_without_pp(root: LogException, num_heads: int | None) -> list[str]:
+    """A `view()` shape error with no PP in sight is form A only if the deployment runs PP:
+    say so, with the arithmetic, and how to tell triage."""
+    if not SHAPE_RE.search(root.text):
+        return []
+    decoded = decode_shape(root.text, num_heads) or ""
+    return [
+        "no sign of PP in the text: if this deployment runs pipeline parallelism "
+        f"(--pp-size > 1), this is form A (a stage got another token count): {decoded}",
+        "rerun triage with --pp-size N to say the deployment runs PP",
+    ]

@@ -1,0 +1,44 @@
+"""Metamorphic: every corpus case keeps its verdict (kind, form, culprit) however its logs are
+delivered: behind each collector prefix, coloured, CRLF, behind editor numbers, wrapped at
+80/100/120 columns, with the operator's teardown appended (hang, busy, healthy cases), split
+over per-node files, with the head cut off, gzip'd. In-process, no subprocess per case."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hicache_diag.triage.deliveries import DELIVERIES, case_files, triage_case, verdict
+
+CORPUS = Path(__file__).resolve().parents[3] / "samples" / "corpus"
+EXPECTED = json.loads((CORPUS / "expected.json").read_text())["cases"]
+PAIRS = [
+    (case, d)
+    for case, want in sorted(EXPECTED.items())
+    if want.get("mode") != "dumps"
+    for d in DELIVERIES
+    if d.kinds is None or want["kind"] in d.kinds
+]
+
+
+@pytest.mark.parametrize(("case", "delivery"), PAIRS, ids=[f"{c}-{d.name}" for c, d in PAIRS])
+def test_the_verdict_does_not_depend_on_the_delivery(case, delivery, tmp_path):
+    want = EXPECTED[case]
+    report = triage_case(CORPUS / case, want.get("mode", "logs"), delivery, tmp_path)
+    assert verdict(report) == (want["kind"], want["form"], want["culprit"])
+
+
+@pytest.mark.parametrize("delivery", DELIVERIES, ids=lambda d: d.name)
+def test_each_delivery_changes_the_bytes(delivery):
+    # A delivery that wrote the files back unchanged would make its row of the table vacuous.
+    files = case_files(CORPUS / "sglang0523-cpu-watchdog-stalled-pp1.log", "logs")
+    assert delivery.deliver(files) != files
+
+
+def test_teardown_is_offered_to_every_stoppable_case():
+    stoppable = {c for c, w in EXPECTED.items() if w["kind"] in ("hang", "busy", "healthy")}
+    stoppable -= {c for c, w in EXPECTED.items() if w.get("mode") == "dumps"}
+    torn = {c for c, d in PAIRS if d.name == "teardown"}
+    assert torn == stoppable and len(torn) >= 10
