@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import json
 import time
 from pathlib import Path
 from typing import Annotated
@@ -21,6 +21,7 @@ from hicache_diag.harness.bisect import (
     parse_values,
     run_bisect,
 )
+from hicache_diag.limits import check_seconds
 
 
 def _run_options(app: typer.Typer) -> set[str]:
@@ -44,19 +45,43 @@ def _axes(app, storage: str | None, size: str | None, switches: list[str]) -> tu
     return tuple(axes)
 
 
-def _check_cells(app: typer.Typer, cfg: BisectConfig) -> None:
-    """Parse and validate every cell's `run` arguments as `run` itself would, before any trial
-    starts: a bad pass-through flag or axis value is one line and exit 2, not N failed trials."""
-    from hicache_diag.cli.run import build_run_config
+def _refuse_flat_axes(axes: tuple[Axis, ...]) -> None:
+    """An axis with one value, or a value twice, compares nothing (or a cell with itself); an
+    axis given twice would overwrite itself in every cell."""
+    names = [a.name for a in axes]
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise UsageError(f"bisect axis {twice} is given twice; give it once with every value")
+    for axis in axes:
+        dup = next((v for i, v in enumerate(axis.values) if v in axis.values[:i]), None)
+        if dup is not None:
+            raise UsageError(f"bisect axis {axis.name} lists {dup!r} twice; give distinct values")
+        if len(axis.values) < 2:
+            raise UsageError(
+                f"bisect axis {axis.name} has one value ({axis.values[0]}): nothing to compare; "
+                "give two or more, e.g. --switch host-alloc=local,two-phase"
+            )
+
+
+def _check_cells(app: typer.Typer, cfg: BisectConfig) -> int:
+    """Parse and validate every cell's `run` arguments as `run` itself would, with the cell's own
+    engine, before any trial starts: a bad pass-through flag, axis value or release is one line
+    and exit 2, not N failed trials. Returns the most ranks any cell runs."""
+    from hicache_diag.cli.run import build_engine_config
     from hicache_diag.harness.bisect import matrix
 
     run = typer.main.get_command(app).commands["run"]
+    world = 1
     for values in matrix(cfg.axes):
         argv = [*cfg.run_args]
         for axis in cfg.axes:
             argv += axis.args(values[axis.name])
         ctx = run.make_context("run", argv, resilient_parsing=False)
-        build_run_config(dict(ctx.params))
+        params = dict(ctx.params)
+        if params.get("out") is not None:
+            raise UsageError("give --out to bisect itself (the parent of every trial's run dir)")
+        world = max(world, build_engine_config(params).world_size)
+    return world
 
 
 def _cells(axes: tuple[Axis, ...]) -> int:
@@ -88,7 +113,7 @@ Trials = Annotated[int, typer.Option("--trials", metavar="N", help="Trials per c
 Jobs = Annotated[int, typer.Option("--jobs", "-j", metavar="N", help="Trials run in parallel.")]
 Seed = Annotated[int, typer.Option("--seed", metavar="N", help="Seed of trial 0 (trial j: +j).")]
 Out = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
         "--out", metavar="DIR", help=with_default("Parent of the run dirs.", "runs/bisect-<utc>")
     ),
@@ -103,6 +128,15 @@ Timeout = Annotated[
     ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print the table as JSON.")]
+
+
+def _save_table(table, out: Path) -> None:
+    """table.json (hicache-diag/bisect/v1) and table.md beside the trials' run dirs."""
+    from hicache_diag.cli.render.bisect import table_markdown
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.json").write_text(json.dumps(table.to_json(), indent=2, sort_keys=True) + "\n")
+    (out / "table.md").write_text(table_markdown(table))
 
 
 def _engine(args: list[str]) -> str:
@@ -133,7 +167,10 @@ Examples:
   hicache-diag bisect --storage-backend none,file --hicache-size 16MiB,64MiB \\
       --trials 3 --jobs 2 --scenario samples/scenarios/form_a.toml
   hicache-diag bisect --switch host-alloc=local,two-phase --trials 5 \\
-      --protocol legacy --fault host-alloc-fail:rank=1"""
+      --protocol legacy --fault host-alloc-fail:rank=1
+
+Exit: 0 completed, whatever it found (table.json and table.md in --out),
+130 interrupted (partial table), 2 bad input, 1 internal error."""
 
 
 def add_run_flags_to_help(app: typer.Typer) -> None:
@@ -177,22 +214,34 @@ def register(app: typer.Typer) -> None:
         """Repeat `run` over a matrix of switches; any other `run` flag applies to every cell."""
         from hicache_diag.cli.render.bisect import trial_progress
         from hicache_diag.cli.render.console import err_console
+        from hicache_diag.cli.render.status import PhaseStatus
 
         axes = _axes(app, storage_backend, hicache_size, switch or [])
         if trial_timeout is None:  # real SGLang starts in tens of seconds, the builtin in one
             trial_timeout = 900.0 if _engine(ctx.args) == "sglang" else 300.0
-        if not (math.isfinite(trial_timeout) and trial_timeout > 0):
-            raise UsageError(f"--trial-timeout must be a finite number > 0 (got {trial_timeout})")
-        out = out or Path("runs") / f"bisect-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        check_seconds("--trial-timeout", trial_timeout)
+        from hicache_diag.harness.rundir import check_writable
+        from hicache_diag.limits import check_jobs, check_seed, check_trials
+
+        check_writable(out)  # a file, non-empty or unwritable: 2
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        out = Path(out) if out is not None else Path("runs") / f"bisect-{stamp}"
         cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(ctx.args), trial_timeout)
         if not axes:
             raise UsageError(
                 "bisect needs a matrix: --storage-backend V1,V2, --hicache-size S1,S2 or "
-                "--switch NAME=v1,v2 (one value repeats a single cell)"
+                "--switch NAME=v1,v2"
             )
-        _check_cells(app, cfg)
-        progress, on_result = trial_progress(err_console, _cells(axes) * trials)
+        _refuse_flat_axes(axes)
+        check_trials(trials, _cells(axes), out)
+        check_seed(seed)
+        check_seed(seed + trials - 1, "--seed + --trials - 1")  # trial j runs seed + j
+        with PhaseStatus(err_console, json_out, f"checking {_cells(axes)} cell(s)"):
+            world = _check_cells(app, cfg)  # the sglang engine probes each cell's release
+        check_jobs(jobs, world)
+        progress, on_result = trial_progress(err_console, _cells(axes) * trials, quiet=json_out)
         with progress:
             table = run_bisect(cfg, on_result)
+        _save_table(table, out)
         _render(table, json_out)
         raise typer.Exit(130 if table.interrupted else 0)

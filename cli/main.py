@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 
@@ -25,9 +26,10 @@ app = typer.Typer(
     # Plain click help: it wraps option names and help at any width instead of truncating
     # them, never reads `[...]` in help text as markup, and shows no type column.
     rich_markup_mode=None,
-    no_args_is_help=True,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+VERBOSE_FLAGS = ("-v", "--verbose")
 
 _state = {"verbose": False}
 
@@ -65,8 +67,85 @@ def _fail(message: str, code: ExitCode) -> int:
     return int(code)
 
 
+def _value_options(command) -> set[str]:
+    """Option names of `command` that take a value (the token after them is not a flag)."""
+    names = set()
+    for param in getattr(command, "params", []):
+        if not getattr(param, "is_flag", False) and getattr(param, "opts", None):
+            names |= {o for o in param.opts if o.startswith("-")}
+    return names
+
+
+def _hoist_verbose(argv: list[str]) -> list[str]:
+    """`-v` anywhere (errors say "rerun with -v", wherever the user typed it): moved before the
+    sub-command, unless it is the value of an option (`--sglang-arg -v`) or follows `--`."""
+    group = typer.main.get_command(app)
+    commands = getattr(group, "commands", {})
+    sub = next((a for a in argv if not a.startswith("-")), None)
+    takes = _value_options(commands.get(sub)) | _value_options(commands.get("run"))
+    out, verbose, skip, literal = [], False, False, False
+    for arg in argv:
+        if skip or literal:
+            out.append(arg)
+            skip = False
+            continue
+        if arg == "--":
+            literal = True
+        elif arg in VERBOSE_FLAGS:
+            verbose = True
+            continue
+        skip = arg in takes
+        out.append(arg)
+    return ["-v", *out] if verbose else out
+
+
+def _print_help() -> int:
+    group = typer.main.get_command(app)
+    with group.make_context("hicache-diag", [], resilient_parsing=True) as ctx:
+        sys.stdout.write(group.get_help(ctx) + "\n")
+    return int(ExitCode.OK)
+
+
+class _PipeSafe:
+    """stdout that survives a closed reader (`| head`): the rest is dropped, and the command
+    still ends with its own exit code instead of a BrokenPipeError (exit 1)."""
+
+    def __init__(self, stream) -> None:
+        self._stream, self.closed_by_reader = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.closed_by_reader:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._closed()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed_by_reader:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._closed()
+
+    def _closed(self) -> None:
+        self.closed_by_reader = True
+        try:  # the interpreter flushes fd 1 at exit; point it at /dev/null so that cannot fail
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def run_cli(argv: list[str] | None = None) -> int:
     """Run the app and map every way it can end to an exit code (httpie's single mapping point)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        return _print_help()  # a bare command: the help, not its last line as an error
+    argv = _hoist_verbose(argv)
     try:
         rv = app(args=argv, prog_name="hicache-diag", standalone_mode=False)
     except Exit as exc:
@@ -92,6 +171,8 @@ def run_cli(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
+    if not isinstance(sys.stdout, _PipeSafe):
+        sys.stdout = _PipeSafe(sys.stdout)
     sys.exit(run_cli(sys.argv[1:]))
 
 

@@ -32,7 +32,9 @@ RUN_DEFAULTS = {
     "protocol": "full",
     "seed": 0,
     "engine": "builtin",
+    "max_steps": None,  # auto: server_args.auto_step_budget
 }
+MAX_STEPS_DEFAULT = "auto: 25 x requests + 2 x requests x (max-new-tokens + 1) x loop size + 1000"
 ENGINES = ("builtin", "sglang")
 
 # The type each scenario key must have (TOML gives ints, floats, strings, lists); `fix` is the
@@ -40,7 +42,7 @@ ENGINES = ("builtin", "sglang")
 _INT, _NUM, _STR = (int,), (int, float), (str,)
 SCENARIO_TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("pp", "tp", "async_depth", "page_size", "max_total_tokens"), _INT),
-    **dict.fromkeys(("requests", "max_new_tokens", "seed"), _INT),
+    **dict.fromkeys(("requests", "max_new_tokens", "seed", "max_steps"), _INT),
     **dict.fromkeys(("hicache_ratio", "hang_timeout"), _NUM),
     **dict.fromkeys(("hicache_write_policy", "hicache_storage_backend", "protocol"), _STR),
     **dict.fromkeys(("hicache_storage_dir", "hicache_storage_prefetch_policy"), _STR),
@@ -220,6 +222,18 @@ HangTimeoutOpt = Annotated[
         metavar="SECONDS",
         key="hang_timeout",
         help="No rank step for this long (from the first step on) is a hang.",
+    ),
+]
+MaxStepsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-steps",
+        metavar="N",
+        help=with_default(
+            "Step budget: PP0 stops after N steps; running out is undecided (exit 3), never a "
+            "verdict.", MAX_STEPS_DEFAULT,
+        ),
+        show_default=False,
     ),
 ]
 DeviceOpt = Annotated[

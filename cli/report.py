@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -9,12 +10,9 @@ import typer
 
 from hicache_diag.cli.options import with_default
 from hicache_diag.cli.render.console import print_json
-from hicache_diag.errors import UsageError
 
 
 def _render(report, summary: Path | None) -> None:
-    import sys
-
     from rich.console import Console
 
     from hicache_diag.cli.render.report import markdown_summary, render_report
@@ -34,7 +32,8 @@ Examples:
   hicache-diag report samples/runs/form_c --json
 
 Exit: 0 rendered, 3 the run dir cannot decide (never finished or stepped),
-2 not a run directory or damaged."""
+2 bad input (not a run directory, a damaged file, a bad output path),
+1 internal error."""
 
 
 def register(app: typer.Typer) -> None:
@@ -43,17 +42,17 @@ def register(app: typer.Typer) -> None:
     )
     def report(
         run_dir: Annotated[
-            Path,
+            str,
             typer.Argument(
                 metavar="RUN_DIR", help="A run directory (runs/<utc>-<seed>/).", show_default=False
             ),
         ],
         plots: Annotated[
-            Path | None,
+            str | None,
             typer.Option("--plots", metavar="DIR", help="Write per-rank timeline PNGs here."),
         ] = None,
         summary: Annotated[
-            Path | None,
+            str | None,
             typer.Option(
                 "--summary",
                 metavar="FILE",
@@ -68,24 +67,34 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Render a run directory: verdict, first divergence, per-rank timelines and plots."""
+        from hicache_diag.cli.render.console import err_console
+        from hicache_diag.cli.render.status import reading_status
         from hicache_diag.diagnosis.report import build_report  # pandas only when used
+        from hicache_diag.paths import input_dir, output_dir, output_file
         from hicache_diag.verdict import ExitCode
 
-        if plots is not None and plots.exists() and not plots.is_dir():
-            raise UsageError(f"--plots {str(plots)!r} is a file; give a directory for the PNGs")
-        if summary is not None and summary.is_dir():
-            raise UsageError(f"--summary {str(summary)!r} is a directory; give a file name")
-        result = build_report(run_dir, plots, reclassify)
-        if summary is None and plots is not None:
-            summary = plots / "report.md"
+        input_dir("RUN_DIR", run_dir)
+        output_dir("--plots", plots)
+        output_file("--summary", summary)
+        plots_dir = None if plots is None else Path(plots)
+        summary_file = None if summary is None else Path(summary)
+        if summary_file is None and plots_dir is not None:
+            output_file("--summary", plots_dir / "report.md")
+        with reading_status(err_console, Path(run_dir).glob("rank*.*"), quiet=json_out):
+            result = build_report(Path(run_dir), plots_dir, reclassify)
+        if result.reclassified is not None:  # say so: the recorded verdict is not what is shown
+            sys.stderr.write(f"note: --reclassify: {result.reclassified}; classified afresh "
+                             "from the evidence\n")  # fmt: skip
+        if summary_file is None and plots_dir is not None:
+            summary_file = plots_dir / "report.md"
         if json_out:
-            if summary is not None:
+            if summary_file is not None:
                 from hicache_diag.cli.render.report import markdown_summary
 
-                markdown_summary(result, summary)
+                markdown_summary(result, summary_file)
             print_json(result.verdict.to_json())
         else:
-            _render(result, summary)
+            _render(result, summary_file)
         # A run dir that cannot decide (never finished, never stepped) says so in the status.
         undecided = result.verdict.exit_code is ExitCode.UNDECIDED
         raise typer.Exit(int(ExitCode.UNDECIDED) if undecided else 0)

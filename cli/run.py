@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import sys
+import textwrap
 from typing import Any
 
 import typer
@@ -11,8 +11,12 @@ import typer
 from hicache_diag.cli import options as o
 from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.cli.render.progress import LiveProgress
+from hicache_diag.cli.render.status import PhaseStatus
 from hicache_diag.cli.render.verdict import render_check, render_verdict
 from hicache_diag.errors import UsageError
+from hicache_diag.harness.no_effect import refuse_no_effect
+from hicache_diag.limits import check_builtin_run, check_int, check_seconds, check_seed
+from hicache_diag.paths import not_empty, output_dir
 from hicache_diag.runtime.protocol import build_protocol
 from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig, parse_size
 from hicache_diag.verdict import ExitCode, Outcome
@@ -28,10 +32,12 @@ def _pick(flags: dict[str, Any], scenario: dict[str, Any], name: str) -> Any:
 
 
 def _scenario(path: str | None) -> tuple[tuple[str, ...], dict[str, Any]]:
-    if not path:
+    if path is None:
         return (), {}
     from hicache_diag.faults import load_scenario
+    from hicache_diag.paths import input_file
 
+    input_file("--scenario", path)  # a device or a FIFO would be read forever
     sc = load_scenario(path)
     opts = dict(sc.options)
     # Scenario keys use run flag names in snake_case; map the storage aliases.
@@ -47,7 +53,7 @@ def _scenario(path: str | None) -> tuple[tuple[str, ...], dict[str, Any]]:
 
 def _expectation(path: str | None) -> Any:
     """`--check`: the scenario's [expect] table, refused (exit 2) when there is none to check."""
-    if not path:
+    if path is None:
         raise UsageError("--check needs --scenario FILE with an [expect] table")
     from hicache_diag.faults import load_scenario
 
@@ -101,8 +107,12 @@ def build_engine_config(flags: dict[str, Any]) -> Any:
     from hicache_diag.sglang.build import build_sglang_config
 
     check_writable(flags.get("out"))
+    if pick("max_steps") is not None:  # SGLang's server runs until its requests are answered
+        raise UsageError("--max-steps applies to --engine builtin only")
     pp, tp = int(pick("pp")), int(pick("tp"))
     faults = _faults(scenario_faults, flags, pp, tp)
+    given = {k: v for k, v in {**sopts, **flags}.items() if v is not None}
+    refuse_no_effect(given, faults, pick("hicache_storage_backend") != "none")
     return build_sglang_config(flags, sopts, faults, pick)
 
 
@@ -127,19 +137,23 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
         hicache_storage_prefetch_policy=pick("hicache_storage_prefetch_policy"),
         device=device,
     )
+    not_empty("--hicache-storage-dir", sa.hicache_storage_dir)
     if sa.hicache_storage_backend == "none" and sa.hicache_storage_dir:
         raise UsageError(
             "--hicache-storage-dir does nothing without --hicache-storage-backend file"
         )
     if sa.hicache_storage_backend != "none" and sa.hicache_storage_dir:
+        output_dir("--hicache-storage-dir", sa.hicache_storage_dir)  # no torch import to refuse
         from hicache_diag.runtime.mem_cache.hicache_storage import check_storage_dir
 
         check_storage_dir(sa.hicache_storage_dir)  # exit 2 before any rank starts
     seed = int(pick("seed"))
+    check_seed(seed)
     workload = WorkloadConfig(pick("workload"), pick("requests"), pick("max_new_tokens"), seed)
     from hicache_diag.harness.workload import check_fits
 
     check_fits(workload, sa)
+    given = {k: v for k, v in {**sopts, **flags}.items() if v is not None}
     # A scenario's `fix` list refines the scenario's own preset (e.g. legacy + ack-count=leader
     # replays the state between #27285 and #31425); `--protocol` on the command line replaces
     # that historical state whole, so it drops the list. `--fix` flags always apply last.
@@ -147,15 +161,19 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
     fixes = scenario_fixes + list(flags.get("fix") or [])
     protocol = build_protocol(pick("protocol"), fixes)
     faults = _faults(scenario_faults, flags, sa.pp_size, sa.tp_size)
+    refuse_no_effect(given, faults, sa.hicache_storage_backend != "none", protocol.lru_clock)
     hang_timeout = float(pick("hang_timeout"))
-    if not (math.isfinite(hang_timeout) and hang_timeout > 0):
-        raise UsageError(
-            f"--hang-timeout must be a finite number of seconds > 0 (got {hang_timeout})"
-        )
+    check_seconds("--hang-timeout", hang_timeout)
+    max_steps = pick("max_steps")
+    if max_steps is not None:
+        check_int("--max-steps", int(max_steps), 1)
     from hicache_diag.harness.rundir import check_writable
 
     check_writable(flags.get("out"))
-    return RunConfig(sa, protocol, workload, faults, seed, flags.get("out"), hang_timeout)
+    cfg = RunConfig(sa, protocol, workload, faults, seed, flags.get("out"), hang_timeout,
+                    max_steps)  # fmt: skip
+    check_builtin_run(cfg)  # pools, workload and records against this host's memory and disk
+    return cfg
 
 
 # \b keeps click from rewrapping the block.
@@ -167,11 +185,28 @@ Examples:
                                 # a stalled rank: hang naming rank 1, exit 12
 
 Exit: 0 ok, 10/11/12 form A/B/C, 13 diverged, 14 wrong output, 15 leak,
-16 other crash, 3 undecided, 130 interrupted, 2 bad input, 1 internal error."""
+16 other crash, 3 undecided (also: step budget exhausted), 4 --check mismatch,
+130 interrupted, 2 bad input, 1 internal error."""
+
+
+def _catalogue() -> str:
+    """Fault names and --fix switches with their modes (legacy first), from the registries,
+    so the help can never drift from what the parser accepts (docs/faults.md has the table)."""
+    from hicache_diag.faults import FAULTS
+    from hicache_diag.runtime.protocol import SWITCHES
+
+    lines = ["\b", "Faults (--fault NAME[:key=value,...]; keys in docs/faults.md):"]
+    lines += textwrap.wrap(", ".join(sorted(FAULTS)), 76, initial_indent="  ",
+                           subsequent_indent="  ", break_on_hyphens=False)  # fmt: skip
+    lines.append("Switches (--fix NAME=MODE; legacy mode first, then the fix):")
+    for sw in SWITCHES.values():
+        lines.append(f"  {sw.name}={'|'.join(sw.modes)}  {sw.upstream}")
+    return "\n".join(lines)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("run", epilog=EXAMPLES, short_help="Run a PP + HiCache runtime, give a verdict.")
+    @app.command("run", epilog=f"{EXAMPLES}\n\n{_catalogue()}",
+                 short_help="Run a PP + HiCache runtime, give a verdict.")  # fmt: skip
     def run(
         fault: o.FaultOpt = None,
         fix: o.FixOpt = None,
@@ -195,6 +230,7 @@ def register(app: typer.Typer) -> None:
         requests: o.RequestsOpt = None,
         max_new_tokens: o.MaxNewTokensOpt = None,
         hang_timeout: o.HangTimeoutOpt = None,
+        max_steps: o.MaxStepsOpt = None,
         device: o.DeviceOpt = None,
         engine: o.EngineOpt = None,
         model: o.ModelOpt = None,
@@ -205,7 +241,10 @@ def register(app: typer.Typer) -> None:
         """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
         flags = dict(locals())
         expect = _expectation(scenario) if check else None
-        raise typer.Exit(_run_and_render(build_engine_config(flags), json_, expect))
+        # With --engine sglang the checks probe the release and may build the model: seconds.
+        with PhaseStatus(err_console, quiet=json_, first="checking the run"):
+            cfg = build_engine_config(flags)
+        raise typer.Exit(_run_and_render(cfg, json_, expect))
 
 
 def _run_and_render(cfg: RunConfig, json_: bool, expect: Any = None) -> int:
@@ -216,7 +255,8 @@ def _run_and_render(cfg: RunConfig, json_: bool, expect: Any = None) -> int:
         from hicache_diag.sglang.trial import run_sglang_trial as run_trial
 
     try:
-        with LiveProgress(err_console, cfg.world_size) as progress:
+        with LiveProgress(err_console, cfg.world_size, quiet=json_) as progress:
+            progress.update({"phase": "starting", "elapsed_s": 0.0})  # from the first second
             argv = ["hicache-diag", *sys.argv[1:]]
             result = run_trial(cfg, argv, on_progress=progress.update)
     except KeyboardInterrupt:

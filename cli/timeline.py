@@ -14,6 +14,7 @@ import typer
 
 from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.errors import HicacheDiagError, UsageError
+from hicache_diag.limits import check_builtin_run, check_seed
 from hicache_diag.runtime.protocol import build_protocol
 from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig
 
@@ -26,13 +27,16 @@ PROTOCOL = "l2"
 
 
 def build_config(pp: int, async_depth: int, requests: int, seed: int, out: Path) -> RunConfig:
+    check_seed(seed)
     if requests < 4:
         raise UsageError(f"--requests must be >= 4 to produce host hits (got {requests})")
     server = ServerArgs(
         pp_size=pp, pp_async_batch_depth=async_depth, max_total_tokens=DEVICE_TOKENS
     )
     workload = WorkloadConfig("shared-prefix", requests=requests, max_new_tokens=1, seed=seed)
-    return RunConfig(server, build_protocol(PROTOCOL), workload, seed=seed, out=str(out))
+    cfg = RunConfig(server, build_protocol(PROTOCOL), workload, seed=seed, out=str(out))
+    check_builtin_run(cfg)
+    return cfg
 
 
 def _run(cfg: RunConfig):
@@ -52,7 +56,10 @@ def _run(cfg: RunConfig):
 EXAMPLES = """\b
 Examples:
   hicache-diag timeline       # PP2 + 1 slot: load_ack +1, write_ack +3
-  hicache-diag timeline --pp 3 --async-depth 2 --json"""
+  hicache-diag timeline --pp 3 --async-depth 2 --json
+
+Exit: 0 table printed, 130 interrupted, 2 bad input, 1 internal error (also
+when the measuring run itself does not end ok: a bug of the tool)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -77,13 +84,17 @@ def register(app: typer.Typer) -> None:
         ] = 12,
         seed: Annotated[int, typer.Option("--seed", metavar="N", help="Workload seed.")] = 0,
         out: Annotated[
-            Path | None, typer.Option("--out", metavar="DIR", help="Keep the run directory here.")
+            str | None, typer.Option("--out", metavar="DIR", help="Keep the run directory here.")
         ] = None,
     ) -> None:
         """Measure load_ack / write_ack latencies of the PP event loop (seed 000's table)."""
         from hicache_diag.diagnosis.timeline import compute_timeline
+        from hicache_diag.harness.rundir import check_writable
 
-        run_dir = out or Path(tempfile.mkdtemp(prefix="hicache-timeline-"))
+        check_writable(out)
+        build_config(pp, async_depth, requests, seed, Path(tempfile.gettempdir()))  # checks only
+        tmp = out is None
+        run_dir = Path(tempfile.mkdtemp(prefix="hicache-timeline-")) if tmp else Path(out)
         cfg = build_config(pp, async_depth, requests, seed, run_dir)
         loop = cfg.server_args.pp_loop_size
         err_console.print(f"timeline: PP{pp} + {async_depth} async slot(s), loop size {loop}")

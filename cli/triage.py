@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -28,7 +29,7 @@ Parent = Annotated[
     typer.Option("--parent", metavar="PID", help="With --discover: only this launcher's tree."),
 ]
 Dumps = Annotated[
-    list[Path] | None,
+    list[str] | None,
     typer.Option(
         "--dumps",
         metavar="DIR",
@@ -37,7 +38,7 @@ Dumps = Annotated[
     ),
 ]
 Logs = Annotated[
-    list[Path] | None,
+    list[str] | None,
     typer.Option(
         "--logs",
         metavar="FILE",
@@ -46,7 +47,7 @@ Logs = Annotated[
     ),
 ]
 Save = Annotated[
-    Path | None,
+    str | None,
     typer.Option("--save", metavar="DIR", help="Write the live samples here (merge with --dumps)."),
 ]
 
@@ -55,7 +56,52 @@ EXAMPLES = """\b
 Examples:
   hicache-diag triage --discover          # every *::scheduler* process here
   hicache-diag triage --dumps samples/dumps/pp_hang_pp_sync --json
-  hicache-diag triage --logs samples/logs/form_a_cascade.log"""
+  hicache-diag triage samples/logs/form_a_cascade.log   # same as --logs FILE
+
+Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided,
+130 interrupted, 2 bad input, 1 internal error."""
+
+
+def _check_paths(dumps: list[str], logs: list[str], save: str | None) -> None:
+    """Before anything is read: a device or FIFO would be read forever; '' is no path."""
+    from hicache_diag.paths import input_dir, input_file, output_dir
+
+    for path in logs:
+        input_file("--logs", path)
+    for path in dumps:
+        input_dir("--dumps", path)
+    output_dir("--save", save)
+
+
+def _pid_max() -> int:
+    try:
+        return int(open("/proc/sys/kernel/pid_max").read())
+    except (OSError, ValueError):
+        return 2**22  # Linux's ceiling
+
+
+def _check_request(req: TriageRequest) -> None:
+    """Paths, live targets and sample counts, before any file is read or process dumped."""
+    import psutil
+
+    from hicache_diag.limits import MAX_SECONDS
+
+    pid_max = _pid_max()
+    gone = [p for p in req.pids if p > pid_max or not psutil.pid_exists(p)]
+    if gone:
+        raise UsageError(f"--pid {gone[0]}: no such process on this host")
+    live = bool(req.pids or req.discover)
+    if req.native and not live:
+        raise UsageError("--native adds a live py-spy pass: use it with --pid or --discover")
+    for flag, value in (("--interval", req.interval), ("--deadline", req.deadline_s)):
+        if value > MAX_SECONDS:
+            raise UsageError(f"{flag} must be <= {MAX_SECONDS:.0f} s (one day) (got {value})")
+    most = int(MAX_SECONDS // (req.interval + req.deadline_s))
+    if live and req.samples > most:
+        raise UsageError(
+            f"--samples {req.samples} x (--interval {req.interval} + --deadline "
+            f"{req.deadline_s}) s is more than a day; the largest that fits is {most}"
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -108,25 +154,20 @@ def register(app: typer.Typer) -> None:
             False
         ),
         more_logs: Annotated[
-            list[Path] | None,
-            typer.Argument(
-                help="More log files after --logs FILE.", metavar="[FILE...]", hidden=True
-            ),
+            list[str] | None,
+            typer.Argument(help="Log files, as with --logs.", metavar="LOG", show_default=False),
         ] = None,
     ) -> None:
-        """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits.
-
-        Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided, 2 bad input."""
-        if more_logs and not logs:
-            raise UsageError(f"unexpected argument {more_logs[0]} (log files go after --logs)")
-        progress = LogReadProgress(err_console)
+        """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits."""
+        _check_paths(dumps or [], [*(logs or []), *(more_logs or [])], save)
+        progress = None if json_out else LogReadProgress(err_console)  # --json: quiet
         request = TriageRequest(
             pids=tuple(pid or ()),
             discover=discover,
             parent=parent,
-            dumps=tuple(dumps or ()),
-            logs=tuple(logs or ()) + tuple(more_logs or ()),
-            save=save,
+            dumps=tuple(map(Path, dumps or ())),
+            logs=tuple(map(Path, [*(logs or []), *(more_logs or [])])),
+            save=None if save is None else Path(save),
             samples=samples,
             interval=interval,
             deadline_s=deadline,
@@ -135,7 +176,8 @@ def register(app: typer.Typer) -> None:
             pp_size=pp_size,
             progress=progress,
         )
-        with progress:
+        _check_request(request)
+        with progress or contextlib.nullcontext():
             report = run_triage(request)
         if json_out:
             print_json(report.to_json())

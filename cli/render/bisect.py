@@ -9,11 +9,13 @@ from rich.table import Table
 from hicache_diag.diagnosis.bisect_table import BisectTable, Cell, TrialResult
 
 
-def trial_progress(console: Console, total: int):
-    """A started Progress and a callback that advances it per finished trial."""
+def trial_progress(console: Console, total: int, quiet: bool = False):
+    """A started Progress and a callback that advances it per finished trial; shown only on a
+    terminal, and not with --json (`quiet`)."""
     progress = Progress(
         TextColumn("bisect"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
         TimeElapsedColumn(), console=console, transient=True,
+        disable=quiet or not console.is_terminal,
     )  # fmt: skip
     task = progress.add_task("", total=total)
     failures = [0]
@@ -47,6 +49,21 @@ def bisect_table(table: BisectTable) -> Table:
             str(len(data["errors"])),
         )  # fmt: skip
     return view
+
+
+def table_markdown(table: BisectTable) -> str:
+    """The same table as markdown (table.md in --out), verdict lines below it."""
+    head = [*table.switches, "trials", "failures", "rate", "95% CI", "forms", "median TTF"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cell in table.cells:
+        d = cell.to_json()
+        lo, hi = d["ci95"]
+        forms = " ".join(f"{k}:{v}" for k, v in d["forms"].items()) or "-"
+        vals = [*(cell.values[s] for s in table.switches), str(d["trials"]), str(d["failures"]),
+                f"{d['rate']:.0%}", f"[{lo:.2f}, {hi:.2f}]", forms, _fmt_ttf(d["median_ttf_s"])]
+        rows.append("| " + " | ".join(vals) + " |")
+    verdict = [f"- {line}" for line in table.verdict()]
+    return "\n".join(["# bisect", "", *rows, "", "## Verdict", "", *verdict, ""])
 
 
 def render_bisect(table: BisectTable, console: Console) -> None:

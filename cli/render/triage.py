@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -31,9 +32,12 @@ def verdict_line(report: TriageReport) -> str:
 
 
 def _rank_table(report: TriageReport) -> Table:
-    table = Table(title="ranks", show_lines=False)
-    for col in ("rank", "pid", "role", "state", "wait site", "at frame"):
-        table.add_column(col)
+    table = Table(title="ranks", show_lines=False, box=box.SIMPLE_HEAD, show_edge=False)
+    # At 80 columns the frame is what a reader needs: it keeps room and folds, never "…".
+    widths = {"rank": 7, "pid": 7, "role": 10, "state": 7, "wait site": 14}
+    for col, width in widths.items():
+        table.add_column(col, overflow="fold", max_width=width)
+    table.add_column("at frame", overflow="fold", min_width=20, ratio=1)
     culprit = report.culprit.rank if report.culprit else None
     for r in report.ranks:
         label = Text(r.rank.label, style="bold red" if r.rank == culprit else "")

@@ -74,6 +74,17 @@ def _pct(f: int, t: int) -> str:
     return f"{f}/{t}" + (f" ({100 * f / t:.0f}%)" if t else "")
 
 
+def _apart(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """The two rates' 95% Wilson intervals do not overlap: only then is a difference stated."""
+    (alo, ahi), (blo, bhi) = wilson(*a), wilson(*b)
+    return ahi < blo or bhi < alo
+
+
+def _overlap_line(what: str, groups: str) -> str:
+    return (f"{what} {groups}: the 95% intervals overlap, no conclusion yet "
+            "(raise --trials)")  # fmt: skip
+
+
 def _storage_line(cells: list[Cell]) -> str | None:
     pooled = _pooled(cells, STORAGE_AXIS)
     f, t = pooled.get("none", (0, 0))
@@ -83,6 +94,8 @@ def _storage_line(cells: list[Cell]) -> str | None:
     others = {v: ft for v, ft in pooled.items() if v != "none" and ft[0]}
     if "none" in pooled and others:
         v, (f2, t2) = next(iter(others.items()))
+        if not _apart((f2, t2), (f, t)):
+            return _overlap_line("storage backend", f"({v}: {_pct(f2, t2)} vs none: {_pct(f, t)})")
         return f"failures only with storage backend {v} ({_pct(f2, t2)}): L3-dimension divergence"
     return None
 
@@ -106,6 +119,8 @@ def _host_line(cells: list[Cell]) -> str | None:
         return None
     small, large = fs / ts, fl / tl
     both = f"({order[0]}: {_pct(fs, ts)} vs {order[-1]}: {_pct(fl, tl)})"
+    if not _apart((fs, ts), (fl, tl)):
+        return _overlap_line("host size", both)
     if small < large:
         return f"rate falls with a smaller host size {both}: eviction-pressure related"
     if small > large:
@@ -123,8 +138,12 @@ def _switch_lines(cells: list[Cell], axes: list[str], describe) -> list[str]:
         dirty = {v: ft for v, ft in pooled.items() if ft[0]}
         if clean and dirty:
             bad = ", ".join(f"{v}: {_pct(*ft)}" for v, ft in dirty.items())
-            lines.append(f"{axis}={'/'.join(clean)} removes all failures ({bad} otherwise)"
-                         + describe(axis))  # fmt: skip
+            ok = (0, sum(pooled[v][1] for v in clean))
+            if all(_apart(ok, ft) for ft in dirty.values()):
+                lines.append(f"{axis}={'/'.join(clean)} removes all failures ({bad} otherwise)"
+                             + describe(axis))  # fmt: skip
+            else:
+                lines.append(_overlap_line(axis, f"({'/'.join(clean)}: {_pct(*ok)} vs {bad})"))
     return lines
 
 

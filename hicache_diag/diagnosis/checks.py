@@ -204,7 +204,7 @@ def _traceback_finding(run: RunData, crashes: dict[int, RankCrash]) -> Finding:
     return Finding(Outcome.CRASH, form, root.rank, root.rank, root.signature, lines)
 
 
-def _hang_rank(run: RunData, hang: dict) -> tuple[int | None, str | None, bool]:
+def hang_rank(run: RunData, hang: dict) -> tuple[int | None, str | None, bool]:
     """The rank the others wait for, from evidence only, and whether a process fact named it:
     a rank the kernel showed stopped; else a rank outside any wait on a peer (asleep,
     computing, on its own DMA) while peers wait on it; else a rank blocked at a HiCache
@@ -248,7 +248,7 @@ def check_hang(run: RunData) -> Finding | None:
     hang = (run.launcher or {}).get("hang")
     if not hang:
         return None
-    rank, site, by_fact = _hang_rank(run, hang)
+    rank, site, by_fact = hang_rank(run, hang)
     stopped = facts.stopped_ranks(hang)
     lines = [f"no progress from ranks {hang.get('stalled_ranks')} (hang detected)"]
     lines += facts.stop_lines(hang, stopped)

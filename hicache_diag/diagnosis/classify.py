@@ -116,8 +116,17 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
     if launcher.get("interrupted"):
         seen = "no failure" if found.outcome is Outcome.OK else found.outcome.value
         lines = [f"interrupted by the user (SIGINT/SIGTERM); every rank reaped; so far: {seen}"]
-        return checks.Finding(Outcome.INTERRUPTED, signature="interrupted", evidence=lines
-                              + found.evidence)  # fmt: skip
+        stalled = _stalled_at_interrupt(run)
+        signature = "interrupted" + (f"; {stalled}" if stalled else "")
+        return checks.Finding(Outcome.INTERRUPTED, signature=signature, evidence=lines
+                              + ([stalled] if stalled else []) + found.evidence)  # fmt: skip
+    if run.budget is not None:
+        # Whatever followed (requests without output, a stage left waiting) is our limit's doing.
+        b = run.budget
+        line = (f"step budget exhausted after {b.get('steps')} steps (--max-steps "
+                f"{b.get('max_steps')}; {b.get('unfinished_requests')} request(s) unfinished)")
+        return checks.Finding(Outcome.UNDECIDED, signature=line, evidence=[
+            line, "raise --max-steps to let the run finish; nothing here is a verdict"])
     if found.outcome is not Outcome.OK:
         return found
     reasons = []
@@ -138,6 +147,21 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
     if not reasons:
         return found
     return checks.Finding(Outcome.UNDECIDED, signature=reasons[0], evidence=reasons)
+
+
+def _stalled_at_interrupt(run: RunData) -> str | None:
+    """The rank the others were waiting for when the user pressed Ctrl-C on a run that had
+    stopped stepping (harness/trial.py takes the stacks then, as for a hang)."""
+    stall = (run.launcher or {}).get("interrupt_stall")
+    if not isinstance(stall, dict):
+        return None
+    rank, site, _ = checks.hang_rank(run, stall)
+    if rank is None:
+        return None
+    idle = (stall.get("idle_s") or {}).get(str(rank))
+    since = f"no step for {idle:.1f} s" if isinstance(idle, (int, float)) else "no new step"
+    at = f"; it was in {site}" if site else ""
+    return f"rank {rank} had stopped stepping ({since} when interrupted){at}"
 
 
 def _faults_line(run: RunData) -> list[str]:

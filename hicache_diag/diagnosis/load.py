@@ -31,6 +31,8 @@ class RunData:
     reference: Any = None
     verdict: dict[str, Any] | None = None
     requests: dict[str, Any] | None = None  # requests.json (real SGLang): per-request errors
+    verdict_error: str | None = None  # verdict.json is there but unreadable or not an object
+    budget: dict[str, Any] | None = None  # budget.json: PP0 stopped on --max-steps, work left
     missing: list[str] = field(default_factory=list)
     bad_lines: int = 0  # jsonl lines that did not parse (a torn last line of a killed rank)
 
@@ -61,19 +63,26 @@ def _read_json(path: Path) -> Any:
 
 
 def _read_jsonl(path: Path, rank: int) -> tuple[list[dict[str, Any]], int]:
-    rows, bad = [], 0
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.strip():
-            continue
+    """The rows; a torn last line (a rank killed mid-write) is skipped and counted. Any other
+    line that is not a JSON object means the file is damaged, not torn: say so."""
+    rows, bad, lines = [], [], [ln for ln in path.read_text(errors="replace").splitlines()
+                                if ln.strip()]  # fmt: skip
+    for i, line in enumerate(lines):
         try:
             row = json.loads(line)
         except ValueError:
-            bad += 1  # a rank killed mid-write leaves a torn line; keep the rest
+            row = None
+        if not isinstance(row, dict):
+            bad.append(i)
             continue
-        if isinstance(row, dict):
-            row.setdefault("rank", rank)
-            rows.append(row)
-    return rows, bad
+        row.setdefault("rank", rank)
+        rows.append(row)
+    if bad and bad != [len(lines) - 1]:
+        raise RunDirError(
+            f"{path} is damaged: {len(bad)} of {len(lines)} line(s) are not JSON objects "
+            f"(first at line {bad[0] + 1}); only a rank's last line may be torn"
+        )
+    return rows, len(bad)
 
 
 def _load_frames(run_dir: Path) -> tuple[pd.DataFrame, int]:
@@ -137,9 +146,18 @@ def _object(path: Path) -> dict[str, Any]:
     return data
 
 
+def _present(path: Path) -> bool:
+    """A side file that is there; one that is there but not a regular file is damaged."""
+    if path.is_file():
+        return True
+    if path.exists() or path.is_symlink():
+        raise RunDirError(f"{path} is damaged: it is not a regular file")
+    return False
+
+
 def _optional(run_dir: Path, name: str, missing: list[str], obj: bool = False) -> Any:
     path = run_dir / name
-    if not path.is_file():
+    if not _present(path):
         missing.append(name)
         return None
     return _object(path) if obj else _read_json(path)
@@ -169,9 +187,14 @@ def load_run(run_dir: Path | str) -> RunData:
     data.outputs = _optional(run_dir, "outputs.json", missing)
     data.reference = _optional(run_dir, "reference.json", missing)
     rpath = run_dir / "requests.json"  # only the sglang engine's client writes it
-    data.requests = _object(rpath) if rpath.is_file() else None
+    data.requests = _object(rpath) if _present(rpath) else None
+    bpath = run_dir / "budget.json"  # only written when the step budget ran out
+    data.budget = _object(bpath) if _present(bpath) else None
     vpath = run_dir / "verdict.json"
-    data.verdict = _object(vpath) if vpath.is_file() else None
+    try:  # a damaged verdict is the report's to name (or to ignore, with --reclassify)
+        data.verdict = _object(vpath) if _present(vpath) else None
+    except RunDirError as exc:
+        data.verdict_error = str(exc).removeprefix(f"{vpath} is ").removeprefix("damaged: ")
     data.stacks = _load_stacks(run_dir)
     data.missing = missing
     return data

@@ -10,6 +10,7 @@ import pandas as pd
 from hicache_diag.diagnosis.classify import verdict_from
 from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.diagnosis.series import around, timelines
+from hicache_diag.errors import RunDirError
 from hicache_diag.verdict import Outcome, Verdict
 
 EVIDENCE_VERSION = 1  # docs/evidence.md
@@ -24,15 +25,40 @@ class RunReport:
     timelines: pd.DataFrame
     plots: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what an old or partial run lacks
+    reclassified: str | None = None  # --reclassify: what the recorded verdict.json said
 
 
 def _recorded_verdict(run: RunData) -> Verdict | None:
-    if not run.verdict:
+    """verdict.json as written; a file that is not a verdict is damaged (exit 2), never
+    silently replaced by a fresh classification (that is what --reclassify asks for)."""
+    if run.verdict is None and run.verdict_error is None:
         return None
+    why = run.verdict_error or _verdict_damage(run.verdict)
+    if why is not None:
+        raise RunDirError(
+            f"{run.run_dir / 'verdict.json'} is damaged: {why}; "
+            "`report --reclassify` classifies the evidence afresh"
+        )
+    return Verdict.from_json(run.verdict)
+
+
+def _verdict_damage(data: dict) -> str | None:
+    if "outcome" not in data:
+        return "it has no outcome"
     try:
-        return Verdict.from_json(run.verdict)
-    except (KeyError, ValueError, TypeError):
-        return None  # a verdict from an older schema: classify afresh instead
+        Verdict.from_json(data)
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _reclassified_line(run: RunData) -> str:
+    if run.verdict is None and run.verdict_error is None:
+        return "no verdict.json was recorded"
+    why = run.verdict_error or _verdict_damage(run.verdict)
+    if why is not None:
+        return f"the recorded verdict.json was damaged ({why})"
+    return f"the recorded verdict.json said {run.verdict['outcome']}"
 
 
 def _notes(run: RunData) -> list[str]:
@@ -62,6 +88,8 @@ def build_report(run_dir: Path, plots_dir: Path | None = None, reclassify: bool 
     window = around(run.frames, fd.step, fd.field) if fd else pd.DataFrame()
     report = RunReport(run, verdict, recorded is not None, window, timelines(run.frames))
     report.notes = _notes(run)
+    if reclassify:
+        report.reclassified = _reclassified_line(run)
     if plots_dir is not None:
         from hicache_diag.diagnosis.plots import write_plots  # matplotlib only when asked
 

@@ -109,7 +109,8 @@ def _protocol(rng: random.Random, kind: str, l3: bool) -> tuple[str, tuple[str, 
     if roll < 0.2 and not l3:
         return "l2", ()
     own = KIND_SWITCH.get(kind)
-    names = [own] if own and rng.random() < 0.8 else list(SWITCHES)
+    # clock-skew under the logical clock is refused (it touches nothing): keep its switch legacy.
+    names = [own] if own and (rng.random() < 0.8 or kind == "clock-skew") else list(SWITCHES)
     name = rng.choice(names)
     return "full", (f"{name}={SWITCHES[name].legacy}",)
 

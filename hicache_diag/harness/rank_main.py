@@ -175,12 +175,24 @@ def _make_scheduler(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port,
     layers = list(sa.layers_of_stage(pp))
     logging.info("rank %d up: layers %s, faults %s", rank, layers, installed or "none")
     source = workload.arrivals if pp == 0 else None
-    scheduler = Scheduler(cfg, comm, bundle, hooks, recorder, source, workload.last_arrival_step)
+    budget = (lambda steps, left: _write_budget(run_dir, cfg.step_budget, steps, left)) if (
+        rank == 0) else None  # fmt: skip
+    scheduler = Scheduler(
+        cfg, comm, bundle, hooks, recorder, source, workload.last_arrival_step, budget
+    )
     times = _startup_times(
         entry=state["t_entry"], torch=state["t_torch"], gloo=t_gloo, build=time.time()
     )
     logging.info("rank %d startup %s", rank, json.dumps(times))
     return scheduler
+
+
+def _write_budget(run_dir: Path, budget: int, steps: int, unfinished: int) -> None:
+    """budget.json: PP0 stopped on the step budget with requests left (docs/evidence.md)."""
+    write_json(
+        run_dir / "budget.json",
+        {"max_steps": budget, "steps": steps, "unfinished_requests": unfinished},
+    )
 
 
 def _shutdown() -> None:

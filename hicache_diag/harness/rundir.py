@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import platform
 import socket
 import sys
@@ -48,17 +47,13 @@ def _refuse_non_empty(path: Path) -> None:
         raise UsageError(f"--out {str(path)!r} is not empty; a run directory is written once")
 
 
-def check_writable(out: str | None) -> None:
-    """Validate --out without creating it (bad input must not start anything)."""
-    if not out:
-        return
-    path = Path(out)
-    _refuse_non_empty(path)
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out!r} is not writable")
+def check_writable(out: str | None, flag: str = "--out") -> None:
+    """Validate --out without leaving anything behind (bad input must not start anything)."""
+    from hicache_diag.paths import output_dir
+
+    if out is not None and str(out).strip():
+        _refuse_non_empty(Path(out))
+    output_dir(flag, out)
 
 
 def config_to_dict(cfg: RunConfig) -> dict[str, Any]:

@@ -48,6 +48,8 @@ class _Watch:
     hang: dict[str, Any] | None = None
     stacks: dict[str, Any] | None = None
     interrupted: bool = False
+    interrupted_at: float | None = None
+    interrupt_stall: dict[str, Any] | None = None  # the stalled ranks' facts at a Ctrl-C
     hang_watch: HangWatch | None = None
     stops: StopWatch = field(default_factory=StopWatch)
     oom_kills_before: int | None = None
@@ -72,7 +74,11 @@ def run_trial(
         write_json(run_dir / "reference.json", reference)
         _watch_loop(launcher, cfg, run_dir, watch, on_progress)
     except KeyboardInterrupt:
-        watch.interrupted = True
+        watch.interrupted, watch.interrupted_at = True, time.time()
+        try:
+            _note_interrupt_stall(launcher, run_dir, watch)
+        except KeyboardInterrupt:  # a second Ctrl-C: reap at once, without the stacks
+            pass
     finally:
         try:
             launcher.close()
@@ -121,6 +127,39 @@ def _hung(hang: HangWatch, stops: StopWatch, timeout: float, now: float) -> bool
     if hang.stalled(now):
         return True
     return not hang.stepped and any(s > timeout for s in stops.stopped_for(now).values())
+
+
+INTERRUPT_STALL_S = 1.0  # every rank this long without a step when Ctrl-C came: a stalled run
+
+
+def _note_interrupt_stall(launcher: Launcher, run_dir: Path, watch: _Watch) -> None:
+    """Ctrl-C on a run that had stopped stepping (before the hang timeout): take the stacks, as
+    a hang would, so the verdict can name the rank the others were waiting for. The step files'
+    mtimes say when each rank last stepped (the watch loop may not have begun: the reference
+    is computed while the ranks already run)."""
+    now = watch.interrupted_at or time.time()
+    if watch.hang is not None or not launcher.alive():
+        return
+    last = {}
+    for p in launcher.procs:
+        try:
+            st = (run_dir / f"rank{p.rank}.jsonl").stat()
+        except OSError:
+            return  # a rank that never stepped: start-up, not a stall
+        if not st.st_size:
+            return
+        last[str(p.rank)] = st.st_mtime
+    if not last or min(now - t for t in last.values()) < INTERRUPT_STALL_S:
+        return
+    stopped = set(watch.stops.stopped_for(now))
+    hang = watch.hang_watch
+    watch.interrupt_stall = {
+        "last_progress": last, "last_steps": hang.last_steps() if hang else {},
+        "stalled_ranks": [p.rank for p in launcher.alive()],
+        "proc_status": {str(r): s for r, s in watch.stops.last_status.items()},
+        "stopped_ranks": sorted(stopped), "idle_s": {r: round(now - t, 3) for r, t in last.items()},
+    }  # fmt: skip
+    watch.stacks = dump_rank_stacks(launcher, run_dir, skip=stopped)
 
 
 def _handle_hang(
@@ -218,6 +257,8 @@ def _write_launcher_json(run_dir: Path, launcher: Launcher, watch: _Watch, start
             "hang": watch.hang,
             "stacks": watch.stacks or {"tool": None, "error": None},
             "interrupted": watch.interrupted,
+            "interrupted_at": watch.interrupted_at,
+            "interrupt_stall": watch.interrupt_stall,
             "oom_kills": oom,
             "startup": {
                 "grace_s": startup_grace(hang.hang_timeout) if hang else None,

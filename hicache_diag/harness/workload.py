@@ -52,7 +52,7 @@ _KINDS = {
 }
 
 
-def _prompt_limit(config: WorkloadConfig, sa: ServerArgs) -> int:
+def prompt_limit(config: WorkloadConfig, sa: ServerArgs) -> int:
     """Prompts are cut so a request and its new tokens fit in half the device pool."""
     limit = min(sa.chunked_prefill_size, sa.max_total_tokens // 2)
     return max(1, limit - config.max_new_tokens)
@@ -61,12 +61,12 @@ def _prompt_limit(config: WorkloadConfig, sa: ServerArgs) -> int:
 def check_fits(config: WorkloadConfig, sa: ServerArgs) -> None:
     """Bad input (before any rank starts) when the device pool cannot hold one request: its
     shortest prompt plus its new tokens, in whole pages. Such a run would never finish one."""
-    tokens = _prompt_limit(config, sa) + config.max_new_tokens
+    tokens = prompt_limit(config, sa) + config.max_new_tokens
     need = -(-tokens // sa.page_size) * sa.page_size
     if need > sa.max_total_tokens:
         raise UsageError(
             f"--max-total-tokens {sa.max_total_tokens} cannot hold one request: a "
-            f"{_prompt_limit(config, sa)}-token prompt and {config.max_new_tokens} new tokens "
+            f"{prompt_limit(config, sa)}-token prompt and {config.max_new_tokens} new tokens "
             f"need {need} tokens ({need // sa.page_size} pages of {sa.page_size})"
         )
 
@@ -82,7 +82,7 @@ class Workload:
         step, self.arrivals_list = 0, []
         for i in range(config.requests):
             prompt, gap = make(rng, i, prefixes, vocab)
-            prompt = prompt[: _prompt_limit(config, server_args)]
+            prompt = prompt[: prompt_limit(config, server_args)]
             req = TokenizedGenerateReqInput(f"r{i:04d}", tuple(prompt), config.max_new_tokens)
             self.arrivals_list.append(Arrival(step, req))
             step += gap

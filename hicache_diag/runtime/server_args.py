@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from hicache_diag.errors import UsageError
+from hicache_diag.limits import check_async_depth
 from hicache_diag.runtime.protocol import ProtocolConfig
 
 WORKLOADS = ("shared-prefix", "random", "long-prompt", "idle")
@@ -83,8 +84,7 @@ class ServerArgs:
             raise UsageError(f"--pp must be >= 1 (got {self.pp_size})")
         if self.tp_size < 1:
             raise UsageError(f"--tp must be >= 1 (got {self.tp_size})")
-        if self.pp_async_batch_depth < 0:
-            raise UsageError(f"--async-depth must be >= 0 (got {self.pp_async_batch_depth})")
+        check_async_depth(self.pp_async_batch_depth, self.max_running_requests)
         if self.page_size < 1:
             raise UsageError(f"--page-size must be >= 1 (got {self.page_size})")
         if self.max_total_tokens < self.page_size:
@@ -185,8 +185,33 @@ class RunConfig:
     seed: int = 0
     out: str | None = None
     hang_timeout: float = 5.0
-    max_steps: int = 2000
+    max_steps: int | None = None  # the step budget (--max-steps); None: auto_step_budget
 
     @property
     def world_size(self) -> int:
         return self.server_args.world_size
+
+    @property
+    def step_budget(self) -> int:
+        if self.max_steps is not None:
+            return self.max_steps
+        return auto_step_budget(self.server_args, self.workload)
+
+
+# The workloads space arrivals at most this many steps apart (harness/workload.py, `idle`).
+MAX_ARRIVAL_GAP = 25
+
+
+def auto_step_budget(sa: ServerArgs, wl: WorkloadConfig) -> int:
+    """The default --max-steps: twice what a run needs if its requests went one at a time (each
+    token one visit of its slot, a visit every pp_loop_size steps) after the last arrival, plus
+    1000. A healthy run ends long before; only a run that steps without finishing reaches it,
+    and that is `undecided`, never a form (the budget is ours, not the user's bug)."""
+    return wl.requests * auto_steps_per_request(sa, wl) + AUTO_STEP_SLACK
+
+
+AUTO_STEP_SLACK = 1000
+
+
+def auto_steps_per_request(sa: ServerArgs, wl: WorkloadConfig) -> int:
+    return MAX_ARRIVAL_GAP + 2 * (wl.max_new_tokens + 1) * sa.pp_loop_size

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag.errors import UsageError
+from hicache_diag.limits import check_async_depth, check_seconds, check_seed
 from hicache_diag.runtime.server_args import (
     PREFETCH_POLICIES,
     STORAGE_BACKENDS,
@@ -70,6 +71,8 @@ def build_sglang_config(
     _choice("storage backend", backend, STORAGE_BACKENDS)
     _choice("write policy", value("hicache_write_policy"), WRITE_POLICIES)
     storage_dir = value("hicache_storage_dir")
+    if storage_dir is not None and not str(storage_dir).strip():
+        raise UsageError("--hicache-storage-dir '' is empty; give a path")
     if storage_dir and backend == "none":
         raise UsageError("--storage-dir does nothing without --storage-backend file")
     if storage_dir:
@@ -83,8 +86,7 @@ def build_sglang_config(
     if policy:
         _choice("prefetch policy", policy, PREFETCH_POLICIES)
     hang_timeout = float(value("hang_timeout"))
-    if not math.isfinite(hang_timeout) or hang_timeout <= 0:
-        raise UsageError(f"--hang-timeout must be a finite number > 0 (got {hang_timeout})")
+    check_seconds("--hang-timeout", hang_timeout)
     pp, tp, page = int(value("pp")), int(value("tp")), int(value("page_size"))
     max_total = int(value("max_total_tokens"))
     for name, v in (("--pp", pp), ("--tp", tp), ("--page-size", page)):
@@ -104,6 +106,7 @@ def build_sglang_config(
 
     refuse_unhookable(install, faults)
     depth = int(value("async_depth") or 0)
+    check_async_depth(depth)
     extra = tuple(flags.get("sglang_arg") or ()) + (
         ("--pp-async-batch-depth", str(depth)) if depth else ()
     )
@@ -116,6 +119,7 @@ def build_sglang_config(
         extra_args=extra, cpu=device == "cpu",
     )  # fmt: skip
     seed = int(value("seed"))
+    check_seed(seed)
     workload = WorkloadConfig(value("workload"), int(value("requests")),
                               int(value("max_new_tokens")), seed)  # fmt: skip
     return SglangRunConfig(spec, workload, install.python, install.version,

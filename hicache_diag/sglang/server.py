@@ -18,6 +18,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -114,6 +115,35 @@ class Scheduler:
 _MAX_PORT = 65535 - 10000
 
 
+# Log lines that open each start-up phase (SGLang 0.5.x), latest first.
+_PHASES = (
+    (("Uvicorn running", "Application startup complete", "The server is fired up"),
+     "waiting for /health_generate"),
+    (("Memory pool end", "KV Cache is allocated", "Capture cuda graph", "max_total_num_tokens"),
+     "allocating the KV cache"),
+    (("Load weight begin", "Loading safetensors", "Load weight end", "Init torch distributed"),
+     "loading the model"),
+)  # fmt: skip
+
+
+def startup_phase(log_tail: str) -> str:
+    """The phase the server log shows: launching, loading the model, allocating the KV cache,
+    waiting for /health_generate."""
+    for markers, phase in _PHASES:
+        if any(m in log_tail for m in markers):
+            return phase
+    return "launching"
+
+
+def _log_tail(path: Path, size: int = 64 * 1024) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, 2) - size))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def free_port() -> int:
     for _ in range(64):
         with socket.socket() as s:
@@ -185,11 +215,16 @@ class SglangServer:
             preexec_fn=_die_with_parent,
         )
 
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
-        """Seconds from start to the first healthy /health_generate."""
+    def wait_ready(
+        self, timeout_s: float = READY_TIMEOUT_S, on_phase: Callable[[str], None] | None = None
+    ) -> float:
+        """Seconds from start to the first healthy /health_generate. `on_phase(text)` hears the
+        start-up phase (from the server log) every poll, for a status line."""
         assert self.popen is not None
         deadline = time.time() + timeout_s
         while time.time() < deadline:
+            if on_phase is not None:
+                on_phase(startup_phase(_log_tail(self.log_path)))
             if self.popen.poll() is not None:
                 raise ServerStartError(
                     f"SGLang exited ({self.popen.returncode}) before it was ready: "

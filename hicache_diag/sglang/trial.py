@@ -148,7 +148,8 @@ def run_sglang_trial(
     old = _trap_sigterm()
     try:
         server.start(plugin_path)
-        watch.timings["startup_s"] = round(server.wait_ready(), 3)
+        watch.timings["startup_s"] = round(server.wait_ready(
+            on_phase=_phase_reporter(server, cfg, on_progress)), 3)  # fmt: skip
         client = WorkloadClient(server.url, requests, cfg.spec.pp_size, REQUEST_TIMEOUT_S)
         t_work = time.time()
         client.start()
@@ -185,6 +186,18 @@ def run_sglang_trial(
     verdict.run_dir = str(run_dir)
     write_json_atomic(run_dir / "verdict.json", verdict.to_json())
     return TrialResult(verdict, run_dir)
+
+
+def _phase_reporter(server: SglangServer, cfg: SglangRunConfig, on_progress: Progress | None):
+    """Start-up phases as progress snapshots (the CLI shows them as one status line)."""
+    if on_progress is None:
+        return None
+
+    def report(phase: str) -> None:
+        on_progress({"phase": f"SGLang {cfg.sglang_version}: {phase}",
+                     "elapsed_s": time.time() - server.started_at, "log": str(server.log_path)})
+
+    return report
 
 
 def _environment_failure(verdict: Verdict, error: str, log: Path) -> Verdict:

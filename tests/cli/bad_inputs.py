@@ -6,6 +6,7 @@ bench/bad_input.py (as real subprocesses, timed)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,7 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
     (["run", "--pp", "6"], 2, "exceeds the model's 5 layers"),
     (["run", "--pp", "0"], 2, "--pp must be >= 1"),
     (["run", "--tp", "0"], 2, "--tp must be >= 1"),
-    (["run", "--async-depth", "-1"], 2, "--async-depth must be >= 0"),
+    (["run", "--async-depth", "-1"], 2, "--async-depth must be between 0 and 8"),
     # sizes: positive, finite, big enough for one request
     (["run", "--max-total-tokens", "7"], 2, "cannot hold one request"),
     (["run", "--max-total-tokens", "0"], 2, "smaller than one page"),
@@ -51,7 +52,7 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
     (["run", "--scenario", "{root}/pp_two.toml"], 2, "pp must be an integer, not 'two'"),
     (["run", "--scenario", "{root}/unknown_key.toml"], 2, "unknown key 'bogus'; valid keys:"),
     (["run", "--scenario", "{root}/fix_str.toml"], 2, "fix must be a list"),
-    (["run", "--scenario", "{root}/missing.toml"], 2, "cannot read scenario"),
+    (["run", "--scenario", "{root}/missing.toml"], 2, "does not exist"),
     # the run directory is written once
     (["run", "--out", "{root}/nonempty"], 2, "is not empty; a run directory is written once"),
     (["run", "--out", "{root}/afile/run"], 2, "is not writable"),
@@ -59,7 +60,8 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
     (["bisect", "--trials", "1"], 2, "bisect needs a matrix"),
     (["bisect", "--switch", "host-alloc=local,two-phase", "--tp", "3"], 2, "attention heads"),
     (["bisect", "--hicache-size", "1B,64MiB"], 2, "fewer tokens than one page"),
-    (["bisect", "--switch", "host-alloc=local", "--trial-timeout", "nan"], 2, "--trial-timeout"),
+    (["bisect", "--switch", "host-alloc=local,two-phase", "--trial-timeout", "nan"], 2,
+     "--trial-timeout"),
     # triage
     (["triage", "--pid", "-5"], 2, "--pid must be a positive process id, got -5"),
     (["triage", "--pid", "0"], 2, "--pid must be a positive process id, got 0"),
@@ -74,9 +76,218 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
 ]
 
 
+# ---- generated classes (issue 22) -------------------------------------------------------------
+# Each class crosses every flag of a kind with every way its value can be wrong. A value class a
+# flag accepts is None in its row (e.g. a float for --hicache-ratio), so the table says why a
+# cell is absent instead of leaving it out silently.
+HUGE = "99999999999999999999"
+NOT_INT = "Invalid value for"  # click's own line for a value that is not an integer
+DAY = "(one day)"
+# command, flag, extra argv -> {value class: needle of the one error line, or None: accepted}
+NUMERIC: dict[tuple[str, str], dict[str, str | None]] = {
+    ("run", "--pp"): {"negative": "--pp must be >= 1", "zero": "--pp must be >= 1",
+                      "huge": "exceeds the model's 5 layers", "float": NOT_INT, "nan": NOT_INT},
+    ("run", "--tp"): {"negative": "--tp must be >= 1", "zero": "--tp must be >= 1",
+                      "huge": "does not divide the model's 4 attention heads", "float": NOT_INT,
+                      "nan": NOT_INT},
+    ("run", "--async-depth"): {"negative": "--async-depth must be between 0 and 8", "zero": None,
+                               "huge": "--async-depth must be between 0 and 8", "float": NOT_INT,
+                               "nan": NOT_INT},
+    ("run", "--page-size"): {"negative": "--page-size must be >= 1",
+                             "zero": "--page-size must be >= 1", "huge": "smaller than one page",
+                             "float": NOT_INT, "nan": NOT_INT},
+    ("run", "--max-total-tokens"): {"negative": "smaller than one page",
+                                    "zero": "smaller than one page",
+                                    "huge": "the largest --max-total-tokens that fits is",
+                                    "float": NOT_INT, "nan": NOT_INT},
+    ("run", "--requests"): {"negative": "--requests must be > 0", "zero": "--requests must be > 0",
+                            "huge": "the largest that fits is", "float": NOT_INT, "nan": NOT_INT},
+    ("run", "--max-new-tokens"): {"negative": "--max-new-tokens must be > 0",
+                                  "zero": "--max-new-tokens must be > 0",
+                                  "huge": "cannot hold one request", "float": NOT_INT,
+                                  "nan": NOT_INT},
+    ("run", "--seed"): {"negative": "--seed must be between 0 and", "zero": None,
+                        "huge": "--seed must be between 0 and", "float": NOT_INT, "nan": NOT_INT},
+    ("run", "--max-steps"): {"negative": "--max-steps must be >= 1",
+                             "zero": "--max-steps must be >= 1", "huge": "the largest that fits is",
+                             "float": NOT_INT, "nan": NOT_INT},
+    ("run", "--hicache-ratio"): {"negative": "--hicache-ratio must be a finite number > 0",
+                                 "zero": "--hicache-ratio must be a finite number > 0",
+                                 "huge": "the largest --max-total-tokens that fits is",
+                                 "float": None, "nan": "--hicache-ratio must be a finite number"},
+    ("run", "--hang-timeout"): {"negative": "--hang-timeout must be a finite number",
+                                "zero": "--hang-timeout must be a finite number", "huge": DAY,
+                                "float": None, "nan": "--hang-timeout must be a finite number"},
+    ("run", "--hicache-size"): {"negative": "malformed size '-1'", "zero": None,
+                                "huge": "the largest --max-total-tokens that fits is",
+                                "float": None, "nan": "malformed size 'nan'"},
+    ("bisect", "--trials"): {"negative": "--trials must be >= 1", "zero": "--trials must be >= 1",
+                             "huge": "the largest --trials that fits is", "float": NOT_INT,
+                             "nan": NOT_INT},
+    ("bisect", "--jobs"): {"negative": "--jobs must be >= 1", "zero": "--jobs must be >= 1",
+                           "huge": "--jobs must be between 1 and", "float": NOT_INT,
+                           "nan": NOT_INT},
+    ("bisect", "--seed"): {"negative": "--seed must be between 0 and", "zero": None,
+                           "huge": "--seed must be between 0 and", "float": NOT_INT,
+                           "nan": NOT_INT},
+    ("bisect", "--trial-timeout"): {"negative": "--trial-timeout must be a finite number",
+                                    "zero": "--trial-timeout must be a finite number",
+                                    "huge": DAY, "float": None,
+                                    "nan": "--trial-timeout must be a finite number"},
+    ("triage", "--samples"): {"negative": "--samples must be at least 1",
+                              "zero": "--samples must be at least 1",
+                              "huge": "the largest that fits is", "float": NOT_INT,
+                              "nan": NOT_INT},
+    ("triage", "--interval"): {"negative": "--interval must be >= 0", "zero": None,
+                               "huge": DAY, "float": None, "nan": "must be finite"},
+    ("triage", "--deadline"): {"negative": "--deadline > 0", "zero": "--deadline > 0",
+                               "huge": DAY, "float": None, "nan": "must be finite"},
+    ("triage", "--pid"): {"negative": "--pid must be a positive process id",
+                          "zero": "--pid must be a positive process id",
+                          "huge": "no such process", "float": NOT_INT, "nan": NOT_INT},
+    ("triage", "--num-heads"): {"negative": "--num-heads must be positive",
+                                "zero": "--num-heads must be positive", "huge": None,
+                                "float": NOT_INT, "nan": NOT_INT},
+    ("timeline", "--pp"): {"negative": "--pp must be >= 1", "zero": "--pp must be >= 1",
+                           "huge": "exceeds the model's 5 layers", "float": NOT_INT,
+                           "nan": NOT_INT},
+    ("timeline", "--async-depth"): {"negative": "--async-depth must be between 0 and 8",
+                                    "zero": None, "huge": "--async-depth must be between 0 and 8",
+                                    "float": NOT_INT, "nan": NOT_INT},
+    ("timeline", "--requests"): {"negative": "--requests must be >= 4",
+                                 "zero": "--requests must be >= 4",
+                                 "huge": "the largest that fits is", "float": NOT_INT,
+                                 "nan": NOT_INT},
+    ("timeline", "--seed"): {"negative": "--seed must be between 0 and", "zero": None,
+                             "huge": "--seed must be between 0 and", "float": NOT_INT,
+                             "nan": NOT_INT},
+}  # fmt: skip
+VALUES = {"negative": "-1", "zero": "0", "huge": HUGE, "float": "1.5", "nan": "nan"}
+# What each command needs besides the flag under test to reach that flag's check.
+CONTEXT = {
+    "run": [], "timeline": [],
+    "bisect": ["--switch", "host-alloc=local,two-phase", "--out", "{root}/bisect-out"],
+    "triage": ["--dumps", "{root}/dumps"],
+}  # fmt: skip
+LIVE = {"--samples", "--interval", "--deadline", "--pid"}  # triage flags checked for live targets
+
+
+def _numeric_cases() -> list[tuple[list[str], int, str]]:
+    cases = []
+    for (command, flag), row in NUMERIC.items():
+        for kind, needle in row.items():
+            if needle is None:
+                continue
+            value = VALUES[kind]
+            if flag == "--hicache-size" and kind == "huge":
+                value = "99999GiB"
+            ctx = list(CONTEXT[command])
+            if command == "triage" and flag in LIVE and flag != "--pid":
+                ctx = ["--pid", "{self}"]  # a live target, so the sample checks apply
+            cases.append(([command, *ctx, f"{flag}={value}"], 2, needle))
+    return cases
+
+
+# Path flags: command, flag, what it takes (in: file/dir to read, out: file/dir to write), extra
+PATHS: list[tuple[str, str, str, list[str]]] = [
+    ("run", "--scenario", "in-file", []),
+    ("run", "--out", "out-dir", []),
+    ("run", "--hicache-storage-dir", "out-dir", ["--storage-backend", "file"]),
+    ("report", "RUN_DIR", "in-dir", []),
+    ("report", "--plots", "out-dir", ["{sample}"]),
+    ("report", "--summary", "out-file", ["{sample}"]),
+    ("triage", "--logs", "in-file", []),
+    ("triage", "LOG", "in-file", []),
+    ("triage", "--dumps", "in-dir", []),
+    ("triage", "--save", "out-dir", ["--pid", "{self}"]),
+    ("bisect", "--out", "out-dir", ["--switch", "host-alloc=local,two-phase"]),
+    ("timeline", "--out", "out-dir", []),
+]
+# value class -> (path, needle) per kind of flag; None: that class does not apply to the kind
+PATH_VALUES: dict[str, dict[str, tuple[str, str] | None]] = {
+    "missing": {"in-file": ("{root}/nope", "does not exist"),
+                "in-dir": ("{root}/nope", "does not exist"),
+                "out-dir": None, "out-file": None},  # a missing output is created
+    "file-for-dir": {"in-dir": ("{root}/afile", "is a file"),
+                     "out-dir": ("{root}/afile", "is a file"), "in-file": None, "out-file": None},
+    "dir-for-file": {"in-file": ("{root}/empty", "is a directory"),
+                     "out-file": ("{root}/empty", "is a directory"),
+                     "in-dir": None, "out-dir": None},
+    "unwritable": {"out-dir": ("/proc/1/hicache-diag-out", "not writable"),
+                   "out-file": ("/proc/1/report.md", "not writable"),
+                   "in-file": None, "in-dir": None},
+    "device": {"in-file": ("/dev/zero", "is a device"), "in-dir": ("/dev/zero", "is a device"),
+               "out-dir": ("/dev/null", "is a device"), "out-file": ("/dev/null", "is a device")},
+    "fifo": {"in-file": ("{root}/fifo", "is a FIFO"), "in-dir": ("{root}/fifo", "is a FIFO"),
+             "out-dir": ("{root}/fifo", "is a FIFO"), "out-file": ("{root}/fifo", "is a FIFO")},
+    "empty": dict.fromkeys(("in-file", "in-dir", "out-dir", "out-file"), ("", "is empty")),
+}  # fmt: skip
+
+
+def _path_cases() -> list[tuple[list[str], int, str]]:
+    cases = []
+    for command, flag, kind, extra in PATHS:
+        for by_kind in PATH_VALUES.values():
+            got = by_kind.get(kind)
+            if got is None:
+                continue
+            path, needle = got
+            arg = [path] if flag in ("RUN_DIR", "LOG") else [f"{flag}={path}"]
+            cases.append(([command, *extra, *arg], 2, needle))
+    return cases
+
+
+# Pairs that contradict each other or do nothing together (README: refused, exit 2).
+PAIRS: list[tuple[list[str], int, str]] = [
+    (["run", "--hicache-size", "64MiB", "--hicache-ratio", "3"], 2, "both set"),
+    (["run", "--hicache-storage-prefetch-policy", "timeout"], 2,
+     "does nothing without --hicache-storage-backend file"),
+    (["run", "--fault", "l3-partial-hit:rank=1,keep=0.5"], 2, "acts on L3 storage"),
+    (["run", "--fault", "clock-skew:rank=1,jitter-us=5"], 2, "does nothing with lru-clock=logical"),
+    (["run", "--protocol", "legacy", "--fix", "lru-clock=logical", "--fault",
+      "clock-skew:rank=1,jitter-us=5"], 2, "does nothing with lru-clock=logical"),
+    (["run", "--model", "{root}"], 2, "--model applies to --engine sglang only"),
+    (["run", "--sglang-arg=--foo"], 2, "--sglang-arg applies to --engine sglang only"),
+    (["run", "--sglang-python", "python3"], 2, "--sglang-python applies to --engine sglang only"),
+    (["run", "--engine", "sglang", "--protocol", "legacy"], 2, "--protocol is a builtin-engine"),
+    (["run", "--engine", "sglang", "--fix", "ack-count=local"], 2, "--fix is a builtin-engine"),
+    (["run", "--engine", "sglang", "--max-steps", "10"], 2, "--max-steps applies to --engine"),
+    (["run", "--check"], 2, "--check needs --scenario"),
+    (["run", "--check", "--scenario", "{root}/pp_two.toml"], 2, "has no [expect] table"),
+    (["triage", "--save", "{root}/save", "--dumps", "{root}/dumps"], 2, "--save writes live"),
+    (["triage", "--parent", "1", "--dumps", "{root}/dumps"], 2, "--parent limits --discover"),
+    (["triage", "--native", "--dumps", "{root}/dumps"], 2, "--native adds a live py-spy pass"),
+    (["bisect", "--switch", "host-alloc=local"], 2, "has one value"),
+    (["bisect", "--switch", "host-alloc=local,local"], 2, "lists 'local' twice"),
+    (["bisect", "--storage-backend", "none,file", "--switch", "storage-backend=none,file"], 2,
+     "is given twice"),
+    (["bisect", "--switch", "host-alloc=local,two-phase", "--out", "{root}/nonempty"], 2,
+     "is not empty"),
+    (["bisect", "--switch", "host-alloc=local,two-phase", "--", "--out", "{root}/x"], 2,
+     "give --out to bisect itself"),
+]  # fmt: skip
+# Cases whose check runs a program (the release probe execs --sglang-python): a process test.
+PROBE_CASES: list[tuple[list[str], int, str]] = [
+    (["bisect", "--engine", "sglang", "--sglang-python", "/nonexistent", "--switch",
+      "max-total-tokens=256,512"], 2, "--sglang-python /nonexistent: cannot run it"),
+    (["run", "--engine", "sglang", "--sglang-python", "/nonexistent"], 2,
+     "--sglang-python /nonexistent: cannot run it"),
+]  # fmt: skip
+
+GENERATED: dict[str, list[tuple[list[str], int, str]]] = {
+    "numeric": _numeric_cases(),
+    "paths": _path_cases(),
+    "pairs": PAIRS,
+}
+ALL_CASES = BAD_INPUTS + [c for cases in GENERATED.values() for c in cases]  # in process
+
+
 def make_files(root: Path) -> None:
     """The files and directories the cases above point at."""
     root.mkdir(parents=True, exist_ok=True)
+    (root / "dumps").mkdir()
+    (root / "dumps" / "TP0.txt").write_text("not a stack\n")
+    os.mkfifo(root / "fifo")
     (root / "afile").write_text("")
     (root / "nonempty").mkdir()
     (root / "nonempty" / "old.txt").write_text("an earlier run")
@@ -92,4 +303,11 @@ def make_files(root: Path) -> None:
 
 
 def expand(argv: list[str], root: Path) -> list[str]:
-    return [a.replace("{root}", str(root)) for a in argv]
+    """`{root}`: the scratch dir; `{sample}`: a sample run dir; `{self}`: a live pid (ours)."""
+    subs = {"{root}": str(root), "{sample}": str(SAMPLE_RUN), "{self}": str(os.getpid())}
+    out = []
+    for a in argv:
+        for key, value in subs.items():
+            a = a.replace(key, value)
+        out.append(a)
+    return out

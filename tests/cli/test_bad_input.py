@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hicache_diag.cli.main import run_cli
-from tests.cli.bad_inputs import BAD_INPUTS, expand, make_files
+from tests.cli.bad_inputs import ALL_CASES, PROBE_CASES, expand, make_files
 from tests.conftest import live_children
 
 
@@ -17,7 +17,7 @@ def root(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize(("argv", "code", "needle"), BAD_INPUTS, ids=lambda v: " ".join(v)
+@pytest.mark.parametrize(("argv", "code", "needle"), ALL_CASES, ids=lambda v: " ".join(v)
                          if isinstance(v, list) else None)  # fmt: skip
 def test_bad_input_is_one_line_before_anything_starts(
     capsys, monkeypatch, tmp_path, root, argv, code, needle
@@ -33,6 +33,20 @@ def test_bad_input_is_one_line_before_anything_starts(
     assert not (tmp_path / "runs").exists(), "bad input must not create a run directory"
     assert not live_children(), "bad input must not start a rank"
     assert sorted(p.name for p in (root / "nonempty").iterdir()) == ["old.txt"]
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(("argv", "code", "needle"), PROBE_CASES, ids=lambda v: " ".join(v)
+                         if isinstance(v, list) else None)  # fmt: skip
+def test_bad_release_is_one_line_before_anything_starts(tmp_path, root, argv, code, needle):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "hicache_diag.cli.main", *expand(argv, root)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)  # fmt: skip
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code and len(lines) == 1 and needle in lines[0], proc.stderr
+    assert not (tmp_path / "runs").exists(), "refused before any run dir or trial"
 
 
 @pytest.mark.process

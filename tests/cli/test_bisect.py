@@ -46,7 +46,7 @@ def test_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, message):
 @pytest.mark.process
 def test_bisect_json_schema(fake_run, tmp_path, capsys):
     code = run_cli(["bisect", "--hicache-size", "16MiB,64MiB", "--switch",
-                    "ack-count=local,leader", "--trials", "2", "--jobs", "2", "--out",
+                    "ack-count=local,leader", "--trials", "4", "--jobs", "2", "--out",
                     str(tmp_path / "b"), "--json"])  # fmt: skip
     assert code == 0
     data = json.loads(capsys.readouterr().out)
@@ -84,6 +84,39 @@ def test_switch_over_any_run_option(fake_run, tmp_path, capsys):
     assert data["switches"] == ["protocol", "async-depth"] and len(data["cells"]) == 4
     by = {(c["values"]["protocol"], c["values"]["async-depth"]): c for c in data["cells"]}
     assert by[("legacy", "0")]["failures"] == 1 and by[("full", "1")]["failures"] == 0
-    assert any(line.startswith("protocol=full removes all failures") for line in data["verdict"])
+    # 0/4 vs 2/4 pooled: the intervals overlap, so the table states no conclusion
+    want = "protocol (full: 0/4 (0%) vs legacy: 2/4 (50%)): the 95% intervals overlap"
+    assert want in " | ".join(data["verdict"])
+    assert not any("removes all failures" in line for line in data["verdict"])
     run_dir = Path(by[("full", "1")]["run_dirs"][0])
     assert run_dir.name == "trial0-seed0" and "async-depth=1" in run_dir.parent.name
+
+
+@pytest.mark.process
+def test_bisect_saves_its_table_in_out(fake_run, tmp_path, capsys):
+    out = tmp_path / "b"
+    assert run_cli(["bisect", "--switch", "ack-count=local,leader", "--trials", "2", "--out",
+                    str(out), "--json"]) == 0  # fmt: skip
+    printed = json.loads(capsys.readouterr().out)
+    assert json.loads((out / "table.json").read_text()) == printed
+    md = (out / "table.md").read_text()
+    assert "| ack-count | trials |" in md and "| local | 2 | 1 |" in md
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--switch", "host-alloc=local"], "has one value (local): nothing to compare"),
+        (["--switch", "host-alloc=local,local"], "lists 'local' twice"),
+        (["--storage-backend", "none,file", "--out", "{file}"], "is a file"),
+    ],
+)
+def test_flat_axes_and_a_file_out_are_refused(capsys, tmp_path, argv, message):
+    (tmp_path / "f").write_text("x")
+    argv = [a.replace("{file}", str(tmp_path / "f")) for a in argv]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "b")]
+    assert run_cli(["bisect", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "b").exists()

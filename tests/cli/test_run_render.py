@@ -42,9 +42,28 @@ def test_live_view_shows_step_queues_and_faults_per_rank(tmp_path):
     assert "running  2.5 s" in text
     cells = [ln.replace("│", " ").split() for ln in text.splitlines()]
     rows = {c[0]: c for c in cells if c[:1] in (["0"], ["1"])}
-    assert rows["0"][1] == "1" and rows["0"][5:9] == ["2", "1", "5", "3"]
+    assert rows["0"][1] == "1" and rows["0"][5] == "2/1/5/3"
     assert rows["1"][1] == "4"
     assert "dma-delay x2" in text and "host-alloc-fail x1" in text
+
+
+def test_live_view_keeps_the_faults_column_whole_at_80_columns():
+    fired = {"dma-delay": 120, "host-alloc-fail": 33, "rank-stall": 4}
+    snap = {"ranks": {r: {"step": 12345, "faults": fired} for r in range(4)}, "elapsed_s": 1.0}
+    console = Console(record=True, width=80)
+    console.print(progress_table(snap))
+    text = console.export_text()
+    assert max(len(ln) for ln in text.splitlines()) <= 80
+    assert "…" not in text
+    flat = " ".join(text.replace("│", " ").split())
+    for word in ("dma-delay x120,", "host-alloc-fail x33,", "rank-stall x4"):
+        assert word in flat, text
+
+
+def test_live_view_shows_the_start_up_phase_before_any_rank_steps():
+    snap = {"phase": "SGLang: loading the model", "elapsed_s": 7.4, "log": "/r/server.log"}
+    text = _text(progress_table(snap))
+    assert "SGLang: loading the model" in text and "7 s" in text and "/r/server.log" in text
 
 
 def test_live_view_stays_off_when_stderr_is_not_a_terminal():
@@ -86,3 +105,28 @@ def test_verdict_panel_names_form_ranks_and_divergence():
     assert "pair.cc" not in text
     assert text.rstrip().splitlines()[-2].split()[1:4] == ["next", "hicache-diag", "report"]
     assert "hicache-diag report /tmp/x" in text
+
+
+def test_status_line_only_on_a_terminal_and_never_with_json():
+    from hicache_diag.cli.render.status import PhaseStatus
+
+    assert not PhaseStatus(Console(force_terminal=False)).enabled  # piped: nothing
+    assert not PhaseStatus(Console(force_terminal=True), quiet=True).enabled  # --json
+    console = Console(force_terminal=True, record=True, width=80)
+    with PhaseStatus(console, first="SGLang 0.5.23: launching") as status:
+        assert status.enabled
+        status.phase("SGLang 0.5.23: loading the model")
+        status._progress.refresh()
+    assert "loading the model" in console.export_text()
+
+
+def test_reading_status_only_for_big_inputs(tmp_path):
+    from hicache_diag.cli.render.status import BIG_READ_BYTES, reading_status
+
+    small = tmp_path / "small.log"
+    small.write_text("x")
+    assert not reading_status(Console(force_terminal=True), [small]).enabled
+    big = tmp_path / "big.log"
+    with open(big, "wb") as fh:
+        fh.truncate(BIG_READ_BYTES + 1)  # sparse: no real bytes written
+    assert reading_status(Console(force_terminal=True), [big]).enabled

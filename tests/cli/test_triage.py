@@ -119,7 +119,10 @@ def test_no_input(capsys):
 def test_empty_and_missing_dump_dirs(tmp_path, capsys):
     assert "no py-spy or faulthandler stacks" in one_line_error(["--dumps", str(tmp_path)], capsys)
     missing = tmp_path / "nope"
-    assert "not a directory" in one_line_error(["--dumps", str(missing)], capsys)
+    assert "does not exist" in one_line_error(["--dumps", str(missing)], capsys)
+    (tmp_path / "afile").write_text("x")
+    assert "is a file; give a directory" in one_line_error(["--dumps", str(tmp_path / "afile")],
+                                                          capsys)  # fmt: skip
 
 
 def test_dump_dir_with_junk_and_unreadable_files(tmp_path, capsys):
@@ -137,11 +140,14 @@ def test_logs_with_nothing_recognisable_or_missing(tmp_path, capsys):
     junk.write_text("hello\nworld\n")
     exit_code, data = triage_json("--logs", str(junk))  # readable, says nothing: undecided
     assert (exit_code, data["kind"]) == (3, "unknown")
-    assert "cannot read" in one_line_error(["--logs", str(tmp_path / "none.log")], capsys)
+    assert "does not exist" in one_line_error(["--logs", str(tmp_path / "none.log")], capsys)
+    assert "is a directory" in one_line_error(["--logs", str(tmp_path)], capsys)
 
 
-def test_stray_positional_without_logs(capsys):
-    assert "log files go after --logs" in one_line_error(["some.log"], capsys)
+def test_positional_files_are_logs_as_the_usage_line_says(tmp_path):
+    junk = tmp_path / "junk.log"
+    junk.write_text("hello\nworld\n")
+    assert triage_json(str(junk)) == triage_json("--logs", str(junk))
 
 
 def test_bad_numbers(capsys):
@@ -151,10 +157,9 @@ def test_bad_numbers(capsys):
     one_line_error(["--pid", "abc"], capsys)
 
 
-def test_dead_pid_is_unknown_with_reason():
-    exit_code, data = triage_json("--pid", str(2**22 + 4321))
-    assert exit_code == 3 and data["kind"] == "unknown"
-    assert "no such process" in data["reason"]
+def test_dead_pid_is_bad_input(capsys):
+    err = one_line_error(["--pid", str(2**22 + 4321)], capsys)
+    assert f"--pid {2**22 + 4321}: no such process" in err
 
 
 @pytest.mark.process

@@ -93,7 +93,8 @@ def test_sample_scenario_gives_its_outcome(name, tmp_path):
 ALL_FAULTS = [
     "dma-delay:rank=1,ms=20,jitter-ms=10",
     "host-alloc-fail:rank=1,p=0.5",
-    "clock-skew:rank=1,jitter-us=20000",
+    # clock-skew is left out: under --protocol full the tree's clock is logical, and a fault that
+    # touches nothing is refused (exit 2); tests/e2e/test_switches.py runs it with monotonic.
     "p2p-delay:rank=0,ms=3",
     "rank-stall:rank=1,ms=50,every=25",
 ]

@@ -67,6 +67,10 @@ def test_bisect_over_real_trials(tmp_path):
     assert (div["step"], div["field"], div["source"]) == (11, "write_backs", "host-alloc"), div
     assert verdict["culprit_rank"] == 1
     assert cells["two-phase"]["trials"] == 1 and data["verdict"]
+    # 1 vs 1 trial: the 95% intervals overlap, so no switch is said to remove the failures
+    assert not any("removes all failures" in line for line in data["verdict"]), data["verdict"]
+    assert json.loads((tmp_path / "b" / "table.json").read_text()) == data
+    assert "| host-alloc |" in (tmp_path / "b" / "table.md").read_text()
     _no_children_left()
 
 
@@ -82,7 +86,7 @@ def test_run_leak_with_unbounded_inflight_sends(tmp_path):
 
 
 def test_bisect_ctrl_c_prints_partial_table_and_leaves_no_rank(tmp_path):
-    argv = ["bisect", "--switch", "protocol=full", "--trials", "4", "--jobs", "2"]
+    argv = ["bisect", "--switch", "protocol=l2,full", "--trials", "4", "--jobs", "2"]
     argv += ["--out", str(tmp_path / "b"), "--json"]
     proc = subprocess.Popen([*CLI, *argv, "--requests", "32", "--max-new-tokens", "8"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -98,6 +102,7 @@ def test_bisect_ctrl_c_prints_partial_table_and_leaves_no_rank(tmp_path):
     assert proc.returncode == 130
     data = json.loads(out)
     assert data["interrupted"] is True and "interrupted: partial table" in data["verdict"]
+    assert json.loads((tmp_path / "b" / "table.json").read_text()) == data  # saved all the same
     alive = [p for p in everyone if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, alive
 

@@ -278,3 +278,24 @@ def test_ranks_start_under_torchrun(tmp_path):
         (seed_run / "outputs.json").read_text()
     )
     assert_no_children()
+
+
+def test_ctrl_c_of_a_stalled_run_names_the_rank_that_stopped_stepping(tmp_path):
+    out = tmp_path / "run"
+    args = ["run", "--hang-timeout", "60", "--out", str(out), "--json", "--fault",
+            "rank-stall:rank=1,ms=30000,after=15,until=15"]  # the default 32-request demo
+    cli = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)  # fmt: skip
+    try:
+        _wait_for_steps(out, 1, 15)
+        time.sleep(3)  # past the 1 s the trial needs to call it a stall, far from the timeout
+        cli.send_signal(signal.SIGINT)
+        stdout, stderr = cli.communicate(timeout=60)
+    finally:
+        cli.kill()
+    assert cli.returncode == 130, stderr[-2000:]
+    verdict = json.loads(stdout)
+    assert verdict["outcome"] == "interrupted" and verdict["culprit_rank"] is None, verdict
+    assert "rank 1 had stopped stepping" in verdict["signature"], verdict
+    assert json.loads((out / "launcher.json").read_text())["interrupt_stall"]["stalled_ranks"]
+    assert_no_children()

@@ -59,6 +59,12 @@ def test_switch_legacy_fails_and_fixed_passes(switch, tmp_path):
     base = ["--protocol", preset, *args]
     rc, v = _run(tmp_path, "legacy", [*base, "--fix", f"{switch}={legacy}"])
     assert rc in fails_with, (switch, v)
+    if switch == "lru-clock":
+        # The logical clock reads no clock at all, so clock-skew would touch nothing: that
+        # combination is refused up front; the fixed run is the same run without the fault.
+        refused = subprocess.run([*CLI, *base], capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "does nothing with lru-clock=logical" in refused.stderr
+        base = ["--protocol", preset, *PRESSURE]
     rc, v = _run(tmp_path, "fixed", base)
     assert (rc, v["outcome"]) == (0, "ok"), (switch, v)
     assert_no_children()

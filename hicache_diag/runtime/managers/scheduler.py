@@ -37,9 +37,11 @@ class Scheduler(SchedulerPPMixin):
         recorder: Any,
         request_source: Any = None,
         stop_after: int = 0,
+        on_budget_exhausted: Callable[[int, int], None] | None = None,
     ) -> None:
         self.server_args = sa = run_config.server_args
-        self.max_steps = run_config.max_steps
+        self.max_steps = run_config.step_budget
+        self.on_budget_exhausted = on_budget_exhausted  # (steps, unfinished requests)
         self.comm, self.hooks, self.recorder = comm, hooks, recorder
         self.pp_rank, self.pp_size = comm.pp_rank, comm.pp_size
         self.tree_cache, self.allocator = bundle.tree_cache, bundle.allocator
@@ -65,7 +67,10 @@ class Scheduler(SchedulerPPMixin):
         """PP0, at the end of a step: stop once every request is done. The stop travels with the
         next step's requests, so that step's output relay still runs on every stage."""
         done = self.step >= self.stop_after and not self.waiting_queue and self.num_active == 0
-        self._stop_next = done or self.step + 1 >= self.max_steps
+        stopping, self._stop_next = self._stop_next, done or self.step + 1 >= self.max_steps
+        if self._stop_next and not (done or stopping) and self.on_budget_exhausted is not None:
+            # The budget is the tool's limit: say so, so the verdict is `undecided`, not a form.
+            self.on_budget_exhausted(self.step + 1, len(self.waiting_queue) + self.num_active)
 
     def process_input_requests(self, recv: RecvReqs) -> None:
         for r in recv.reqs:
