@@ -179,8 +179,10 @@ def run_sglang_trial(
     done = set(client.result.outputs) if client is not None else set()
     write_json(run_dir / "reference.json", _reference(cfg, [r for r in requests if r.rid in done]))
     verdict = _classify(run_dir)
-    if watch.startup_error:
+    if watch.startup_error and not _any_step_recorded(run_dir, cfg.world_size):
         verdict = _environment_failure(verdict, watch.startup_error, server.log_path)
+    elif watch.startup_error:  # the schedulers were serving (SGLang's readiness request)
+        verdict.evidence.append(f"it ended before SGLang reported ready: {watch.startup_error}")
     verdict.evidence += [f"launch adapted: {note}" for note in cfg.notes]
     verdict.duration_s = round(time.time() - t0, 3)
     verdict.run_dir = str(run_dir)
@@ -198,6 +200,18 @@ def _phase_reporter(server: SglangServer, cfg: SglangRunConfig, on_progress: Pro
                      "elapsed_s": time.time() - server.started_at, "log": str(server.log_path)})
 
     return report
+
+
+def _any_step_recorded(run_dir: Path, world_size: int) -> bool:
+    """Whether a scheduler loop ran: a failure after that is the run's (0.5.13's form B can
+    come while SGLang serves its own readiness request), before it the environment's."""
+    for rank in range(world_size):
+        try:
+            if (run_dir / f"rank{rank}.jsonl").stat().st_size > 0:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _environment_failure(verdict: Verdict, error: str, log: Path) -> Verdict:

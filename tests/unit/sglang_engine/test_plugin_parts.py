@@ -225,3 +225,15 @@ def test_every_failed_step_is_counted_and_written_at_most_once_a_second(tmp_path
     assert lines and all("recorder_error" in x for x in lines)
     assert len(lines) < 50  # folded, not one line per failed poll
     assert lines[0]["recorder_errors"] == 1 and "TypeError" in lines[0]["recorder_error"]
+
+
+def test_a_start_up_failure_is_the_environments_only_before_any_scheduler_stepped(tmp_path):
+    """0.5.13's form B can come while SGLang serves its own readiness request: once a rank has
+    recorded a step the failure is the run's, not the environment's."""
+    from hicache_diag.sglang.trial import _any_step_recorded
+
+    assert not _any_step_recorded(tmp_path, 2)
+    (tmp_path / "rank1.jsonl").write_text("")
+    assert not _any_step_recorded(tmp_path, 2)
+    (tmp_path / "rank1.jsonl").write_text('{"step": 0}\n')
+    assert _any_step_recorded(tmp_path, 2)
