@@ -15,7 +15,10 @@ EXAMPLES = """\b
 Examples:
   hicache-diag sources --sglang-python ~/venvs/sglang-0.5.23/bin/python
   hicache-diag sources --source sglang-0.5.23-wheel/ --json
-  hicache-diag sources --diff wheel-0.5.12.post1/ wheel-0.5.23/"""
+  hicache-diag sources --diff wheel-0.5.12.post1/ wheel-0.5.23/
+
+Exit: 0 inventory printed, 2 bad input (no such tree, a Python without SGLang),
+1 internal error."""
 
 ENGINES = ("sglang", "builtin")
 

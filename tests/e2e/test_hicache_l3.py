@@ -110,7 +110,7 @@ def test_bad_storage_dir_is_one_line_exit_2(tmp_path, kind, no_leftover_processe
     if kind == "file":
         target = tmp_path / "plain"
         target.write_text("x")
-        needle = "is not a directory"
+        needle = "is a file; give a directory"
     elif os.geteuid() == 0:  # root writes into mode-0500 directories; not into /proc
         target = Path("/proc/hicache-diag-no-such-dir")
         needle = "is not writable"
