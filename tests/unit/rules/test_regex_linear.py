@@ -2,7 +2,8 @@
 
 Complexity, not speed: each pattern is run on an input and on one 8x longer; a linear scan
 takes ~8x as long, a quadratic one ~64x. The threshold sits between the two, and only times
-long enough to measure are compared (CPU time, min of several runs, so a busy machine cannot fail it).
+long enough to measure are compared (CPU time, min of several runs, so a busy machine cannot
+fail it).
 """
 
 from __future__ import annotations
