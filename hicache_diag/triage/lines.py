@@ -279,8 +279,12 @@ def normalise(raw: Iterable[str]) -> Iterator[str]:
     for line in lines:
         if len(line) > MAX_LINE:
             line = _bounded(line)
-        if not cleaned and (line[-1:] == "\n" or "\r" in line or "\x1b" in line):
+        if cleaned:
+            pass
+        elif "\r" in line or "\x1b" in line:
             line = _clean_line(line)
+        elif line[-1:] == "\n":
+            line = line[:-1]  # the usual line: its newline off without a call
         # `[2026-06-24 15:38:03 ...` is SGLang's prefix, never a carrier: skip the carrier scan.
         if not (line[:3] == "[20" and line[11:12] == " ") and _ANY_CARRIER.match(line):
             text, continued = peel(line)

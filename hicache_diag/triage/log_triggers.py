@@ -42,6 +42,8 @@ TRIGGER_STARTS = (
 )  # fmt: skip
 SCHEDULER_PROGRESS = ("Decode batch", "Prefill batch")
 PROGRESS_WORDS = ("batch", "#running-req", "throughput", "fired up")
+# Any of PROGRESS_WORDS: one literal scan instead of a generator per line.
+PROGRESS_HINT = re.compile("|".join(map(re.escape, PROGRESS_WORDS)))
 
 
 def triggered(msg: str) -> bool:

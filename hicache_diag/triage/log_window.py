@@ -38,7 +38,15 @@ class LineWindow:
         only, so once i passes the buffered lines the buffer starts afresh at i."""
         buf = self._buf
         k = i - self._base
-        if k >= len(buf):  # the usual case: the next line of the stream
+        if k == len(buf) == 1:  # the usual case: the next line of the stream, in place
+            self._base = i
+            nxt = next(self._it, None)
+            if nxt is None:
+                buf.clear()
+            else:
+                buf[0] = nxt
+            return nxt
+        if k >= len(buf):
             skip = k - len(buf)  # lines never read into the buffer (none in practice)
             buf.clear()
             self._base = i

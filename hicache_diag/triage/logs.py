@@ -33,7 +33,7 @@ from hicache_diag.triage.log_model import (  # noqa: F401 - re-exported for tria
     PyspyFailure,
 )
 from hicache_diag.triage.log_traceback import MAX_BLOCK, TRACEBACK, read_traceback
-from hicache_diag.triage.log_triggers import PROGRESS_WORDS, SCHEDULER_PROGRESS, triggered
+from hicache_diag.triage.log_triggers import PROGRESS_HINT, SCHEDULER_PROGRESS, triggered
 from hicache_diag.triage.log_window import LineWindow
 
 _TRACEBACK = TRACEBACK
@@ -81,6 +81,16 @@ class _Ctx:
 
 def _split_prefix(line: str, ctx: _Ctx, ev: LogEvidence) -> tuple[str, bool]:
     """Strip a `[ts PP TP]` prefix, remembering its rank and time for the lines that follow."""
+    if line[:1] == "[" and (j := line.find("]", 1, 200)) > 0:
+        head = _bracket(line[1:j])  # the usual line: one cached look-up for stamp and rank
+        if head is not None:
+            ts, rank, pp = head
+            ctx.ts = ts or ctx.ts
+            ctx.rank = rank
+            if pp and not ev.context.pp:
+                ev.context = ev.context | Context(pp=True)
+            msg = line[j + 1 :]
+            return (msg[1:] if msg[:1].isspace() else msg), True
     parts = split_prefix(line) if line[:1] == "[" or line[:1].isdigit() else None
     if parts is None:
         if line.startswith("[rank") and NCCL_RANK.search(line):
@@ -99,6 +109,17 @@ def _split_prefix(line: str, ctx: _Ctx, ev: LogEvidence) -> tuple[str, bool]:
 
 # A log names few ranks, on every line: parse each token string once.
 _rank_of = functools.lru_cache(maxsize=4096)(parse_rank_tokens)
+
+
+@functools.lru_cache(maxsize=8192)
+def _bracket(inside: str) -> tuple[str | None, RankId | None, bool] | None:
+    """(stamp, rank, has PP) of a `[...]` prefix's inside, None if it is none: a log repeats
+    few of them (one stamp a second per rank), so each is parsed once."""
+    parts = split_prefix(f"[{inside}]")
+    if parts is None:
+        return None
+    ts, tokens, _ = parts
+    return ts, (_rank_of(tokens) if tokens else None), bool(tokens and "PP" in tokens)
 
 
 def _is_prefixed(line: str) -> bool:
@@ -163,7 +184,7 @@ def _plain(msg: str, prefixed: bool, i: int, source: str, ctx: _Ctx, ev: LogEvid
     elif triggered(msg):
         return False
     else:
-        progress = any(w in msg for w in PROGRESS_WORDS) and bool(PROGRESS.search(msg))
+        progress = PROGRESS_HINT.search(msg) is not None and bool(PROGRESS.search(msg))
     if msg and not msg.isspace():
         ctx.noise_next = False
     if progress:
