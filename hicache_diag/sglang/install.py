@@ -140,23 +140,23 @@ def release_command(version: str) -> str:
     )
 
 
-def _run_probe(python: str) -> dict:
+def _run_probe(python: str, flag: str = "--sglang-python") -> dict:
     try:
         done = subprocess.run(
             [python, "-c", _PROBE], capture_output=True, text=True, timeout=60, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"--sglang-python {python}: cannot run it ({exc})") from None
+        raise UsageError(f"{flag} {python}: cannot run it ({exc})") from None
     if done.returncode != 0:
         err = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UsageError(f"--sglang-python {python}: not a working Python ({err})")
+        raise UsageError(f"{flag} {python}: not a working Python ({err})")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def probe_sglang(python: str | None = None) -> SglangInstall:
+def probe_sglang(python: str | None = None, flag: str = "--sglang-python") -> SglangInstall:
     """Where SGLang is for `python`; UsageError (exit 2) with the fixing command when absent."""
     python = python or sys.executable
-    info = _run_probe(python)
+    info = _run_probe(python, flag)
     if not info.get("package_dir"):
         raise UsageError(
             f"SGLang is not installed for {python}; install it with: {fix_command(python)}"
@@ -356,7 +356,10 @@ def _install_requirements(pip: _Pip, plan: R.RequirementPlan, tmp: Path,
 
 
 def install_cpu(python: str, version: str, say=print) -> SglangInstall:
-    torch = probe_torch(python)
+    target = _run_probe(python, "--python")
+    torch = target.get("torch")
+    if not torch:
+        raise UsageError(f"{python} has no torch; install torch==2.13.0 (CPU build) first")
     log_dir = Path(tempfile.gettempdir()) / "hicache-diag-install"
     log_dir.mkdir(exist_ok=True)
     pip = _Pip(python, log_dir / f"sglang-{version}-{int(time.time())}.log", say)
@@ -367,7 +370,7 @@ def install_cpu(python: str, version: str, say=print) -> SglangInstall:
         with zipfile.ZipFile(wheel) as zf:
             meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
             requires = R.requires_dist(zf.read(meta).decode())
-        env = _run_probe(python).get("marker_env")
+        env = target.get("marker_env")
         plan = R.plan_requirements(requires, env)
         constraints = tmp / "constraints.txt"
         pins = "".join(f"{pin}\n" for pin in COMPAT_PINS.get(version, ()))
@@ -465,19 +468,6 @@ def torchvision_for(torch: str) -> str:
     return f"0.{minor + 15}.0" if major == 2 else "0.28.0"
 
 
-def probe_torch(python: str) -> str:
-    try:
-        done = subprocess.run(
-            [python, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
-            capture_output=True, text=True, check=False, timeout=60,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError(f"--python {python}: cannot run it ({exc})") from None
-    if done.returncode != 0:
-        raise UsageError(f"{python} has no torch; install torch==2.13.0 (CPU build) first")
-    return done.stdout.strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hicache_diag.sglang.install")
     parser.add_argument("--python", default=sys.executable, help="interpreter to install into")
@@ -491,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         current = None
         try:
-            current = probe_sglang(args.python)
+            current = probe_sglang(args.python, "--python")
         except UsageError as exc:
             if "not installed" not in str(exc):
                 raise

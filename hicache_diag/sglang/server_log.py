@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from hicache_diag.rules.signatures import is_noise
 from hicache_diag.triage.discover import RankId, parse_rank_tokens
 
 _WATCHDOG_RE = re.compile(
@@ -68,21 +67,3 @@ def harvest_pyspy_dumps(text: str, ranks_by_pid: dict[int, int], stacks_dir: Pat
         written.append(rank)
     return sorted(written)
 
-
-# An exception line as Python prints it at the end of a traceback (after a log prefix or not).
-_EXC_LINE = re.compile(r"(?:^|\] )(?P<exc>(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)"
-                       r"(?::\s.*)?)$")
-
-
-def startup_cause(log: Path) -> str | None:
-    """The first exception SGLang printed while starting (a settings assert, a missing driver):
-    the cause of a server that never became ready."""
-    try:
-        with open(log, errors="replace") as fh:
-            for line in fh:
-                m = _EXC_LINE.search(line.rstrip())
-                if m and not line.startswith(" ") and not is_noise(line):
-                    return m.group("exc")[:300]
-    except OSError:
-        return None
-    return None

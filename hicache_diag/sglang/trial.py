@@ -37,7 +37,7 @@ from hicache_diag.rules.signatures import LAUNCHER_TEARDOWN_RE
 from hicache_diag.sglang.client import WorkloadClient
 from hicache_diag.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
 from hicache_diag.sglang.server import ServerStartError, SglangServer
-from hicache_diag.sglang.server_log import harvest_pyspy_dumps, startup_cause, watchdog_firing
+from hicache_diag.sglang.server_log import harvest_pyspy_dumps, watchdog_firing
 from hicache_diag.sglang_plugin.config import PluginConfig
 from hicache_diag.triage.discover import RankId, parse_rank_tokens
 from hicache_diag.verdict import Outcome, Verdict, write_json_atomic
@@ -180,7 +180,7 @@ def run_sglang_trial(
     write_json(run_dir / "reference.json", _reference(cfg, [r for r in requests if r.rid in done]))
     verdict = _classify(run_dir)
     if watch.startup_error and not _any_step_recorded(run_dir, cfg.world_size):
-        verdict = _environment_failure(verdict, watch.startup_error, server.log_path)
+        verdict = _environment_failure(verdict, watch.startup_error)
     elif watch.startup_error:  # the schedulers were serving (SGLang's readiness request)
         verdict.evidence.append(f"it ended before SGLang reported ready: {watch.startup_error}")
     verdict.evidence += [f"launch adapted: {note}" for note in cfg.notes]
@@ -214,10 +214,12 @@ def _any_step_recorded(run_dir: Path, world_size: int) -> bool:
     return False
 
 
-def _environment_failure(verdict: Verdict, error: str, log: Path) -> Verdict:
+def _environment_failure(verdict: Verdict, error: str) -> Verdict:
     """A server that never became ready failed as an environment (a settings assert, a missing
-    driver, a bad flag): `undecided`, with the cause, and never a form or a rank to blame."""
-    cause = startup_cause(log) or error
+    driver, a bad flag): `undecided`, with the cause, and never a form or a rank to blame. The
+    cause is the exception the classifier read from the first scheduler that raised (the rule
+    book's traceback parser), else the launcher's own last error line."""
+    cause = verdict.signature if verdict.outcome is Outcome.CRASH and verdict.signature else error
     return replace(verdict, outcome=Outcome.UNDECIDED, form=None, failed_rank=None,
                    culprit_rank=None, first_divergence=None,
                    signature=f"SGLang never became ready: {cause}",
