@@ -79,7 +79,7 @@ def capture(state: str, out: Path, python: str | None) -> list[Path]:
     written = []
     try:
         srv.start(plugin)
-        srv.wait_ready()
+        srv.wait_ready(timeout_s=900)
         threads = _clients(srv.url, stop, done)
         deadline = time.time() + 180
         while len(done) < 30 and time.time() < deadline:

@@ -13,11 +13,8 @@ one wrapped line and one numbered line back, so a log of any length streams thro
 from __future__ import annotations
 
 import itertools
-import operator
 import re
 from collections.abc import Iterable, Iterator
-
-from hicache_diag.triage.log_triggers import has_hicache_word
 
 _TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 # Kubernetes CRI log format: `<RFC3339Nano> <stream> <P|F> <text>`; P = a partial line.
@@ -282,11 +279,11 @@ class Block:
 
     __slots__ = ("raw", "nl", "start", "hicache_words")
 
-    def __init__(self, raw: list[str], nl: int, hicache_words: bool = True) -> None:
+    def __init__(self, raw: list[str], nl: int) -> None:
         self.raw = raw
         self.nl = nl
         self.start = 0
-        self.hicache_words = hicache_words  # a line may name HiCache (log_triggers)
+        self.hicache_words: bool | None = None  # a line may name HiCache (the reader's test)
 
     def line(self, k: int) -> str:
         return self.raw[k][: len(self.raw[k]) - self.nl]
@@ -299,8 +296,7 @@ class Block:
 
 BLOCK_LINES = 2048  # lines per block: long enough to pay for its tests, short for the window
 _NL = itertools.repeat("\n")
-_HEAD = operator.itemgetter(slice(0, 3))
-_AT_11 = operator.itemgetter(slice(11, 12))
+_ISO_BRACKET = re.compile(r"\[\d{4}-\d\d-\d\dT")
 
 
 def _plain_block(chunk: list[str]) -> Block | None:
@@ -320,9 +316,11 @@ def _plain_block(chunk: list[str]) -> Block | None:
         or "\x1b" in text
         or _TRACEBACK in text
         or max(map(len, chunk)) > MAX_LINE
-        # SGLang's `[2026-06-24 15:38:03` on every line: no carrier scan (see normalise)
-        or set(map(_HEAD, chunk)) != {"[20"}
-        or set(map(_AT_11, chunk)) != {" "}
+        # SGLang's `[2026-06-24 ...` starts every line (so no carrier can but the bracketed
+        # ISO stamp: normalise's carrier scan would change nothing)
+        or text[:3] != "[20"
+        or text.count("\n[20") != len(chunk) - 1
+        or _ISO_BRACKET.search(text)
     ):
         return None
     # A prefix glued after a non-blank inside a line: only where a `[` is not a line's first.
@@ -330,7 +328,7 @@ def _plain_block(chunk: list[str]) -> Block | None:
         not text[m.start() - 1].isspace() for m in _GLUED.finditer(text, 1)
     ):
         return None
-    return Block(chunk, nl, has_hicache_word(text))
+    return Block(chunk, nl)
 
 
 def normalise(raw: Iterable[str]) -> Iterator[str]:
@@ -386,7 +384,7 @@ def normalise_blocks(raw: Iterable[str]) -> Iterator[str | Block]:
         else:
             for kind, run in _runs(chunk):
                 if kind >= 0 and len(run) >= MIN_RUN and not state.partial:
-                    yield Block(run, kind, has_hicache_word("".join(run)))
+                    yield Block(run, kind)
                     continue
                 for line in run:
                     yield from state.line(line)

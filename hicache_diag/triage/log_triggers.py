@@ -54,6 +54,10 @@ TRIGGER_STARTS = (
     "Process ", "Thread 0x", "Current thread", "nanobind", "- leaked", "self.cur_batch",
     "During handling", "The above exception", "terminate called",
 )  # fmt: skip
+# For a block of lines (triage.log_blocks): every trigger, searched anywhere in the text (a
+# superset of `triggered`): the capitalised ones as one regex, the rest as plain substrings.
+BLOCK_TRIGGER = _by_first_letter(TRIGGERS + tuple(s for s in TRIGGER_STARTS if s[0].isupper()))
+BLOCK_TRIGGER_WORDS = _TRIGGER_WORDS + tuple(s for s in TRIGGER_STARTS if not s[0].isupper())
 SCHEDULER_PROGRESS = ("Decode batch", "Prefill batch")
 PROGRESS_WORDS = ("batch", "#running-req", "throughput", "fired up")
 # Any of PROGRESS_WORDS: one literal scan instead of a generator per line.

@@ -62,7 +62,14 @@ def _busy_log(n: int) -> list[str]:
                 f'[{ts}] INFO:     10.0.0.1:{k} - "POST /generate HTTP/1.1" 200 OK',
                 f"[{ts} {rank}] WARNING: something benign {k}",
                 f"[{ts} {rank}] ",
-            ][k % 5]
+                f"[{ts}] The server is fired up and ready to roll!",
+                f"[{ts} {rank}]\tDecode batch, after a tab",
+                f'[{ts}] INFO: "GET /health HTTP/1.1" 200 OK, "GET /x HTTP/1.1" 200 OK',
+                f"[{ts} {rank}] cache [x] Decode batch, in a message",
+                f"[{ts} {rank}]  Decode batch after two blanks",
+                f'[{ts}] gen throughput 3, "POST /generate HTTP/1.1" 200 OK',
+                f"[{ts} {rank}] Prefill batch. #running-req: 1",
+            ][k % 12]
         )
         if k % 997 == 5:
             out.append(f"[{ts} {rank}] Ignore import error when loading sglang.x: no module")
@@ -74,7 +81,7 @@ def _busy_log(n: int) -> list[str]:
             out.append(f"[{ts} {rank}] HiCache storage backend file ready")
         if k % 1777 == 3:
             out.append(f"2026-01-01T00:00:00.000000001Z stdout P [{ts} {rank}] Decode ")
-            out.append(f"2026-01-01T00:00:00.000000002Z stdout F batch, #running-req: 1")
+            out.append("2026-01-01T00:00:00.000000002Z stdout F batch, #running-req: 1")
         if k % 1303 == 11:
             out.append(f"[{ts[11:]} TP0] old stamp, #running-req: 3")
     return out
