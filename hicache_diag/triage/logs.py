@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from hicache_diag.rules import signatures as sig
-from hicache_diag.rules.process_fate import Fate, read_fate
+from hicache_diag.rules.process_fate import Fate, drain_remaining, read_fate
 from hicache_diag.rules.rank_labels import NCCL_RANK, split_prefix
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.discover import RankId, is_component_title, parse_rank_tokens
@@ -235,6 +235,10 @@ def _consume(
         ev.recognised += 1
         return i
     line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
+    if drain_remaining(msg):  # requests still in flight (0: the drain is done)
+        ev.keep(ev.drain_reports, line)
+        ev.recognised += 1
+        return i
     if fact := read_fate(msg):
         ev.keep(ev.fates, FateLine(fact, line))
         ctx.torn_down = ctx.torn_down or fact.fate in (Fate.TEARDOWN, Fate.OPERATOR_STOP)
