@@ -73,7 +73,10 @@ def capture(state: str, out: Path, python: str | None) -> list[Path]:
     plugin = out / "plugin.json"
     PluginConfig(str(out), cpu_kernel_names=install.cpu_kernel_names).write(str(plugin))
     model = default_model_dir(install.python, install.transformers)
-    srv = SglangServer(install, LaunchSpec(model=model, max_total_tokens=256), out)
+    # Releases whose paged allocator needs triton run with page size 1 (launch_facts).
+    page = 1 if install.launch.paged_alloc_needs_triton else 4
+    spec = LaunchSpec(model=model, max_total_tokens=256, page_size=page)
+    srv = SglangServer(install, spec, out)
     stop, done = threading.Event(), []
     threads: list[threading.Thread] = []
     written = []

@@ -37,7 +37,7 @@ def server(tmp_path_factory):
     )
     try:
         srv.start(plugin)
-        srv.wait_ready()
+        srv.wait_ready(timeout_s=600)  # a loaded shared machine starts slowly
         yield srv
     finally:
         for s in srv.schedulers:
