@@ -44,6 +44,9 @@ _CHILD_EXIT = re.compile(
     r"|Signal (?P<sig>\d+) \(SIG[A-Z]+\) received by PID (?P<pid3>\d+)"
 )
 _NCCL_ABORT = re.compile(r"Terminating the process after attempting to dump debug info")
+# After SIGTERM, SGLang's tokenizer manager drains: every 5 s while requests remain it reports
+# them (`sigterm_watchdog`, same wording 0.5.12.post1-0.5.23), then stops the schedulers.
+_DRAIN_REPORT = re.compile(r"Gracefully exiting\.\.\. Remaining number of requests (\d{1,9})\.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,3 +95,10 @@ def read_fate(text: str) -> FateFact | None:
     if _NCCL_ABORT.search(text):
         return FateFact(Fate.NCCL_ABORT)
     return None
+
+
+def drain_remaining(text: str) -> int | None:
+    """The requests still in flight that a drain report after SIGTERM names; None when the
+    line is no drain report."""
+    m = _DRAIN_REPORT.search(text) if "Gracefully" in text else None
+    return int(m[1]) if m else None

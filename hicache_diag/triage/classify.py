@@ -14,7 +14,12 @@ from hicache_diag.triage.logs import LogEvidence, LogException, LogLine
 from hicache_diag.triage.report import RankReport, TriageReport
 from hicache_diag.triage.stacks import merge_stacks
 from hicache_diag.triage.teardown import set_aside_teardown
-from hicache_diag.triage.thin import one_rank_in_p2p, served_only, shape_without_pp
+from hicache_diag.triage.thin import (
+    one_rank_in_p2p,
+    served_only,
+    shape_without_pp,
+    stalled_drain,
+)
 
 
 def merge_log_dumps(ranks: list[RankSamples], logs: LogEvidence) -> list[RankSamples]:
@@ -237,6 +242,8 @@ def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
             "hang", form="C", ranks=reports, evidence=ev, signature=first.text,
             confidence="medium",
         )  # fmt: skip
+    if report := stalled_drain(logs, reports):
+        return report
     progress = logs.progress_lines
     if logs.soft_lines and not progress:
         first = logs.soft_lines[0]

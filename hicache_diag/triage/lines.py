@@ -271,12 +271,135 @@ def _bounded(line: str) -> str:
     return f"{line[:_KEEP_END]} ... {line[-_KEEP_END:]}"
 
 
+class Block:
+    """A run of plain SGLang log lines that normalising leaves as they are but for their
+    newline (each starts with SGLang's own `[20..-..-.. ` prefix; no carrier, colour, CR, glued
+    prefix or traceback): the log reader records them without per-line handlers. `raw` holds
+    them as read (each with its newline when `nl` is 1); `start` is the first not yet read."""
+
+    __slots__ = ("raw", "nl", "start", "hicache_words")
+
+    def __init__(self, raw: list[str], nl: int) -> None:
+        self.raw = raw
+        self.nl = nl
+        self.start = 0
+        self.hicache_words: bool | None = None  # a line may name HiCache (the reader's test)
+
+    def line(self, k: int) -> str:
+        return self.raw[k][: len(self.raw[k]) - self.nl]
+
+    def rest(self) -> list[str]:
+        """The lines from `start` on, newlines off (a handler that looks ahead into them)."""
+        raw = self.raw[self.start :]
+        return [s[:-1] for s in raw] if self.nl else raw
+
+
+BLOCK_LINES = 2048  # lines per block: long enough to pay for its tests, short for the window
+_NL = itertools.repeat("\n")
+_ISO_BRACKET = re.compile(r"\[\d{4}-\d\d-\d\dT")
+
+
+def _plain_block(chunk: list[str]) -> Block | None:
+    """The chunk as a Block when normalise would leave every line as it is (less its newline),
+    else None. Lines come from a file (each ends with one newline) or a list (none has one).
+    Only C-level scans of the chunk here: this runs on every line of a big log."""
+    text = "".join(chunk)
+    newlines = text.count("\n")
+    if newlines == 0:
+        nl, text = 0, "\n".join(chunk)
+    elif newlines == len(chunk) and all(map(str.endswith, chunk, _NL)):
+        nl = 1
+    else:
+        return None
+    if (
+        "\r" in text
+        or "\x1b" in text
+        or _TRACEBACK in text
+        or max(map(len, chunk)) > MAX_LINE
+        # SGLang's `[2026-06-24 ...` starts every line (so no carrier can but the bracketed
+        # ISO stamp: normalise's carrier scan would change nothing)
+        or text[:3] != "[20"
+        or text.count("\n[20") != len(chunk) - 1
+        or _ISO_BRACKET.search(text)
+    ):
+        return None
+    # A prefix glued after a non-blank inside a line: only where a `[` is not a line's first.
+    if text.count("[") != len(chunk) and any(
+        not text[m.start() - 1].isspace() for m in _GLUED.finditer(text, 1)
+    ):
+        return None
+    return Block(chunk, nl)
+
+
 def normalise(raw: Iterable[str]) -> Iterator[str]:
-    """Every carrier undone, wrapped / partial lines joined, glued and flattened lines split.
-    One loop for the stages every line goes through (the hot path of a big log)."""
-    partial = ""
+    """Every carrier undone, wrapped / partial lines joined, glued and flattened lines split."""
+    for item in normalise_blocks(raw):
+        if type(item) is Block:
+            yield from item.rest()
+        else:
+            yield item
+
+
+MIN_RUN = 8  # plain lines in a row that make a Block inside a mixed chunk
+
+
+def _plain_line(line: str) -> int:
+    """What _plain_block tests of a whole chunk, for one line: -1 when normalise would change
+    it beyond its newline, else 1 when it ends with its newline, 0 when it has none."""
+    if (
+        line[:3] != "[20"
+        or line[11:12] != " "
+        or "\r" in line
+        or "\x1b" in line
+        or len(line) > MAX_LINE
+        or _TRACEBACK in line
+        or (line.find("[", 1) > 0 and _glue_points(line))
+    ):
+        return -1
+    newlines = line.count("\n")
+    return newlines if newlines == 0 or (newlines == 1 and line[-1] == "\n") else -1
+
+
+def _runs(chunk: list[str]) -> Iterator[tuple[int, list[str]]]:
+    """The chunk cut into runs of lines of one _plain_line kind."""
+    kinds = list(map(_plain_line, chunk))
+    start = 0
+    for k in range(1, len(chunk) + 1):
+        if k == len(chunk) or kinds[k] != kinds[start]:
+            yield kinds[start], chunk[start:k]
+            start = k
+
+
+def normalise_blocks(raw: Iterable[str]) -> Iterator[str | Block]:
+    """normalise's lines, with runs of plain SGLang lines handed on as Blocks (the hot path of
+    a big log: a busy server's batch lines); every other line goes through each stage."""
+    state = _Stages()
     lines, cleaned = _paste_damage(iter(raw))
-    for line in lines:
+    while chunk := list(itertools.islice(lines, BLOCK_LINES)):
+        if cleaned:
+            for line in chunk:
+                yield from state.line(line, cleaned=True)
+        elif not state.partial and (block := _plain_block(chunk)) is not None:
+            yield block
+        else:
+            for kind, run in _runs(chunk):
+                if kind >= 0 and len(run) >= MIN_RUN and not state.partial:
+                    yield Block(run, kind)
+                    continue
+                for line in run:
+                    yield from state.line(line)
+    yield from state.end()
+
+
+class _Stages:
+    """normalise's stages for one line at a time, holding a CRI partial line until its end."""
+
+    __slots__ = ("partial",)
+
+    def __init__(self) -> None:
+        self.partial = ""
+
+    def line(self, line: str, cleaned: bool = False) -> Iterator[str]:
         if len(line) > MAX_LINE:
             line = _bounded(line)
         if cleaned:
@@ -289,18 +412,23 @@ def normalise(raw: Iterable[str]) -> Iterator[str]:
         if not (line[:3] == "[20" and line[11:12] == " ") and _ANY_CARRIER.match(line):
             text, continued = peel(line)
             if continued:
-                partial = _bounded(partial + text) if len(partial) > MAX_LINE else partial + text
-                continue
+                partial = self.partial
+                self.partial = (
+                    _bounded(partial + text) if len(partial) > MAX_LINE else partial + text
+                )
+                return
             line = text
-        if partial:
+        if self.partial:
             # The joined CRI line may still carry an inner carrier (docker inside CRI).
-            line, partial = peel(_bounded(partial + line))[0], ""
+            line, self.partial = peel(_bounded(self.partial + line))[0], ""
         if line.find("[", 1) < 0 and _TRACEBACK not in line:
             yield line
         else:
             yield from _split_glued(line)
-    if partial:
-        yield from _split_glued(peel(partial)[0])
+
+    def end(self) -> Iterator[str]:
+        if self.partial:
+            yield from _split_glued(peel(self.partial)[0])
 
 
 def _split_glued(line: str) -> Iterator[str]:

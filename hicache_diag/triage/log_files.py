@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import os
 import zlib
 from collections.abc import Callable, Iterator
@@ -32,9 +33,20 @@ def parse_log_file(path: Path, progress: Progress | None = None) -> LogEvidence:
 
 
 def _lines(text: io.TextIOWrapper) -> Iterator[str]:
-    try:
-        yield from text
-    except EOFError:  # a gzip member without its end: keep what was read
-        return
-    except zlib.error as exc:  # gzip's magic, then no deflate stream: bad input, not a crash
-        raise OSError(f"not a gzip stream ({exc})") from None
+    return itertools.chain.from_iterable(_chunks(text))
+
+
+def _chunks(text: io.TextIOWrapper) -> Iterator[list[str]]:
+    """The file's lines a few thousand at a time (no generator step per line)."""
+    while True:
+        chunk: list[str] = []
+        try:
+            chunk.extend(itertools.islice(text, 4096))
+        except EOFError:  # a gzip member without its end: keep what was read
+            yield chunk
+            return
+        except zlib.error as exc:  # gzip's magic, then no deflate stream: bad input
+            raise OSError(f"not a gzip stream ({exc})") from None
+        if not chunk:
+            return
+        yield chunk

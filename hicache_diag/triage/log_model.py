@@ -107,6 +107,8 @@ class LogEvidence:
     dumps: list[RankDump] = field(default_factory=list)
     ranks_seen: dict[RankId, LogLine] = field(default_factory=dict)  # rank -> its last line
     fates: list[FateLine] = field(default_factory=list)  # who stopped whom, in log order
+    # The drain's reports of requests still in flight after SIGTERM (rules.process_fate)
+    drain_reports: list[LogLine] = field(default_factory=list)
     context: Context = Context()
     noise: int = 0  # benign lines known not to be failures
     recognised: int = 0  # lines that matched anything we know
@@ -151,6 +153,7 @@ class LogEvidence:
         self.dumps += other.dumps
         self.ranks_seen.update(other.ranks_seen)
         self.fates += other.fates
+        self.drain_reports += other.drain_reports
         self.context = self.context | other.context
         self.noise += other.noise
         self.recognised += other.recognised

@@ -5,6 +5,7 @@ running every handler on it."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 # Every line the log reader's handlers could use holds one of these (or starts as TRIGGER_STARTS
 # says); a line with none is plain text, progress or an access line and takes the fast path.
@@ -34,12 +35,29 @@ def _by_first_letter(words: tuple[str, ...]) -> re.Pattern[str]:
     )
 
 
-_TRIGGER = _by_first_letter(TRIGGERS)
+TRIGGER = _by_first_letter(TRIGGERS)
 _TRIGGER_WORDS = ("atchdog", "freeze_gc", "kill_process", "yspy")
+# Words that may name HiCache: the reader asks rules.signatures.text_context of a line holding
+# one, while it has not seen HiCache yet.
+HICACHE_WORDS = ("Cache", "adix", "ierarch")
+
+
+def _any_in(words: tuple[str, ...]) -> Callable[[str], bool]:
+    """`lambda s: w1 in s or w2 in s ...`: substring tests without a loop per line (the tests
+    run on every line of a big log)."""
+    return eval("lambda s: " + " or ".join(f"{w!r} in s" for w in words))  # noqa: S307
+
+
+has_trigger_word = _any_in(_TRIGGER_WORDS)
+has_hicache_word = _any_in(HICACHE_WORDS)
 TRIGGER_STARTS = (
     "Process ", "Thread 0x", "Current thread", "nanobind", "- leaked", "self.cur_batch",
     "During handling", "The above exception", "terminate called",
 )  # fmt: skip
+# For a block of lines (triage.log_blocks): every trigger, searched anywhere in the text (a
+# superset of `triggered`): the capitalised ones as one regex, the rest as plain substrings.
+BLOCK_TRIGGER = _by_first_letter(TRIGGERS + tuple(s for s in TRIGGER_STARTS if s[0].isupper()))
+BLOCK_TRIGGER_WORDS = _TRIGGER_WORDS + tuple(s for s in TRIGGER_STARTS if not s[0].isupper())
 SCHEDULER_PROGRESS = ("Decode batch", "Prefill batch")
 PROGRESS_WORDS = ("batch", "#running-req", "throughput", "fired up")
 # Any of PROGRESS_WORDS: one literal scan instead of a generator per line.
@@ -47,9 +65,8 @@ PROGRESS_HINT = re.compile("|".join(map(re.escape, PROGRESS_WORDS)))
 
 
 def triggered(msg: str) -> bool:
-    if _TRIGGER.search(msg):
+    if TRIGGER.search(msg):
         return True
-    for word in _TRIGGER_WORDS:
-        if word in msg:
-            return True
+    if has_trigger_word(msg):
+        return True
     return msg.lstrip().startswith(TRIGGER_STARTS)

@@ -18,12 +18,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from hicache_diag.rules import signatures as sig
-from hicache_diag.rules.process_fate import Fate, read_fate
+from hicache_diag.rules.process_fate import Fate, drain_remaining, read_fate
 from hicache_diag.rules.rank_labels import NCCL_RANK, split_prefix
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.discover import RankId, is_component_title, parse_rank_tokens
 from hicache_diag.triage.dumps import RankDump, parse_faulthandler, parse_pyspy_text
-from hicache_diag.triage.lines import normalise
+from hicache_diag.triage.lines import Block, normalise_blocks
+from hicache_diag.triage.log_blocks import read_block
 from hicache_diag.triage.log_model import (  # noqa: F401 - re-exported for triage's callers
     CUT_SHORT,
     FateLine,
@@ -33,7 +34,12 @@ from hicache_diag.triage.log_model import (  # noqa: F401 - re-exported for tria
     PyspyFailure,
 )
 from hicache_diag.triage.log_traceback import MAX_BLOCK, TRACEBACK, read_traceback
-from hicache_diag.triage.log_triggers import PROGRESS_HINT, SCHEDULER_PROGRESS, triggered
+from hicache_diag.triage.log_triggers import (
+    PROGRESS_HINT,
+    SCHEDULER_PROGRESS,
+    has_hicache_word,
+    triggered,
+)
 from hicache_diag.triage.log_window import LineWindow
 
 _TRACEBACK = TRACEBACK
@@ -150,18 +156,25 @@ def parse_log_lines(
     """Evidence from one log's lines (any iterable: a file streams through). `on_line(n)` is
     called every few thousand lines with the count read so far (a progress display); `fast`
     False sends every line through every handler (the reference the fast path is tested on)."""
-    window = LineWindow(normalise(lines))
+    window = LineWindow(normalise_blocks(lines))
     ev = LogEvidence()
     ctx = _Ctx()
     # Each rank's last line, keyed by the RankId object's identity (one per token string, from
     # _rank_of's cache): a dataclass hash per line would cost more than the line.
     last_seen: dict[int, tuple[RankId, str | None, int, str]] = {}
     i = 0
-    while (raw := window.take(i)) is not None:
+    while (raw := window.take(i, fast)) is not None:
+        if type(raw) is Block:  # a run of plain SGLang lines: recorded at once
+            nxt = i + read_block(raw, i, source, ctx, ev, last_seen, _bracket)
+            window.resume(raw, nxt)
+            if on_line is not None and nxt >> 12 != i >> 12:
+                on_line(nxt)
+            i = nxt
+            continue
         msg, prefixed = _split_prefix(raw, ctx, ev)
         if prefixed and ctx.rank is not None:
             last_seen[id(ctx.rank)] = (ctx.rank, ctx.ts, i + 1, msg)
-        if not ev.context.hicache and ("Cache" in msg or "adix" in msg or "ierarch" in msg):
+        if not ev.context.hicache and has_hicache_word(msg):
             ev.context = ev.context | sig.text_context(msg)
         if fast and _plain(msg, prefixed, i, source, ctx, ev):
             nxt = i + 1
@@ -222,6 +235,10 @@ def _consume(
         ev.recognised += 1
         return i
     line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
+    if drain_remaining(msg):  # requests still in flight (0: the drain is done)
+        ev.keep(ev.drain_reports, line)
+        ev.recognised += 1
+        return i
     if fact := read_fate(msg):
         ev.keep(ev.fates, FateLine(fact, line))
         ctx.torn_down = ctx.torn_down or fact.fate in (Fate.TEARDOWN, Fate.OPERATOR_STOP)

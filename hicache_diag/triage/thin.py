@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hicache_diag.rules.signatures import SHAPE_RE
 from hicache_diag.triage.crash import decode_shape
-from hicache_diag.triage.log_model import LogEvidence, LogException
+from hicache_diag.triage.log_model import LogEvidence, LogException, LogLine
 from hicache_diag.triage.report import RankReport, TriageReport
 
 LIVE_STACKS = (
@@ -31,6 +31,54 @@ def served_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport | 
     report = TriageReport("healthy", ranks=reports, evidence=ev, confidence="low")
     report.next_steps = [f"if requests do stall, {LIVE_STACKS}"]
     return report
+
+
+def stalled_drain(logs: LogEvidence, reports: list[RankReport]) -> TriageReport | None:
+    """The operator stopped a server that had stopped making progress: after its last batch
+    line, SGLang's drain reported the same requests in flight three times in a row (>= 10 s,
+    one report each 5 s) and none finished. A hang ended by the stop, said with low confidence
+    (no stacks, no watchdog); a busy server's drain runs batches between its reports."""
+    last = _last_progress(logs)
+    run: list[LogLine] = []
+    for line in logs.drain_reports:
+        if run and (line.text != run[0].text or line.source != run[0].source):
+            run = []
+        if last is None or _after(line, last):
+            run.append(line)
+        if len(run) >= 3:
+            break
+    if len(run) < 3:
+        return None
+    first = run[0]
+    ev = [
+        f"{first.source}:{first.lineno}: {first.text}",
+        f"the operator's stop found requests in flight; the drain reported the same ones "
+        f"{len(run)} times ({first.ts or '?'} to {run[-1].ts or '?'}) and "
+        + (f"no batch ran after {last.source}:{last.lineno} ({last.ts})" if last else
+           "no batch line is in the log")
+        + ": the server had stopped making progress before it was stopped (a hang)",
+        "thin evidence: no watchdog line and no stacks; the ranks' stacks name the site",
+    ]  # fmt: skip
+    report = TriageReport(
+        "hang", form="C", ranks=reports, evidence=ev, signature=first.text, confidence="low"
+    )
+    report.next_steps = [f"before stopping a stalled server, {LIVE_STACKS}"]
+    return report
+
+
+def _last_progress(logs: LogEvidence) -> LogLine | None:
+    """The latest batch line over every file (by stamp where both have one)."""
+    lines = logs.progress_lines
+    stamped = [ln for ln in lines if ln.ts]
+    if stamped and len(stamped) == len(lines):
+        return max(stamped, key=lambda ln: ln.ts or "")
+    return lines[-1] if lines else None
+
+
+def _after(line: LogLine, progress: LogLine) -> bool:
+    if line.ts and progress.ts and len(line.ts) == len(progress.ts):
+        return line.ts > progress.ts
+    return line.source == progress.source and line.lineno > progress.lineno
 
 
 def one_rank_in_p2p(reports: list[RankReport]) -> TriageReport | None:

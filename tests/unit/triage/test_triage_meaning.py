@@ -64,6 +64,37 @@ def test_a_hang_then_the_operators_stop_is_the_hang_and_its_dumps_decide():
     assert any(r.wait_site and r.wait_site.startswith("hicache-pp-sync") for r in report.ranks)
 
 
+def _drain(stamps: list[int], rids: str = "['a', 'b']") -> str:
+    """SGLang's drain reports after SIGTERM, one per stamp (seconds past 00:10)."""
+    n = rids.count("'") // 2
+    return "".join(
+        f"[2026-01-01 00:10:{s:02d}] Gracefully exiting... Remaining number of requests {n}. "
+        f"Remaining requests remaining_rids={rids}.\n"
+        for s in stamps
+    )
+
+
+STOP = "[2026-01-01 00:10:00] SIGTERM received. signum=None frame=None. Draining requests...\n"
+
+
+def test_a_drain_that_finishes_nothing_after_the_last_batch_is_a_hang_the_stop_ended():
+    report = triage(BUSY + STOP + _drain([1, 6, 11, 16]))
+    assert verdict(report) == ("hang", "C", None, 12) and report.confidence == "low"
+    assert "stopped making progress" in report.evidence[1]
+    assert any("--discover" in s for s in report.next_steps)
+
+
+def test_a_drain_with_batches_between_its_reports_or_that_ends_is_not_a_hang():
+    batches = BUSY.replace("00:00:", "00:10:0")  # batch lines stamped 00:10:00-04, PP0 and PP1
+    moving = STOP + _drain([1]) + batches + _drain([5, 9])  # a batch after the first report
+    assert verdict(triage(BUSY + moving))[0] == "busy"
+    changing = _drain([1, 6]) + _drain([11], "['c', 'd']")  # requests finish: others remain
+    assert verdict(triage(BUSY + STOP + changing))[0] == "busy"
+    assert verdict(triage(BUSY + STOP + _drain([1, 6])))[0] == "busy"  # two reports: 5 s only
+    done = _drain([1, 6, 11], "[]")  # nothing in flight: the drain is done
+    assert verdict(triage(BUSY + STOP + done))[0] == "busy"
+
+
 def test_a_crash_before_the_stop_stays_the_crash():
     crash = (
         f"[2026-01-01 00:09:00 PP1 TP0] Scheduler hit an exception: {TB}\n"

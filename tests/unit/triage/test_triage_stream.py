@@ -24,8 +24,10 @@ def _summary(ev):
         [(ln.lineno, ln.text) for ln in ev.cascade_lines],
         [(f.fact, f.line.lineno) for f in ev.fates],
         ev.progress_count, ev.served, len(ev.dumps), ev.noise, ev.context, sorted(
-            (r.key, ln.lineno) for r, ln in ev.ranks_seen.items()
+            (r.key, ln.lineno, ln.ts, ln.text) for r, ln in ev.ranks_seen.items()
         ),
+        [(ln.rank, ln.ts, ln.lineno, ln.text) for ln in ev.progress_lines],
+        ev.progress_last, ev.recognised, ev.lines,
     )  # fmt: skip
 
 
@@ -35,6 +37,65 @@ def test_the_fast_path_reads_every_log_as_the_full_path_does(log):
     fast = parse_log_lines(lines, str(log))
     full = parse_log_lines(lines, str(log), fast=False)
     assert _summary(fast) == _summary(full)
+
+
+@pytest.mark.parametrize("log", LOGS[::3], ids=lambda p: str(p.relative_to(SAMPLES)))
+def test_a_log_read_from_its_file_reads_as_its_lines_do(log):
+    # From a file, lines keep their newlines and plain runs go through as blocks. (Split on
+    # newlines as the file reader does: splitlines() also splits on form feeds and the like.)
+    lines = log.read_bytes().decode(errors="replace").removesuffix("\n").split("\n")
+    assert _summary(parse_log_file(log)) == _summary(parse_log_lines(lines, str(log), fast=False))
+
+
+def _busy_log(n: int) -> list[str]:
+    """A busy server's lines with, here and there, what must leave the block path: triggers,
+    HiCache's name, a noise line and its traceback, blank messages, lines of no rank, a stamp
+    that changes format, a carrier, a CRI partial line."""
+    out = []
+    for k in range(n):
+        ts = f"2026-01-01 00:{k // 60 % 60:02d}:{k % 60:02d}"
+        rank = f"PP{k % 2} TP{k // 2 % 2}"
+        out.append(
+            [
+                f"[{ts} {rank}] Decode batch, #running-req: {k % 7}, gen throughput (token/s): 9",
+                f"[{ts} {rank}] Prefill batch, #new-seq: 1, #cached-token: {k}",
+                f'[{ts}] INFO:     10.0.0.1:{k} - "POST /generate HTTP/1.1" 200 OK',
+                f"[{ts} {rank}] WARNING: something benign {k}",
+                f"[{ts} {rank}] ",
+                f"[{ts}] The server is fired up and ready to roll!",
+                f"[{ts} {rank}]\tDecode batch, after a tab",
+                f'[{ts}] INFO: "GET /health HTTP/1.1" 200 OK, "GET /x HTTP/1.1" 200 OK',
+                f"[{ts} {rank}] cache [x] Decode batch, in a message",
+                f"[{ts} {rank}]  Decode batch after two blanks",
+                f'[{ts}] gen throughput 3, "POST /generate HTTP/1.1" 200 OK',
+                f"[{ts} {rank}] Prefill batch. #running-req: 1",
+            ][k % 12]
+        )
+        if k % 997 == 5:
+            out.append(f"[{ts} {rank}] Ignore import error when loading sglang.x: no module")
+            out += ["Traceback (most recent call last):", '  File "x.py", line 1, in f',
+                    "ImportError: no"]  # fmt: skip
+        if k % 1499 == 7:
+            out.append(f"[{ts} {rank}] NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE")
+        if k % 2111 == 9:
+            out.append(f"[{ts} {rank}] HiCache storage backend file ready")
+        if k % 1777 == 3:
+            out.append(f"2026-01-01T00:00:00.000000001Z stdout P [{ts} {rank}] Decode ")
+            out.append("2026-01-01T00:00:00.000000002Z stdout F batch, #running-req: 1")
+        if k % 1303 == 11:
+            out.append(f"[{ts[11:]} TP0] old stamp, #running-req: 3")
+    return out
+
+
+@pytest.mark.parametrize("newlines", [False, True])
+def test_block_reading_agrees_with_the_full_path_on_a_mixed_busy_log(newlines, tmp_path):
+    lines = _busy_log(12_000)
+    log = tmp_path / "busy.log"
+    log.write_text("".join(s + "\n" for s in lines))
+    full = _summary(parse_log_lines(lines, str(log), fast=False))
+    feed = [s + "\n" for s in lines] if newlines else lines
+    assert _summary(parse_log_lines(feed, str(log))) == full
+    assert _summary(parse_log_file(log)) == full
 
 
 def test_the_reader_stays_a_bounded_distance_behind_the_stream():
