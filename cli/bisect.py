@@ -70,8 +70,8 @@ def _check_cells(app: typer.Typer, cfg: BisectConfig) -> tuple[int, float]:
     and exit 2, not N failed trials. Returns the most ranks any cell runs and the longest trial
     timeout of the cells' engines."""
     from hicache_diag.cli.run import build_engine_config
+    from hicache_diag.engines import engine
     from hicache_diag.harness.bisect import matrix
-    from hicache_diag.harness.engine import engine
 
     run = typer.main.get_command(app).commands["run"]
     world, timeout = 1, 0.0

@@ -10,10 +10,10 @@ from typing import Annotated, Any
 
 import typer
 
+from hicache_diag.engines import ENGINES as ENGINE_REGISTRY
+from hicache_diag.engines import default_help
 from hicache_diag.errors import UsageError
 from hicache_diag.harness import builtin
-from hicache_diag.harness.engine import ENGINES as ENGINE_REGISTRY
-from hicache_diag.harness.engine import default_help
 
 RUN_DEFAULTS = builtin.DEFAULTS  # each engine owns its defaults: harness/engine.py
 MAX_STEPS_DEFAULT = "auto: 25 x requests + 2 x requests x (max-new-tokens + 1) x loop size + 1000"

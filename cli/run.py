@@ -14,8 +14,9 @@ from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.cli.render.progress import LiveProgress
 from hicache_diag.cli.render.status import PhaseStatus
 from hicache_diag.cli.render.verdict import render_check, render_verdict
+from hicache_diag.engines import build, engine, run_trial
 from hicache_diag.errors import UsageError
-from hicache_diag.harness.engine import EngineConfig, build, engine, run_trial
+from hicache_diag.harness.engine import EngineConfig
 from hicache_diag.harness.request import RunRequest
 from hicache_diag.verdict import ExitCode, Outcome
 

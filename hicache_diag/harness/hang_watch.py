@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hicache_diag.evidence import rank_jsonl
+
 # Before its first line a rank imports torch (spawn only; a fork has it), joins gloo and builds
 # its caches: ~0.1 s forked, 1.5-3 s spawned, measured up to ~6 s spawned on a loaded 2-core box
 # (bench/startup.py). Start-up gets this bound, or the hang timeout when that is longer.
@@ -91,7 +93,7 @@ class HangWatch:
         if self.startup_grace_s is None:
             self.startup_grace_s = startup_grace(self.hang_timeout)
         for r in range(self.world_size):
-            self.tails[r] = RankTail(self.run_dir / f"rank{r}.jsonl", last_change=self.started,
+            self.tails[r] = RankTail(rank_jsonl(self.run_dir, r), last_change=self.started,
                                      busy=self.busy)  # fmt: skip
 
     def note_activity(self, t: float) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from hicache_diag import evidence as ev
 from hicache_diag.errors import EngineStartError
 from hicache_diag.harness.engine import Engine, EngineConfig, RankRecord
 from hicache_diag.harness.hang_watch import HangWatch
@@ -76,7 +77,7 @@ def run_engine_trial(engine: Engine, cfg: EngineConfig, argv: list[str] | None =
     torch.set_num_threads(1)  # the reference shares 2 cores with the ranks; threads only thrash
     run_dir = prepare_run_dir(cfg.out, cfg.seed)
     engine.prepare(run_dir)
-    write_json(run_dir / "manifest.json", engine.manifest(argv or []))
+    write_json(run_dir / ev.MANIFEST, engine.manifest(argv or []))
     started, t0 = utc_now(), time.time()
     watch = TrialWatch(oom_kills_before=oom_kill_count())
     old = _trap_sigterm()
@@ -107,7 +108,7 @@ def run_engine_trial(engine: Engine, cfg: EngineConfig, argv: list[str] | None =
     verdict = engine.amend(_classify(run_dir), watch)
     verdict.duration_s = round(time.time() - t0, 3)
     verdict.run_dir = str(run_dir)
-    write_json_atomic(run_dir / "verdict.json", verdict.to_json())
+    write_json_atomic(run_dir / ev.VERDICT, verdict.to_json())
     return TrialResult(verdict, run_dir)
 
 
@@ -159,7 +160,7 @@ def _note_interrupt_stall(engine: Engine, run_dir: Path, watch: TrialWatch) -> N
     last = {}
     for p in engine.ranks():
         try:
-            st = (run_dir / f"rank{p.rank}.jsonl").stat()
+            st = ev.rank_jsonl(run_dir, p.rank).stat()
         except OSError:
             return  # a rank that never stepped: start-up, not a stall
         if not st.st_size:
@@ -226,7 +227,7 @@ def _pyspy_dumps(alive: list[RankRecord], run_dir: Path) -> str | None:
     for p in alive:
         res = results.get(p.pid)
         if res is not None and res.threads is not None:
-            write_json(run_dir / "stacks" / f"rank{p.rank}.json", res.threads)
+            write_json(ev.stack_json(run_dir, p.rank), res.threads)
         else:
             errors.append(f"rank{p.rank}: {res.error if res else 'no dump'}")
     return "; ".join(errors) or None
@@ -236,7 +237,7 @@ def _wait_for_faulthandler(alive: list, run_dir: Path) -> None:
     """faulthandler writes from a C signal handler, even in a rank blocked inside gloo; wait
     until every signalled rank's file has content (bounded)."""
     deadline = time.time() + FAULTHANDLER_WAIT_S
-    files = [run_dir / "stacks" / f"rank{p.rank}.txt" for p in alive]
+    files = [ev.stack_txt(run_dir, p.rank) for p in alive]
     sizes: list[int] = []
     while time.time() < deadline:
         time.sleep(0.05)
@@ -255,7 +256,7 @@ def _size(path: Path) -> int:
 
 def drop_empty_stack_files(run_dir: Path) -> None:
     """Every rank opens its faulthandler file at start; keep only the ones that were written."""
-    for path in (run_dir / "stacks").glob("rank*.txt"):
+    for path in (run_dir / ev.STACKS).glob("rank*.txt"):
         if _size(path) == 0:
             path.unlink(missing_ok=True)
 
@@ -268,7 +269,7 @@ def write_launcher_json(run_dir: Path, engine: Engine, watch: TrialWatch, starte
     if watch.oom_kills_before is not None and oom_after is not None:
         oom = oom_after - watch.oom_kills_before  # OOM kills in our cgroup during this run
     write_json(
-        run_dir / "launcher.json",
+        run_dir / ev.LAUNCHER,
         {
             **engine.launcher_extra(),
             "ranks": [p.to_json() for p in engine.ranks()],
@@ -339,7 +340,7 @@ def _last_error_line(log: Path) -> str | None:
 
 def _count_steps(run_dir: Path) -> int:
     try:
-        with open(run_dir / "rank0.jsonl", "rb") as fh:
+        with open(ev.rank_jsonl(run_dir, 0), "rb") as fh:
             return sum(1 for _ in fh)
     except OSError:
         return 0
@@ -347,8 +348,8 @@ def _count_steps(run_dir: Path) -> int:
 
 def fallback_verdict(run_dir: Path) -> Verdict:
     """Minimal classification: hang / crash (A, B by signature) / wrong-output / ok."""
-    launcher = _read_json(run_dir / "launcher.json", {})
-    manifest = _read_json(run_dir / "manifest.json", {})
+    launcher = _read_json(run_dir / ev.LAUNCHER, {})
+    manifest = _read_json(run_dir / ev.MANIFEST, {})
     ranks = [
         RankState(r["rank"], r["pp"], r["tp"], r["pid"], r["state"])
         for r in launcher.get("ranks", [])
@@ -356,7 +357,7 @@ def fallback_verdict(run_dir: Path) -> Verdict:
     v = Verdict(Outcome.OK, ranks=ranks, seed=manifest.get("seed"), steps=_count_steps(run_dir))
     if launcher.get("first_failure"):
         rank = launcher["first_failure"]["rank"]
-        sig = _last_error_line(run_dir / f"rank{rank}.log")
+        sig = _last_error_line(ev.rank_log(run_dir, rank))
         v.outcome, v.failed_rank, v.culprit_rank, v.signature = Outcome.CRASH, rank, rank, sig
         # The rule book (rules.signatures); our runtime is always a PP pipeline with HiCache.
         form = crash_form(sig, (), Context(pp=True, hicache=True)) if sig else None
@@ -366,8 +367,8 @@ def fallback_verdict(run_dir: Path) -> Verdict:
         v.outcome, v.form = Outcome.HANG, CrashForm.C
         v.evidence.append(f"no rank progressed; stalled: {launcher['hang']['stalled_ranks']}")
     else:
-        outputs = _read_json(run_dir / "outputs.json", {})
-        problems = compare_outputs(outputs, _read_json(run_dir / "reference.json", {}))
+        outputs = _read_json(run_dir / ev.OUTPUTS, {})
+        problems = compare_outputs(outputs, _read_json(run_dir / ev.REFERENCE, {}))
         if problems:
             v.outcome = Outcome.WRONG_OUTPUT
             v.evidence.extend(problems[:10])

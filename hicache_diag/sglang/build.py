@@ -18,6 +18,7 @@ from hicache_diag.runtime.server_args import (
     parse_size,
 )
 from hicache_diag.sglang.config import SglangRunConfig
+from hicache_diag.sglang.defaults import DEFAULTS
 from hicache_diag.sglang.server import LaunchSpec
 
 # Builtin-only flags: SGLang's protocol is whatever its release contains (docs/design.md §8).
@@ -55,11 +56,10 @@ def _choice(name: str, value: str, valid: tuple[str, ...]) -> None:
 def build(request: RunRequest) -> SglangRunConfig:
     """The sglang engine's `build(request)` (harness/engine.py): every check before launch."""
     from hicache_diag.harness.builtin import validated_faults
-    from hicache_diag.harness.engine import ENGINES
     from hicache_diag.harness.no_effect import refuse_no_effect
     from hicache_diag.harness.rundir import check_writable
 
-    defaults = ENGINES["sglang"].defaults
+    defaults = DEFAULTS
     check_writable(request.flags.get("out"))
     if request.given("max_steps") is not None:  # SGLang's server runs until its requests end
         raise UsageError("--max-steps applies to --engine builtin only")

@@ -17,6 +17,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.tracebacks import parse_crash
 from hicache_diag.harness.engine import Failure
 from hicache_diag.harness.rundir import manifest_head, write_json
@@ -91,7 +92,7 @@ class SglangEngine:
                                 None, cfg.cpu_kernel_names, launch=cfg.launch_facts)  # fmt: skip
         self.run_dir = run_dir
         self.server = SglangServer(install, cfg.spec, run_dir)
-        self.plugin_path = run_dir / "plugin.json"
+        self.plugin_path = run_dir / ev.PLUGIN
         PluginConfig(str(run_dir), cfg.seed, cfg.faults, cfg.spec.cpu,
                      cfg.cpu_kernel_names).write(str(self.plugin_path))  # fmt: skip
         self.requests = Workload(cfg.workload, cfg.workload_server_args()).requests
@@ -197,7 +198,7 @@ class SglangEngine:
         # Only requests that completed can be compared; a crash or hang leaves the rest
         # unanswered.
         done = set(self.client.result.outputs) if self.client is not None else set()
-        write_json(self.run_dir / "reference.json",
+        write_json(self.run_dir / ev.REFERENCE,
                    _reference(self.cfg, [r for r in self.requests if r.rid in done]))  # fmt: skip
 
     def launcher_extra(self) -> dict[str, Any]:
@@ -229,7 +230,7 @@ def _any_step_recorded(run_dir: Path, world_size: int) -> bool:
     come while SGLang serves its own readiness request), before it the environment's."""
     for rank in range(world_size):
         try:
-            if (run_dir / f"rank{rank}.jsonl").stat().st_size > 0:
+            if ev.rank_jsonl(run_dir, rank).stat().st_size > 0:
                 return True
         except OSError:
             continue
@@ -259,7 +260,7 @@ def _read_watchdog(text: str, run_dir: Path, server: SglangServer, watch: TrialW
     """SGLang's own watchdog declared a hang: the deaths after it are its teardown, the stacks
     it dumped are the hang's evidence (docs/design.md §8: hangs from py-spy of every scheduler)."""
     pids = {s.pid: s.rank for s in server.schedulers}
-    dumped = harvest_pyspy_dumps(text, pids, run_dir / "stacks")
+    dumped = harvest_pyspy_dumps(text, pids, run_dir / ev.STACKS)
     fired = watchdog_firing(text, server.spec.tp_size)
     if fired is None or watch.hang is not None:
         return
@@ -282,17 +283,17 @@ def _read_watchdog(text: str, run_dir: Path, server: SglangServer, watch: TrialW
 def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient | None,
                      watch: TrialWatch) -> None:  # fmt: skip
     """Per-rank logs from the server log, the process facts SGLang's log adds, the answers."""
-    logs = split_rank_logs(run_dir / "server.log", run_dir, server.spec.tp_size)
+    logs = split_rank_logs(run_dir / ev.SERVER_LOG, run_dir, server.spec.tp_size)
     try:
-        text = (run_dir / "server.log").read_text(errors="replace")
+        text = (run_dir / ev.SERVER_LOG).read_text(errors="replace")
     except OSError:
         text = ""  # no log: nothing below finds anything in it
     _apply_logged_exit_codes(text, server)
     _mark_logged_crashes(text, logs, server, watch)
     _read_watchdog(text, run_dir, server, watch)
     if client is not None:
-        write_json(run_dir / "outputs.json", client.result.outputs)
-        write_json(run_dir / "requests.json", {"cached": client.result.cached,
+        write_json(run_dir / ev.OUTPUTS, client.result.outputs)
+        write_json(run_dir / ev.REQUESTS, {"cached": client.result.cached,
                                                "errors": client.result.errors,
                                                "latency_s": client.result.latency_s})  # fmt: skip
 
@@ -357,6 +358,6 @@ def split_rank_logs(server_log: Path, run_dir: Path, tp_size: int) -> dict[int, 
             by_rank.setdefault(current, []).append(line)
     paths = {}
     for rank, rank_lines in by_rank.items():
-        paths[rank] = run_dir / f"rank{rank}.log"
+        paths[rank] = ev.rank_log(run_dir, rank)
         paths[rank].write_text("".join(rank_lines))
     return paths

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
+from hicache_diag import engines as eng
 from hicache_diag.errors import UsageError
-from hicache_diag.harness import engine as eng
+from hicache_diag.harness import engine as contract
 from hicache_diag.harness.builtin import BuiltinEngine
 from hicache_diag.harness.hang_watch import HangWatch
 from hicache_diag.harness.request import RunRequest
@@ -17,8 +18,8 @@ from hicache_diag.sglang.trial import SglangEngine
 
 
 def test_every_engine_implements_the_whole_contract():
-    wanted = {n for n in dir(eng.Engine) if not n.startswith("_")}
-    wanted |= set(eng.Engine.__annotations__)
+    wanted = {n for n in dir(contract.Engine) if not n.startswith("_")}
+    wanted |= set(contract.Engine.__annotations__)
     for cls in (BuiltinEngine, SglangEngine):
         assert wanted <= set(dir(cls)), (cls, wanted - set(dir(cls)))
 
