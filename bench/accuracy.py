@@ -13,28 +13,26 @@ counts runs whose own verdict changed when blinded (0 means it never looked).
 Prints the ambiguous trials by reason (two ranks perturbed, fails without the fault too, fault
 never fired or never mattered, timing-only fault), per-kind scores, the confusion tables of
 source, form and outcome, and last `accuracy: culprit X/Y, source X/Y, form X/Y` over the
-decidable trials (harness/campaign_score.py says which are). Asserts nothing.
+decidable trials (bench/campaign/score.py says which are). Asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/campaign/, also when imported
+
+from campaign.plan import TrialPlan, blind_copy, plan_trials, run_facts  # noqa: E402
+from campaign.score import Scored, by_kind, confusion, summarize, verdict_fields  # noqa: E402
+
 from hicache_diag.diagnosis.classify import classify_run
 from hicache_diag.harness.bisect_trials import RUN_COMMAND, PlannedTrial, TrialRunner, trial_env
-from hicache_diag.harness.campaign import TrialPlan, blind_copy, plan_trials, run_facts
-from hicache_diag.harness.campaign_score import (
-    Scored,
-    by_kind,
-    confusion,
-    summarize,
-    verdict_fields,
-)
 from hicache_diag.harness.trial_server import TrialServer
 
 

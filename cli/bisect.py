@@ -1,9 +1,10 @@
-"""`hicache-diag bisect`: crash rates over a matrix of switches (DESIGN §6)."""
+"""`hicache-diag bisect`: crash rates over a matrix of switches (docs/design.md §6)."""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -63,15 +64,17 @@ def _refuse_flat_axes(axes: tuple[Axis, ...]) -> None:
             )
 
 
-def _check_cells(app: typer.Typer, cfg: BisectConfig) -> int:
+def _check_cells(app: typer.Typer, cfg: BisectConfig) -> tuple[int, float]:
     """Parse and validate every cell's `run` arguments as `run` itself would, with the cell's own
     engine, before any trial starts: a bad pass-through flag, axis value or release is one line
-    and exit 2, not N failed trials. Returns the most ranks any cell runs."""
+    and exit 2, not N failed trials. Returns the most ranks any cell runs and the longest trial
+    timeout of the cells' engines."""
     from hicache_diag.cli.run import build_engine_config
+    from hicache_diag.engines import engine
     from hicache_diag.harness.bisect import matrix
 
     run = typer.main.get_command(app).commands["run"]
-    world = 1
+    world, timeout = 1, 0.0
     for values in matrix(cfg.axes):
         argv = [*cfg.run_args]
         for axis in cfg.axes:
@@ -80,8 +83,10 @@ def _check_cells(app: typer.Typer, cfg: BisectConfig) -> int:
         params = dict(ctx.params)
         if params.get("out") is not None:
             raise UsageError("give --out to bisect itself (the parent of every trial's run dir)")
-        world = max(world, build_engine_config(params).world_size)
-    return world
+        built = build_engine_config(params)
+        world = max(world, built.world_size)
+        timeout = max(timeout, engine(built.engine).trial_timeout_s)
+    return world, timeout
 
 
 def _cells(axes: tuple[Axis, ...]) -> int:
@@ -137,15 +142,6 @@ def _save_table(table, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.json").write_text(json.dumps(table.to_json(), indent=2, sort_keys=True) + "\n")
     (out / "table.md").write_text(table_markdown(table))
-
-
-def _engine(args: list[str]) -> str:
-    for i, arg in enumerate(args):
-        if arg.startswith("--engine="):
-            return arg.split("=", 1)[1]
-        if arg == "--engine" and i + 1 < len(args):
-            return args[i + 1]
-    return "builtin"
 
 
 def _render(table, json_out: bool) -> None:
@@ -217,16 +213,16 @@ def register(app: typer.Typer) -> None:
         from hicache_diag.cli.render.status import PhaseStatus
 
         axes = _axes(app, storage_backend, hicache_size, switch or [])
-        if trial_timeout is None:  # real SGLang starts in tens of seconds, the builtin in one
-            trial_timeout = 900.0 if _engine(ctx.args) == "sglang" else 300.0
-        check_seconds("--trial-timeout", trial_timeout)
+        if trial_timeout is not None:
+            check_seconds("--trial-timeout", trial_timeout)
         from hicache_diag.harness.rundir import check_writable
         from hicache_diag.limits import check_jobs, check_seed, check_trials
 
         check_writable(out)  # a file, non-empty or unwritable: 2
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         out = Path(out) if out is not None else Path("runs") / f"bisect-{stamp}"
-        cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(ctx.args), trial_timeout)
+        cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(ctx.args),
+                           trial_timeout if trial_timeout is not None else 1.0)
         if not axes:
             raise UsageError(
                 "bisect needs a matrix: --storage-backend V1,V2, --hicache-size S1,S2 or "
@@ -237,7 +233,9 @@ def register(app: typer.Typer) -> None:
         check_seed(seed)
         check_seed(seed + trials - 1, "--seed + --trials - 1")  # trial j runs seed + j
         with PhaseStatus(err_console, json_out, f"checking {_cells(axes)} cell(s)"):
-            world = _check_cells(app, cfg)  # the sglang engine probes each cell's release
+            world, engine_timeout = _check_cells(app, cfg)  # sglang: probes each release
+        if trial_timeout is None:  # each engine's own: real SGLang starts in tens of seconds
+            cfg = replace(cfg, trial_timeout_s=engine_timeout)
         check_jobs(jobs, world)
         progress, on_result = trial_progress(err_console, _cells(axes) * trials, quiet=json_out)
         with progress:

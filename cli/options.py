@@ -10,32 +10,14 @@ from typing import Annotated, Any
 
 import typer
 
+from hicache_diag.engines import ENGINES as ENGINE_REGISTRY
+from hicache_diag.engines import default_help
 from hicache_diag.errors import UsageError
+from hicache_diag.harness import builtin
 
-RUN_DEFAULTS = {
-    "pp": 2,
-    "tp": 1,
-    "async_depth": 0,
-    "page_size": 4,
-    "max_total_tokens": 256,
-    "hicache_size": "0",
-    "hicache_ratio": 2.0,
-    "hicache_write_policy": "write_through",
-    "hicache_storage_backend": "none",
-    "hicache_storage_dir": None,
-    "hicache_storage_prefetch_policy": "best_effort",
-    "workload": "shared-prefix",
-    "requests": 32,
-    "max_new_tokens": 8,
-    "hang_timeout": 5.0,
-    "device": "cpu",
-    "protocol": "full",
-    "seed": 0,
-    "engine": "builtin",
-    "max_steps": None,  # auto: server_args.auto_step_budget
-}
+RUN_DEFAULTS = builtin.DEFAULTS  # each engine owns its defaults: harness/engine.py
 MAX_STEPS_DEFAULT = "auto: 25 x requests + 2 x requests x (max-new-tokens + 1) x loop size + 1000"
-ENGINES = ("builtin", "sglang")
+ENGINES = tuple(ENGINE_REGISTRY)
 
 # The type each scenario key must have (TOML gives ints, floats, strings, lists); `fix` is the
 # scenario's list of --fix switches. Scenario keys are the run flags' names in snake_case.
@@ -81,7 +63,7 @@ def with_default(help: str, value: object) -> str:
 
 
 def _opt(*names: str, help: str, metavar: str | None = None, key: str | None = None) -> Any:
-    text = with_default(help, RUN_DEFAULTS[key]) if key else help
+    text = with_default(help, default_help(key)) if key else help
     return typer.Option(*names, help=text, metavar=metavar, show_default=False)
 
 
@@ -261,7 +243,7 @@ SglangArgOpt = Annotated[
         "e.g. --sglang-arg=--watchdog-timeout=60; repeatable.",
     ),
 ]
-SGLANG_SCENARIO_KEYS = ("sglang_python", "sglang_version")  # scenario-only, sglang engine only
+SGLANG_SCENARIO_KEYS = builtin.SGLANG_SCENARIO_KEYS
 SglangPythonOpt = Annotated[
     str | None,
     _opt(

@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--out", metavar="DIR", help="Keep the run directory here.")
         ] = None,
     ) -> None:
-        """Measure load_ack / write_ack latencies of the PP event loop (seed 000's table)."""
+        """Measure load_ack / write_ack latencies of the PP event loop, one iteration at a time."""
         from hicache_diag.diagnosis.timeline import compute_timeline
         from hicache_diag.harness.rundir import check_writable
 

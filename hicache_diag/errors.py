@@ -11,3 +11,8 @@ class UsageError(HicacheDiagError):
 
 class RunDirError(UsageError):
     """A run directory is missing or incomplete; the message says what is missing."""
+
+
+class EngineStartError(HicacheDiagError):
+    """An engine never became ready (a settings assert, a missing driver): the environment
+    failed, not a rank; the trial records it and the verdict is `undecided`."""

@@ -1,4 +1,4 @@
-"""The verdict contract of DESIGN §4: outcomes, crash forms and exit codes, defined once."""
+"""The verdict contract of docs/design.md §4: outcomes, crash forms and exit codes, defined once."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ class DivergenceSource(str, enum.Enum):
 
 
 class ExitCode(enum.IntEnum):
-    """Exit statuses of `run` and `triage` (DESIGN §4); `bisect` exits OK when it completed."""
+    """Exit statuses of `run` and `triage` (docs/design.md §4); `bisect` exits OK when it
+    completed."""
 
     OK = 0
     INTERNAL_ERROR = 1

@@ -1,4 +1,5 @@
-"""Bisect results: per-cell crash rates with Wilson intervals, and the verdict lines (DESIGN §6)."""
+"""Bisect results: per-cell crash rates with Wilson intervals, and the verdict lines
+(docs/design.md §6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""classify_run: compose the checks over a run directory into one Verdict (DESIGN §4)."""
+"""classify_run: compose the checks over a run directory into one Verdict (docs/design.md §4)."""
 
 from __future__ import annotations
 
@@ -244,8 +244,8 @@ def verdict_from(run: RunData) -> Verdict:
 
 
 def classify_run(run_dir: Path) -> Verdict:
-    """Classify a finished run from its directory alone (DESIGN §4). Raises RunDirError when the
-    directory holds nothing to classify."""
+    """Classify a finished run from its directory alone (docs/design.md §4). Raises RunDirError
+    when the directory holds nothing to classify."""
     return verdict_from(load_run(run_dir))
 
 

@@ -2,7 +2,7 @@
 
 The source and the culprit rank are attributed from what each rank recorded as its own inputs
 (ready acks, failed host allocs, eviction victims, local L3 hits, L3 progress), never from which
-fault was requested or fired (`faults_fired` is the injection, not evidence; issue 14).
+fault was requested or fired (`faults_fired` is the injection, not evidence).
 """
 
 from __future__ import annotations

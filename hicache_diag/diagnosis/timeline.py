@@ -60,7 +60,7 @@ class TimelineTable:
     observed: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def formula(self, event: str) -> tuple[str, int]:
-        """What sglang-internals / seed 000 predict: (text, value)."""
+        """What the PP event loop's order predicts (docs/design.md §7): (text, value)."""
         if event == "load":
             return "next check = +1", 1
         n = self.loop_size

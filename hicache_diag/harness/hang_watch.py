@@ -3,16 +3,21 @@ seconds => hang. Before any rank has stepped, start-up has its own grace, bounde
 `startup_grace()`; a rank the kernel shows stopped (SIGSTOP) for `hang_timeout` is a hang even
 then, since a stopped process cannot finish starting.
 
-It also tails each rank's jsonl for the live progress view, so the files are read once.
+It also tails each rank's jsonl for the live progress view, so the files are read once. An
+engine says which lines count as progress (`busy`: SGLang's plugin also writes idle steps) and
+may report progress the step files cannot show (`note_activity`: a request answered).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from hicache_diag.evidence import rank_jsonl
 
 # Before its first line a rank imports torch (spawn only; a fork has it), joins gloo and builds
 # its caches: ~0.1 s forked, 1.5-3 s spawned, measured up to ~6 s spawned on a loaded 2-core box
@@ -33,6 +38,8 @@ class RankTail:
     first_seen: float | None = None  # when its first step line was read
     faults_fired: int = 0
     fault_counts: dict[str, int] = field(default_factory=dict)  # fault name -> times fired
+    busy: Callable[[dict[str, Any]], bool] | None = None  # None: every line is progress
+    last_busy: dict[str, Any] | None = None  # the last line that counted as progress
     _partial: bytes = b""
 
     def poll(self, now: float) -> None:
@@ -45,9 +52,8 @@ class RankTail:
         if not data:
             return
         self.offset += len(data)
-        self.last_change = now
-        if self.first_seen is None:
-            self.first_seen = now
+        if self.busy is None:
+            self._progressed(now)
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
         for line in lines:
@@ -55,6 +61,15 @@ class RankTail:
                 rec = json.loads(line)
                 self._count_faults(rec.get("faults_fired") or ())
                 self.last = rec
+                if self.busy is None or self.busy(rec):
+                    self.last_busy = rec
+                    if self.busy is not None:
+                        self._progressed(now)
+
+    def _progressed(self, now: float) -> None:
+        self.last_change = now
+        if self.first_seen is None:
+            self.first_seen = now
 
     def _count_faults(self, fired: Any) -> None:
         for f in fired:
@@ -70,10 +85,19 @@ class HangWatch:
     hang_timeout: float
     started: float = field(default_factory=time.time)
     tails: dict[int, RankTail] = field(default_factory=dict)
+    busy: Callable[[dict[str, Any]], bool] | None = None  # which step lines are progress
+    startup_grace_s: float | None = None  # None: startup_grace(hang_timeout)
+    activity: float = 0.0  # the latest progress outside the step files (engine-reported)
 
     def __post_init__(self) -> None:
+        if self.startup_grace_s is None:
+            self.startup_grace_s = startup_grace(self.hang_timeout)
         for r in range(self.world_size):
-            self.tails[r] = RankTail(self.run_dir / f"rank{r}.jsonl", last_change=self.started)
+            self.tails[r] = RankTail(rank_jsonl(self.run_dir, r), last_change=self.started,
+                                     busy=self.busy)  # fmt: skip
+
+    def note_activity(self, t: float) -> None:
+        self.activity = max(self.activity, t)
 
     def poll(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -89,9 +113,9 @@ class HangWatch:
         start-up grace ran out."""
         now = time.time() if now is None else now
         if not self.stepped:
-            return now - self.started > startup_grace(self.hang_timeout)
+            return now - max(self.started, self.activity) > self.startup_grace_s
         last = max(t.last_change for t in self.tails.values() if t.first_seen is not None)
-        return now - last > self.hang_timeout
+        return now - max(last, self.activity) > self.hang_timeout
 
     def startup_s(self) -> dict[str, float | None]:
         """Seconds from launch to each rank's first step line (None: it never stepped)."""
@@ -103,11 +127,16 @@ class HangWatch:
     def last_steps(self) -> dict[str, Any]:
         """Per rank: its last recorded step and that line's own time (the rank's clock)."""
         return {
-            str(r): {"step": (t.last or {}).get("step"), "t": (t.last or {}).get("t")}
+            str(r): {"step": (t.last_busy or {}).get("step"), "t": (t.last_busy or {}).get("t")}
             for r, t in self.tails.items()
         }
 
-    def last_progress(self) -> dict[str, float]:
+    def last_progress(self, line_clock: bool = False) -> dict[str, float]:
+        """Per rank: when it last progressed, as read (our clock), or with `line_clock` as its
+        last progress line says (ranks with none left out)."""
+        if line_clock:
+            return {str(r): float(t.last_busy.get("t") or t.last_change)
+                    for r, t in self.tails.items() if t.last_busy is not None}  # fmt: skip
         return {str(r): t.last_change for r, t in self.tails.items()}
 
     def snapshot(self) -> dict[int, dict[str, Any]]:

@@ -7,7 +7,6 @@ facts, never by a guess from the faults that were injected.
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,15 +24,6 @@ def status_of(pid: int) -> str:
         return "gone"
     except psutil.Error:
         return "unknown"
-
-
-def signal_name(signum: int | None) -> str | None:
-    if signum is None:
-        return None
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def _oom_counter_files() -> list[Path]:

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hicache_diag import __version__
+from hicache_diag import __version__, ranks
 from hicache_diag.errors import UsageError
 from hicache_diag.runtime.protocol import ProtocolConfig
 from hicache_diag.runtime.server_args import ModelConfig, RunConfig, ServerArgs, WorkloadConfig
@@ -42,7 +42,8 @@ def prepare_run_dir(out: str | None, seed: int) -> Path:
 
 
 def _refuse_non_empty(path: Path) -> None:
-    """A run directory is written once (DESIGN §4): never append to another run's evidence."""
+    """A run directory is written once (docs/design.md §4): never append to another run's
+    evidence."""
     if path.is_dir() and any(path.iterdir()):
         raise UsageError(f"--out {str(path)!r} is not empty; a run directory is written once")
 
@@ -76,37 +77,41 @@ def config_from_dict(data: dict[str, Any]) -> RunConfig:
 
 
 def topology(sa: ServerArgs) -> dict[str, Any]:
-    ranks = [
-        {"rank": p * sa.tp_size + t, "pp": p, "tp": t}
-        for p in range(sa.pp_size)
-        for t in range(sa.tp_size)
-    ]
-    return {"pp": sa.pp_size, "tp": sa.tp_size, "world_size": sa.world_size, "ranks": ranks}
+    return ranks.topology(sa.pp_size, sa.tp_size)
 
 
 def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+def manifest_head(argv: list[str]) -> dict[str, Any]:
+    """The manifest fields every engine's run dir has (docs/evidence.md)."""
+    return {
+        "tool": "hicache-diag",
+        "version": __version__,
+        "evidence_version": EVIDENCE_VERSION,
+        "python": platform.python_version(),
+        "host": socket.gethostname(),
+        "argv": list(argv) if argv else sys.argv,
+        "started_at": utc_now(),
+    }
+
+
+def manifest_fields(cfg: RunConfig, argv: list[str], torch_version: str) -> dict[str, Any]:
+    """The builtin engine's manifest."""
+    return {
+        **manifest_head(argv),
+        "torch": torch_version,
+        "seed": cfg.seed,
+        "config": config_to_dict(cfg),
+        "protocol": cfg.protocol.as_dict(),
+        "faults": list(cfg.faults),
+        "topology": topology(cfg.server_args),
+    }
+
+
 def write_manifest(run_dir: Path, cfg: RunConfig, argv: list[str], torch_version: str) -> None:
-    write_json(
-        run_dir / "manifest.json",
-        {
-            "tool": "hicache-diag",
-            "version": __version__,
-            "evidence_version": EVIDENCE_VERSION,
-            "python": platform.python_version(),
-            "torch": torch_version,
-            "host": socket.gethostname(),
-            "argv": list(argv) if argv else sys.argv,
-            "seed": cfg.seed,
-            "config": config_to_dict(cfg),
-            "protocol": cfg.protocol.as_dict(),
-            "faults": list(cfg.faults),
-            "topology": topology(cfg.server_args),
-            "started_at": utc_now(),
-        },
-    )
+    write_json(run_dir / "manifest.json", manifest_fields(cfg, argv, torch_version))
 
 
 def load_config(run_dir: Path) -> RunConfig:

@@ -1,7 +1,11 @@
-"""One trial (ours): prepare the run dir, launch, watch, reap, classify, write verdict.json last.
+"""The one trial loop, for every engine: run dir, manifest, start, ready, workload, the hang
+watch, stack dumps, reap, launcher.json, classification, verdict.json last.
 
-The root cause is the first failure in time: the first rank to exit non-zero is recorded, the
-survivors get a short grace to log their cascade (`Connection closed by peer`), then are reaped.
+The engine (harness/engine.py `Engine`: the builtin runtime in harness/builtin.py, real SGLang
+in sglang/trial.py) starts, polls and reaps its ranks and records their facts; judging them is
+the classifier's. The root cause is the first failure in time: the first rank to end badly is
+recorded, the survivors get the engine's grace to log their cascade (`Connection closed by
+peer`), then are reaped.
 """
 
 from __future__ import annotations
@@ -18,18 +22,16 @@ from typing import Any
 
 import torch
 
-from hicache_diag.harness.hang_watch import HangWatch, startup_grace
+from hicache_diag import evidence as ev
+from hicache_diag.errors import EngineStartError
+from hicache_diag.harness.engine import Engine, EngineConfig, RankRecord
+from hicache_diag.harness.hang_watch import HangWatch
 from hicache_diag.harness.proc_facts import StopWatch, oom_kill_count
-from hicache_diag.harness.reference import compare_outputs, compute_reference
-from hicache_diag.harness.rundir import prepare_run_dir, utc_now, write_json, write_manifest
-from hicache_diag.harness.workload import Workload
+from hicache_diag.harness.reference import compare_outputs
+from hicache_diag.harness.rundir import prepare_run_dir, utc_now, write_json
 from hicache_diag.rules.signatures import Context, crash_form
-from hicache_diag.runtime.launcher import Launcher
-from hicache_diag.runtime.server_args import RunConfig
 from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict, write_json_atomic
 
-POLL_S = 0.1
-CASCADE_GRACE_S = 1.0  # survivors of a crash get this long to log their own error
 STACK_DEADLINE_S = 4.0  # py-spy attaches in well under a second; a stuck one is killed
 FAULTHANDLER_WAIT_S = 1.0
 
@@ -43,7 +45,9 @@ class TrialResult:
 
 
 @dataclass
-class _Watch:
+class TrialWatch:
+    """What the loop saw; launcher.json is written from it (and the engine's process records)."""
+
     first_failure: dict[str, Any] | None = None
     hang: dict[str, Any] | None = None
     stacks: dict[str, Any] | None = None
@@ -53,72 +57,85 @@ class _Watch:
     hang_watch: HangWatch | None = None
     stops: StopWatch = field(default_factory=StopWatch)
     oom_kills_before: int | None = None
+    startup_error: str | None = None  # the engine never became ready (the environment's)
+    timings: dict[str, float] = field(default_factory=dict)
 
 
-def run_trial(
-    cfg: RunConfig, argv: list[str] | None = None, on_progress: Progress | None = None
-) -> TrialResult:
+def run_trial(cfg: EngineConfig, argv: list[str] | None = None,
+              on_progress: Progress | None = None) -> TrialResult:  # fmt: skip
+    """The builtin engine's trial (kept under its old name: bisect's trial server and the
+    timeline call it)."""
+    from hicache_diag.harness.builtin import BuiltinEngine
+
+    return run_engine_trial(BuiltinEngine(cfg), cfg, argv, on_progress)
+
+
+def run_engine_trial(engine: Engine, cfg: EngineConfig, argv: list[str] | None = None,
+                     on_progress: Progress | None = None) -> TrialResult:  # fmt: skip
     """One run, start to verdict. SIGINT/SIGTERM end it early: every rank is reaped and the
     verdict (outcome `interrupted`, exit 130) is still written, with the evidence so far."""
     torch.set_num_threads(1)  # the reference shares 2 cores with the ranks; threads only thrash
     run_dir = prepare_run_dir(cfg.out, cfg.seed)
-    write_manifest(run_dir, cfg, argv or [], torch.__version__)
-    workload = Workload(cfg.workload, cfg.server_args)
+    engine.prepare(run_dir)
+    write_json(run_dir / ev.MANIFEST, engine.manifest(argv or []))
     started, t0 = utc_now(), time.time()
-    launcher = Launcher(run_dir, cfg.server_args)
-    watch = _Watch(oom_kills_before=oom_kill_count())
+    watch = TrialWatch(oom_kills_before=oom_kill_count())
     old = _trap_sigterm()
     try:
-        launcher.start()
-        reference = compute_reference(cfg.server_args.model, workload.requests)
-        write_json(run_dir / "reference.json", reference)
-        _watch_loop(launcher, cfg, run_dir, watch, on_progress)
+        engine.start()
+        engine.wait_ready(watch, on_progress)
+        engine.drive()
+        _watch_loop(engine, cfg, run_dir, watch, on_progress)
+        if watch.first_failure is None and watch.hang is None:
+            engine.drained(watch)
     except KeyboardInterrupt:
         watch.interrupted, watch.interrupted_at = True, time.time()
         try:
-            _note_interrupt_stall(launcher, run_dir, watch)
+            _note_interrupt_stall(engine, run_dir, watch)
         except KeyboardInterrupt:  # a second Ctrl-C: reap at once, without the stacks
             pass
+    except EngineStartError as exc:  # a run that never started: the environment's failure
+        watch.startup_error = str(exc)
     finally:
         try:
-            launcher.close()
+            engine.close(watch)
         except KeyboardInterrupt:  # a second Ctrl-C while reaping: reap anyway
-            launcher.close()
+            engine.close(watch)
         _restore_sigterm(old)
         drop_empty_stack_files(run_dir)
-        _write_launcher_json(run_dir, launcher, watch, started)
-    verdict = _classify(run_dir)
+        engine.finish_evidence(watch)
+        write_launcher_json(run_dir, engine, watch, started)
+    verdict = engine.amend(_classify(run_dir), watch)
     verdict.duration_s = round(time.time() - t0, 3)
     verdict.run_dir = str(run_dir)
-    write_json_atomic(run_dir / "verdict.json", verdict.to_json())
+    write_json_atomic(run_dir / ev.VERDICT, verdict.to_json())
     return TrialResult(verdict, run_dir)
 
 
-def _watch_loop(
-    launcher: Launcher, cfg: RunConfig, run_dir: Path, watch: _Watch, on_progress: Progress | None
-) -> None:
-    hang = watch.hang_watch = HangWatch(run_dir, cfg.server_args.world_size, cfg.hang_timeout)
+def _watch_loop(engine: Engine, cfg: EngineConfig, run_dir: Path, watch: TrialWatch,
+                on_progress: Progress | None) -> None:  # fmt: skip
+    hang = watch.hang_watch = HangWatch(
+        run_dir, cfg.world_size, cfg.hang_timeout, busy=engine.busy,
+        startup_grace_s=engine.startup_grace(cfg.hang_timeout),
+    )  # fmt: skip
     grace_until = None
-    while launcher.alive():
-        time.sleep(POLL_S)
+    while engine.running():
+        time.sleep(engine.poll_s)
         now = time.time()
-        for p in launcher.poll():
-            if p.state == "crashed" and watch.first_failure is None:
-                watch.first_failure = _failure(p)
-                grace_until = now + CASCADE_GRACE_S
+        for failure in engine.poll(now):
+            if watch.first_failure is None:
+                watch.first_failure = failure.record
+                grace_until = now + failure.grace_s
         hang.poll(now)
-        watch.stops.poll({p.rank: p.pid for p in launcher.alive()}, now)
+        hang.note_activity(engine.activity())
+        watch.stops.poll({p.rank: p.pid for p in engine.live()}, now)
         if on_progress is not None:
-            on_progress({"ranks": hang.snapshot(), "elapsed_s": now - hang.started})
-        if grace_until is not None and now > grace_until:
-            launcher.kill_all("killed")
-        elif grace_until is None and _hung(hang, watch.stops, cfg.hang_timeout, now):
-            _handle_hang(launcher, hang, run_dir, watch, now)
-
-
-def _failure(p: Any) -> dict[str, Any]:
-    """The first rank to end badly, as the launcher saw it: exit code or the signal."""
-    return {"rank": p.rank, "t": p.ended_at, "exitcode": p.exitcode, "signal": p.signal}
+            on_progress({"ranks": hang.snapshot(), "elapsed_s": now - engine.started_at})
+        if grace_until is not None:
+            if now > grace_until:
+                engine.stop("killed")
+        elif _hung(hang, watch.stops, cfg.hang_timeout, now):
+            _handle_hang(engine, hang, run_dir, watch, now)
 
 
 def _hung(hang: HangWatch, stops: StopWatch, timeout: float, now: float) -> bool:
@@ -132,18 +149,18 @@ def _hung(hang: HangWatch, stops: StopWatch, timeout: float, now: float) -> bool
 INTERRUPT_STALL_S = 1.0  # every rank this long without a step when Ctrl-C came: a stalled run
 
 
-def _note_interrupt_stall(launcher: Launcher, run_dir: Path, watch: _Watch) -> None:
+def _note_interrupt_stall(engine: Engine, run_dir: Path, watch: TrialWatch) -> None:
     """Ctrl-C on a run that had stopped stepping (before the hang timeout): take the stacks, as
     a hang would, so the verdict can name the rank the others were waiting for. The step files'
     mtimes say when each rank last stepped (the watch loop may not have begun: the reference
     is computed while the ranks already run)."""
     now = watch.interrupted_at or time.time()
-    if watch.hang is not None or not launcher.alive():
+    if watch.hang is not None or not engine.alive():
         return
     last = {}
-    for p in launcher.procs:
+    for p in engine.ranks():
         try:
-            st = (run_dir / f"rank{p.rank}.jsonl").stat()
+            st = ev.rank_jsonl(run_dir, p.rank).stat()
         except OSError:
             return  # a rank that never stepped: start-up, not a stall
         if not st.st_size:
@@ -155,39 +172,40 @@ def _note_interrupt_stall(launcher: Launcher, run_dir: Path, watch: _Watch) -> N
     hang = watch.hang_watch
     watch.interrupt_stall = {
         "last_progress": last, "last_steps": hang.last_steps() if hang else {},
-        "stalled_ranks": [p.rank for p in launcher.alive()],
+        "stalled_ranks": [p.rank for p in engine.alive()],
         "proc_status": {str(r): s for r, s in watch.stops.last_status.items()},
         "stopped_ranks": sorted(stopped), "idle_s": {r: round(now - t, 3) for r, t in last.items()},
     }  # fmt: skip
-    watch.stacks = dump_rank_stacks(launcher, run_dir, skip=stopped)
+    watch.stacks = dump_rank_stacks(engine, run_dir, skip=stopped, fallback=engine.faulthandler)
 
 
-def _handle_hang(
-    launcher: Launcher, hang: HangWatch, run_dir: Path, watch: _Watch, now: float
-) -> None:
+def _handle_hang(engine: Engine, hang: HangWatch, run_dir: Path, watch: TrialWatch,
+                 now: float) -> None:  # fmt: skip
     stopped = set(watch.stops.stopped_for(now))
     watch.hang = {
         "detected_at": now,
-        "last_progress": hang.last_progress(),
+        "last_progress": hang.last_progress(line_clock=engine.line_clock),
         "last_steps": hang.last_steps(),
-        "stalled_ranks": [p.rank for p in launcher.alive()],
+        "stalled_ranks": [p.rank for p in engine.live()],
         "during_startup": not hang.stepped,
         "proc_status": {str(r): s for r, s in watch.stops.last_status.items()},
         "stopped_ranks": sorted(stopped),
     }
-    watch.stacks = dump_rank_stacks(launcher, run_dir, skip=stopped)
-    launcher.kill_all("hung")
+    watch.stacks = dump_rank_stacks(engine, run_dir, skip=stopped, fallback=engine.faulthandler)
+    engine.stop("hung")
 
 
-def dump_rank_stacks(launcher: Launcher, run_dir: Path, skip: set[int] | None = None) -> dict:
-    """py-spy every live rank in parallel under one deadline (a hung py-spy is killed); when any
-    rank could not be dumped, fall back to the ranks' faulthandler (SIGUSR1 ->
-    stacks/rank{r}.txt) and record why, so the verdict can say it. `skip`: stopped ranks,
-    which neither py-spy nor their own signal handler can answer for."""
-    alive = [p for p in launcher.alive() if p.rank not in (skip or set())]
+def dump_rank_stacks(ranks: Any, run_dir: Path, skip: set[int] | None = None,
+                     fallback: bool = True) -> dict:  # fmt: skip
+    """py-spy every live rank (`ranks.alive()`) in parallel under one deadline (a hung py-spy is
+    killed); when any rank could not be dumped and the ranks have a faulthandler (`fallback`;
+    SGLang's schedulers do not), fall back to it (SIGUSR1 -> stacks/rank{r}.txt) and record why,
+    so the verdict can say it. `skip`: stopped ranks, which neither py-spy nor their own signal
+    handler can answer for."""
+    alive = [p for p in ranks.alive() if p.rank not in (skip or set())]
     error = _pyspy_dumps(alive, run_dir)
-    if error is None:
-        return {"tool": "py-spy", "error": None}
+    if error is None or not fallback:
+        return {"tool": "py-spy", "error": error}
     for p in alive:
         try:
             os.kill(p.pid, signal.SIGUSR1)
@@ -197,7 +215,7 @@ def dump_rank_stacks(launcher: Launcher, run_dir: Path, skip: set[int] | None = 
     return {"tool": "faulthandler", "error": error}
 
 
-def _pyspy_dumps(alive: list, run_dir: Path) -> str | None:
+def _pyspy_dumps(alive: list[RankRecord], run_dir: Path) -> str | None:
     """Write stacks/rank{r}.json for every rank py-spy could dump; the errors of the others."""
     try:
         from hicache_diag.triage.pyspy import dump_stacks
@@ -209,7 +227,7 @@ def _pyspy_dumps(alive: list, run_dir: Path) -> str | None:
     for p in alive:
         res = results.get(p.pid)
         if res is not None and res.threads is not None:
-            write_json(run_dir / "stacks" / f"rank{p.rank}.json", res.threads)
+            write_json(ev.stack_json(run_dir, p.rank), res.threads)
         else:
             errors.append(f"rank{p.rank}: {res.error if res else 'no dump'}")
     return "; ".join(errors) or None
@@ -219,7 +237,7 @@ def _wait_for_faulthandler(alive: list, run_dir: Path) -> None:
     """faulthandler writes from a C signal handler, even in a rank blocked inside gloo; wait
     until every signalled rank's file has content (bounded)."""
     deadline = time.time() + FAULTHANDLER_WAIT_S
-    files = [run_dir / "stacks" / f"rank{p.rank}.txt" for p in alive]
+    files = [ev.stack_txt(run_dir, p.rank) for p in alive]
     sizes: list[int] = []
     while time.time() < deadline:
         time.sleep(0.05)
@@ -238,30 +256,34 @@ def _size(path: Path) -> int:
 
 def drop_empty_stack_files(run_dir: Path) -> None:
     """Every rank opens its faulthandler file at start; keep only the ones that were written."""
-    for path in (run_dir / "stacks").glob("rank*.txt"):
+    for path in (run_dir / ev.STACKS).glob("rank*.txt"):
         if _size(path) == 0:
             path.unlink(missing_ok=True)
 
 
-def _write_launcher_json(run_dir: Path, launcher: Launcher, watch: _Watch, started: str) -> None:
+def write_launcher_json(run_dir: Path, engine: Engine, watch: TrialWatch, started: str) -> None:
+    """launcher.json, the one writer: how each rank process ended and what the loop saw."""
     hang = watch.hang_watch
     oom_after = oom_kill_count()
     oom = None
     if watch.oom_kills_before is not None and oom_after is not None:
         oom = oom_after - watch.oom_kills_before  # OOM kills in our cgroup during this run
     write_json(
-        run_dir / "launcher.json",
+        run_dir / ev.LAUNCHER,
         {
-            "ranks": [p.to_json() for p in launcher.procs],
+            **engine.launcher_extra(),
+            "ranks": [p.to_json() for p in engine.ranks()],
             "first_failure": watch.first_failure,
             "hang": watch.hang,
             "stacks": watch.stacks or {"tool": None, "error": None},
             "interrupted": watch.interrupted,
             "interrupted_at": watch.interrupted_at,
             "interrupt_stall": watch.interrupt_stall,
+            "startup_error": watch.startup_error,
+            "timings": watch.timings,
             "oom_kills": oom,
             "startup": {
-                "grace_s": startup_grace(hang.hang_timeout) if hang else None,
+                "grace_s": hang.startup_grace_s if hang else None,
                 "first_step_s": hang.startup_s() if hang else {},
             },
             "last_steps": hang.last_steps() if hang else {},
@@ -318,7 +340,7 @@ def _last_error_line(log: Path) -> str | None:
 
 def _count_steps(run_dir: Path) -> int:
     try:
-        with open(run_dir / "rank0.jsonl", "rb") as fh:
+        with open(ev.rank_jsonl(run_dir, 0), "rb") as fh:
             return sum(1 for _ in fh)
     except OSError:
         return 0
@@ -326,8 +348,8 @@ def _count_steps(run_dir: Path) -> int:
 
 def fallback_verdict(run_dir: Path) -> Verdict:
     """Minimal classification: hang / crash (A, B by signature) / wrong-output / ok."""
-    launcher = _read_json(run_dir / "launcher.json", {})
-    manifest = _read_json(run_dir / "manifest.json", {})
+    launcher = _read_json(run_dir / ev.LAUNCHER, {})
+    manifest = _read_json(run_dir / ev.MANIFEST, {})
     ranks = [
         RankState(r["rank"], r["pp"], r["tp"], r["pid"], r["state"])
         for r in launcher.get("ranks", [])
@@ -335,7 +357,7 @@ def fallback_verdict(run_dir: Path) -> Verdict:
     v = Verdict(Outcome.OK, ranks=ranks, seed=manifest.get("seed"), steps=_count_steps(run_dir))
     if launcher.get("first_failure"):
         rank = launcher["first_failure"]["rank"]
-        sig = _last_error_line(run_dir / f"rank{rank}.log")
+        sig = _last_error_line(ev.rank_log(run_dir, rank))
         v.outcome, v.failed_rank, v.culprit_rank, v.signature = Outcome.CRASH, rank, rank, sig
         # The rule book (rules.signatures); our runtime is always a PP pipeline with HiCache.
         form = crash_form(sig, (), Context(pp=True, hicache=True)) if sig else None
@@ -345,8 +367,8 @@ def fallback_verdict(run_dir: Path) -> Verdict:
         v.outcome, v.form = Outcome.HANG, CrashForm.C
         v.evidence.append(f"no rank progressed; stalled: {launcher['hang']['stalled_ranks']}")
     else:
-        outputs = _read_json(run_dir / "outputs.json", {})
-        problems = compare_outputs(outputs, _read_json(run_dir / "reference.json", {}))
+        outputs = _read_json(run_dir / ev.OUTPUTS, {})
+        problems = compare_outputs(outputs, _read_json(run_dir / ev.REFERENCE, {}))
         if problems:
             v.outcome = Outcome.WRONG_OUTPUT
             v.evidence.extend(problems[:10])

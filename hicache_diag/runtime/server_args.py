@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from hicache_diag.errors import UsageError
 from hicache_diag.limits import check_async_depth
@@ -177,6 +178,8 @@ class WorkloadConfig:
 @dataclass(frozen=True, slots=True)
 class RunConfig:
     """Everything one `run` needs; manifest.json is dataclasses.asdict of this."""
+
+    engine: ClassVar[str] = "builtin"
 
     server_args: ServerArgs = field(default_factory=ServerArgs)
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag.errors import UsageError
+from hicache_diag.harness.request import RunRequest
 from hicache_diag.limits import check_async_depth, check_seconds, check_seed
 from hicache_diag.runtime.server_args import (
     PREFETCH_POLICIES,
@@ -16,10 +17,11 @@ from hicache_diag.runtime.server_args import (
     WorkloadConfig,
     parse_size,
 )
-from hicache_diag.sglang.config import SGLANG_DEFAULTS, SglangRunConfig
+from hicache_diag.sglang.config import SglangRunConfig
+from hicache_diag.sglang.defaults import DEFAULTS
 from hicache_diag.sglang.server import LaunchSpec
 
-# Builtin-only flags: SGLang's protocol is whatever its release contains (DESIGN §8).
+# Builtin-only flags: SGLang's protocol is whatever its release contains (docs/design.md §8).
 _BUILTIN_ONLY = {"protocol": "--protocol", "fix": "--fix"}
 _GIB = 1024**3
 
@@ -51,18 +53,32 @@ def _choice(name: str, value: str, valid: tuple[str, ...]) -> None:
         raise UsageError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
 
 
+def build(request: RunRequest) -> SglangRunConfig:
+    """The sglang engine's `build(request)` (harness/engine.py): every check before launch."""
+    from hicache_diag.harness.builtin import validated_faults
+    from hicache_diag.harness.no_effect import refuse_no_effect
+    from hicache_diag.harness.rundir import check_writable
+
+    defaults = DEFAULTS
+    check_writable(request.flags.get("out"))
+    if request.given("max_steps") is not None:  # SGLang's server runs until its requests end
+        raise UsageError("--max-steps applies to --engine builtin only")
+    pp, tp = int(request.value("pp", defaults)), int(request.value("tp", defaults))
+    faults = validated_faults(request, pp, tp)
+    storage = request.value("hicache_storage_backend", defaults) != "none"
+    refuse_no_effect(request.given_all(), faults, storage)
+    return build_sglang_config(dict(request.flags), dict(request.scenario), faults,
+                               lambda name: request.value(name, defaults))  # fmt: skip
+
+
 def build_sglang_config(
     flags: dict[str, Any],
     scenario: dict[str, Any],
     faults: tuple[str, ...],
-    pick: Callable[[str], Any],
+    value: Callable[[str], Any],
 ) -> SglangRunConfig:
-    """`pick(name)`: command line, then scenario, then the run default."""
+    """`value(name)`: command line, then scenario, then the sglang engine's default."""
     _refuse_builtin_only(flags, scenario)
-
-    def value(name: str) -> Any:
-        got = flags.get(name) if flags.get(name) is not None else scenario.get(name)
-        return got if got is not None else SGLANG_DEFAULTS.get(name, pick(name))
 
     ratio = float(value("hicache_ratio"))
     if not math.isfinite(ratio) or ratio <= 0:

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
+from hicache_diag.ranks import topology
 from hicache_diag.runtime.server_args import ModelConfig, ServerArgs, WorkloadConfig
+from hicache_diag.sglang.defaults import SGLANG_DEFAULTS
 from hicache_diag.sglang.launch_facts import LaunchFacts
 from hicache_diag.sglang.server import LaunchSpec
 
-# Defaults where the builtin engine's do not fit real SGLang on a 2-core CPU: start-up takes
-# tens of seconds and a step a few milliseconds, so silence means more here.
-SGLANG_DEFAULTS = {
-    "max_total_tokens": 256,  # small enough that hot prefixes cycle through the host tier
-    "hang_timeout": 30.0,
-    "requests": 24,
-}
 REQUEST_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True, slots=True)
 class SglangRunConfig:
+    engine: ClassVar[str] = "sglang"
     spec: LaunchSpec
     workload: WorkloadConfig
     python: str
@@ -28,7 +25,7 @@ class SglangRunConfig:
     faults: tuple[str, ...] = ()
     seed: int = 0
     out: str | None = None
-    hang_timeout: float = 30.0
+    hang_timeout: float = SGLANG_DEFAULTS["hang_timeout"]
     vocab_size: int = 512
     package_dir: str = ""  # where that release's sglang package lives (release-specific set-up)
     launch_facts: LaunchFacts = field(default_factory=LaunchFacts)
@@ -51,10 +48,4 @@ class SglangRunConfig:
         )
 
     def topology(self) -> dict:
-        ranks = [
-            {"rank": p * self.spec.tp_size + t, "pp": p, "tp": t}
-            for p in range(self.spec.pp_size)
-            for t in range(self.spec.tp_size)
-        ]
-        return {"pp": self.spec.pp_size, "tp": self.spec.tp_size,
-                "world_size": self.world_size, "ranks": ranks}  # fmt: skip
+        return topology(self.spec.pp_size, self.spec.tp_size)

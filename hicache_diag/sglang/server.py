@@ -25,7 +25,7 @@ from typing import IO, Any
 
 import psutil
 
-from hicache_diag.errors import HicacheDiagError
+from hicache_diag.errors import EngineStartError
 from hicache_diag.sglang.bundle import plugin_bundle
 from hicache_diag.sglang.install import SglangInstall
 from hicache_diag.sglang_plugin import config as plugin_config
@@ -35,13 +35,13 @@ READY_TIMEOUT_S = 240.0  # 35-75 s measured on 2 cores; headroom for a loaded CI
 _TITLE_RE = re.compile(r"^sglang::scheduler(?P<rest>\S*)")
 
 
-class ServerStartError(HicacheDiagError):
+class ServerStartError(EngineStartError):
     """SGLang did not come up; the message names the log line that says why."""
 
 
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
-    """Everything the launch needs, in SGLang's own flag names (DESIGN §8)."""
+    """Everything the launch needs, in SGLang's own flag names (docs/design.md §8)."""
 
     model: Path
     pp_size: int = 2

@@ -1,113 +1,111 @@
-"""One `--engine sglang` trial: the real server under the same harness and classifier (DESIGN §8).
+"""The sglang engine beneath the one trial loop (harness/trial.py; docs/design.md §8).
 
-run dir -> plugin config -> launch -> ready -> workload over HTTP while watching the schedulers
-(a scheduler that dies is the first failure: the survivors get a grace to log their cascade; no
-step and no completed request for `hang_timeout` with requests outstanding is a hang: py-spy
-dumps every scheduler) -> reap the whole tree -> per-rank logs from SGLang's log prefixes ->
-reference -> the same classifier as the builtin engine -> verdict.json last.
+`SglangEngine`: plugin config -> launch -> ready -> workload over HTTP while the loop watches
+the schedulers (a scheduler that dies is the first failure: the survivors get a grace to log
+their cascade; no busy step and no completed request for `hang_timeout` with requests
+outstanding is a hang: py-spy dumps every scheduler) -> reap the whole tree -> per-rank logs
+from SGLang's log prefixes -> the process facts SGLang's log adds -> reference.
 """
 
 from __future__ import annotations
 
-import json
-import platform
 import re
 import signal
-import socket
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from hicache_diag import __version__
+from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.tracebacks import parse_crash
-from hicache_diag.harness.proc_facts import StopWatch
-from hicache_diag.harness.rundir import prepare_run_dir, utc_now, write_json
-from hicache_diag.harness.trial import (
-    TrialResult,
-    _classify,
-    _pyspy_dumps,
-    _restore_sigterm,
-    _trap_sigterm,
-)
+from hicache_diag.harness.engine import Failure
+from hicache_diag.harness.rundir import manifest_head, write_json
+from hicache_diag.harness.trial import TrialResult, TrialWatch, run_engine_trial
 from hicache_diag.harness.workload import Workload
+from hicache_diag.ranks import RankId, parse_rank_tokens
+from hicache_diag.rules.rank_labels import split_prefix
 from hicache_diag.rules.signatures import LAUNCHER_TEARDOWN_RE
 from hicache_diag.sglang.client import WorkloadClient
 from hicache_diag.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
-from hicache_diag.sglang.server import ServerStartError, SglangServer
+from hicache_diag.sglang.server import Scheduler, SglangServer
 from hicache_diag.sglang.server_log import harvest_pyspy_dumps, watchdog_firing
 from hicache_diag.sglang_plugin.config import PluginConfig
-from hicache_diag.triage.discover import RankId, parse_rank_tokens
-from hicache_diag.verdict import Outcome, Verdict, write_json_atomic
+from hicache_diag.verdict import Outcome, Verdict
 
 POLL_S = 0.2
 CASCADE_GRACE_S = 3.0  # SGLang's survivors log `Connection closed by peer` within a second or two
-# `[2026-12-01 02:46:52 PP1 TP0]`: SGLang's per-rank log prefix (tokens in any order).
-_PREFIX_RE = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?P<tokens>(?: [A-Z_]+\d+)+)\]")
 _CHILD_EXIT_RE = re.compile(
     r"Subprocess scheduler_\d+ \(pid=(\d+)\) crashed with exit code (-?\d+)"
 )
 
 Progress = Callable[[dict[str, Any]], None]
+_Watch = TrialWatch  # the loop's record (harness/trial.py)
 
 
-@dataclass
-class _Watch:
-    first_failure: dict[str, Any] | None = None
-    hang: dict[str, Any] | None = None
-    stacks: dict[str, Any] | None = None
-    interrupted: bool = False
-    startup_error: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-    stops: StopWatch = field(default_factory=StopWatch)
+def run_sglang_trial(
+    cfg: SglangRunConfig, argv: list[str] | None = None, on_progress: Progress | None = None
+) -> TrialResult:
+    """One `--engine sglang` trial through the one trial loop."""
+    return run_engine_trial(SglangEngine(cfg, on_progress), cfg, argv, on_progress)
 
 
-class _Progress:
-    """Tails every rank's jsonl: the last busy (non-idle) step of each rank and when it came."""
-
-    def __init__(self, run_dir: Path, world_size: int) -> None:
-        self.files = {r: run_dir / f"rank{r}.jsonl" for r in range(world_size)}
-        self.offsets = dict.fromkeys(self.files, 0)
-        self.last_step: dict[int, int] = {}
-        self.last_t: dict[int, float] = {}  # rank -> when its last busy step was written
-        self.last_busy = time.time()
-
-    def poll(self) -> None:
-        for rank, path in self.files.items():
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(self.offsets[rank])
-                    data = fh.read()
-            except FileNotFoundError:
-                continue
-            end = data.rfind(b"\n") + 1
-            self.offsets[rank] += end
-            for raw in data[:end].splitlines():
-                try:
-                    line = json.loads(raw)
-                except ValueError:
-                    continue
-                if not line.get("idle"):
-                    self.last_busy = time.time()
-                    self.last_step[rank] = int(line.get("step", 0))
-                    self.last_t[rank] = float(line.get("t") or self.last_busy)
+def _busy(line: dict[str, Any]) -> bool:
+    """The plugin writes a line for idle scheduler turns too; only the others are progress."""
+    return not line.get("idle")
 
 
-def _manifest(run_dir: Path, cfg: SglangRunConfig, argv: list[str], launch: list[str]) -> None:
-    write_json(
-        run_dir / "manifest.json",
-        {
-            "tool": "hicache-diag",
-            "version": __version__,
+class SglangEngine:
+    """Real SGLang beneath the one trial loop (harness/engine.py `Engine`): launch_server with
+    our plugin, ready at /health_generate, the workload over HTTP; the schedulers are the ranks
+    (found by process title), and a run ends when every request is answered. No step and no
+    answered request for the hang timeout with requests outstanding is a hang (the server is
+    already serving, so start-up gets no more grace than that)."""
+
+    poll_s = POLL_S
+    busy = staticmethod(_busy)
+    faulthandler = False  # SGLang's schedulers have no SIGUSR1 faulthandler
+    line_clock = True
+    started_at = 0.0  # set at start()
+
+    def __init__(self, cfg: SglangRunConfig, on_progress: Progress | None = None) -> None:
+        self.cfg = cfg
+        self.on_progress = on_progress
+        self.started_at = time.time()
+        self.server: SglangServer | None = None
+        self.client: WorkloadClient | None = None
+        self.run_dir: Path | None = None
+        self.plugin_path: Path | None = None
+        self.requests: list[Any] = []
+        self._stopped = False
+        self._lost = False
+        self._t_work = 0.0
+
+    def prepare(self, run_dir: Path) -> None:
+        cfg = self.cfg
+        if cfg.spec.hicache_storage_backend and not cfg.spec.hicache_storage_dir:
+            l3 = run_dir / "l3"  # SGLang's default (/tmp/hicache) would mix unrelated runs
+            cfg = self.cfg = replace(cfg, spec=replace(cfg.spec, hicache_storage_dir=str(l3)))
+        from hicache_diag.sglang.install import SglangInstall
+
+        install = SglangInstall(cfg.python, cfg.sglang_version, Path(cfg.package_dir or "."),
+                                None, cfg.cpu_kernel_names, launch=cfg.launch_facts)  # fmt: skip
+        self.run_dir = run_dir
+        self.server = SglangServer(install, cfg.spec, run_dir)
+        self.plugin_path = run_dir / ev.PLUGIN
+        PluginConfig(str(run_dir), cfg.seed, cfg.faults, cfg.spec.cpu,
+                     cfg.cpu_kernel_names).write(str(self.plugin_path))  # fmt: skip
+        self.requests = Workload(cfg.workload, cfg.workload_server_args()).requests
+
+    def manifest(self, argv: list[str]) -> dict[str, Any]:
+        cfg = self.cfg
+        launch = cfg.spec.argv(cfg.python, self.server.port)
+        return {
+            **manifest_head(argv),
             "engine": "sglang",
             "sglang": {**cfg.release, "version": cfg.sglang_version, "python": cfg.python,
                        "argv": launch, "launch_facts": cfg.launch_facts.to_json()},
             "notes": list(cfg.notes),
-            "python": platform.python_version(),
-            "host": socket.gethostname(),
-            "argv": argv or sys.argv,
             "seed": cfg.seed,
             "config": {
                 "spec": {
@@ -115,79 +113,104 @@ def _manifest(run_dir: Path, cfg: SglangRunConfig, argv: list[str], launch: list
                 },
                 "workload": asdict(cfg.workload),
                 "hang_timeout": cfg.hang_timeout,
-            },  # fmt: skip
-            "protocol": None,  # SGLang's protocol is whatever its release contains (DESIGN §8)
+            },
+            # SGLang's protocol is whatever its release contains (docs/design.md §8).
+            "protocol": None,
             "faults": list(cfg.faults),
             "topology": cfg.topology(),
-            "started_at": utc_now(),
-        },
-    )
+        }  # fmt: skip
 
+    def start(self) -> None:
+        self.server.start(self.plugin_path)
+        self.started_at = self.server.started_at
 
-def run_sglang_trial(
-    cfg: SglangRunConfig, argv: list[str] | None = None, on_progress: Progress | None = None
-) -> TrialResult:
-    run_dir = prepare_run_dir(cfg.out, cfg.seed)
-    if cfg.spec.hicache_storage_backend and not cfg.spec.hicache_storage_dir:
-        l3 = run_dir / "l3"  # SGLang's default (/tmp/hicache) would mix unrelated runs
-        cfg = replace(cfg, spec=replace(cfg.spec, hicache_storage_dir=str(l3)))
-    from hicache_diag.sglang.install import SglangInstall
+    def wait_ready(self, watch: TrialWatch, on_progress: Progress | None) -> None:
+        """Raises ServerStartError (an EngineStartError) if SGLang never serves."""
+        on_phase = _phase_reporter(self.server, self.cfg, on_progress)
+        watch.timings["startup_s"] = round(self.server.wait_ready(on_phase=on_phase), 3)
 
-    package_dir = Path(cfg.package_dir or ".")
-    install = SglangInstall(cfg.python, cfg.sglang_version, package_dir, None,
-                            cfg.cpu_kernel_names, launch=cfg.launch_facts)  # fmt: skip
-    server = SglangServer(install, cfg.spec, run_dir)
-    _manifest(run_dir, cfg, argv or [], cfg.spec.argv(cfg.python, server.port))
-    plugin_path = run_dir / "plugin.json"
-    PluginConfig(str(run_dir), cfg.seed, cfg.faults, cfg.spec.cpu, cfg.cpu_kernel_names).write(
-        str(plugin_path)
-    )
-    requests = Workload(cfg.workload, cfg.workload_server_args()).requests
-    watch, started, t0 = _Watch(), utc_now(), time.time()
-    client = None
-    old = _trap_sigterm()
-    try:
-        server.start(plugin_path)
-        watch.timings["startup_s"] = round(server.wait_ready(
-            on_phase=_phase_reporter(server, cfg, on_progress)), 3)  # fmt: skip
-        client = WorkloadClient(server.url, requests, cfg.spec.pp_size, REQUEST_TIMEOUT_S)
-        t_work = time.time()
-        client.start()
-        _watch_loop(server, client, cfg, run_dir, watch, on_progress)
-        if client.result.done and watch.first_failure is None and watch.hang is None:
-            for s in server.schedulers:
-                if s.state == "running":
-                    s.state = "finished"  # alive and stepping when the workload was done
-            done = len(client.result.outputs)
-            watch.timings["workload_s"] = round(time.time() - t_work, 3)
-            watch.timings["per_request_s"] = round(watch.timings["workload_s"] / max(1, done), 4)
-    except KeyboardInterrupt:  # the verdict (outcome interrupted) is still written below
-        watch.interrupted = True
-    except ServerStartError as exc:  # a run that never started: undecided, with the reason
-        watch.startup_error = str(exc)
-    finally:
-        if client is not None:
-            client.stop()
-        server.poll()
-        try:
-            watch.timings["shutdown_s"] = round(server.close(), 3)
-        except KeyboardInterrupt:  # a second Ctrl-C while reaping: reap anyway
-            server.close()
-        _restore_sigterm(old)
-        _finish_evidence(run_dir, server, client, watch, started)
-    # Only requests that completed can be compared; a crash or hang leaves the rest unanswered.
-    done = set(client.result.outputs) if client is not None else set()
-    write_json(run_dir / "reference.json", _reference(cfg, [r for r in requests if r.rid in done]))
-    verdict = _classify(run_dir)
-    if watch.startup_error and not _any_step_recorded(run_dir, cfg.world_size):
-        verdict = _environment_failure(verdict, watch.startup_error)
-    elif watch.startup_error:  # the schedulers were serving (SGLang's readiness request)
-        verdict.evidence.append(f"it ended before SGLang reported ready: {watch.startup_error}")
-    verdict.evidence += [f"launch adapted: {note}" for note in cfg.notes]
-    verdict.duration_s = round(time.time() - t0, 3)
-    verdict.run_dir = str(run_dir)
-    write_json_atomic(run_dir / "verdict.json", verdict.to_json())
-    return TrialResult(verdict, run_dir)
+    def drive(self) -> None:
+        self.client = WorkloadClient(self.server.url, self.requests, self.cfg.spec.pp_size,
+                                     REQUEST_TIMEOUT_S)  # fmt: skip
+        self._t_work = time.time()
+        self.client.start()
+
+    def running(self) -> bool:
+        return bool(self.client.outstanding) and not self._stopped
+
+    def poll(self, now: float) -> list[Failure]:
+        """Every scheduler that ended (SGLang's schedulers never end on their own while
+        serving), then the server itself gone with no scheduler to blame."""
+        server = self.server
+        failures = [
+            Failure({"rank": s.rank, "t": s.ended_at, "pid": s.pid, "exitcode": s.exitcode,
+                     "signal": s.signal}, CASCADE_GRACE_S)
+            for s in server.poll()
+        ]  # fmt: skip
+        if not self._lost and not server.alive():
+            self._lost = True
+            failures.append(Failure({"rank": None, "t": now, "pid": server.popen.pid}, 0.0))
+        return failures
+
+    def ranks(self) -> list[Scheduler]:
+        return self.server.schedulers if self.server is not None else []
+
+    def live(self) -> list[Scheduler]:
+        # server.poll() marks a SIGSTOPped scheduler "stopped": it is live, and watched.
+        return [s for s in self.ranks() if s.state in ("running", "stopped")]
+
+    def alive(self) -> list[Scheduler]:
+        """The schedulers py-spy can dump (a stopped one cannot be suspended)."""
+        return [s for s in self.ranks() if s.state == "running"]
+
+    def activity(self) -> float:
+        return self.client.result.completed_at if self.client is not None else 0.0
+
+    def startup_grace(self, hang_timeout: float) -> float:
+        return hang_timeout  # SGLang already serves: its own readiness request has run
+
+    def stop(self, state: str) -> None:
+        """The schedulers are reaped by `close` (SGLang's tree is killed whole)."""
+        self._stopped = True
+
+    def drained(self, watch: TrialWatch) -> None:
+        if self.client is None or not self.client.result.done:
+            return
+        for s in self.server.schedulers:
+            if s.state == "running":
+                s.state = "finished"  # alive and stepping when the workload was done
+        done = len(self.client.result.outputs)
+        watch.timings["workload_s"] = round(time.time() - self._t_work, 3)
+        watch.timings["per_request_s"] = round(watch.timings["workload_s"] / max(1, done), 4)
+
+    def close(self, watch: TrialWatch) -> None:
+        if self.client is not None:
+            self.client.stop()
+        if self.server is None:
+            return
+        self.server.poll()
+        watch.timings["shutdown_s"] = round(self.server.close(), 3)
+
+    def finish_evidence(self, watch: TrialWatch) -> None:
+        if self.server is None:
+            return
+        _finish_evidence(self.run_dir, self.server, self.client, watch)
+        # Only requests that completed can be compared; a crash or hang leaves the rest
+        # unanswered.
+        done = set(self.client.result.outputs) if self.client is not None else set()
+        write_json(self.run_dir / ev.REFERENCE,
+                   _reference(self.cfg, [r for r in self.requests if r.rid in done]))  # fmt: skip
+
+    def launcher_extra(self) -> dict[str, Any]:
+        return {"engine": "sglang"}
+
+    def amend(self, verdict: Verdict, watch: TrialWatch) -> Verdict:
+        if watch.startup_error and not _any_step_recorded(self.run_dir, self.cfg.world_size):
+            verdict = _environment_failure(verdict, watch.startup_error)
+        elif watch.startup_error:  # the schedulers were serving (SGLang's readiness request)
+            verdict.evidence.append(f"it ended before SGLang reported ready: {watch.startup_error}")
+        verdict.evidence += [f"launch adapted: {note}" for note in self.cfg.notes]
+        return verdict
 
 
 def _phase_reporter(server: SglangServer, cfg: SglangRunConfig, on_progress: Progress | None):
@@ -207,7 +230,7 @@ def _any_step_recorded(run_dir: Path, world_size: int) -> bool:
     come while SGLang serves its own readiness request), before it the environment's."""
     for rank in range(world_size):
         try:
-            if (run_dir / f"rank{rank}.jsonl").stat().st_size > 0:
+            if ev.rank_jsonl(run_dir, rank).stat().st_size > 0:
                 return True
         except OSError:
             continue
@@ -233,69 +256,11 @@ def _reference(cfg: SglangRunConfig, requests: list[Any]) -> dict[str, Any]:
     return compute_reference(cfg.python, cfg.spec.model, requests)
 
 
-def _watch_loop(server: SglangServer, client: WorkloadClient, cfg: SglangRunConfig,
-                run_dir: Path, watch: _Watch, on_progress: Progress | None) -> None:  # fmt: skip
-    progress = _Progress(run_dir, cfg.world_size)
-    grace_until = None
-    while client.outstanding:
-        time.sleep(POLL_S)
-        now = time.time()
-        for s in server.poll():
-            if watch.first_failure is None:
-                watch.first_failure = {"rank": s.rank, "t": s.ended_at, "pid": s.pid,
-                                       "exitcode": s.exitcode, "signal": s.signal}  # fmt: skip
-                grace_until = now + CASCADE_GRACE_S
-        # server.poll() marks a SIGSTOPped scheduler "stopped": it is live, and watched.
-        live = {s.rank: s.pid for s in server.schedulers if s.state in ("running", "stopped")}
-        watch.stops.poll(live, now)
-        if watch.first_failure is None and not server.alive():
-            watch.first_failure = {"rank": None, "t": now, "pid": server.popen.pid}
-            grace_until = now
-        progress.poll()
-        if on_progress is not None:
-            ranks = {
-                r: {"step": st, "idle_s": now - progress.last_busy}
-                for r, st in progress.last_step.items()
-            }
-            on_progress({"ranks": ranks, "elapsed_s": now - server.started_at})
-        if grace_until is not None:
-            if now > grace_until:
-                return
-            continue
-        quiet = now - max(progress.last_busy, client.result.completed_at)
-        if quiet > cfg.hang_timeout:
-            _handle_hang(server, run_dir, watch, progress, now)
-            return
-
-
-def _handle_hang(server: SglangServer, run_dir: Path, watch: _Watch, progress: _Progress,
-                 now: float) -> None:  # fmt: skip
-    stopped = set(watch.stops.stopped_for(now))
-    watch.hang = {
-        "detected_at": now,
-        "last_progress": {str(r): t for r, t in progress.last_t.items()},
-        "last_steps": {str(r): s for r, s in progress.last_step.items()},
-        "stalled_ranks": [s.rank for s in server.schedulers if s.state in ("running", "stopped")],
-        "during_startup": not progress.last_step,
-        "proc_status": {str(r): st for r, st in watch.stops.last_status.items()},
-        "stopped_ranks": sorted(stopped),
-    }
-    watch.stacks = _dump_schedulers(server, run_dir, stopped)
-
-
-def _dump_schedulers(server: SglangServer, run_dir: Path, skip: set[int]) -> dict[str, Any]:
-    """py-spy every `sglang::scheduler*` process at once, under one deadline, as for the builtin
-    ranks; a stopped one cannot be dumped (py-spy cannot suspend it) and is named by its kernel
-    state instead. SGLang's schedulers have no SIGUSR1 faulthandler to fall back on."""
-    alive = [s for s in server.schedulers if s.state == "running" and s.rank not in skip]
-    return {"tool": "py-spy", "error": _pyspy_dumps(alive, run_dir)}
-
-
-def _read_watchdog(text: str, run_dir: Path, server: SglangServer, watch: _Watch) -> None:
+def _read_watchdog(text: str, run_dir: Path, server: SglangServer, watch: TrialWatch) -> None:
     """SGLang's own watchdog declared a hang: the deaths after it are its teardown, the stacks
-    it dumped are the hang's evidence (DESIGN §8: hangs from py-spy of every scheduler)."""
+    it dumped are the hang's evidence (docs/design.md §8: hangs from py-spy of every scheduler)."""
     pids = {s.pid: s.rank for s in server.schedulers}
-    dumped = harvest_pyspy_dumps(text, pids, run_dir / "stacks")
+    dumped = harvest_pyspy_dumps(text, pids, run_dir / ev.STACKS)
     fired = watchdog_firing(text, server.spec.tp_size)
     if fired is None or watch.hang is not None:
         return
@@ -316,35 +281,21 @@ def _read_watchdog(text: str, run_dir: Path, server: SglangServer, watch: _Watch
 
 
 def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient | None,
-                     watch: _Watch, started: str) -> None:  # fmt: skip
-    logs = split_rank_logs(run_dir / "server.log", run_dir, server.spec.tp_size)
+                     watch: TrialWatch) -> None:  # fmt: skip
+    """Per-rank logs from the server log, the process facts SGLang's log adds, the answers."""
+    logs = split_rank_logs(run_dir / ev.SERVER_LOG, run_dir, server.spec.tp_size)
     try:
-        text = (run_dir / "server.log").read_text(errors="replace")
+        text = (run_dir / ev.SERVER_LOG).read_text(errors="replace")
     except OSError:
         text = ""  # no log: nothing below finds anything in it
     _apply_logged_exit_codes(text, server)
     _mark_logged_crashes(text, logs, server, watch)
     _read_watchdog(text, run_dir, server, watch)
     if client is not None:
-        write_json(run_dir / "outputs.json", client.result.outputs)
-        write_json(run_dir / "requests.json", {"cached": client.result.cached,
+        write_json(run_dir / ev.OUTPUTS, client.result.outputs)
+        write_json(run_dir / ev.REQUESTS, {"cached": client.result.cached,
                                                "errors": client.result.errors,
                                                "latency_s": client.result.latency_s})  # fmt: skip
-    write_json(
-        run_dir / "launcher.json",
-        {
-            "engine": "sglang",
-            "ranks": [s.to_json() for s in server.schedulers],
-            "first_failure": watch.first_failure,
-            "hang": watch.hang,
-            "stacks": watch.stacks or {"tool": None, "error": None},
-            "interrupted": watch.interrupted,
-            "startup_error": watch.startup_error,
-            "timings": watch.timings,
-            "started_at": started,
-            "ended_at": utc_now(),
-        },
-    )
 
 
 def _apply_logged_exit_codes(text: str, server: SglangServer) -> None:
@@ -356,7 +307,7 @@ def _apply_logged_exit_codes(text: str, server: SglangServer) -> None:
 
 
 def _mark_logged_crashes(
-    text: str, logs: dict[int, Path], server: SglangServer, watch: _Watch
+    text: str, logs: dict[int, Path], server: SglangServer, watch: TrialWatch
 ) -> None:
     """Process facts as SGLang shapes them. A scheduler whose loop died of an exception crashed,
     though it may exit 0: `run_scheduler_process` logs `Scheduler hit an exception`, SIGQUITs the
@@ -398,15 +349,15 @@ def split_rank_logs(server_log: Path, run_dir: Path, tp_size: int) -> dict[int, 
     by_rank: dict[int, list[str]] = {}
     current: int | None = None
     for line in lines:
-        m = _PREFIX_RE.match(line)
-        if m:
-            current = (parse_rank_tokens(m.group("tokens")) or RankId()).flat(tp_size)
+        prefix = split_prefix(line)  # `[2026-12-01 02:46:52 PP1 TP0]`, the rule book's grammar
+        if prefix is not None and prefix[1]:
+            current = (parse_rank_tokens(prefix[1]) or RankId()).flat(tp_size)
         elif line.startswith("["):
             current = None  # the launcher's own lines
         if current is not None:
             by_rank.setdefault(current, []).append(line)
     paths = {}
     for rank, rank_lines in by_rank.items():
-        paths[rank] = run_dir / f"rank{rank}.log"
+        paths[rank] = ev.rank_log(run_dir, rank)
         paths[rank].write_text("".join(rank_lines))
     return paths

@@ -1,4 +1,4 @@
-"""Classify a cluster from its stack samples and logs into one TriageReport (DESIGN §5)."""
+"""Classify a cluster from its stack samples and logs into one TriageReport (docs/design.md §5)."""
 
 from __future__ import annotations
 

@@ -6,67 +6,10 @@ from dataclasses import dataclass
 
 import psutil
 
-from hicache_diag.rules.rank_labels import rank_tokens
+# RankId and its parser live in hicache_diag/ranks.py; kept importable from here.
+from hicache_diag.ranks import TITLE_PREFIXES, RankId, parse_rank_tokens
 
-TITLE_PREFIXES = ("sglang::scheduler", "hicache-diag::scheduler")
-
-
-@dataclass(frozen=True, slots=True)
-class RankId:
-    """A scheduler's position; absent tokens mean size 1 (SGLang omits them from the title)."""
-
-    pp: int = 0
-    tp: int = 0
-    dp: int | None = None
-    attn_cp: int | None = None
-    moe_dp: int | None = None
-    ep: int | None = None
-    attn_dp: int | None = None
-    anon: int | None = None  # a process nothing names (no title, no prefix): `rank ?`
-
-    @property
-    def known(self) -> bool:
-        return self.anon is None
-
-    @property
-    def key(self) -> tuple[int, ...]:
-        """Sort key that tolerates absent tokens (None never compares with int); unnamed last."""
-        opt = (self.dp, self.attn_dp, self.attn_cp, self.moe_dp, self.ep)
-        head = (1, self.anon) if self.anon is not None else (0, 0)
-        return (*head, self.dp or 0, self.pp, self.tp, *(-1 if v is None else v for v in opt))
-
-    def flat(self, tp_size: int) -> int:
-        """The launch-wide rank, numbered as SGLang numbers its schedulers: pp * tp_size + tp."""
-        return self.pp * tp_size + self.tp
-
-    @property
-    def label(self) -> str:
-        if self.anon is not None:  # never an invented PP/TP
-            return "rank ?" if self.anon == 0 else f"rank ?{self.anon + 1}"
-        parts = [f"DP{self.dp}"] if self.dp is not None else []
-        if self.attn_dp is not None:
-            parts.append(f"ATTN_DP{self.attn_dp}")
-        parts.append(f"PP{self.pp}")
-        if self.attn_cp is not None:
-            parts.append(f"ATTN_CP{self.attn_cp}")
-        parts.append(f"TP{self.tp}")
-        return " ".join(parts)
-
-
-def parse_rank_tokens(text: str) -> RankId | None:
-    """Rank from any title, log prefix or file name; None when it names no rank at all."""
-    found = rank_tokens(text)
-    if not found:
-        return None
-    return RankId(
-        pp=found.get("PP", 0),
-        tp=found.get("TP", 0),
-        dp=found.get("DP"),
-        attn_cp=found.get("ATTN_CP"),
-        moe_dp=found.get("MOE_DP"),
-        ep=found.get("EP", found.get("MOE_EP")),
-        attn_dp=found.get("ATTN_DP"),
-    )
+__all__ = ["TITLE_PREFIXES", "RankId", "SchedulerProcess", "parse_rank_tokens"]
 
 
 def is_scheduler_title(cmdline: str) -> bool:

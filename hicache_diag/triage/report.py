@@ -1,4 +1,4 @@
-"""The triage record (DESIGN §5): one object, rendered as a rich report or `--json`."""
+"""The triage record (docs/design.md §5): one object, rendered as a rich report or `--json`."""
 
 from __future__ import annotations
 
@@ -74,8 +74,8 @@ class TriageReport:
 
     @property
     def exit_code(self) -> ExitCode:
-        """DESIGN §4: hang 12, A 10, B 11, a crash of another form 16, healthy/busy 0; `unknown`
-        (the evidence cannot decide) 3."""
+        """docs/design.md §4: hang 12, A 10, B 11, a crash of another form 16, healthy/busy 0;
+        `unknown` (the evidence cannot decide) 3."""
         if self.kind in ("healthy", "busy"):
             return ExitCode.OK
         if self.kind == "unknown":

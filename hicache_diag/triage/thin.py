@@ -1,5 +1,5 @@
 """Honest answers when the evidence is thin: what the text does support, how sure that is,
-and the one command that would settle it (issue 21, class 5)."""
+and the one command that would settle it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Mirrors sglang/srt/mem_cache/hiradix_cache.py: the L1/L2 tree and its ack polling.
 
-The protocol switches of DESIGN §2 that concern L2 act here: `ack-count`, `tp-collective`,
+The protocol switches of docs/design.md §2 that concern L2 act here: `ack-count`, `tp-collective`,
 `inflight-sends` in `check_hicache_events`, `host-alloc` in `write_backup` (`host-capacity` is
 applied by the builder, `lru-clock` by the tree's clock). L3 (storage) lives in l3_protocol.
 """

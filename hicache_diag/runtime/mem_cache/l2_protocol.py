@@ -1,8 +1,8 @@
 """The L2 consensus half of HiRadixCache: ack counting and two-phase host alloc; ours.
 
 Upstream keeps these in hiradix_cache.py; they live apart here because each is one protocol
-switch of DESIGN §2 (`ack-count`, `tp-collective`, `inflight-sends`, `host-alloc`). The methods
-keep SGLang's names (`check_hicache_events`, `writing_check`, `loading_check`).
+switch of docs/design.md §2 (`ack-count`, `tp-collective`, `inflight-sends`, `host-alloc`).
+The methods keep SGLang's names (`check_hicache_events`, `writing_check`, `loading_check`).
 
 Where collectives may run: ① (`check_hicache_events`) and ② (admission, eviction) are reached by
 every stage without waiting on a later send of a peer, but ④ (`process_batch_result`, where

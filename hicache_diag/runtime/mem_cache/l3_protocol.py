@@ -2,7 +2,7 @@
 
 Upstream keeps these in hiradix_cache.py with the same names (`prefetch_from_storage`,
 `check_prefetch_progress`, `drain_storage_control_queues`, `write_backup_storage`,
-`_insert_helper_host`). The two L3 switches of DESIGN §2 act here and in the controller:
+`_insert_helper_host`). The two L3 switches of docs/design.md §2 act here and in the controller:
 - `l3-hit=min`: the prefetch thread MINs the hit count; the control queues are drained by PP0's
   counts, relayed with `pp_sync` (the controller's `drain_storage_control_queues`).
 - `l3-progress=min`: the sync thread MINs the progress, and PP0 decides which prefetches stop,

@@ -1,4 +1,4 @@
-"""Score verdicts against the injected truth of a campaign (issue 14): which trials can be
+"""Score verdicts against the injected truth of a campaign: which trials can be
 decided, whether outcome, form, culprit rank and divergence source are right, and the
 confusion tables. Pure functions over plain records; `bench/accuracy.py` runs the trials.
 
@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from hicache_diag.harness.campaign import KINDS, Facts, TrialPlan
+from campaign.plan import KINDS, Facts, TrialPlan
 
 SOURCES = ("dma-ack-count", "host-alloc", "lru-clock", "l3-hit", "l3-progress", "unknown")
 
@@ -90,7 +90,7 @@ class Scored:
 
 
 def verdict_fields(verdict: dict[str, Any]) -> dict[str, Any]:
-    """The scored fields of a verdict JSON (DESIGN §4)."""
+    """The scored fields of a verdict JSON (docs/design.md §4)."""
     first = verdict.get("first_divergence") or {}
     return {
         "outcome": verdict.get("outcome"),

@@ -4,11 +4,15 @@ scoring, on synthetic run directories."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from hicache_diag.faults import validate_faults
-from hicache_diag.harness.campaign import Facts, blind_copy, plan_trials, run_facts
-from hicache_diag.harness.campaign_score import Scored, confusion, summarize
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from campaign.plan import Facts, blind_copy, plan_trials, run_facts  # noqa: E402
+from campaign.score import Scored, confusion, summarize  # noqa: E402
+
+from hicache_diag.faults import validate_faults  # noqa: E402
 
 
 def test_plans_are_reproducible_valid_and_span_the_asked_ranges():

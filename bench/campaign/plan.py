@@ -1,4 +1,4 @@
-"""Ground-truth campaign (issue 14): random fault schedules over topologies and protocols, each
+"""Ground-truth campaign: random fault schedules over topologies and protocols, each
 run as a real trial, the classifier scored against what was really injected.
 
 The truth (fault kind, perturbed ranks, whether the protocol's fix covers it) stays with the

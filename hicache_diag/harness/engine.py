@@ -1,0 +1,107 @@
+"""The engine seam: what the one trial loop (harness/trial.py) asks of an engine, and what every
+engine's config offers. The engines themselves are registered in hicache_diag/engines.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from hicache_diag.harness.trial import TrialWatch
+    from hicache_diag.verdict import Verdict
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+class RankRecord(Protocol):
+    """One rank's process, as every engine records it (launcher.json `ranks`): where it sits,
+    its pid, and `state` running | stopped | exited | crashed | killed | hung | finished."""
+
+    rank: int
+    pp: int
+    tp: int
+    pid: int
+    state: str
+    exitcode: int | None
+    signal: int | None
+    ended_at: float | None
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A rank (or the engine's own server: rank None) that ended badly, as the engine saw it;
+    the survivors get `grace_s` to log their cascade before the loop stops the engine."""
+
+    record: dict[str, Any]
+    grace_s: float
+
+
+class Engine(Protocol):
+    """The contract between the one trial loop (harness/trial.py) and an engine. The loop calls,
+    in this order, and owns everything else (run dir, manifest and launcher.json writing, the
+    hang watch, stack dumps, classification, verdict.json):
+
+    1. `prepare(run_dir)`: settle paths that depend on the run dir; nothing starts.
+    2. `manifest(argv)`: the manifest's fields (the loop writes it, before anything starts).
+    3. `start()`: launch the ranks; `wait_ready(watch, on_progress)`: block until the engine
+       serves (raise errors.EngineStartError if it never does: an environment failure).
+    4. `drive()`: start the workload (the builtin ranks drive their own; SGLang's is sent
+       over HTTP) and anything computed beside it.
+    5. Each `poll_s` while `running()`: `poll(now)` -> the failures since the last poll;
+       `live()` (running or stopped) and `alive()` (running: py-spy can dump them) ranks;
+       `activity()`, progress the step files cannot show. `busy(line)` says which step lines
+       are progress (None: every line), `startup_grace(hang_timeout)` how long the first may
+       take. After the first failure's grace, or on a hang (stacks taken first), `stop(state)`.
+    6. `drained(watch)`: the workload ended with no failure and no hang.
+    7. `close(watch)`: reap every process, on every path (twice after a second Ctrl-C).
+    8. `finish_evidence(watch)`: the rest of the run dir (per-rank logs, outputs, reference),
+       process facts only: judging them is the classifier's. `launcher_extra()`: the engine's
+       own launcher.json keys. `amend(verdict, watch)`: what only the engine can say (a start
+       that failed is the environment's).
+
+    `ranks()` are the engine's process records (RankRecord); `faulthandler`: the ranks answer
+    SIGUSR1 with their stacks; `line_clock`: a hang's `last_progress` is the ranks' own step
+    times (else when the loop read them); `started_at`: the launch time.
+    """
+
+    poll_s: float
+    busy: Callable[[dict[str, Any]], bool] | None
+    faulthandler: bool
+    line_clock: bool
+    started_at: float
+
+    def prepare(self, run_dir: Path) -> None: ...
+    def manifest(self, argv: list[str]) -> dict[str, Any]: ...
+    def start(self) -> None: ...
+    def wait_ready(self, watch: TrialWatch, on_progress: Progress | None) -> None: ...
+    def drive(self) -> None: ...
+    def running(self) -> bool: ...
+    def poll(self, now: float) -> list[Failure]: ...
+    def ranks(self) -> list[RankRecord]: ...
+    def live(self) -> list[RankRecord]: ...
+    def alive(self) -> list[RankRecord]: ...
+    def activity(self) -> float: ...
+    def startup_grace(self, hang_timeout: float) -> float: ...
+    def stop(self, state: str) -> None: ...
+    def drained(self, watch: TrialWatch) -> None: ...
+    def close(self, watch: TrialWatch) -> None: ...
+    def finish_evidence(self, watch: TrialWatch) -> None: ...
+    def launcher_extra(self) -> dict[str, Any]: ...
+    def amend(self, verdict: Verdict, watch: TrialWatch) -> Verdict: ...
+
+
+class EngineConfig(Protocol):
+    """What every engine's config offers the trial loop and the CLI."""
+
+    engine: str  # the registry name (a class attribute)
+    seed: int
+    out: str | None
+    hang_timeout: float
+
+    @property
+    def world_size(self) -> int: ...

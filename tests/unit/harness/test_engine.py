@@ -1,0 +1,78 @@
+"""The engine seam: the registry the CLI reads, each engine's defaults, and the hang rule an
+engine shapes (which step lines are progress, progress from outside the step files)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+
+from hicache_diag import engines as eng
+from hicache_diag.errors import UsageError
+from hicache_diag.harness import engine as contract
+from hicache_diag.harness.builtin import BuiltinEngine
+from hicache_diag.harness.hang_watch import HangWatch
+from hicache_diag.harness.request import RunRequest
+from hicache_diag.sglang.trial import SglangEngine
+
+
+def test_every_engine_implements_the_whole_contract():
+    wanted = {n for n in dir(contract.Engine) if not n.startswith("_")}
+    wanted |= set(contract.Engine.__annotations__)
+    for cls in (BuiltinEngine, SglangEngine):
+        assert wanted <= set(dir(cls)), (cls, wanted - set(dir(cls)))
+
+
+def test_defaults_differ_per_engine_and_help_says_so():
+    assert eng.ENGINES["builtin"].defaults["requests"] == 32
+    assert eng.ENGINES["sglang"].defaults["requests"] == 24
+    assert eng.default_help("requests") == "32 (builtin); 24 (sglang)"
+    assert eng.default_help("pp") == "2"
+    assert eng.ENGINES["sglang"].trial_timeout_s > eng.ENGINES["builtin"].trial_timeout_s
+
+
+def test_unknown_engine_is_bad_input():
+    with pytest.raises(UsageError, match="unknown --engine 'vllm'; valid: builtin, sglang"):
+        eng.build(RunRequest({"engine": "vllm"}))
+
+
+def test_request_reads_flags_over_scenario_over_the_engines_default():
+    req = RunRequest({"pp": None, "tp": 3}, {"pp": 4, "tp": 1, "engine": "sglang"}, ("a",))
+    defaults = eng.ENGINES[req.engine].defaults
+    assert (req.value("pp", defaults), req.value("tp", defaults)) == (4, 3)
+    assert req.value("hang_timeout", defaults) == 30.0
+    assert req.faults == ("a",)
+
+
+def test_the_engine_of_a_config_runs_its_trial():
+    for name, entry in eng.ENGINES.items():
+        assert inspect.isfunction(eng._load(entry.trial)), name
+        assert inspect.isfunction(eng._load(entry.builder)), name
+
+
+def _line(path, **rec):
+    with open(path, "a") as fh:
+        fh.write(json.dumps(rec) + "\n")
+
+
+def test_idle_lines_are_not_progress_but_answered_requests_are(tmp_path):
+    hang = HangWatch(tmp_path, 1, 2.0, started=100.0, busy=SglangEngine.busy,
+                     startup_grace_s=2.0)  # fmt: skip
+    _line(tmp_path / "rank0.jsonl", step=1, t=100.5)
+    hang.poll(101.0)
+    assert hang.stepped and not hang.stalled(102.9)
+    _line(tmp_path / "rank0.jsonl", step=2, t=103.0, idle=True)
+    hang.poll(103.5)
+    assert hang.stalled(103.5)  # idle turns only: no progress since 101.0
+    hang.note_activity(103.4)  # a request was answered
+    assert not hang.stalled(104.0) and hang.stalled(105.5)
+    assert hang.last_progress(line_clock=True) == {"0": 100.5}
+    assert hang.last_steps() == {"0": {"step": 1, "t": 100.5}}
+
+
+def test_before_any_step_the_engines_grace_applies(tmp_path):
+    hang = HangWatch(tmp_path, 2, 5.0, started=0.0)
+    assert hang.startup_grace_s == 15.0 and not hang.stalled(14.0) and hang.stalled(15.1)
+    served = HangWatch(tmp_path, 2, 5.0, started=0.0, startup_grace_s=5.0)
+    assert served.stalled(5.1)
