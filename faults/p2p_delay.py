@@ -22,6 +22,17 @@ class P2pDelay(Fault):
     POINTS: ClassVar[tuple[str, ...]] = ("p2p_send",)
     SUMMARY: ClassVar[str] = "one rank's p2p sends (a slow link, not a protocol bug)"
     EFFECT_KEYS: ClassVar[tuple[str, ...]] = ("ms",)
+    EVENT: ClassVar[str] = "a slow PP link out of one rank: its messages arrive late"
+    WHEN: ClassVar[str] = "a congested or degraded NIC/NVLink between two stages"
+    ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("0.5.12+", "point_to_point_pyobj and GroupCoordinator.send_tensor_dict (the sender "
+                    "sleeps before the send)"),
+        ("builtin", "parallel_state's PP sends"),
+    )  # fmt: skip
+    CANNOT: ClassVar[str] = (
+        "a late delivery of an async send without stalling the sender; HiCache's own relay "
+        "(_pp_sync) is not delayed"
+    )
 
     ms: float = K.key(0.0, K.millis, "milliseconds added before each PP send")
 

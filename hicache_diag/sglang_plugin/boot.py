@@ -82,6 +82,7 @@ def _wrap_step(original):
         if recorder is not None:
             recorder.begin_step()
         if hooks is not None:
+            _hold_host(self, hooks, recorder)
             stall = hooks.apply("scheduler_step", 0.0)
             if stall > 0:
                 time.sleep(stall)
@@ -96,6 +97,21 @@ def _wrap_step(original):
         return plan
 
     return get_next_batch_to_run
+
+
+def _hold_host(scheduler, hooks, recorder) -> None:
+    """The host-shortage side pool, settled at the top of the step (scheduler thread)."""
+    if not hooks.has("host_hold"):
+        return
+    from hicache_diag.side_pool import SidePool
+
+    if STATE.side_pool is None:
+        STATE.side_pool = SidePool()
+    tree = getattr(scheduler, "tree_cache", None)
+    pool = getattr(getattr(tree, "cache_controller", None), "mem_pool_host", None)
+    held = STATE.side_pool.hold(hooks, pool)
+    if recorder is not None:
+        recorder.host_held = held
 
 
 # The loops a scheduler runs its steps in (PP, plain, overlap): what raises in a forward, after

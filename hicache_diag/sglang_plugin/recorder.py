@@ -18,6 +18,7 @@ from collections import Counter
 from typing import Any
 
 HEARTBEAT_S = 1.0
+MAX_SHORTAGES = 4  # per step line: the first ones carry the evidence, the count all of them
 # What every rank must hold identically at the same step (only keys actually recorded). The
 # cache counts were checked against every real run held here (0.5.12.post1-0.5.23, PP2 and
 # TP2, L2 and L3): equal on every busy step until a fault fired; the queue sizes were not.
@@ -82,6 +83,9 @@ class StepRecorder:
         self._counts: Counter[str] = Counter()
         self._consumed: Counter[str] = Counter()
         self._sync: dict[str, Any] = {}
+        self._waits: dict[str, float] = {}
+        self._shortages: list[dict[str, int]] = []
+        self.host_held = 0  # tokens the side pool holds (host-shortage), set by the step wrapper
         self._idle = 0
         self._last_write = 0.0
         self.pp_loop_size: int | None = None
@@ -93,6 +97,20 @@ class StepRecorder:
     # -- fed by the wrappers --------------------------------------------------------------
     def count(self, key: str, n: int) -> None:
         self._counts[key] += int(n)
+
+    def peek(self, key: str) -> int:
+        return self._counts[key]
+
+    def waited(self, key: str, seconds: float) -> None:
+        """Time the forward spent waiting (float ms, summed over the step)."""
+        self._waits[key] = self._waits.get(key, 0.0) + seconds * 1000.0
+
+    def shortage(self, *, need: int, free: int, evicted: int) -> None:
+        """A backup this rank's host pool could not take after evict_host: SGLang's own
+        shortage branch (`_execute_kv_backup` returned None), with what it read."""
+        self._counts["host_shortage"] += 1
+        if len(self._shortages) < MAX_SHORTAGES:
+            self._shortages.append({"need": int(need), "free": int(free), "evicted": int(evicted)})
 
     def consumed(self, kind: str, n: int) -> None:
         self._consumed[kind] += int(n)
@@ -126,6 +144,7 @@ class StepRecorder:
         line = self._line(scheduler, batch)
         busy = batch is not None or any(self._counts.values()) or any(self._consumed.values())
         busy = busy or bool(line.get("faults_fired")) or _any_queued(line.get("queues", {}))
+        busy = busy or bool(self._waits)
         now = time.monotonic()
         if busy or now - self._last_write >= HEARTBEAT_S:
             line["idle_polls"] = self._idle
@@ -137,6 +156,8 @@ class StepRecorder:
             self._counts.clear()
             self._consumed.clear()
             self._sync = {}
+            self._waits = {}
+            self._shortages = []
         else:
             self._idle += 1
 
@@ -158,6 +179,15 @@ class StepRecorder:
         line["evicted"] = self._counts["evicted"]
         # Allocs the host pool answered with nothing (short, or a fault), whoever asked.
         line["host_alloc_failed"] = self._counts["host_alloc_failed"]
+        # SGLang's own host shortage path: slots evict_host freed, and backups it still skipped.
+        line["host_evicted"] = self._counts["host_evicted"]
+        line["host_shortage"] = self._counts["host_shortage"]
+        if self._shortages:
+            line["host_shortages"] = list(self._shortages)
+        if self.host_held:
+            line["host_held"] = self.host_held
+        for key, ms in self._waits.items():
+            line[key] = round(ms, 3)
         if self._sync:
             line["sync_received"] = dict(self._sync)
         line["faults_fired"] = self.hooks.drain_fired()
