@@ -75,13 +75,19 @@ def _check_cuda() -> None:
     raise UsageError("--device cuda is not supported yet: this runtime runs on CPU (gloo)")
 
 
-def _faults(scenario_faults: tuple[str, ...], flags: dict[str, Any], pp: int, tp: int):
+def _faults(scenario_faults: tuple[str, ...], flags: dict[str, Any], pp: int, tp: int,
+            engine: str = "sglang"):  # fmt: skip
     faults = scenario_faults + tuple(flags.get("fault") or ())
     if not faults:
         return ()
     from hicache_diag.faults import validate_faults
 
-    return tuple(f.to_spec() for f in validate_faults(faults, pp, tp))
+    checked = validate_faults(faults, pp, tp)
+    for spec in checked if engine == "builtin" else ():  # sglang: per release, at its probe
+        why = spec.build().refusal("builtin")
+        if why:
+            raise UsageError(f"fault {spec.name!r} cannot run on --engine builtin: {why}")
+    return tuple(f.to_spec() for f in checked)
 
 
 def build_engine_config(flags: dict[str, Any]) -> Any:
@@ -91,7 +97,8 @@ def build_engine_config(flags: dict[str, Any]) -> Any:
     engine = pick("engine")
     if engine not in o.ENGINES:
         raise UsageError(f"unknown --engine {engine!r}; valid: {', '.join(o.ENGINES)}")
-    sglang_only = [f for f in ("model", "sglang_arg", "sglang_python") if flags.get(f)]
+    sglang_only = [f for f in ("model", "sglang_arg", "sglang_python",
+                               "sglang_consensus_checker") if flags.get(f)]  # fmt: skip
     if engine == "builtin":
         if sglang_only:
             flag = "--" + sglang_only[0].replace("_", "-")
@@ -160,7 +167,7 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
     scenario_fixes = [] if flags.get("protocol") is not None else list(sopts.get("fix") or [])
     fixes = scenario_fixes + list(flags.get("fix") or [])
     protocol = build_protocol(pick("protocol"), fixes)
-    faults = _faults(scenario_faults, flags, sa.pp_size, sa.tp_size)
+    faults = _faults(scenario_faults, flags, sa.pp_size, sa.tp_size, "builtin")
     refuse_no_effect(given, faults, sa.hicache_storage_backend != "none", protocol.lru_clock)
     hang_timeout = float(pick("hang_timeout"))
     check_seconds("--hang-timeout", hang_timeout)
@@ -221,6 +228,13 @@ ListFaultsOpt = Annotated[bool, typer.Option(
 )]  # fmt: skip
 
 
+ConsensusCheckerOpt = Annotated[bool, typer.Option(
+    "--sglang-consensus-checker",
+    help="sglang engine: turn on SGLang's rank consensus checker "
+         "(SGLANG_ENABLE_RANK_CONSENSUS_CHECKER); what it reports is verdict evidence.",
+)]  # fmt: skip
+
+
 def register(app: typer.Typer) -> None:
     @app.command("run", epilog=f"{EXAMPLES}\n\n{_catalogue()}",
                  short_help="Run a PP + HiCache runtime, give a verdict.")  # fmt: skip
@@ -255,6 +269,7 @@ def register(app: typer.Typer) -> None:
         sglang_python: o.SglangPythonOpt = None,
         check: o.CheckOpt = False,
         list_faults: ListFaultsOpt = False,
+        sglang_consensus_checker: ConsensusCheckerOpt = False,
     ) -> None:
         """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
         flags = dict(locals())

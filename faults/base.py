@@ -90,6 +90,12 @@ class Fault:
                 f"fault {self.NAME!r} does nothing without one of: {', '.join(self.EFFECT_KEYS)}"
             )
 
+    @classmethod
+    def refusal(cls, engine: str, version: str | None = None) -> str | None:
+        """Why this fault cannot run on `engine` ("builtin" | "sglang", with the release's
+        version), or None. One line, shown with exit 2 before anything starts."""
+        return None
+
     def targets(self, rank: int) -> bool:
         return self.rank is None or rank in self.rank
 

@@ -12,12 +12,14 @@ from hicache_diag.faults.host_shortage import HostShortage
 from hicache_diag.faults.l3_partial_hit import L3PartialHit
 from hicache_diag.faults.p2p_delay import P2pDelay
 from hicache_diag.faults.rank_stall import RankStall
+from hicache_diag.faults.sglang_injectors import SglangH2dDelay, SglangStorageInjector
 
 FAULTS: MappingProxyType[str, type[Fault]] = MappingProxyType(
     {
         cls.NAME: cls
         for cls in (
             DmaDelay, HostAllocFail, ClockSkew, L3PartialHit, P2pDelay, RankStall, HostShortage,
+            SglangStorageInjector, SglangH2dDelay,
         )  # fmt: skip
     }
 )

@@ -71,6 +71,7 @@ def batch_fields(batch: Any) -> dict[str, Any]:
             "extend_num_tokens": 0,
             "prefix_len": {},
             "host_hit_len": {},
+            "host_loaded_len": {},
             "l3_hit_len": {},
         }
     extend = batch.forward_mode.is_extend()
@@ -80,6 +81,7 @@ def batch_fields(batch: Any) -> dict[str, Any]:
         "extend_num_tokens": sum(batch.extend_lens()),
         "prefix_len": dict(zip(batch.rids, batch.prefix_lens, strict=True)) if extend else {},
         "host_hit_len": {r.rid: r.host_hit_length for r in batch.reqs} if extend else {},
+        "host_loaded_len": {r.rid: r.host_loaded_length for r in batch.reqs} if extend else {},
         "l3_hit_len": {r.rid: r.l3_hit_length for r in batch.reqs} if extend else {},
     }
 

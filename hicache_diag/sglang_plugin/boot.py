@@ -191,6 +191,19 @@ def _wrap_evict(original):
     return evict
 
 
+def _wrap_count_ready(original):
+    @functools.wraps(original)
+    def _count_ready_acks(self, ack_queue, *args, **kwargs):
+        n = original(self, ack_queue, *args, **kwargs)
+        cc = getattr(self, "cache_controller", None)
+        if STATE.recorder is not None and cc is not None:
+            kind = "write" if ack_queue is getattr(cc, "ack_write_queue", None) else "load"
+            STATE.recorder.counted(kind, n)
+        return n
+
+    return _count_ready_acks
+
+
 def _patch_tree(module, cls: str) -> None:
     tree = getattr(module, cls, None)
     if tree is None:
@@ -199,6 +212,8 @@ def _patch_tree(module, cls: str) -> None:
     patch_attr(tree, "loading_check", _wrap_check("load"))
     if hasattr(tree, "_sync_hicache_ready_counts"):
         patch_attr(tree, "_sync_hicache_ready_counts", _wrap_sync)
+    if hasattr(tree, "_count_ready_acks"):
+        patch_attr(tree, "_count_ready_acks", _wrap_count_ready)
     # `_evict` is the one place both evict() and evict_for_alloc() go through (0.5.2x).
     core = "_evict" if hasattr(tree, "_evict") else "evict"
     if hasattr(tree, core):

@@ -165,7 +165,9 @@ def _wrap_backup(need_of):
             result = original(self, *args, **kwargs)
             tried = (recorder.peek("host_evict_calls") > calls
                      or recorder.peek("host_alloc_failed") > failed)  # fmt: skip
-            if result is None or (not result and tried):
+            # A tensor (the host indices) or None in 0.5.18+; an int (tokens) in 0.5.1x.
+            skipped = result is None or (isinstance(result, int) and result == 0 and tried)
+            if skipped:
                 recorder.shortage(need=need_of(args, kwargs), free=free,
                                   evicted=recorder.peek("host_evicted") - evicted)  # fmt: skip
             return result

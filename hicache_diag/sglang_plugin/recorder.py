@@ -23,7 +23,7 @@ MAX_SHORTAGES = 4  # per step line: the first ones carry the evidence, the count
 # cache counts were checked against every real run held here (0.5.12.post1-0.5.23, PP2 and
 # TP2, L2 and L3): equal on every busy step until a fault fired; the queue sizes were not.
 MUST_AGREE = (
-    "rids", "extend_num_tokens", "prefix_len", "host_hit_len", "l3_hit_len",
+    "rids", "extend_num_tokens", "prefix_len", "host_hit_len", "host_loaded_len", "l3_hit_len",
     "acks_consumed", "sync_received", "host_free", "write_backs", "load_backs", "evicted",
     "device_free", "tree_digest",
 )  # fmt: skip
@@ -84,6 +84,7 @@ class StepRecorder:
         self._consumed: Counter[str] = Counter()
         self._sync: dict[str, Any] = {}
         self._waits: dict[str, float] = {}
+        self._counted: dict[str, int] = {}
         self._shortages: list[dict[str, int]] = []
         self.host_held = 0  # tokens the side pool holds (host-shortage), set by the step wrapper
         self._idle = 0
@@ -111,6 +112,11 @@ class StepRecorder:
         self._counts["host_shortage"] += 1
         if len(self._shortages) < MAX_SHORTAGES:
             self._shortages.append({"need": int(need), "free": int(free), "evicted": int(evicted)})
+
+    def counted(self, kind: str, n: int) -> None:
+        """SGLang's own pre-drain count of ready acks (`_count_ready_acks`), on the rank that
+        counted: PP0 alone in 0.5.2x, whose count `_pp_sync` relays to the followers."""
+        self._counted[kind] = self._counted.get(kind, 0) + int(n)
 
     def consumed(self, kind: str, n: int) -> None:
         self._consumed[kind] += int(n)
@@ -157,6 +163,7 @@ class StepRecorder:
             self._consumed.clear()
             self._sync = {}
             self._waits = {}
+            self._counted = {}
             self._shortages = []
         else:
             self._idle += 1
@@ -190,6 +197,8 @@ class StepRecorder:
             line[key] = round(ms, 3)
         if self._sync:
             line["sync_received"] = dict(self._sync)
+        if self._counted:
+            line["acks_counted"] = dict(self._counted)
         line["faults_fired"] = self.hooks.drain_fired()
         line["must_agree"] = [k for k in MUST_AGREE if k in line]
         return line
@@ -239,6 +248,9 @@ def _batch_fields(batch: Any) -> dict[str, Any]:
         out["extend_num_tokens"] = _as_int(getattr(batch, "extend_num_tokens", None))
         out["prefix_len"] = {r.rid: _prefix_len(r) for r in reqs}
         out["host_hit_len"] = {r.rid: _as_int(getattr(r, "host_hit_length", None)) for r in reqs}
+        if any(hasattr(r, "host_loaded_length") for r in reqs):  # 0.5.2x: what was loaded back
+            out["host_loaded_len"] = {r.rid: _as_int(getattr(r, "host_loaded_length", None))
+                                      for r in reqs}  # fmt: skip
         if any(hasattr(r, "storage_hit_length") for r in reqs):
             out["l3_hit_len"] = {r.rid: _as_int(getattr(r, "storage_hit_length", None))
                                  for r in reqs}  # fmt: skip
