@@ -12,6 +12,9 @@ Points, the value they carry, and the context they pass:
 - `host_hold`     int: host-pool tokens a side pool holds on this rank from this step on (the
                   engine takes or returns them through the pool's own alloc/free).
                   ctx: held (now), free (the pool's available_size), capacity.
+- `device_hold`   int: device tokens a concurrent consumer holds during this load-back (the
+                  engine takes them through the device allocator and frees them after).
+                  ctx: free (the allocator's available_size), need (tokens to load).
 - `now`           float: the clock this rank's tree stamps `last_access_time` with.
 - `storage_exists` int: leading L3 pages found. ctx: num_pages (asked).
 - `storage_read`  bool: whether one page read succeeds (a handler may also sleep).
@@ -30,6 +33,7 @@ HOOK_POINTS = (
     "dma_complete",
     "host_alloc",
     "host_hold",
+    "device_hold",
     "now",
     "storage_exists",
     "storage_read",

@@ -247,7 +247,8 @@ def _first_shortage(window: pd.DataFrame, rank: int) -> str:
             first = found[0]
             return (
                 f"; first at step {int(step)}: needed {first.get('need')} tokens with "
-                f"{first.get('free')} free, evict_host freed {first.get('evicted')}"
+                f"{first.get('free')} free; evict_host ran {first.get('evict_calls', '?')} time(s) "
+                f"and freed {first.get('evicted')}"
             )
     return ""
 

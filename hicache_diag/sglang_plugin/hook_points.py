@@ -168,13 +168,43 @@ def _wrap_backup(need_of):
             # A tensor (the host indices) or None in 0.5.18+; an int (tokens) in 0.5.1x.
             skipped = result is None or (isinstance(result, int) and result == 0 and tried)
             if skipped:
-                recorder.shortage(need=need_of(args, kwargs), free=free,
-                                  evicted=recorder.peek("host_evicted") - evicted)  # fmt: skip
+                recorder.shortage(
+                    need=need_of(args, kwargs), free=free,
+                    evicted=recorder.peek("host_evicted") - evicted,
+                    evict_calls=recorder.peek("host_evict_calls") - calls,
+                )  # fmt: skip
             return result
 
         return backup
 
     return make
+
+
+def _wrap_load_back(original):
+    """device-alloc-fail: a concurrent consumer holds device slots during this load-back."""
+
+    @functools.wraps(original)
+    def load_back(self, *args, **kwargs):
+        hooks = STATE.hooks
+        allocator = getattr(self, "token_to_kv_pool_allocator", None)
+        if hooks is None or allocator is None or not hooks.has("device_hold"):
+            return original(self, *args, **kwargs)
+        from hicache_diag.side_pool import SidePool
+
+        side = SidePool()
+        free = int(allocator.available_size())
+        held = side.settle(allocator, int(hooks.apply("device_hold", 0, free=free, need=None)))
+        try:
+            result = original(self, *args, **kwargs)
+        finally:
+            side.settle(allocator, 0)
+        declined = result is None or result is False
+        if held and STATE.recorder is not None:
+            STATE.recorder.count("device_held", held)
+            STATE.recorder.count("load_back_declined", int(declined))
+        return result
+
+    return load_back
 
 
 def _need_execute(args, kwargs) -> int:
@@ -278,6 +308,7 @@ def install_hook_points() -> None:
     for module, tree in (("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"),
                          ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache")):  # fmt: skip
         _on(module, tree, "evict_host", _wrap_evict_host)
+        _on(module, tree, "load_back", _wrap_load_back)
     _on("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache", "_execute_kv_backup",
         _wrap_backup(_need_execute))  # fmt: skip
     _on("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache", "write_backup",

@@ -106,12 +106,13 @@ class StepRecorder:
         """Time the forward spent waiting (float ms, summed over the step)."""
         self._waits[key] = self._waits.get(key, 0.0) + seconds * 1000.0
 
-    def shortage(self, *, need: int, free: int, evicted: int) -> None:
+    def shortage(self, *, need: int, free: int, evicted: int, evict_calls: int) -> None:
         """A backup this rank's host pool could not take after evict_host: SGLang's own
         shortage branch (`_execute_kv_backup` returned None), with what it read."""
         self._counts["host_shortage"] += 1
         if len(self._shortages) < MAX_SHORTAGES:
-            self._shortages.append({"need": int(need), "free": int(free), "evicted": int(evicted)})
+            self._shortages.append({"need": int(need), "free": int(free), "evicted": int(evicted),
+                                    "evict_calls": int(evict_calls)})  # fmt: skip
 
     def counted(self, kind: str, n: int) -> None:
         """SGLang's own pre-drain count of ready acks (`_count_ready_acks`), on the rank that
@@ -188,9 +189,13 @@ class StepRecorder:
         line["host_alloc_failed"] = self._counts["host_alloc_failed"]
         # SGLang's own host shortage path: slots evict_host freed, and backups it still skipped.
         line["host_evicted"] = self._counts["host_evicted"]
+        line["host_evict_calls"] = self._counts["host_evict_calls"]
         line["host_shortage"] = self._counts["host_shortage"]
         if self._shortages:
             line["host_shortages"] = list(self._shortages)
+        for key in ("device_held", "load_back_declined"):  # device-alloc-fail's load-backs
+            if self._counts[key]:
+                line[key] = self._counts[key]
         if self.host_held:
             line["host_held"] = self.host_held
         for key, ms in self._waits.items():
