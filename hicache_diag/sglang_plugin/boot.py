@@ -54,6 +54,12 @@ def _arm_rank(server_args, tp_rank: int, pp_rank: int) -> None:
         install_faults(hooks, _config.faults, _config.seed, rank=rank, pp_rank=pp_rank,
                        tp_rank=tp_rank)  # fmt: skip
     STATE.hooks = hooks
+    if hooks.has("p2p_send"):  # p2p-delay: this rank's outgoing link delivers late
+        import torch.distributed
+
+        from hicache_diag import link_delay
+
+        link_delay.install(hooks, torch.distributed)
     if _config.record:
         path = jsonl_path(_config.run_dir, rank)
         STATE.recorder = StepRecorder(path, rank, pp_rank, tp_rank, hooks)

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from hicache_diag.link_delay import message
 from hicache_diag.sglang_plugin.post_import import patch_attr, when_imported
 
 
@@ -262,11 +263,10 @@ def _wrap_file_get(original):
 def _wrap_pyobj_send(original):
     @functools.wraps(original)
     def point_to_point_pyobj(data, rank, group=None, src=0, dst=1, *args, **kwargs):
-        if rank == src:
-            delay = _apply("p2p_send", 0.0, msg="reqs")
-            if delay > 0:
-                time.sleep(delay)
-        return original(data, rank, group, src, dst, *args, **kwargs)
+        if rank != src:
+            return original(data, rank, group, src, dst, *args, **kwargs)
+        with message("reqs"):  # p2p-delay: the link delivers late (hicache_diag/link_delay.py)
+            return original(data, rank, group, src, dst, *args, **kwargs)
 
     return point_to_point_pyobj
 
@@ -275,12 +275,21 @@ def _wrap_tensor_dict_send(original):
     @functools.wraps(original)
     def send_tensor_dict(self, tensor_dict, *args, **kwargs):
         msg = tensor_dict.get("__msg_type__", "proxy") if isinstance(tensor_dict, dict) else None
-        delay = _apply("p2p_send", 0.0, msg=str(msg))
-        if delay > 0:
-            time.sleep(delay)
-        return original(self, tensor_dict, *args, **kwargs)
+        with message(str(msg)):
+            return original(self, tensor_dict, *args, **kwargs)
 
     return send_tensor_dict
+
+
+def _wrap_pp_sync(original):
+    """HiCache's own PP relay (#27285): PP0's ready-ack counts, isent down the chain."""
+
+    @functools.wraps(original)
+    def _pp_sync(self, *args, **kwargs):
+        with message("sync"):
+            return original(self, *args, **kwargs)
+
+    return _pp_sync
 
 
 def _on(module: str, owner: str | None, name: str, make) -> None:
@@ -309,6 +318,7 @@ def install_hook_points() -> None:
                          ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache")):  # fmt: skip
         _on(module, tree, "evict_host", _wrap_evict_host)
         _on(module, tree, "load_back", _wrap_load_back)
+        _on(module, tree, "_pp_sync", _wrap_pp_sync)
     _on("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache", "_execute_kv_backup",
         _wrap_backup(_need_execute))  # fmt: skip
     _on("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache", "write_backup",

@@ -92,3 +92,34 @@ def test_the_consensus_checkers_report_becomes_one_evidence_line_per_rank():
     assert len(lines) == 1
     assert "rank 1 (2 event(s), local hash 0123456789ab" in lines[0]
     assert "['insert r1 16', 'evict 8']" in lines[0]
+
+
+def test_a_slow_link_delivers_late_in_order_without_stalling_the_sender():
+    import time
+    from types import SimpleNamespace
+
+    from hicache_diag import link_delay
+
+    sent = []
+
+    def real_isend(tensor, dst=None, tag=0):
+        sent.append((tensor, tag, time.monotonic()))
+        return SimpleNamespace(wait=lambda *a: True, is_completed=lambda: True)
+
+    fake = SimpleNamespace(isend=real_isend, send=real_isend)
+    hooks = Hooks(rank=0)
+    install_faults(hooks, ["p2p-delay:ms=200,msg=sync"], 0, rank=0, pp_rank=0, tp_rank=0)
+    link_delay.install(hooks, fake)
+    t0 = time.monotonic()
+    with link_delay.message("sync"):
+        work = fake.isend("counts", dst=1, tag=7)
+    with link_delay.message("reqs"):  # not delayed itself, but queued behind the relay: FIFO
+        later = fake.isend("reqs", dst=1, tag=8)
+    assert time.monotonic() - t0 < 0.1 and sent == []  # the sender went on
+    work.wait()
+    later.wait()
+    assert [s[0] for s in sent] == ["counts", "reqs"]
+    assert sent[0][2] - t0 >= 0.19
+    assert [f["fault"] for f in hooks.drain_fired()] == ["p2p-delay"]
+    fake.isend("plain", dst=1)  # outside any PP message, with the link idle: sent at once
+    assert sent[-1][0] == "plain"
