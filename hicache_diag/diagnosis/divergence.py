@@ -267,6 +267,21 @@ def _host_shortage_source(window: pd.DataFrame, step: int) -> Attribution | None
     )
 
 
+def _host_eviction_source(window: pd.DataFrame, step: int) -> Attribution | None:
+    """A backup that found the pool short made room with SGLang's own `evict_host` on some
+    ranks only: their host trees dropped nodes their peers kept (`host_evicted`)."""
+    counts = _only_some(_per_rank_sum(window, "host_evicted"))
+    if not counts:
+        return None
+    return (
+        DivergenceSource.HOST_ALLOC,
+        max(sorted(counts), key=lambda r: counts[r]),
+        f"evict_host freed host tokens only on rank(s) {sorted(counts)} before step {step} "
+        f"({counts}): a backup found that rank's host pool short and evicted host nodes its "
+        "peers kept",
+    )
+
+
 def _host_alloc_source(window: pd.DataFrame, step: int) -> Attribution | None:
     counts = _only_some(_per_rank_sum(window, "host_alloc_failed"))
     if not counts:
@@ -417,6 +432,7 @@ def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Att
         found = (
             _host_shortage_source(window, step)
             or _host_alloc_source(window, step)
+            or _host_eviction_source(window, step)
             or _ack_source(window, frames, step, column, values)
             or _l3_progress_source(window)
             or _l3_hit_source(window, frames)
@@ -449,6 +465,7 @@ _LOCAL_INPUTS = (
     ("host_shortage", "write-through backups skipped for a short host pool",
      DivergenceSource.HOST_ALLOC),
     ("host_alloc_failed", "host allocs failed", DivergenceSource.HOST_ALLOC),
+    ("host_evicted", "host evictions (evict_host)", DivergenceSource.HOST_ALLOC),
     ("host_pool_refused", "the host pool refused allocs", DivergenceSource.HOST_ALLOC),
     ("clock_regressions", "clock stamps went back", DivergenceSource.LRU_CLOCK),
 )
