@@ -63,7 +63,9 @@ class DelayedEvent:
         return 0.0
 
     def synchronize(self) -> None:
-        self.wait_ready()
+        waited = self.wait_ready()  # e.g. writing_check's wait on an ack PP0 counted ready
+        if waited > 0 and STATE.recorder is not None:
+            STATE.recorder.waited("ack_wait_ms", waited)
         self._inner.synchronize()
 
     def __getattr__(self, name: str) -> Any:
@@ -179,6 +181,18 @@ def _wrap_backup(need_of):
         return backup
 
     return make
+
+
+def _wrap_finish_write_ack(original):
+    """Which node's write-through each rank finished (and unlocked) this step: the ledger."""
+
+    @functools.wraps(original)
+    def _finish_write_through_ack(self, ack_id, *args, **kwargs):
+        if STATE.recorder is not None:
+            STATE.recorder.acked_node(ack_id)
+        return original(self, ack_id, *args, **kwargs)
+
+    return _finish_write_through_ack
 
 
 def _wrap_load_back(original):
@@ -319,6 +333,7 @@ def install_hook_points() -> None:
         _on(module, tree, "evict_host", _wrap_evict_host)
         _on(module, tree, "load_back", _wrap_load_back)
         _on(module, tree, "_pp_sync", _wrap_pp_sync)
+        _on(module, tree, "_finish_write_through_ack", _wrap_finish_write_ack)
     _on("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache", "_execute_kv_backup",
         _wrap_backup(_need_execute))  # fmt: skip
     _on("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache", "write_backup",

@@ -85,6 +85,7 @@ class StepRecorder:
         self._sync: dict[str, Any] = {}
         self._waits: dict[str, float] = {}
         self._counted: dict[str, int] = {}
+        self._acked: list[Any] = []  # node ids whose write-through this rank finished
         self._shortages: list[dict[str, int]] = []
         self.host_held = 0  # tokens the side pool holds (host-shortage), set by the step wrapper
         self._idle = 0
@@ -113,6 +114,9 @@ class StepRecorder:
         if len(self._shortages) < MAX_SHORTAGES:
             self._shortages.append({"need": int(need), "free": int(free), "evicted": int(evicted),
                                     "evict_calls": int(evict_calls)})  # fmt: skip
+
+    def acked_node(self, node_id: Any) -> None:
+        self._acked.append(node_id if isinstance(node_id, int) else str(node_id))
 
     def counted(self, kind: str, n: int) -> None:
         """SGLang's own pre-drain count of ready acks (`_count_ready_acks`), on the rank that
@@ -151,7 +155,7 @@ class StepRecorder:
         line = self._line(scheduler, batch)
         busy = batch is not None or any(self._counts.values()) or any(self._consumed.values())
         busy = busy or bool(line.get("faults_fired")) or _any_queued(line.get("queues", {}))
-        busy = busy or bool(self._waits)
+        busy = busy or bool(self._waits) or bool(self._acked)
         now = time.monotonic()
         if busy or now - self._last_write >= HEARTBEAT_S:
             line["idle_polls"] = self._idle
@@ -165,6 +169,7 @@ class StepRecorder:
             self._sync = {}
             self._waits = {}
             self._counted = {}
+            self._acked = []
             self._shortages = []
         else:
             self._idle += 1
@@ -204,6 +209,8 @@ class StepRecorder:
             line["sync_received"] = dict(self._sync)
         if self._counted:
             line["acks_counted"] = dict(self._counted)
+        if self._acked:
+            line["write_acked_nodes"] = list(self._acked)
         line["faults_fired"] = self.hooks.drain_fired()
         line["must_agree"] = [k for k in MUST_AGREE if k in line]
         return line

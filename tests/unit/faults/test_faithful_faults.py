@@ -123,3 +123,17 @@ def test_a_slow_link_delivers_late_in_order_without_stalling_the_sender():
     assert [f["fault"] for f in hooks.drain_fired()] == ["p2p-delay"]
     fake.isend("plain", dst=1)  # outside any PP message, with the link idle: sent at once
     assert sent[-1][0] == "plain"
+
+
+def test_a_silent_ledger_shift_is_the_same_count_over_different_nodes():
+    from hicache_diag.diagnosis.ledger import ledger_lines
+
+    rows = [
+        {"step": 5, "rank": 0, "write_acked_nodes": [3]},
+        {"step": 5, "rank": 1, "write_acked_nodes": [3]},
+        {"step": 9, "rank": 0, "write_acked_nodes": [7, 8]},
+        {"step": 9, "rank": 1, "write_acked_nodes": [3, 4]},
+    ]
+    lines = ledger_lines(_frames(rows))
+    assert len(lines) == 1 and "silent ledger shift at step 9" in lines[0]
+    assert ledger_lines(_frames(rows[:2])) == []
