@@ -231,6 +231,11 @@ class StepRecorder:
                                 "pp": self.pp_rank, "tp": self.tp_rank, "crashed": True,
                                 "error": f"{type(exc).__name__}: {exc}"}  # fmt: skip
         line.update({k: v for k, v in self._counts.items() if v})
+        if self._shortages:  # the backups skipped in the step it died in: the evidence
+            line["host_shortages"] = list(self._shortages)
+        if self.host_held:
+            line["host_held"] = self.host_held
+        line.update({k: round(ms, 3) for k, ms in self._waits.items()})
         line["faults_fired"] = self.hooks.drain_fired()
         self._write(line)
 

@@ -137,3 +137,20 @@ def test_a_silent_ledger_shift_is_the_same_count_over_different_nodes():
     lines = ledger_lines(_frames(rows))
     assert len(lines) == 1 and "silent ledger shift at step 9" in lines[0]
     assert ledger_lines(_frames(rows[:2])) == []
+
+
+def test_a_crash_record_keeps_the_shortages_of_the_step_it_died_in(tmp_path):
+    import json
+
+    from hicache_diag.sglang_plugin.recorder import StepRecorder
+
+    rec = StepRecorder(str(tmp_path / "rank1.jsonl"), 1, 1, 0, Hooks(rank=1, pp_rank=1))
+    rec.begin_step()
+    rec.host_held = 516
+    rec.count("host_evict_calls", 1)
+    rec.shortage(need=56, free=0, evicted=0, evict_calls=1)
+    rec.write_crash(IndexError("pop from empty list"))
+    rec.close()
+    line = json.loads((tmp_path / "rank1.jsonl").read_text())
+    assert line["crashed"] and line["host_shortage"] == 1 and line["host_held"] == 516
+    assert line["host_shortages"] == [{"need": 56, "free": 0, "evicted": 0, "evict_calls": 1}]
