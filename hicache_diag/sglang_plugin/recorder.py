@@ -185,7 +185,7 @@ class StepRecorder:
         if self.pp_loop_size:
             line["slot"] = self.step % self.pp_loop_size
         line.update(_batch_fields(batch))
-        line.update(_cache_fields(scheduler))
+        line.update(_cache_fields(scheduler, follower=self.pp_rank > 0))
         line["acks_consumed"] = {"write": self._consumed["write"], "load": self._consumed["load"]}
         line["write_backs"] = self._counts["write_backs"]
         line["load_backs"] = self._counts["load_backs"]
@@ -281,7 +281,7 @@ def _prefix_len(req: Any) -> int:
     return _size(getattr(req, "prefix_indices", None))
 
 
-def _cache_fields(scheduler: Any) -> dict[str, Any]:
+def _cache_fields(scheduler: Any, follower: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     allocator = getattr(scheduler, "token_to_kv_pool_allocator", None)
     if allocator is not None:
@@ -301,7 +301,12 @@ def _cache_fields(scheduler: Any) -> dict[str, Any]:
         if getattr(cc, name, None) is not None:
             queues[name] = _len(getattr(cc, name))
     out["queues"] = {k: v for k, v in queues.items() if v is not None}
-    out["acks_ready"] = {"write": _ready(cc.ack_write_queue), "load": _ready(cc.ack_load_queue)}
+    # The recorder's own poll, after the drain. Where SGLang relays PP0's count (0.5.2x's
+    # `_sync_hicache_ready_counts`) a follower never polls: no poll is presented as its own
+    # there (`acks_counted` is what PP0 counted; docs/evidence.md).
+    if not (follower and hasattr(tree, "_sync_hicache_ready_counts")):
+        out["acks_ready"] = {"write": _ready(cc.ack_write_queue),
+                             "load": _ready(cc.ack_load_queue)}  # fmt: skip
     out["tree_digest"] = _tree_digest(tree)
     return out
 
