@@ -111,7 +111,9 @@ def test_sglang_host_shortage_takes_sglangs_own_shortage_branch(tmp_path):
 @pytest.mark.process
 @pytest.mark.slow
 def test_sglang_dma_delay_makes_the_forward_wait(tmp_path):
+    # 30 ms hides behind PP1's wait for PP0's activations (measured: no forward wait); 400 ms
+    # on the load-backs outlasts it.
     verdict, run = _run(tmp_path, "--engine", "sglang", "--max-total-tokens", "256",
-                        "--fault", "dma-delay:rank=1,ms=30")  # fmt: skip
+                        "--fault", "dma-delay:rank=1,ms=400,dir=load")  # fmt: skip
     waited = {r: sum(row.get("dma_wait_ms", 0) or 0 for row in _rows(run, r)) for r in (0, 1)}
     assert waited[1] > 0 and waited[1] > waited[0], waited
