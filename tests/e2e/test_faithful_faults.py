@@ -65,6 +65,13 @@ def test_committed_host_shortage_run_holds_its_facts():
     _assert_physical_shortage(COMMITTED, 1)
 
 
+def test_committed_dma_delay_run_shows_the_forward_waiting():
+    run = ROOT / "samples" / "runs" / "sglang-0.5.23-dma-delay"
+    waited = {r: sum(row.get("dma_wait_ms", 0) or 0 for row in _rows(run, r)) for r in (0, 1)}
+    assert waited[1] > 0 and waited[0] == 0, waited
+    assert json.loads((run / "verdict.json").read_text())["outcome"] == "ok"
+
+
 @pytest.mark.process
 @pytest.mark.slow
 def test_builtin_host_shortage_is_skipped_backups_on_that_rank(tmp_path):
