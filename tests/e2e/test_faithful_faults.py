@@ -3,7 +3,7 @@ on the builtin engine and on real SGLang 0.5.23 (the "Done means" of the faithfu
 
 The real-SGLang runs take 5-8 minutes each on this machine and are `slow`; the form they
 produce stays in the default run through the committed run directory
-samples/runs/sglang-0.5.23-host-shortage (test_committed_host_shortage_run_holds_its_facts).
+samples/runs/sglang-0.5.23-form-b (test_committed_host_shortage_run_holds_its_facts).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.conftest import assert_no_children
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "hicache_diag.cli.main", "run", "--json"]
-COMMITTED = ROOT / "samples" / "runs" / "sglang-0.5.23-host-shortage"
+COMMITTED = ROOT / "samples" / "runs" / "sglang-0.5.23-form-b"
 
 
 def _rows(run: Path, rank: int) -> list[dict]:
