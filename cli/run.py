@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -91,13 +91,37 @@ def _catalogue() -> str:
     from hicache_diag.faults import FAULTS
     from hicache_diag.runtime.protocol import SWITCHES
 
-    lines = ["\b", "Faults (--fault NAME[:key=value,...]; keys in docs/faults.md):"]
+    lines = ["\b", "Faults (--fault NAME[:key=value,...]; keys in docs/faults.md;",
+             "what each models: --list-faults):"]
     lines += textwrap.wrap(", ".join(sorted(FAULTS)), 76, initial_indent="  ",
                            subsequent_indent="  ", break_on_hyphens=False)  # fmt: skip
     lines.append("Switches (--fix NAME=MODE; legacy mode first, then the fix):")
     for sw in SWITCHES.values():
         lines.append(f"  {sw.name}={'|'.join(sw.modes)}  {sw.upstream}")
     return "\n".join(lines)
+
+
+def _list_faults(value: bool) -> None:
+    """`run --list-faults`: what each fault models, then exit 0 (faults/catalog.py)."""
+    if value:
+        from hicache_diag.faults.catalog import catalog_text
+
+        sys.stdout.write(catalog_text())
+        raise typer.Exit(0)
+
+
+ListFaultsOpt = Annotated[bool, typer.Option(
+    "--list-faults", is_eager=True, callback=_list_faults,
+    help="Print every fault: the physical event it models, when production meets it, the "
+         "SGLang function it acts in per release, what it cannot model; then exit.",
+)]  # fmt: skip
+
+
+ConsensusCheckerOpt = Annotated[bool, typer.Option(
+    "--sglang-consensus-checker",
+    help="sglang engine: turn on SGLang's rank consensus checker "
+         "(SGLANG_ENABLE_RANK_CONSENSUS_CHECKER); what it reports is verdict evidence.",
+)]  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:
@@ -133,9 +157,12 @@ def register(app: typer.Typer) -> None:
         sglang_arg: o.SglangArgOpt = None,
         sglang_python: o.SglangPythonOpt = None,
         check: o.CheckOpt = False,
+        list_faults: ListFaultsOpt = False,
+        sglang_consensus_checker: ConsensusCheckerOpt = False,
     ) -> None:
         """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
         flags = dict(locals())
+        flags.pop("list_faults", None)
         expect = _expectation(scenario) if check else None
         # With --engine sglang the checks probe the release and may build the model: seconds.
         with PhaseStatus(err_console, quiet=json_, first="checking the run"):

@@ -32,6 +32,15 @@ class Fault:
     SUMMARY: ClassVar[str] = ""
     # A spec must set at least one of these, so that no fault silently does nothing.
     EFFECT_KEYS: ClassVar[tuple[str, ...]] = ()
+    # What `run --list-faults` and docs/faults.md say of it (one home: faults/catalog.py reads
+    # these): the physical event it stands for, when production meets it, the SGLang function
+    # it acts in per release ((releases, function) pairs), what it cannot model, and whether
+    # it can make a state SGLang cannot reach ("" = it cannot; else why it can).
+    EVENT: ClassVar[str] = ""
+    WHEN: ClassVar[str] = ""
+    ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = ()
+    CANNOT: ClassVar[str] = ""
+    UNREACHABLE: ClassVar[str] = ""
 
     rank: tuple[int, ...] | None = K.key(
         None, K.ranks, "global rank(s) pp_rank*tp_size+tp_rank: 1, 1|2 or * (default *)"
@@ -80,6 +89,12 @@ class Fault:
             raise UsageError(
                 f"fault {self.NAME!r} does nothing without one of: {', '.join(self.EFFECT_KEYS)}"
             )
+
+    @classmethod
+    def refusal(cls, engine: str, version: str | None = None) -> str | None:
+        """Why this fault cannot run on `engine` ("builtin" | "sglang", with the release's
+        version), or None. One line, shown with exit 2 before anything starts."""
+        return None
 
     def targets(self, rank: int) -> bool:
         return self.rank is None or rank in self.rank

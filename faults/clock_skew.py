@@ -24,6 +24,27 @@ class ClockSkew(Fault):
     POINTS: ClassVar[tuple[str, ...]] = ("now",)
     SUMMARY: ClassVar[str] = "the clock one rank's tree stamps last_access_time with"
     EFFECT_KEYS: ClassVar[tuple[str, ...]] = ("offset-ms", "drift-ppm", "jitter-us")
+    EVENT: ClassVar[str] = (
+        "the clock one rank's LRU stamps come from runs off (an NTP step, a VM's clock drift)"
+    )
+    WHEN: ClassVar[str] = (
+        "only where a release stamps LRU from a wall or monotonic clock per rank; 0.5.2x's "
+        "unified tree stamps a logical counter instead"
+    )
+    ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("0.5.18+", "unified_cache/components/base.get_and_increase_time_counter (a logical "
+                    "counter stepping 1.0; refused on the Rust tree core, which never calls it)"),
+        ("0.5.12-0.5.14", "not hooked: HiRadixCache stamps time.monotonic() inline"),
+        ("builtin", "the LRU stamp of evict_policy under --fix lru-clock=monotonic"),
+    )  # fmt: skip
+    CANNOT: ClassVar[str] = (
+        "the clocks SGLang still reads per rank: session_controller.maybe_reap and the flush "
+        "deadline of SchedulerFlushWrapper (the session-clock and flush-clock faults)"
+    )
+    UNREACHABLE: ClassVar[str] = (
+        "on 0.5.18+ it adds seconds to a logical counter that steps by 1.0 per access and is "
+        "never skewed by rank in SGLang"
+    )
 
     offset_ms: float = K.key(0.0, K.real, "constant offset in milliseconds (may be negative)")
     drift_ppm: float = K.key(0.0, K.real, "rate error in parts per million since first reading")

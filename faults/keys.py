@@ -65,6 +65,13 @@ def count(text: str) -> int:
     return value
 
 
+def tokens(text: str) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise ValueError("a token count >= 0")
+    return value
+
+
 def seed(text: str) -> int:
     value = _integer(text)
     if value < 0:

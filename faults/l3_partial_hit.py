@@ -25,6 +25,20 @@ class L3PartialHit(Fault):
     POINTS: ClassVar[tuple[str, ...]] = ("storage_exists", "storage_read")
     SUMMARY: ClassVar[str] = "one rank's storage batch_exists / page reads"
     EFFECT_KEYS: ClassVar[tuple[str, ...]] = ("keep", "holes", "slow-ms")
+    EVENT: ClassVar[str] = (
+        "one rank's L3 store answers differently: a shared file system whose listing lags on "
+        "one node (keep), a page read that fails (holes), a slow storage node (slow-ms)"
+    )
+    WHEN: ClassVar[str] = (
+        "NFS/Lustre metadata caches, pages written by a peer not yet visible, storage outages"
+    )
+    ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("0.5.12+", "HiCacheStorage.batch_exists (keep) and HiCacheFile.get (holes, slow-ms)"),
+        ("builtin", "HiCacheFile batch_exists and page reads"),
+    )
+    CANNOT: ClassVar[str] = (
+        "backends other than file; a corrupt page (a read succeeds or returns nothing)"
+    )
 
     keep: float = K.key(1.0, K.probability, "fraction of the found leading pages reported")
     holes: float = K.key(0.0, K.probability, "probability that one page read fails")

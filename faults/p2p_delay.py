@@ -1,6 +1,8 @@
-"""p2p-delay: one rank's PP sends are slow (a slow link), which must not change any decision.
+"""p2p-delay: one rank's outgoing PP link delivers late, which must not change any decision.
 
-It exists so that triage can be checked not to blame the protocol for a network straggler.
+The engine delays delivery on the link (hicache_diag/link_delay.py): an async send returns at
+once and arrives `ms` later; `msg=sync` aims at HiCache's own `_pp_sync` relay, the one message
+that carries PP0's ack counts. Triage must not blame the protocol for a network straggler.
 """
 
 from __future__ import annotations
@@ -20,13 +22,34 @@ if TYPE_CHECKING:
 class P2pDelay(Fault):
     NAME: ClassVar[str] = "p2p-delay"
     POINTS: ClassVar[tuple[str, ...]] = ("p2p_send",)
-    SUMMARY: ClassVar[str] = "one rank's p2p sends (a slow link, not a protocol bug)"
+    SUMMARY: ClassVar[str] = "one rank's outgoing PP link delivers late (a slow link)"
     EFFECT_KEYS: ClassVar[tuple[str, ...]] = ("ms",)
+    EVENT: ClassVar[str] = (
+        "a slow PP link out of one rank: its messages are delivered late (async sends "
+        "included); the sender is not stalled"
+    )
+    WHEN: ClassVar[str] = "a congested or degraded NIC/NVLink between two stages"
+    ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("0.5.13+", "torch.distributed.isend/send inside point_to_point_pyobj (reqs), "
+                    "GroupCoordinator.send_tensor_dict (proxy, output) and HiCache's "
+                    "_pp_sync relay (sync)"),
+        ("0.5.12.post1", "the same, less `sync` (no _pp_sync: each stage counts its own acks)"),
+        ("builtin", "parallel_state's PP sends and its pp_sync relay"),
+    )  # fmt: skip
+    CANNOT: ClassVar[str] = (
+        "bandwidth (a fixed latency per message, whatever its size), loss or reordering; "
+        "the receiving side of a link (target the sending rank)"
+    )
 
-    ms: float = K.key(0.0, K.millis, "milliseconds added before each PP send")
+    ms: float = K.key(0.0, K.millis, "milliseconds each PP message spends on the link")
+    msg: str = K.key("all", K.choice("all", "sync", "reqs", "proxy", "output"),
+                     "which messages: all, or sync (HiCache's _pp_sync relay), reqs, proxy, "
+                     "output")  # fmt: skip
 
     def install(self, hooks: Hooks, schedule: Schedule) -> None:
         def on_p2p_send(value: float, ctx: dict[str, Any]) -> float:
+            if self.msg != "all" and ctx.get("msg") != self.msg:
+                return value  # not an opportunity: another message
             if not self.ms or not schedule.fires(ctx["step"]):
                 return value
             hooks.record(self.NAME, msg=ctx.get("msg"), delay_ms=self.ms)

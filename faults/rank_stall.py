@@ -26,6 +26,16 @@ class RankStall(Fault):
     POINTS: ClassVar[tuple[str, ...]] = ("scheduler_step",)
     SUMMARY: ClassVar[str] = "one rank's scheduler thread sleeps (GIL or CPU contention)"
     EFFECT_KEYS: ClassVar[tuple[str, ...]] = ("ms",)
+    EVENT: ClassVar[str] = (
+        "one rank's scheduler thread does not run for a while (GIL held by another thread, CPU "
+        "contention, a page-fault storm, a debugger or SIGSTOP)"
+    )
+    WHEN: ClassVar[str] = "oversubscribed hosts, tokenizer or detokenizer threads, long GC pauses"
+    ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("0.5.12+", "Scheduler.get_next_batch_to_run: sleeps before the step"),
+        ("builtin", "SchedulerPPMixin._pp_loop_step: sleeps before the step"),
+    )
+    CANNOT: ClassVar[str] = "a stall inside a forward or a collective (it sleeps between steps)"
 
     ms: float = K.key(0.0, K.millis, "milliseconds the scheduler thread sleeps before the step")
     every: int = K.key(1, K.count, "only every N-th step in the window stalls (default 1)")

@@ -8,6 +8,13 @@ Points, the value they carry, and the context they pass:
 - `dma_complete`  float: extra seconds before a DMA's finish event becomes ready.
                   ctx: direction ("write"|"load"), num_tokens.
 - `host_alloc`    bool: whether the host pool may satisfy this alloc. ctx: num_tokens.
+                  (A refusal with free slots is a state SGLang cannot reach: docs/faults.md.)
+- `host_hold`     int: host-pool tokens a side pool holds on this rank from this step on (the
+                  engine takes or returns them through the pool's own alloc/free).
+                  ctx: held (now), free (the pool's available_size), capacity.
+- `device_hold`   int: device tokens a concurrent consumer holds during this load-back (the
+                  engine takes them through the device allocator and frees them after).
+                  ctx: free (the allocator's available_size), need (tokens to load).
 - `now`           float: the clock this rank's tree stamps `last_access_time` with.
 - `storage_exists` int: leading L3 pages found. ctx: num_pages (asked).
 - `storage_read`  bool: whether one page read succeeds (a handler may also sleep).
@@ -25,6 +32,8 @@ from typing import Any
 HOOK_POINTS = (
     "dma_complete",
     "host_alloc",
+    "host_hold",
+    "device_hold",
     "now",
     "storage_exists",
     "storage_read",
@@ -50,6 +59,9 @@ class Hooks:
         if point not in HOOK_POINTS:
             raise ValueError(f"unknown hook point {point!r}; valid: {', '.join(HOOK_POINTS)}")
         self._handlers[point].append(handler)
+
+    def has(self, point: str) -> bool:
+        return bool(self._handlers.get(point))
 
     def apply(self, point: str, value: Any, **ctx: Any) -> Any:
         handlers = self._handlers.get(point)

@@ -9,7 +9,9 @@ from typing import Any
 
 from hicache_diag.diagnosis import checks, rank_facts
 from hicache_diag.diagnosis import stacks as stk
+from hicache_diag.diagnosis.consensus import consensus_lines
 from hicache_diag.diagnosis.divergence import Divergence, lone_local_input
+from hicache_diag.diagnosis.ledger import ledger_lines
 from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.diagnosis.recorder_health import blind_recorder_reason, recorder_errors
 from hicache_diag.diagnosis.storage import storage_fault_lines
@@ -218,6 +220,8 @@ def verdict_from(run: RunData) -> Verdict:
             culprit = lone[0]  # the waiter or the rank that raised is where it ended, not why
             evidence.append(lone[2])
     evidence += _safe("storage", lambda r: storage_fault_lines(r.frames), run, notes) or []
+    evidence += _safe("consensus", lambda r: consensus_lines(r.logs), run, notes) or []
+    evidence += _safe("ledger", lambda r: ledger_lines(r.frames), run, notes) or []
     if found.outcome is Outcome.CRASH and found.form is None:
         evidence.append("crash is neither form A nor B: a crash of another form")
     evidence += _faults_line(run)

@@ -80,6 +80,17 @@ def _disagree(values: dict[int, Any]) -> bool:
     return len({_canon(v) for v in values.values()}) > 1
 
 
+def _agreeable(rows: pd.DataFrame, column: str) -> dict[int, Any]:
+    """The values of `column` that must agree. A host-shortage side pool (`host_held`) shrinks
+    one rank's pool on purpose: free slots plus held ones is what the trees must agree on."""
+    values = _values(rows, column)
+    if column == "host_free" and "host_held" in rows.columns:
+        held = _values(rows, "host_held")
+        values = {r: v + int(held.get(r) or 0) if isinstance(v, int | float) else v
+                  for r, v in values.items()}  # fmt: skip
+    return values
+
+
 def find_first(frames: pd.DataFrame) -> tuple[int, str, dict[int, Any]] | None:
     """(step, field, rank -> value) of the first disagreement, comparing the ranks present."""
     if frames.empty or "must_agree" not in frames.columns:
@@ -88,7 +99,7 @@ def find_first(frames: pd.DataFrame) -> tuple[int, str, dict[int, Any]] | None:
         if rows["rank"].nunique() < 2:
             continue
         for column in _must_agree_fields(rows):
-            values = _values(rows, column)
+            values = _agreeable(rows, column)
             if len(values) >= 2 and _disagree(values):
                 return int(step), column, values
     return None
@@ -224,6 +235,51 @@ def _only_some(counts: dict[int, int]) -> dict[int, int]:
     """The ranks with a non-zero count, when not every rank has one."""
     bad = {r: n for r, n in counts.items() if n > 0}
     return bad if bad and len(bad) < len(counts) else {}
+
+
+def _first_shortage(window: pd.DataFrame, rank: int) -> str:
+    """What the rank read at its first skipped backup (`host_shortages`), as evidence text."""
+    if "host_shortages" not in window.columns:
+        return ""
+    mine = window[window["rank"] == rank].sort_values("step", kind="stable")
+    for step, found in zip(mine["step"], mine["host_shortages"], strict=True):
+        if isinstance(found, list) and found:
+            first = found[0]
+            return (
+                f"; first at step {int(step)}: needed {first.get('need')} tokens with "
+                f"{first.get('free')} free; evict_host ran {first.get('evict_calls', '?')} time(s) "
+                f"and freed {first.get('evicted')}"
+            )
+    return ""
+
+
+def _host_shortage_source(window: pd.DataFrame, step: int) -> Attribution | None:
+    """SGLang's own shortage branch skipped backups on some ranks only (`host_shortage`)."""
+    counts = _only_some(_per_rank_sum(window, "host_shortage"))
+    if not counts:
+        return None
+    culprit = max(sorted(counts), key=lambda r: counts[r])
+    return (
+        DivergenceSource.HOST_ALLOC,
+        culprit,
+        f"the host pool was short for write-through backups only on rank(s) {sorted(counts)} "
+        f"before step {step} (backups skipped: {counts}){_first_shortage(window, culprit)}",
+    )
+
+
+def _host_eviction_source(window: pd.DataFrame, step: int) -> Attribution | None:
+    """A backup that found the pool short made room with SGLang's own `evict_host` on some
+    ranks only: their host trees dropped nodes their peers kept (`host_evicted`)."""
+    counts = _only_some(_per_rank_sum(window, "host_evicted"))
+    if not counts:
+        return None
+    return (
+        DivergenceSource.HOST_ALLOC,
+        max(sorted(counts), key=lambda r: counts[r]),
+        f"evict_host freed host tokens only on rank(s) {sorted(counts)} before step {step} "
+        f"({counts}): a backup found that rank's host pool short and evicted host nodes its "
+        "peers kept",
+    )
 
 
 def _host_alloc_source(window: pd.DataFrame, step: int) -> Attribution | None:
@@ -374,7 +430,9 @@ def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Att
     L3 read or an LRU stamp can decide a batch long after it happened)."""
     for window in (_window(frames, step), frames[frames["step"] <= step]):
         found = (
-            _host_alloc_source(window, step)
+            _host_shortage_source(window, step)
+            or _host_alloc_source(window, step)
+            or _host_eviction_source(window, step)
             or _ack_source(window, frames, step, column, values)
             or _l3_progress_source(window)
             or _l3_hit_source(window, frames)
@@ -404,7 +462,10 @@ def first_divergence(frames: pd.DataFrame) -> Divergence | None:
 
 # Per-rank inputs that a rank alone can see, each counted per step in rank{r}.jsonl.
 _LOCAL_INPUTS = (
+    ("host_shortage", "write-through backups skipped for a short host pool",
+     DivergenceSource.HOST_ALLOC),
     ("host_alloc_failed", "host allocs failed", DivergenceSource.HOST_ALLOC),
+    ("host_evicted", "host evictions (evict_host)", DivergenceSource.HOST_ALLOC),
     ("host_pool_refused", "the host pool refused allocs", DivergenceSource.HOST_ALLOC),
     ("clock_regressions", "clock stamps went back", DivergenceSource.LRU_CLOCK),
 )

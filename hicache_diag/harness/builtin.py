@@ -42,18 +42,25 @@ DEFAULTS: dict[str, Any] = {
     "max_steps": None,  # auto: server_args.auto_step_budget
 }
 TRIAL_TIMEOUT_S = 300.0  # a bisect trial: the builtin runtime starts in about a second
-SGLANG_ONLY_FLAGS = ("model", "sglang_arg", "sglang_python")
+SGLANG_ONLY_FLAGS = ("model", "sglang_arg", "sglang_python", "sglang_consensus_checker")
 SGLANG_SCENARIO_KEYS = ("sglang_python", "sglang_version")  # scenario-only, sglang engine only
 
 
-def validated_faults(request: RunRequest, pp: int, tp: int) -> tuple[str, ...]:
-    """The request's fault specs, checked against the topology (both engines)."""
+def validated_faults(request: RunRequest, pp: int, tp: int,
+                     engine: str = "sglang") -> tuple[str, ...]:  # fmt: skip
+    """The request's fault specs, checked against the topology (both engines). On the builtin
+    engine a fault whose mechanism it lacks is refused here; SGLang's, per release, at its probe."""
     faults = request.faults
     if not faults:
         return ()
     from hicache_diag.faults import validate_faults
 
-    return tuple(f.to_spec() for f in validate_faults(faults, pp, tp))
+    checked = validate_faults(faults, pp, tp)
+    for spec in checked if engine == "builtin" else ():
+        why = spec.build().refusal("builtin")
+        if why:
+            raise UsageError(f"fault {spec.name!r} cannot run on --engine builtin: {why}")
+    return tuple(f.to_spec() for f in checked)
 
 
 def _check_cuda() -> None:
@@ -144,7 +151,7 @@ def build(request: RunRequest) -> RunConfig:
     workload = WorkloadConfig(pick("workload"), pick("requests"), pick("max_new_tokens"), seed)
     check_fits(workload, sa)
     protocol = _protocol(request, pick)
-    faults = validated_faults(request, sa.pp_size, sa.tp_size)
+    faults = validated_faults(request, sa.pp_size, sa.tp_size, "builtin")
     refuse_no_effect(request.given_all(), faults, sa.hicache_storage_backend != "none",
                      protocol.lru_clock)  # fmt: skip
     hang_timeout = float(pick("hang_timeout"))

@@ -10,7 +10,7 @@ from typing import Any
 from hicache_diag.errors import UsageError
 
 # Faults that act only at the L3 storage hook points (faults/*.py POINTS).
-L3_FAULTS = ("l3-partial-hit",)
+L3_FAULTS = ("l3-partial-hit", "prefetch-alloc-fail")
 _NO_L3 = "does nothing without --hicache-storage-backend file"
 
 

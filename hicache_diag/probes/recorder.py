@@ -34,7 +34,8 @@ MUST_AGREE = (
 CRASH_KEYS = ("rids", "extend_num_tokens", "prefix_len", "host_hit_len")
 # Per-rank inputs a crash record adds beside the batch (not must-agree: see record_crash).
 CRASH_INPUTS = ("acks_ready", "ack_pending_ms", "acks_consumed", "sync_received",
-                "host_alloc_failed", "host_pool_refused", "l3_hit_len_local", "l3_progress",
+                "host_alloc_failed", "host_pool_refused", "host_shortage", "host_shortages",
+                "host_evicted", "host_held", "l3_hit_len_local", "l3_progress",
                 "l3_progress_local", "clock_regressions", "evict_victims")  # fmt: skip
 RECORD_ENV = "HICACHE_DIAG_RECORD"
 
@@ -70,6 +71,7 @@ def batch_fields(batch: Any) -> dict[str, Any]:
             "extend_num_tokens": 0,
             "prefix_len": {},
             "host_hit_len": {},
+            "host_loaded_len": {},
             "l3_hit_len": {},
         }
     extend = batch.forward_mode.is_extend()
@@ -79,6 +81,7 @@ def batch_fields(batch: Any) -> dict[str, Any]:
         "extend_num_tokens": sum(batch.extend_lens()),
         "prefix_len": dict(zip(batch.rids, batch.prefix_lens, strict=True)) if extend else {},
         "host_hit_len": {r.rid: r.host_hit_length for r in batch.reqs} if extend else {},
+        "host_loaded_len": {r.rid: r.host_loaded_length for r in batch.reqs} if extend else {},
         "l3_hit_len": {r.rid: r.l3_hit_length for r in batch.reqs} if extend else {},
     }
 

@@ -126,13 +126,19 @@ def build_sglang_config(
     extra = tuple(flags.get("sglang_arg") or ()) + (
         ("--pp-async-batch-depth", str(depth)) if depth else ()
     )
+    env = ()
+    if flags.get("sglang_consensus_checker"):
+        if not (install.package_dir / "srt" / "utils" / "rank_consensus_checker.py").is_file():
+            raise UsageError(f"--sglang-consensus-checker: sglang {install.version} has no rank "
+                             "consensus checker (srt/utils/rank_consensus_checker.py)")  # fmt: skip
+        env = (("SGLANG_ENABLE_RANK_CONSENSUS_CHECKER", "1"),)
     spec = LaunchSpec(
         model=model, pp_size=pp, tp_size=tp, page_size=page, max_total_tokens=max_total,
         hicache_ratio=ratio, hicache_size_gb=_hicache_size_gb(value("hicache_size")),
         hicache_write_policy=value("hicache_write_policy"),
         hicache_storage_backend=None if backend == "none" else backend,
         hicache_storage_dir=storage_dir, hicache_storage_prefetch_policy=policy,
-        extra_args=extra, cpu=device == "cpu",
+        extra_args=extra, cpu=device == "cpu", env=env,
     )  # fmt: skip
     seed = int(value("seed"))
     check_seed(seed)

@@ -56,6 +56,7 @@ class LaunchSpec:
     hicache_storage_prefetch_policy: str | None = None
     extra_args: tuple[str, ...] = ()
     cpu: bool = True
+    env: tuple[tuple[str, str], ...] = ()  # SGLang's own switches (--sglang-consensus-checker)
 
     def argv(self, python: str, port: int) -> list[str]:
         args = [python, "-m", "sglang.launch_server", "--model-path", str(self.model),
@@ -199,6 +200,7 @@ class SglangServer:
             )
         if self.spec.hicache_storage_dir:
             env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = self.spec.hicache_storage_dir
+        env.update(dict(self.spec.env))
         return env
 
     def start(self, plugin_path: Path) -> None:

@@ -54,6 +54,12 @@ def _arm_rank(server_args, tp_rank: int, pp_rank: int) -> None:
         install_faults(hooks, _config.faults, _config.seed, rank=rank, pp_rank=pp_rank,
                        tp_rank=tp_rank)  # fmt: skip
     STATE.hooks = hooks
+    if hooks.has("p2p_send"):  # p2p-delay: this rank's outgoing link delivers late
+        import torch.distributed
+
+        from hicache_diag import link_delay
+
+        link_delay.install(hooks, torch.distributed)
     if _config.record:
         path = jsonl_path(_config.run_dir, rank)
         STATE.recorder = StepRecorder(path, rank, pp_rank, tp_rank, hooks)
@@ -82,6 +88,7 @@ def _wrap_step(original):
         if recorder is not None:
             recorder.begin_step()
         if hooks is not None:
+            _hold_host(self, hooks, recorder)
             stall = hooks.apply("scheduler_step", 0.0)
             if stall > 0:
                 time.sleep(stall)
@@ -96,6 +103,21 @@ def _wrap_step(original):
         return plan
 
     return get_next_batch_to_run
+
+
+def _hold_host(scheduler, hooks, recorder) -> None:
+    """The host-shortage side pool, settled at the top of the step (scheduler thread)."""
+    if not hooks.has("host_hold"):
+        return
+    from hicache_diag.side_pool import SidePool
+
+    if STATE.side_pool is None:
+        STATE.side_pool = SidePool()
+    tree = getattr(scheduler, "tree_cache", None)
+    pool = getattr(getattr(tree, "cache_controller", None), "mem_pool_host", None)
+    held = STATE.side_pool.hold(hooks, pool)
+    if recorder is not None:
+        recorder.host_held = held
 
 
 # The loops a scheduler runs its steps in (PP, plain, overlap): what raises in a forward, after
@@ -175,6 +197,19 @@ def _wrap_evict(original):
     return evict
 
 
+def _wrap_count_ready(original):
+    @functools.wraps(original)
+    def _count_ready_acks(self, ack_queue, *args, **kwargs):
+        n = original(self, ack_queue, *args, **kwargs)
+        cc = getattr(self, "cache_controller", None)
+        if STATE.recorder is not None and cc is not None:
+            kind = "write" if ack_queue is getattr(cc, "ack_write_queue", None) else "load"
+            STATE.recorder.counted(kind, n)
+        return n
+
+    return _count_ready_acks
+
+
 def _patch_tree(module, cls: str) -> None:
     tree = getattr(module, cls, None)
     if tree is None:
@@ -183,6 +218,8 @@ def _patch_tree(module, cls: str) -> None:
     patch_attr(tree, "loading_check", _wrap_check("load"))
     if hasattr(tree, "_sync_hicache_ready_counts"):
         patch_attr(tree, "_sync_hicache_ready_counts", _wrap_sync)
+    if hasattr(tree, "_count_ready_acks"):
+        patch_attr(tree, "_count_ready_acks", _wrap_count_ready)
     # `_evict` is the one place both evict() and evict_for_alloc() go through (0.5.2x).
     core = "_evict" if hasattr(tree, "_evict") else "evict"
     if hasattr(tree, core):

@@ -18,11 +18,12 @@ from collections import Counter
 from typing import Any
 
 HEARTBEAT_S = 1.0
+MAX_SHORTAGES = 4  # per step line: the first ones carry the evidence, the count all of them
 # What every rank must hold identically at the same step (only keys actually recorded). The
 # cache counts were checked against every real run held here (0.5.12.post1-0.5.23, PP2 and
 # TP2, L2 and L3): equal on every busy step until a fault fired; the queue sizes were not.
 MUST_AGREE = (
-    "rids", "extend_num_tokens", "prefix_len", "host_hit_len", "l3_hit_len",
+    "rids", "extend_num_tokens", "prefix_len", "host_hit_len", "host_loaded_len", "l3_hit_len",
     "acks_consumed", "sync_received", "host_free", "write_backs", "load_backs", "evicted",
     "device_free", "tree_digest",
 )  # fmt: skip
@@ -82,6 +83,11 @@ class StepRecorder:
         self._counts: Counter[str] = Counter()
         self._consumed: Counter[str] = Counter()
         self._sync: dict[str, Any] = {}
+        self._waits: dict[str, float] = {}
+        self._counted: dict[str, int] = {}
+        self._acked: list[Any] = []  # node ids whose write-through this rank finished
+        self._shortages: list[dict[str, int]] = []
+        self.host_held = 0  # tokens the side pool holds (host-shortage), set by the step wrapper
         self._idle = 0
         self._last_write = 0.0
         self.pp_loop_size: int | None = None
@@ -93,6 +99,29 @@ class StepRecorder:
     # -- fed by the wrappers --------------------------------------------------------------
     def count(self, key: str, n: int) -> None:
         self._counts[key] += int(n)
+
+    def peek(self, key: str) -> int:
+        return self._counts[key]
+
+    def waited(self, key: str, seconds: float) -> None:
+        """Time the forward spent waiting (float ms, summed over the step)."""
+        self._waits[key] = self._waits.get(key, 0.0) + seconds * 1000.0
+
+    def shortage(self, *, need: int, free: int, evicted: int, evict_calls: int) -> None:
+        """A backup this rank's host pool could not take after evict_host: SGLang's own
+        shortage branch (`_execute_kv_backup` returned None), with what it read."""
+        self._counts["host_shortage"] += 1
+        if len(self._shortages) < MAX_SHORTAGES:
+            self._shortages.append({"need": int(need), "free": int(free), "evicted": int(evicted),
+                                    "evict_calls": int(evict_calls)})  # fmt: skip
+
+    def acked_node(self, node_id: Any) -> None:
+        self._acked.append(node_id if isinstance(node_id, int) else str(node_id))
+
+    def counted(self, kind: str, n: int) -> None:
+        """SGLang's own pre-drain count of ready acks (`_count_ready_acks`), on the rank that
+        counted: PP0 alone in 0.5.2x, whose count `_pp_sync` relays to the followers."""
+        self._counted[kind] = self._counted.get(kind, 0) + int(n)
 
     def consumed(self, kind: str, n: int) -> None:
         self._consumed[kind] += int(n)
@@ -126,6 +155,7 @@ class StepRecorder:
         line = self._line(scheduler, batch)
         busy = batch is not None or any(self._counts.values()) or any(self._consumed.values())
         busy = busy or bool(line.get("faults_fired")) or _any_queued(line.get("queues", {}))
+        busy = busy or bool(self._waits) or bool(self._acked)
         now = time.monotonic()
         if busy or now - self._last_write >= HEARTBEAT_S:
             line["idle_polls"] = self._idle
@@ -137,6 +167,10 @@ class StepRecorder:
             self._counts.clear()
             self._consumed.clear()
             self._sync = {}
+            self._waits = {}
+            self._counted = {}
+            self._acked = []
+            self._shortages = []
         else:
             self._idle += 1
 
@@ -151,15 +185,32 @@ class StepRecorder:
         if self.pp_loop_size:
             line["slot"] = self.step % self.pp_loop_size
         line.update(_batch_fields(batch))
-        line.update(_cache_fields(scheduler))
+        line.update(_cache_fields(scheduler, follower=self.pp_rank > 0))
         line["acks_consumed"] = {"write": self._consumed["write"], "load": self._consumed["load"]}
         line["write_backs"] = self._counts["write_backs"]
         line["load_backs"] = self._counts["load_backs"]
         line["evicted"] = self._counts["evicted"]
         # Allocs the host pool answered with nothing (short, or a fault), whoever asked.
         line["host_alloc_failed"] = self._counts["host_alloc_failed"]
+        # SGLang's own host shortage path: slots evict_host freed, and backups it still skipped.
+        line["host_evicted"] = self._counts["host_evicted"]
+        line["host_evict_calls"] = self._counts["host_evict_calls"]
+        line["host_shortage"] = self._counts["host_shortage"]
+        if self._shortages:
+            line["host_shortages"] = list(self._shortages)
+        for key in ("device_held", "load_back_declined"):  # device-alloc-fail's load-backs
+            if self._counts[key]:
+                line[key] = self._counts[key]
+        if self.host_held:
+            line["host_held"] = self.host_held
+        for key, ms in self._waits.items():
+            line[key] = round(ms, 3)
         if self._sync:
             line["sync_received"] = dict(self._sync)
+        if self._counted:
+            line["acks_counted"] = dict(self._counted)
+        if self._acked:
+            line["write_acked_nodes"] = list(self._acked)
         line["faults_fired"] = self.hooks.drain_fired()
         line["must_agree"] = [k for k in MUST_AGREE if k in line]
         return line
@@ -180,6 +231,11 @@ class StepRecorder:
                                 "pp": self.pp_rank, "tp": self.tp_rank, "crashed": True,
                                 "error": f"{type(exc).__name__}: {exc}"}  # fmt: skip
         line.update({k: v for k, v in self._counts.items() if v})
+        if self._shortages:  # the backups skipped in the step it died in: the evidence
+            line["host_shortages"] = list(self._shortages)
+        if self.host_held:
+            line["host_held"] = self.host_held
+        line.update({k: round(ms, 3) for k, ms in self._waits.items()})
         line["faults_fired"] = self.hooks.drain_fired()
         self._write(line)
 
@@ -209,6 +265,9 @@ def _batch_fields(batch: Any) -> dict[str, Any]:
         out["extend_num_tokens"] = _as_int(getattr(batch, "extend_num_tokens", None))
         out["prefix_len"] = {r.rid: _prefix_len(r) for r in reqs}
         out["host_hit_len"] = {r.rid: _as_int(getattr(r, "host_hit_length", None)) for r in reqs}
+        if any(hasattr(r, "host_loaded_length") for r in reqs):  # 0.5.2x: what was loaded back
+            out["host_loaded_len"] = {r.rid: _as_int(getattr(r, "host_loaded_length", None))
+                                      for r in reqs}  # fmt: skip
         if any(hasattr(r, "storage_hit_length") for r in reqs):
             out["l3_hit_len"] = {r.rid: _as_int(getattr(r, "storage_hit_length", None))
                                  for r in reqs}  # fmt: skip
@@ -222,7 +281,7 @@ def _prefix_len(req: Any) -> int:
     return _size(getattr(req, "prefix_indices", None))
 
 
-def _cache_fields(scheduler: Any) -> dict[str, Any]:
+def _cache_fields(scheduler: Any, follower: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     allocator = getattr(scheduler, "token_to_kv_pool_allocator", None)
     if allocator is not None:
@@ -242,7 +301,12 @@ def _cache_fields(scheduler: Any) -> dict[str, Any]:
         if getattr(cc, name, None) is not None:
             queues[name] = _len(getattr(cc, name))
     out["queues"] = {k: v for k, v in queues.items() if v is not None}
-    out["acks_ready"] = {"write": _ready(cc.ack_write_queue), "load": _ready(cc.ack_load_queue)}
+    # The recorder's own poll, after the drain. Where SGLang relays PP0's count (0.5.2x's
+    # `_sync_hicache_ready_counts`) a follower never polls: no poll is presented as its own
+    # there (`acks_counted` is what PP0 counted; docs/evidence.md).
+    if not (follower and hasattr(tree, "_sync_hicache_ready_counts")):
+        out["acks_ready"] = {"write": _ready(cc.ack_write_queue),
+                             "load": _ready(cc.ack_load_queue)}  # fmt: skip
     out["tree_digest"] = _tree_digest(tree)
     return out
 

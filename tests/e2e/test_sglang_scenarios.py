@@ -59,6 +59,7 @@ def test_every_sglang_sample_names_its_release_and_expectation():
 # the files' [expect] (the classifier or the file changing would show here, without SGLang).
 SAMPLE_RUNS = {
     "form_a_dma_delay_0.5.12.post1": "sglang-0.5.12.post1-form-a",
+    "dma_delay_load_0.5.23": "sglang-0.5.23-dma-delay",
     "form_a_host_alloc_pp0_0.5.23": "sglang-0.5.23-form-a",
     "form_b_host_alloc_0.5.23": "sglang-0.5.23-form-b",
     "form_c_tp_host_alloc_0.5.13": "sglang-0.5.13-form-c-tp",

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hicache_diag import link_delay
 from hicache_diag.hooks import Hooks
 from hicache_diag.runtime.distributed.comm import THREAD_GROUPS
 
@@ -177,6 +178,7 @@ class ParallelState:
     ):
         self.pp_rank, self.pp_size, self.tp_rank, self.tp_size = pp_rank, pp_size, tp_rank, tp_size
         self.hooks = hooks
+        self._link: link_delay.Link | None = None  # installed on the first delayed message
         self.rank = pp_rank * tp_size + tp_rank
         self.work_list: list[P2PWork] = []
         # Seconds spent in each HiCache sync since the recorder last took them (bench/sync.py):
@@ -216,23 +218,27 @@ class ParallelState:
         return (pp_rank % self.pp_size) * self.tp_size + self.tp_rank
 
     # ---- PP transport (scheduler thread) -----------------------------------------------------
-    def _delay_send(self, msg: str) -> None:
-        delay = self.hooks.apply("p2p_send", 0.0, msg=msg)
-        if delay:
-            time.sleep(delay)
+    def _message(self, msg: str):
+        """The PP message the sends inside belong to: with a p2p-delay fault on this rank, its
+        link delivers them late (hicache_diag/link_delay.py); the sender does not stall."""
+        if self._link is None and self.hooks.has("p2p_send"):
+            self._link = link_delay.install(self.hooks, dist)
+        return link_delay.message(msg)
 
     def send_pyobj_to_next(self, data: Any) -> list[P2PWork]:
-        self._delay_send("reqs")
         dst = self.stage_rank(self.pp_rank + 1)
-        return point_to_point_pyobj(data, self.rank, None, self.rank, dst, tag=MSG_TAGS["reqs"])
+        with self._message("reqs"):
+            return point_to_point_pyobj(data, self.rank, None, self.rank, dst,
+                                        tag=MSG_TAGS["reqs"])  # fmt: skip
 
     def recv_pyobj_from_prev(self) -> Any:
         src = self.stage_rank(self.pp_rank - 1)
         return point_to_point_pyobj(None, self.rank, None, src, self.rank, tag=MSG_TAGS["reqs"])
 
     def send_dict_to_next(self, tensors: dict[str, torch.Tensor], msg: str) -> list[P2PWork]:
-        self._delay_send(msg)
-        return send_tensor_dict(tensors, self.stage_rank(self.pp_rank + 1), tag=MSG_TAGS[msg])
+        with self._message(msg):
+            return send_tensor_dict(tensors, self.stage_rank(self.pp_rank + 1),
+                                    tag=MSG_TAGS[msg])  # fmt: skip
 
     def recv_dict_from_prev(self, msg: str) -> dict[str, torch.Tensor]:
         return recv_tensor_dict(self.stage_rank(self.pp_rank - 1), tag=MSG_TAGS[msg])
@@ -270,10 +276,11 @@ class ParallelState:
         if self.pp_rank > 0:
             dist.recv(tensor, src=self.stage_rank(self.pp_rank - 1), tag=HIRADIX_PP_SYNC)
         if not self.is_last_rank:
-            self._delay_send("sync")
             clone = tensor.clone()
             dst = self.stage_rank(self.pp_rank + 1)
-            self.work_list.append(P2PWork(dist.isend(clone, dst=dst, tag=HIRADIX_PP_SYNC), [clone]))
+            with self._message("sync"):
+                work = dist.isend(clone, dst=dst, tag=HIRADIX_PP_SYNC)
+            self.work_list.append(P2PWork(work, [clone]))
         self._timed("pp_sync", t0)
 
     def drain_async_work(self) -> None:

@@ -58,6 +58,7 @@ class LayerDoneCounter:
         self.events = [LayerLoadingEvent(num_layers, done=True) for _ in range(self.num_counters)]
         self.producer_index = -1
         self.consumer_index = -1
+        self.wait_s = 0.0  # the forward's time blocked on load-back copies (dma_wait_ms)
 
     def update_producer(self) -> int:
         nxt = (self.producer_index + 1) % self.num_counters
@@ -73,7 +74,16 @@ class LayerDoneCounter:
 
     def wait_until(self, layer_index: int) -> None:
         if self.consumer_index >= 0:
-            self.events[self.consumer_index].load_events[layer_index].synchronize()
+            event = self.events[self.consumer_index].load_events[layer_index]
+            if event.query():
+                return
+            start = time.monotonic()
+            event.synchronize()
+            self.wait_s += time.monotonic() - start
+
+    def take_wait_s(self) -> float:
+        waited, self.wait_s = self.wait_s, 0.0
+        return waited
 
 
 class HiCacheController:

@@ -25,6 +25,7 @@ class Req:
     alloc_slots: torch.Tensor = field(default_factory=lambda: _EMPTY)
     last_node: Any = None
     host_hit_length: int = 0
+    host_loaded_length: int = 0
     l3_hit_length: int = 0
     finished: bool = False
 

@@ -51,6 +51,7 @@ class PrefillAdder:
             return False
         req.prefix_indices, req.alloc_slots, req.last_node = indices, slots, last_node
         req.host_hit_length = len(indices) - len(match.device_indices)
+        req.host_loaded_length = req.host_hit_length  # what init_load_back really loaded
         self.can_run_list.append(req)
         self.prefix_lens.append(len(indices))
         self.rem_reqs -= 1

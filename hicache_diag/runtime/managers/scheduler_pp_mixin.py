@@ -49,6 +49,8 @@ class SchedulerPPMixin:
 
     def _pp_loop_step(self: Any, mb_id: int) -> None:
         self.hooks.step = self.step
+        if self.hooks.has("host_hold") and hasattr(self.tree_cache, "hold_host"):
+            self.tree_cache.hold_host(self.hooks)
         stall = self.hooks.apply("scheduler_step", 0.0)
         if stall:
             time.sleep(stall)

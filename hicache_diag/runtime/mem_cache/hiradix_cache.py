@@ -18,6 +18,7 @@ from hicache_diag.runtime.mem_cache.base_prefix_cache import MatchResult
 from hicache_diag.runtime.mem_cache.l2_protocol import L2ProtocolMixin
 from hicache_diag.runtime.mem_cache.l3_protocol import L3ProtocolMixin
 from hicache_diag.runtime.mem_cache.radix_cache import RadixCache, TreeNode, _cat
+from hicache_diag.side_pool import SidePool
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
         self._votes: deque = deque()
         self.vote_delay = getattr(comm, "pp_size", 1) + vote_slack
         self.host_capacity = host_pool.size
+        self.side_pool = SidePool()  # host-shortage: slots held away from this tree
         self._init_storage(storage_controller)
         self._reset_stats()
 
@@ -65,6 +67,9 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
         self.acks_consumed = {"write": 0, "load": 0}
         self.sync_received: dict[str, Any] = {}
         self.host_alloc_failed = self.load_backs = self.write_backs = 0
+        self.host_evicted = self.host_evict_calls = 0
+        self.device_held = self.load_back_declined = 0
+        self.host_shortages: list[dict[str, int]] = []
         self.tp_allreduce_skipped = 0
 
     # ---- tiers ------------------------------------------------------------------------------
@@ -118,12 +123,17 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
             return self.request_backup(node)  # agreed at the next ① (see l2_protocol)
         n = len(node.key)
         tag = {"ancestor_ids": self._ancestor_ids(node), "write_back": write_back}
+        free = self.mem_pool_host.available_size()
         host_indices = self.cache_controller.write(node.value, node.id, tag=tag)
+        evicted = calls = 0
         if host_indices is None:
-            self.evict_host(n)
+            evicted, calls = self.evict_host(n), 1
             host_indices = self.cache_controller.write(node.value, node.id, tag=tag)
         if host_indices is None:
-            self.host_alloc_failed += 1
+            self.host_alloc_failed += 1  # SGLang's shortage branch: this rank alone skips
+            self.host_shortages.append(
+                {"need": n, "free": free, "evicted": evicted, "evict_calls": calls}
+            )
             return 0  # upstream returns 0 silently: the divergence point (#31425)
         node.host_value = host_indices.clone()
         self.ongoing_write_through[node.id] = node
@@ -183,7 +193,13 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
             self._delete_leaf(node)
             if self._is_host_leaf(node.parent):
                 heapq.heappush(heap, self._heap_entry(node.parent))
+        self.host_evicted += freed
+        self.host_evict_calls += 1
         return freed
+
+    def hold_host(self, hooks: Any) -> int:
+        """The host-shortage side pool, settled once per step (hicache_diag/side_pool.py)."""
+        return self.side_pool.hold(hooks, self.mem_pool_host)
 
     # ---- load path --------------------------------------------------------------------------
     def init_load_back(self, match: MatchResult, mem_quota: int) -> tuple[torch.Tensor, Any]:
@@ -203,15 +219,20 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
     def load_back(self, nodes: list[TreeNode], ancestor: TreeNode, last: TreeNode):
         host_indices = torch.cat([n.host_value for n in nodes])
         self.inc_lock_ref(ancestor)  # keep the device prefix while making room
-        device_indices = self.cache_controller.load(host_indices, last.id)
-        if device_indices is None:
-            # write_back eviction may evict_host: the pages being loaded must stay
-            last.host_ref_counter += 1
-            self.evict(len(host_indices))
-            last.host_ref_counter -= 1
-            device_indices = self.cache_controller.load(host_indices, last.id)
+        side, held = SidePool(), 0  # device-alloc-fail: a concurrent consumer's, this load only
+        hooks = getattr(self.mem_pool_host, "hooks", None)
+        if hooks is not None and hooks.has("device_hold"):
+            free = self.allocator.available_size()
+            held = side.settle(self.allocator, hooks.apply("device_hold", 0, free=free,
+                                                            need=len(host_indices)))  # fmt: skip
+            self.device_held += held
+        try:
+            device_indices = self._load_or_evict(host_indices, last)
+        finally:
+            side.settle(self.allocator, 0)
         self.dec_lock_ref(ancestor)
         if device_indices is None:
+            self.load_back_declined += 1 if held else 0
             logger.warning(
                 "load_back: FAILED to load %d tokens for node %d", len(host_indices), last.id
             )
@@ -223,6 +244,16 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
         self.ongoing_load_back[last.id] = last
         self.inc_lock_ref(last)
         self.load_backs += len(device_indices)
+        return device_indices
+
+    def _load_or_evict(self, host_indices: torch.Tensor, last: TreeNode):
+        device_indices = self.cache_controller.load(host_indices, last.id)
+        if device_indices is None:
+            # write_back eviction may evict_host: the pages being loaded must stay
+            last.host_ref_counter += 1
+            self.evict(len(host_indices))
+            last.host_ref_counter -= 1
+            device_indices = self.cache_controller.load(host_indices, last.id)
         return device_indices
 
     def ready_to_load_host_cache(self) -> int:
@@ -248,6 +279,14 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
             # reserved slots of an undecided vote count as free: ranks agree on them
             host_free=self.mem_pool_host.available_size() + self.reserved_host_tokens(),
             host_capacity=self.host_capacity,
+            host_evicted=self.host_evicted,
+            host_evict_calls=self.host_evict_calls,
+            device_held=self.device_held,
+            load_back_declined=self.load_back_declined,
+            host_shortage=len(self.host_shortages),
+            host_shortages=self.host_shortages[:4],
+            host_held=self.side_pool.tokens,
+            dma_wait_ms=round(self.cache_controller.layer_done_counter.take_wait_s() * 1e3, 3),
             load_backs=self.load_backs,
             write_backs=self.write_backs,
             inflight_sends=self.comm.inflight_sends() if self.comm is not None else 0,
@@ -269,7 +308,7 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
             assert node.backuped or not node.evicted, f"node {node.id} on no tier"
             host_tokens += len(node.host_value) if node.backuped else 0
         used = self.mem_pool_host.size - self.mem_pool_host.available_size()
-        used -= self.reserved_host_tokens() + self.storage_held_tokens()
+        used -= self.reserved_host_tokens() + self.storage_held_tokens() + self.side_pool.tokens
         assert host_tokens == used, f"tree holds {host_tokens} host tokens, pool has {used} used"
         for name, ongoing in (
             ("write", self.ongoing_write_through),

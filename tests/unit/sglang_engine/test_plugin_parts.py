@@ -105,21 +105,51 @@ class _Event:
         self.synced = True
 
 
-def test_dma_delay_keeps_an_ack_out_of_the_ready_count_until_its_time():
+def test_dma_delay_makes_the_completion_late_for_the_ack_and_the_forward_alike(tmp_path):
+    """The late copy's one event stands in everywhere SGLang handed it out: the ack, the
+    allocator's transfer-done event, and the producer's per-layer events the forward waits on."""
     from collections import namedtuple
 
     Ack = namedtuple("Ack", "start_event finish_event node_ids num_tokens")
     hooks = Hooks()
-    hooks.register("dma_complete", lambda v, ctx: v + 0.2 if ctx["direction"] == "write" else v)
+    hooks.register("dma_complete", lambda v, ctx: v + 0.2 if ctx["direction"] == "load" else v)
     hook_points.STATE.hooks = hooks
+    hook_points.STATE.recorder = StepRecorder(str(tmp_path / "rank1.jsonl"), 1, 1, 0, hooks)
+    handed = {}
+
+    class Layer:  # LayerLoadingEvent's shape
+        def __init__(self):
+            self.load_events = [_Event(), _Event()]
+
+        def wait(self, layer_index):
+            return layer_index
+
+    class Controller:
+        def __init__(self):
+            self.load_queue = [SimpleNamespace(device_indices=[0, 1, 2, 3])]
+            self.ack_load_queue = []
+            self.layer_done_counter = SimpleNamespace(events=[Layer(), Layer(), Layer()])
+            self.mem_pool_device_allocator = SimpleNamespace(
+                set_hicache_transfer_done_event=lambda key, ev: handed.update({key[1]: ev}))
+
+        def start_loading(self):
+            self.ack_load_queue.append(Ack(None, _Event(), [1], 4))
+            self.load_queue = []
+            return 1
+
     try:
-        queue = [Ack(None, _Event(), [1], 4)]
-        hook_points._delay_new_acks(queue, 0, "write")
-        event = queue[0].finish_event
-        assert not event.query()
+        cc = Controller()
+        assert hook_points._wrap_start("load", "ack_load_queue")(Controller.start_loading)(cc) == 1
+        ack_event = cc.ack_load_queue[0].finish_event
+        assert not ack_event.query() and not handed["load"].query()
+        layer = cc.layer_done_counter.events[1]
+        assert not layer.load_events[-1].query()  # update_producer's assert would see it
+        assert cc.layer_done_counter.events[0].load_events[0].query()  # other producers: on time
+        wait = hook_points._wrap_layer_wait(Layer.wait)
         t0 = time.monotonic()
-        event.synchronize()
-        assert time.monotonic() - t0 >= 0.15 and event.query()
+        wait(layer, 0)  # the forward's wait on layer 0 blocks until the copy is done
+        assert time.monotonic() - t0 >= 0.15 and ack_event.query()
+        assert hook_points.STATE.recorder._waits["dma_wait_ms"] >= 150
     finally:
         hook_points.reset()
 

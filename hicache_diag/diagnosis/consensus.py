@@ -1,0 +1,34 @@
+"""What SGLang's own rank consensus checker reported (`--sglang-consensus-checker`).
+
+With SGLANG_ENABLE_RANK_CONSENSUS_CHECKER set (0.5.23's `utils/rank_consensus_checker.py`),
+every rank hashes the `@rank_consensus` events of its tree (match_prefix, insert, evict, ...)
+and a background thread MIN/MAX-reduces the hashes; on a mismatch each rank logs one CRITICAL
+line `Found rank divergence for N events(s)! local hash: H, events = [...]` and `os._exit(1)`s.
+Those lines become verdict evidence; SGLang's verdict, not ours, but beside ours.
+"""
+
+from __future__ import annotations
+
+import re
+
+MARK = "Found rank divergence for"
+_LINE = re.compile(r"Found rank divergence for (\d+) events?\(s\)! local hash: ([0-9a-f]+)")
+MAX_EVENTS_CHARS = 300
+
+
+def consensus_lines(logs: dict[int, str]) -> list[str]:
+    """One evidence line per rank whose log holds the checker's divergence report."""
+    out = []
+    for rank, text in sorted(logs.items()):
+        for line in text.splitlines():
+            if MARK not in line:
+                continue
+            found = _LINE.search(line)
+            events = line.split("events = ", 1)[1] if "events = " in line else ""
+            if len(events) > MAX_EVENTS_CHARS:
+                events = events[:MAX_EVENTS_CHARS] + "..."
+            what = f"{found.group(1)} event(s), local hash {found.group(2)[:12]}" if found else ""
+            out.append(f"SGLang's rank consensus checker found rank divergence on rank {rank} "
+                       f"({what}; the scheduler exits 1): events {events}")  # fmt: skip
+            break
+    return out
