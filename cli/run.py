@@ -161,7 +161,8 @@ def build_run_config(flags: dict[str, Any]) -> RunConfig:
     fixes = scenario_fixes + list(flags.get("fix") or [])
     protocol = build_protocol(pick("protocol"), fixes)
     faults = _faults(scenario_faults, flags, sa.pp_size, sa.tp_size)
-    refuse_no_effect(given, faults, sa.hicache_storage_backend != "none", protocol.lru_clock)
+    refuse_no_effect(given, faults, sa.hicache_storage_backend != "none", protocol.lru_clock,
+                     engine="builtin")
     hang_timeout = float(pick("hang_timeout"))
     check_seconds("--hang-timeout", hang_timeout)
     max_steps = pick("max_steps")

@@ -32,6 +32,8 @@ class Fault:
     SUMMARY: ClassVar[str] = ""
     # A spec must set at least one of these, so that no fault silently does nothing.
     EFFECT_KEYS: ClassVar[tuple[str, ...]] = ()
+    # Why the builtin runtime cannot run this fault (it lacks the mechanism); "" = it can.
+    BUILTIN_REFUSAL: ClassVar[str] = ""
 
     rank: tuple[int, ...] | None = K.key(
         None, K.ranks, "global rank(s) pp_rank*tp_size+tp_rank: 1, 1|2 or * (default *)"

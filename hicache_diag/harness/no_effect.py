@@ -19,11 +19,16 @@ def _fault_name(spec: str) -> str:
 
 
 def refuse_no_effect(
-    given: Mapping[str, Any], faults: Iterable[str], storage: bool, lru_clock: str | None = None
+    given: Mapping[str, Any],
+    faults: Iterable[str],
+    storage: bool,
+    lru_clock: str | None = None,
+    *,
+    engine: str = "sglang",
 ) -> None:
     """`given`: the run options the user set (command line or scenario), by snake_case name;
     `faults`: the fault specs; `storage`: an L3 backend is on; `lru_clock`: the builtin tree's
-    clock switch (None for an engine without one)."""
+    clock switch (None for an engine without one); `engine`: the engine that will run."""
     size = given.get("hicache_size")
     if size not in (None, 0, "0") and given.get("hicache_ratio") is not None:
         raise UsageError(
@@ -33,6 +38,8 @@ def refuse_no_effect(
     if not storage and given.get("hicache_storage_prefetch_policy") is not None:
         raise UsageError(f"--hicache-storage-prefetch-policy {_NO_L3}")
     names = [_fault_name(f) for f in faults]
+    if engine == "builtin":
+        _refuse_builtin_lacks(names)
     for name in names:
         if not storage and name in L3_FAULTS:
             raise UsageError(f"fault {name!r} acts on L3 storage and {_NO_L3}")
@@ -41,3 +48,13 @@ def refuse_no_effect(
             "fault 'clock-skew' does nothing with lru-clock=logical (the tree stamps a step "
             "counter, not a clock); add --fix lru-clock=monotonic or use --protocol legacy"
         )
+
+
+def _refuse_builtin_lacks(names: list[str]) -> None:
+    """A fault whose mechanism the builtin runtime does not have (faults/*.py BUILTIN_REFUSAL)."""
+    from hicache_diag.faults.registry import FAULTS
+
+    for name in names:
+        why = getattr(FAULTS.get(name), "BUILTIN_REFUSAL", "")
+        if why:
+            raise UsageError(f"fault {name!r} cannot run on --engine builtin: {why}")

@@ -110,6 +110,10 @@ def build_sglang_config(
     extra = tuple(flags.get("sglang_arg") or ()) + (
         ("--pp-async-batch-depth", str(depth)) if depth else ()
     )
+    from hicache_diag.sglang.sessions import SESSION_WORKLOADS
+
+    # A scripted workload's launch flags (streaming sessions), unless given already.
+    extra += tuple(a for a in SESSION_WORKLOADS.get(str(value("workload")), ()) if a not in extra)
     spec = LaunchSpec(
         model=model, pp_size=pp, tp_size=tp, page_size=page, max_total_tokens=max_total,
         hicache_ratio=ratio, hicache_size_gb=_hicache_size_gb(value("hicache_size")),

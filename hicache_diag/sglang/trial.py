@@ -38,6 +38,7 @@ from hicache_diag.sglang.client import WorkloadClient
 from hicache_diag.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
 from hicache_diag.sglang.server import ServerStartError, SglangServer
 from hicache_diag.sglang.server_log import harvest_pyspy_dumps, watchdog_firing
+from hicache_diag.sglang.sessions import SESSION_WORKLOADS, make_client
 from hicache_diag.sglang_plugin.config import PluginConfig
 from hicache_diag.triage.discover import RankId, parse_rank_tokens
 from hicache_diag.verdict import Outcome, Verdict, write_json_atomic
@@ -142,7 +143,8 @@ def run_sglang_trial(
     PluginConfig(str(run_dir), cfg.seed, cfg.faults, cfg.spec.cpu, cfg.cpu_kernel_names).write(
         str(plugin_path)
     )
-    requests = Workload(cfg.workload, cfg.workload_server_args()).requests
+    scripted = cfg.workload.workload in SESSION_WORKLOADS  # turns are added as they finish
+    requests = [] if scripted else Workload(cfg.workload, cfg.workload_server_args()).requests
     watch, started, t0 = _Watch(), utc_now(), time.time()
     client = None
     old = _trap_sigterm()
@@ -150,7 +152,7 @@ def run_sglang_trial(
         server.start(plugin_path)
         watch.timings["startup_s"] = round(server.wait_ready(
             on_phase=_phase_reporter(server, cfg, on_progress)), 3)  # fmt: skip
-        client = WorkloadClient(server.url, requests, cfg.spec.pp_size, REQUEST_TIMEOUT_S)
+        client = make_client(cfg, server.url, requests, REQUEST_TIMEOUT_S)
         t_work = time.time()
         client.start()
         _watch_loop(server, client, cfg, run_dir, watch, on_progress)
@@ -330,6 +332,8 @@ def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient
         write_json(run_dir / "requests.json", {"cached": client.result.cached,
                                                "errors": client.result.errors,
                                                "latency_s": client.result.latency_s})  # fmt: skip
+        if getattr(client, "events", None) is not None:  # a scripted workload's own timeline
+            write_json(run_dir / "script.json", client.events)
     write_json(
         run_dir / "launcher.json",
         {

@@ -158,6 +158,8 @@ class StepRecorder:
         line["evicted"] = self._counts["evicted"]
         # Allocs the host pool answered with nothing (short, or a fault), whoever asked.
         line["host_alloc_failed"] = self._counts["host_alloc_failed"]
+        if self._counts["sessions_closed"]:  # by this rank's own reap tick (hook_points.py)
+            line["sessions_closed"] = self._counts["sessions_closed"]
         if self._sync:
             line["sync_received"] = dict(self._sync)
         line["faults_fired"] = self.hooks.drain_fired()
