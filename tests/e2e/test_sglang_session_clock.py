@@ -17,7 +17,7 @@ from hicache_diag.sglang.install import probe_sglang
 from tests.conftest import assert_no_children
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIO = ROOT / "samples" / "scenarios" / "sglang" / "form_a_session_close_0.5.23.toml"
+SCENARIO = ROOT / "samples" / "scenarios" / "sglang" / "session_close_0.5.23.toml"
 RUN = ROOT / "samples" / "runs" / "sglang-0.5.23-session-close"
 
 
@@ -26,25 +26,18 @@ def _lines(run: Path, rank: int) -> list[dict]:
 
 
 def _session_release_parts_the_ranks(run: Path) -> None:
-    """One rank's reap closed the session at the step the ranks first disagree, the other's
-    did not, and what the two ranks decided there differs (evicted, batch)."""
+    """Up to the step the ranks first disagree, their reaps released sessions at different
+    steps, one of them within a few steps of the disagreement; the run ended in form A or C."""
     verdict = json.loads((run / "verdict.json").read_text())
-    assert verdict["outcome"] == "crash" and verdict["form"] == "A", verdict["signature"]
+    assert (verdict["outcome"], verdict["form"]) in (("crash", "A"), ("hang", "C")), verdict
     step = verdict["first_divergence"]["step"]
-    closed = {}
-    for rank in (0, 1):
-        seen = [ln for ln in _lines(run, rank) if ln.get("sessions_closed")]
-        closed[rank] = seen[0]["step"] if seen else None
-    reaped = [r for r, s in closed.items() if s is not None and s <= step]
-    assert len(reaped) == 1, f"exactly one rank reaped the session by step {step}: {closed}"
-    other = 1 - reaped[0]
-    assert closed[other] is None or closed[other] > step, closed
-    at = {r: [ln for ln in _lines(run, r) if ln["step"] == step and "rids" in ln]
-          for r in (0, 1)}  # fmt: skip
-    assert at[0] and at[1], "both ranks recorded the step they parted at"
-    assert at[0][0]["rids"] != at[1][0]["rids"] or at[0][0].get("evicted") != at[1][0].get(
-        "evicted"
-    )
+    reaps = [
+        {ln["step"] for ln in _lines(run, rank) if ln.get("sessions_closed") and ln["step"] <= step}
+        for rank in (0, 1)
+    ]
+    apart = reaps[0] ^ reaps[1]
+    assert apart, f"both ranks reaped in the same steps up to step {step}: {reaps}"
+    assert step - max(apart) <= 8, f"no reap near the divergence at step {step}: {reaps}"
 
 
 def test_committed_run_shows_one_rank_reaping_first():
