@@ -18,7 +18,7 @@ from tests.conftest import assert_no_children
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "samples" / "scenarios" / "sglang" / "session_close_0.5.23.toml"
-RUN = ROOT / "samples" / "runs" / "sglang-0.5.23-session-close"
+RUNS = ("sglang-0.5.23-session-close", "sglang-0.5.23-session-timeout")
 
 
 def _lines(run: Path, rank: int) -> list[dict]:
@@ -40,8 +40,9 @@ def _session_release_parts_the_ranks(run: Path) -> None:
     assert step - max(apart) <= 8, f"no reap near the divergence at step {step}: {reaps}"
 
 
-def test_committed_run_shows_one_rank_reaping_first():
-    _session_release_parts_the_ranks(RUN)
+@pytest.mark.parametrize("name", RUNS)
+def test_committed_run_shows_one_rank_reaping_first(name):
+    _session_release_parts_the_ranks(ROOT / "samples" / "runs" / name)
 
 
 def _held_0523() -> bool:
