@@ -43,7 +43,8 @@ _ERRORS = (urllib.error.URLError, OSError, TimeoutError, ValueError)
 
 def _post(url: str, path: str, body: dict[str, Any] | None, timeout_s: float) -> tuple[int, str]:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data, {"Content-Type": "application/json"})
+    req = urllib.request.Request(url + path, data, {"Content-Type": "application/json"},
+                                 method="POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return resp.status, resp.read().decode(errors="replace")
