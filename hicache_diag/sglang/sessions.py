@@ -38,6 +38,8 @@ SESSION_WORKLOADS: dict[str, tuple[str, ...]] = {
 }
 SESSION_TIMEOUT_S = 2.0  # the sessions' `timeout` (session-timeout)
 SWEEP_S = (-0.4, 1.4)  # second-turn delays after the timeout, spread over more than one tick
+FLUSH_AFTER_S = 0.2  # the flush arrives this long after the long request
+FLUSH_SWEEP_S = (-1.5, 0.5)  # deadline offsets around the long request's expected end
 _ERRORS = (urllib.error.URLError, OSError, TimeoutError, ValueError)
 
 
@@ -197,6 +199,7 @@ class ScriptedClient(WorkloadClient):
 
     def _flush_timeout(self) -> None:
         prefix = _tokens(self.rng, 64, self.vocab)
+        lasted = None  # how long the previous long request took, client side
         for i in range(self.count):
             if self._stop.is_set():
                 return
@@ -206,11 +209,18 @@ class ScriptedClient(WorkloadClient):
             long_new = max(self.max_new, 48)
             turn = threading.Thread(target=self._generate, name="hicache-diag-long",
                                     args=(long_rid, prompt, long_new), daemon=True)
+            t0 = time.time()
             turn.start()
-            time.sleep(0.2)
-            # Deadlines swept from well before the request's end to after it.
-            self._flush(0.1 + 0.25 * (i % 8))
+            time.sleep(FLUSH_AFTER_S)
+            # The deadline is swept across the moment the long request should end (the last
+            # one's length; a short guess in the first round), so that some round's ranks meet
+            # it about when they go idle.
+            expected = (lasted - FLUSH_AFTER_S) if lasted else 0.1
+            lo, hi = FLUSH_SWEEP_S
+            offset = lo + (hi - lo) * (i - 1) / max(1, self.count - 2) if i else 0.0
+            self._flush(max(0.05, expected + offset))
             turn.join(self.timeout_s)
+            lasted = time.time() - t0
             if long_rid in self.result.outputs:
                 self._reference_turn(long_rid, prompt, long_new)
             self._wave([(f"f{i:03d}-b", prefix + _tokens(self.rng, 16, self.vocab))])
