@@ -66,6 +66,7 @@ SAMPLE_RUNS = {
     "form_c_tp_host_alloc_0.5.23": "sglang-0.5.23-form-c-tp",
     "session_close_0.5.23": "sglang-0.5.23-session-close",
     "session_timeout_0.5.23": "sglang-0.5.23-session-timeout",
+    "flush_clock_0.5.23": "sglang-0.5.23-flush-clock",
 }
 
 
