@@ -185,7 +185,8 @@ WorkloadOpt = Annotated[
         "--workload",
         metavar="NAME",
         key="workload",
-        help="shared-prefix, random, long-prompt or idle.",
+        help="shared-prefix, random, long-prompt or idle; --engine sglang only: "
+        "session-timeout, session-close, flush-timeout (docs/sources.md).",
     ),
 ]
 RequestsOpt = Annotated[

@@ -41,6 +41,8 @@ class Fault:
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = ()
     CANNOT: ClassVar[str] = ""
     UNREACHABLE: ClassVar[str] = ""
+    # Why the builtin runtime cannot run this fault (it lacks the mechanism); "" = it can.
+    BUILTIN_REFUSAL: ClassVar[str] = ""
 
     rank: tuple[int, ...] | None = K.key(
         None, K.ranks, "global rank(s) pp_rank*tp_size+tp_rank: 1, 1|2 or * (default *)"
@@ -94,7 +96,7 @@ class Fault:
     def refusal(cls, engine: str, version: str | None = None) -> str | None:
         """Why this fault cannot run on `engine` ("builtin" | "sglang", with the release's
         version), or None. One line, shown with exit 2 before anything starts."""
-        return None
+        return (cls.BUILTIN_REFUSAL or None) if engine == "builtin" else None
 
     def targets(self, rank: int) -> bool:
         return self.rank is None or rank in self.rank

@@ -21,6 +21,10 @@ Points, the value they carry, and the context they pass:
                   ctx: page_index, num_pages.
 - `p2p_send`      float: seconds to delay one PP send. ctx: msg ("proxy"|"reqs"|"output"|"sync").
 - `scheduler_step` float: seconds the scheduler thread sleeps before this step.
+- `session_clock` float: seconds this rank's session reap tick is held back when it falls due
+                  (the tick's phase: SGLang 0.5.23 `SessionController.maybe_reap`).
+- `flush_clock`   float: seconds added to this rank's deferred `/flush_cache?timeout=` deadline
+                  (SGLang 0.5.23 `SchedulerFlushWrapper`). ctx: timeout_s.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ HOOK_POINTS = (
     "storage_read",
     "p2p_send",
     "scheduler_step",
+    "session_clock",
+    "flush_clock",
 )
 
 Handler = Callable[[Any, dict[str, Any]], Any]

@@ -79,9 +79,21 @@ class Link:
         self._queue.put((time.monotonic() + max(0.0, delay), send, work))
         return work
 
+    def close(self, timeout: float = 5.0) -> None:
+        """Deliver what is queued, then end the delivery thread (a process that outlives its
+        link, as a test process does, must not keep the thread)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join(timeout)
+
     def _loop(self) -> None:
         while True:
-            ready_at, send, work = self._queue.get()
+            item = self._queue.get()
+            if item is None:
+                return
+            ready_at, send, work = item
             wait = ready_at - time.monotonic()
             if wait > 0:
                 time.sleep(wait)

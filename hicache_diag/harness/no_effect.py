@@ -19,7 +19,10 @@ def _fault_name(spec: str) -> str:
 
 
 def refuse_no_effect(
-    given: Mapping[str, Any], faults: Iterable[str], storage: bool, lru_clock: str | None = None
+    given: Mapping[str, Any],
+    faults: Iterable[str],
+    storage: bool,
+    lru_clock: str | None = None,
 ) -> None:
     """`given`: the run options the user set (command line or scenario), by snake_case name;
     `faults`: the fault specs; `storage`: an L3 backend is on; `lru_clock`: the builtin tree's
@@ -41,3 +44,4 @@ def refuse_no_effect(
             "fault 'clock-skew' does nothing with lru-clock=logical (the tree stamps a step "
             "counter, not a clock); add --fix lru-clock=monotonic or use --protocol legacy"
         )
+

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from hicache_diag.errors import UsageError
 from hicache_diag.runtime.managers.io_struct import TokenizedGenerateReqInput
-from hicache_diag.runtime.server_args import ServerArgs, WorkloadConfig
+from hicache_diag.runtime.server_args import SGLANG_WORKLOADS, ServerArgs, WorkloadConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,11 @@ def prompt_limit(config: WorkloadConfig, sa: ServerArgs) -> int:
 def check_fits(config: WorkloadConfig, sa: ServerArgs) -> None:
     """Bad input (before any rank starts) when the device pool cannot hold one request: its
     shortest prompt plus its new tokens, in whole pages. Such a run would never finish one."""
+    if config.workload in SGLANG_WORKLOADS:
+        raise UsageError(
+            f"--workload {config.workload} drives SGLang's sessions or /flush_cache over HTTP, "
+            "which the builtin runtime does not have; use --engine sglang"
+        )
     tokens = prompt_limit(config, sa) + config.max_new_tokens
     need = -(-tokens // sa.page_size) * sa.page_size
     if need > sa.max_total_tokens:

@@ -12,6 +12,8 @@ from hicache_diag.limits import check_async_depth
 from hicache_diag.runtime.protocol import ProtocolConfig
 
 WORKLOADS = ("shared-prefix", "random", "long-prompt", "idle")
+# Scripted over SGLang's HTTP API (hicache_diag/sglang/sessions.py): --engine sglang only.
+SGLANG_WORKLOADS = ("session-timeout", "session-close", "flush-timeout")
 WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 STORAGE_BACKENDS = ("none", "file")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
@@ -168,7 +170,7 @@ class WorkloadConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _choice("workload", self.workload, WORKLOADS)
+        _choice("workload", self.workload, WORKLOADS + SGLANG_WORKLOADS)
         if self.requests <= 0:
             raise UsageError(f"--requests must be > 0 (got {self.requests})")
         if self.max_new_tokens <= 0:

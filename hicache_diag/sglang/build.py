@@ -132,6 +132,10 @@ def build_sglang_config(
             raise UsageError(f"--sglang-consensus-checker: sglang {install.version} has no rank "
                              "consensus checker (srt/utils/rank_consensus_checker.py)")  # fmt: skip
         env = (("SGLANG_ENABLE_RANK_CONSENSUS_CHECKER", "1"),)
+    from hicache_diag.sglang.sessions import SESSION_WORKLOADS
+
+    # A scripted workload's launch flags (streaming sessions), unless given already.
+    extra += tuple(a for a in SESSION_WORKLOADS.get(str(value("workload")), ()) if a not in extra)
     spec = LaunchSpec(
         model=model, pp_size=pp, tp_size=tp, page_size=page, max_total_tokens=max_total,
         hicache_ratio=ratio, hicache_size_gb=_hicache_size_gb(value("hicache_size")),

@@ -32,6 +32,12 @@ from hicache_diag.sglang_plugin import config as plugin_config
 from hicache_diag.triage.discover import RankId, parse_rank_tokens
 
 READY_TIMEOUT_S = 240.0  # 35-75 s measured on 2 cores; headroom for a loaded CI box
+# A box shared by several launches (load 10+ on 2 cores) needs more: seconds, from the env.
+READY_ENV = "HICACHE_DIAG_SGLANG_READY_S"
+try:
+    READY_TIMEOUT_S = max(READY_TIMEOUT_S, float(os.environ.get(READY_ENV, "0")))
+except ValueError:
+    pass  # not a number: the default stands
 _TITLE_RE = re.compile(r"^sglang::scheduler(?P<rest>\S*)")
 
 

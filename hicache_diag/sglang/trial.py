@@ -30,6 +30,7 @@ from hicache_diag.sglang.client import WorkloadClient
 from hicache_diag.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
 from hicache_diag.sglang.server import Scheduler, SglangServer
 from hicache_diag.sglang.server_log import harvest_pyspy_dumps, watchdog_firing
+from hicache_diag.sglang.sessions import SESSION_WORKLOADS, make_client
 from hicache_diag.sglang_plugin.config import PluginConfig
 from hicache_diag.verdict import Outcome, Verdict
 
@@ -95,7 +96,10 @@ class SglangEngine:
         self.plugin_path = run_dir / ev.PLUGIN
         PluginConfig(str(run_dir), cfg.seed, cfg.faults, cfg.spec.cpu,
                      cfg.cpu_kernel_names).write(str(self.plugin_path))  # fmt: skip
-        self.requests = Workload(cfg.workload, cfg.workload_server_args()).requests
+        # A scripted workload's client appends its turns to this list as they are sent.
+        scripted = cfg.workload.workload in SESSION_WORKLOADS
+        self.requests = [] if scripted else Workload(cfg.workload,
+                                                      cfg.workload_server_args()).requests
 
     def manifest(self, argv: list[str]) -> dict[str, Any]:
         cfg = self.cfg
@@ -130,8 +134,7 @@ class SglangEngine:
         watch.timings["startup_s"] = round(self.server.wait_ready(on_phase=on_phase), 3)
 
     def drive(self) -> None:
-        self.client = WorkloadClient(self.server.url, self.requests, self.cfg.spec.pp_size,
-                                     REQUEST_TIMEOUT_S)  # fmt: skip
+        self.client = make_client(self.cfg, self.server.url, self.requests, REQUEST_TIMEOUT_S)
         self._t_work = time.time()
         self.client.start()
 
@@ -296,6 +299,8 @@ def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient
         write_json(run_dir / ev.REQUESTS, {"cached": client.result.cached,
                                                "errors": client.result.errors,
                                                "latency_s": client.result.latency_s})  # fmt: skip
+        if getattr(client, "events", None) is not None:  # a scripted workload's own timeline
+            write_json(run_dir / "script.json", client.events)
 
 
 def _apply_logged_exit_codes(text: str, server: SglangServer) -> None:

@@ -306,6 +306,53 @@ def _wrap_pp_sync(original):
     return _pp_sync
 
 
+def _wrap_maybe_reap(original):
+    """The session reap tick (`session_clock`): when this rank's tick falls due, a handler may
+    hold it back by some seconds, once; the later ticks keep that phase (faults/session_clock.py).
+    Sessions the reap closed are counted for the recorder (`sessions_closed`)."""
+
+    @functools.wraps(original)
+    def maybe_reap(self, now, *args, **kwargs):
+        interval = args[0] if args else kwargs.get("interval", 1.0)
+        hold = self.__dict__.get("_hicache_diag_hold_until")
+        if hold is not None:
+            if now < hold:
+                return None
+            del self.__dict__["_hicache_diag_hold_until"]
+        elif now - self._last_reap_time > interval:
+            lag = _apply("session_clock", 0.0)
+            if lag > 0:
+                self.__dict__["_hicache_diag_hold_until"] = now + lag
+                return None
+        before = len(self.sessions)
+        result = original(self, now, *args, **kwargs)
+        closed = before - len(self.sessions)
+        if closed > 0 and STATE.recorder is not None:
+            STATE.recorder.count("sessions_closed", closed)
+        return result
+
+    return maybe_reap
+
+
+def _wrap_flush_handle(original):
+    """A deferred flush's deadline (`flush_clock`): seconds added to this rank's own
+    `time.monotonic() + timeout_s`, as if the request had reached it that much later."""
+
+    @functools.wraps(original)
+    def handle(self, recv_req, *args, **kwargs):
+        had = self._pending is not None
+        result = original(self, recv_req, *args, **kwargs)
+        pending = self._pending
+        if pending is not None and not had:
+            timeout_s = float(getattr(recv_req, "timeout_s", 0.0) or 0.0)
+            delta = _apply("flush_clock", 0.0, timeout_s=timeout_s)
+            if delta:
+                self._pending = (pending[0], pending[1] + delta)
+        return result
+
+    return handle
+
+
 def _on(module: str, owner: str | None, name: str, make) -> None:
     def patch(mod) -> None:
         target = getattr(mod, owner, None) if owner else mod
@@ -348,3 +395,7 @@ def install_hook_points() -> None:
         "send_tensor_dict",
         _wrap_tensor_dict_send,
     )
+    _on("sglang.srt.session.session_controller", "SessionController", "maybe_reap",
+        _wrap_maybe_reap)  # fmt: skip
+    _on("sglang.srt.managers.scheduler_components.flush_wrapper", "SchedulerFlushWrapper",
+        "handle", _wrap_flush_handle)  # fmt: skip

@@ -205,6 +205,8 @@ class StepRecorder:
             line["host_held"] = self.host_held
         for key, ms in self._waits.items():
             line[key] = round(ms, 3)
+        if self._counts["sessions_closed"]:  # by this rank's own reap tick (hook_points.py)
+            line["sessions_closed"] = self._counts["sessions_closed"]
         if self._sync:
             line["sync_received"] = dict(self._sync)
         if self._counted:

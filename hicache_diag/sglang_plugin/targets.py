@@ -85,6 +85,15 @@ TARGETS: tuple[Target, ...] = (
     Target("pp_send_tensor_dict", "hook:p2p_send",
            (("sglang.srt.distributed.parallel_state", "GroupCoordinator.send_tensor_dict"),),
            "PP sends of proxy and output tensors"),
+    # 0.5.1x-0.5.23: every rank reaps sessions on its own 1 s tick (process_input_requests).
+    Target("session_reap", "hook:session_clock",
+           (("sglang.srt.session.session_controller", "SessionController.maybe_reap"),),
+           "deferred session closes and session timeouts, on this rank's reap tick"),
+    # 0.5.13-0.5.23: /flush_cache?timeout= waits for idle until a per-rank deadline.
+    Target("flush_deadline", "hook:flush_clock",
+           (("sglang.srt.managers.scheduler_components.flush_wrapper",
+             "SchedulerFlushWrapper.handle"),),
+           "the deferred flush's per-rank deadline"),
     # CPU shims (reference/sglang-on-cpu.md): where SGLang assumes CUDA.
     Target("assign_req_to_token_pool", "shim",
            (("sglang.srt.mem_cache.allocation", "assign_req_to_token_pool_func"),

@@ -1,6 +1,8 @@
 """The physical faults' parts: the side pool, host-shortage's target, the pass-through injectors'
 refusals, and the evidence they leave for the divergence finder and the verdict."""
 
+import threading
+
 import pandas as pd
 import pytest
 import torch
@@ -109,7 +111,7 @@ def test_a_slow_link_delivers_late_in_order_without_stalling_the_sender():
     fake = SimpleNamespace(isend=real_isend, send=real_isend)
     hooks = Hooks(rank=0)
     install_faults(hooks, ["p2p-delay:ms=200,msg=sync"], 0, rank=0, pp_rank=0, tp_rank=0)
-    link_delay.install(hooks, fake)
+    link = link_delay.install(hooks, fake)
     t0 = time.monotonic()
     with link_delay.message("sync"):
         work = fake.isend("counts", dst=1, tag=7)
@@ -123,6 +125,8 @@ def test_a_slow_link_delivers_late_in_order_without_stalling_the_sender():
     assert [f["fault"] for f in hooks.drain_fired()] == ["p2p-delay"]
     fake.isend("plain", dst=1)  # outside any PP message, with the link idle: sent at once
     assert sent[-1][0] == "plain"
+    link.close()
+    assert not [t for t in threading.enumerate() if t.name == "hicache-link"]
 
 
 def test_a_silent_ledger_shift_is_the_same_count_over_different_nodes():

@@ -124,7 +124,9 @@ def _specs(draw):
     cls = FAULTS[name]
     params = {}
     if cls.EFFECT_KEYS:
-        params[cls.EFFECT_KEYS[0]] = "0.5" if cls.EFFECT_KEYS[0] == "keep" else draw(_numbers)
+        key = cls.EFFECT_KEYS[0]
+        bounded = {"keep": st.just("0.5"), "phase-ms": st.integers(0, 999).map(str)}
+        params[key] = draw(bounded.get(key, _numbers))
     if draw(st.booleans()):
         params["rank"] = draw(_ranks)
     if draw(st.booleans()):

@@ -1,0 +1,66 @@
+"""The session reap tick on real SGLang 0.5.23 (docs/sources.md, "The hunt, 0.5.23"): a deferred
+session close is applied on each rank's own 1 s tick, and the ranks part in between.
+
+The committed run is read without SGLang (fast); the live run launches SGLang (slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hicache_diag.errors import UsageError
+from hicache_diag.sglang.install import probe_sglang
+from tests.conftest import assert_no_children
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = ROOT / "samples" / "scenarios" / "sglang" / "session_close_0.5.23.toml"
+RUNS = ("sglang-0.5.23-session-close", "sglang-0.5.23-session-timeout")
+
+
+def _lines(run: Path, rank: int) -> list[dict]:
+    return [json.loads(raw) for raw in (run / f"rank{rank}.jsonl").read_text().splitlines()]
+
+
+def _session_release_parts_the_ranks(run: Path) -> None:
+    """Up to the step the ranks first disagree, their reaps released sessions at different
+    steps, one of them within a few steps of the disagreement; the run ended in form A or C."""
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert (verdict["outcome"], verdict["form"]) in (("crash", "A"), ("hang", "C")), verdict
+    step = verdict["first_divergence"]["step"]
+    reaps = [
+        {ln["step"] for ln in _lines(run, rank) if ln.get("sessions_closed") and ln["step"] <= step}
+        for rank in (0, 1)
+    ]
+    apart = reaps[0] ^ reaps[1]
+    assert apart, f"both ranks reaped in the same steps up to step {step}: {reaps}"
+    assert step - max(apart) <= 8, f"no reap near the divergence at step {step}: {reaps}"
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_committed_run_shows_one_rank_reaping_first(name):
+    _session_release_parts_the_ranks(ROOT / "samples" / "runs" / name)
+
+
+def _held_0523() -> bool:
+    try:
+        return probe_sglang(None).version == "0.5.23"
+    except UsageError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_live_session_close_parts_the_ranks_on_their_reap_ticks(tmp_path):
+    if not _held_0523():
+        pytest.skip("sglang 0.5.23 is not the interpreter's release")
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "hicache_diag.cli.main", "run", "--scenario", str(SCENARIO),
+           "--check", "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    _session_release_parts_the_ranks(out)
+    assert_no_children()
