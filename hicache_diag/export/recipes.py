@@ -1,0 +1,102 @@
+"""The branches `export` can write a test for: which run they match (form, the function and file
+the failing rank stopped in, its stage), the test template, the mechanism's steps and the
+upstream threads found about it. One entry per branch; a run that matches none is refused."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hicache_diag.export.source_lines import Step
+
+URC = "srt/mem_cache/unified_radix_cache.py"
+_PULL = "https://github.com/sgl-project/sglang/pull/"
+_ISSUE = "https://github.com/sgl-project/sglang/issues/"
+
+
+@dataclass(frozen=True, slots=True)
+class Related:
+    ref: str  # "#29109"
+    url: str
+    state: str  # as found in the public tracker when the recipe was written
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    name: str
+    form: str  # the verdict's crash form
+    function: str  # where the failing rank stopped
+    file: str  # the basename in the traceback
+    follower: bool  # the failing rank is a PP stage > 0
+    template: str  # under hicache_diag/export/templates/
+    test_file: str
+    error: str  # what the exported test fails with on an affected release
+    title: str
+    invariant: str
+    steps: tuple[Step, ...]
+    related: tuple[Related, ...]
+
+    def matches(self, form: str | None, function: str | None, file: str | None,
+                pp: int | None) -> bool:  # fmt: skip
+        return (form == self.form and function == self.function and file == self.file
+                and ((pp or 0) > 0) == self.follower)  # fmt: skip
+
+
+URC_WRITE_THROUGH_FORM_B = Recipe(
+    name="urc-pp-follower-write-through",
+    form="B",
+    function="writing_check",
+    file="unified_radix_cache.py",
+    follower=True,
+    template="urc_write_through_form_b.py.tmpl",
+    test_file="test_pp_follower_write_through_ack.py",
+    error="IndexError: pop from empty list",
+    title="A PP follower pops a write-through ack it never enqueued",
+    invariant=(
+        "Every PP stage holds the same write-through ledger: a stage consumes only acks it "
+        "enqueued, and the count PP0 relays never exceeds what a follower's `ack_write_queue` "
+        "holds."
+    ),
+    steps=(
+        Step(URC, "UnifiedRadixCache", "_apply_cache_action", "self._execute_and_commit_kv_backup",
+             "an insert's BackupKV is executed on each rank"),
+        Step(URC, "UnifiedRadixCache", "_execute_kv_backup", "if self.evict_host(needed) < needed",
+             "the host-room check and `evict_host` are rank-local"),
+        Step(URC, "UnifiedRadixCache", "_execute_kv_backup", "return None",
+             "a short host pool skips the backup on this rank only; no peer is told"),
+        Step(URC, "UnifiedRadixCache", "_execute_and_commit_kv_backup", "self.inc_lock_ref",
+             "a rank that did back up locks the node until its ack"),
+        Step(URC, "UnifiedRadixCache", "_sync_hicache_ready_counts", "self.pp_rank > 0",
+             "a PP follower does not count its own acks (only PP0 does)",
+             alt=(("writing_check", "if self.pp_rank == 0:"),)),
+        Step(URC, "UnifiedRadixCache", "_pp_sync", "torch.distributed.recv",
+             "the follower receives PP0's ready count"),
+        Step(URC, "UnifiedRadixCache", "writing_check", "ack = cc.ack_write_queue.pop(0)",
+             "and pops that many acks from its own queue, with no length or node-id check"),
+    ),
+    related=(
+        Related("#29109", _PULL + "29109", "closed",
+                "'Fix intermittent PP HiCache ack queue desync': the same `pop from empty list`, "
+                "proposes consuming only local acks that exist"),
+        Related("#28429", _ISSUE + "28429", "closed",
+                "root cause stated: divergent write_backup / load_back enqueue decisions per "
+                "rank (HiRadixCache)"),
+        Related("#31425", _PULL + "31425", "open",
+                "reserve -> MIN consensus -> commit/abort for write-through and load-back "
+                "(written against hiradix_cache.py)"),
+        Related("#27489", _PULL + "27489", "merged",
+                "unconditional ack all-reduce in UnifiedRadixCache; accepts divergent entries "
+                "left undrained as a tradeoff"),
+        Related("#22878", _PULL + "22878", "closed",
+                "earlier PP write-ack count sync between ranks"),
+        Related("#33473", _PULL + "33473", "merged",
+                "batches the PP write/load completion sync (keeps the follower's blind pop)"),
+    ),
+)
+
+RECIPES: tuple[Recipe, ...] = (URC_WRITE_THROUGH_FORM_B,)
+
+
+def find_recipe(form: str | None, function: str | None, file: str | None,
+                pp: int | None) -> Recipe | None:  # fmt: skip
+    return next((r for r in RECIPES if r.matches(form, function, file, pp)), None)
