@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             str | None,
             typer.Option("--out", metavar="DIR",
-                         help=with_default("Where to write.", "./export-<RUN_DIR name>")),
+                         help=with_default("Where to write.", "export-<RUN_DIR name> here")),
         ] = None,  # fmt: skip
     ) -> None:
         """Turn a real-SGLang crash into what a maintainer can run without hicache-diag: a unit
