@@ -46,8 +46,8 @@ def register(app: typer.Typer) -> None:
         from hicache_diag.paths import input_dir, output_dir
 
         input_dir("RUN_DIR", run_dir)
+        output_dir("--out", out)
         target = Path(out) if out is not None else Path(f"export-{Path(run_dir).resolve().name}")
-        output_dir("--out", str(target))
         done = export_run(Path(run_dir), target)
         err_console.print(f"export: {done.recipe.title} (SGLang {done.version})")
         if done.lines_from is None:
