@@ -38,6 +38,11 @@ class Case:
     model_config: dict[str, Any] | None = None
     numbers: dict[str, int] = field(default_factory=dict)  # values the test template takes
 
+    @property
+    def storage(self) -> bool:
+        """The run had an L3 storage backend."""
+        return "--hicache-storage-backend" in self.server_argv
+
 
 def _traceback(log: str, signature: str | None) -> list[str]:
     """The failing rank's `Scheduler hit an exception` traceback, without frames of the tool's

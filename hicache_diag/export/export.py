@@ -29,20 +29,20 @@ class Exported:
 
 
 def _recipe(case: Case) -> Recipe:
-    recipe = find_recipe(case.form, case.function, case.file, case.failed_pp)
+    recipe = find_recipe(case.form, case.function, case.file, case.failed_pp, case.storage)
     if recipe is None:
-        known = "; ".join(f"form {r.form} in {r.function} ({r.file}) on a "
-                          f"{'PP follower' if r.follower else 'PP0'}" for r in RECIPES)  # fmt: skip
+        known = "; ".join(r.describe() for r in RECIPES)
+        l3 = "with" if case.storage else "without"
         raise RunDirError(f"{case.run_dir}: no export for form {case.form} in "
-                          f"{case.function} ({case.file}) on PP{case.failed_pp}; export "
-                          f"knows: {known}")  # fmt: skip
+                          f"{case.function} ({case.file}) on PP{case.failed_pp}, {l3} L3; "
+                          f"export knows: {known}")  # fmt: skip
     return recipe
 
 
 def test_source(case: Case, recipe: Recipe) -> str:
     values = {"version": case.version, "run_name": case.run_dir.name,
               "failed_pp": case.failed_pp, "signature": case.signature or recipe.error,
-              "test_file": recipe.test_file}  # fmt: skip
+              "test_file": recipe.test_file, "function": case.function}  # fmt: skip
     values.update(DEFAULT_NUMBERS)
     values.update(case.numbers)
     return Template((TEMPLATES / recipe.template).read_text()).substitute(values)

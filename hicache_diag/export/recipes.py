@@ -25,9 +25,10 @@ class Related:
 class Recipe:
     name: str
     form: str  # the verdict's crash form
-    function: str  # where the failing rank stopped
+    functions: tuple[str, ...]  # where the failing rank stopped (any one)
     file: str  # the basename in the traceback
     follower: bool  # the failing rank is a PP stage > 0
+    storage: bool  # the run had an L3 storage backend
     template: str  # under hicache_diag/export/templates/
     test_file: str
     error: str  # what the exported test fails with on an affected release
@@ -37,17 +38,24 @@ class Recipe:
     related: tuple[Related, ...]
 
     def matches(self, form: str | None, function: str | None, file: str | None,
-                pp: int | None) -> bool:  # fmt: skip
-        return (form == self.form and function == self.function and file == self.file
-                and ((pp or 0) > 0) == self.follower)  # fmt: skip
+                pp: int | None, storage: bool) -> bool:  # fmt: skip
+        return (form == self.form and function in self.functions and file == self.file
+                and ((pp or 0) > 0) == self.follower and storage == self.storage)  # fmt: skip
+
+    def describe(self) -> str:
+        stage = "a PP follower" if self.follower else "PP0"
+        l3 = "with" if self.storage else "without"
+        return (f"form {self.form} in {'/'.join(self.functions)} ({self.file}) on {stage}, "
+                f"{l3} L3")  # fmt: skip
 
 
 URC_WRITE_THROUGH_FORM_B = Recipe(
     name="urc-pp-follower-write-through",
     form="B",
-    function="writing_check",
+    functions=("writing_check",),
     file="unified_radix_cache.py",
     follower=True,
+    storage=False,
     template="urc_write_through_form_b.py.tmpl",
     test_file="test_pp_follower_write_through_ack.py",
     error="IndexError: pop from empty list",
@@ -94,9 +102,61 @@ URC_WRITE_THROUGH_FORM_B = Recipe(
     ),
 )
 
-RECIPES: tuple[Recipe, ...] = (URC_WRITE_THROUGH_FORM_B,)
+HR = "srt/mem_cache/hiradix_cache.py"
+
+HIRADIX_STORAGE_DRAIN = Recipe(
+    name="hiradix-pp-storage-control-drain",
+    form="B",
+    functions=("writing_check", "loading_check"),
+    file="hiradix_cache.py",
+    follower=True,
+    storage=True,
+    template="hiradix_storage_drain.py.tmpl",
+    test_file="test_pp_storage_control_drain.py",
+    error="AssertionError",
+    title="PP stages drain L3 storage control queues by different counts",
+    invariant=(
+        "Every PP stage applies the same L3 storage control events (storage hits and their "
+        "host allocations, backup acks, host-memory releases) in the same scheduler step, so "
+        "host pools, and every write-through and load-back decided from them, stay equal "
+        "across stages."
+    ),
+    steps=(
+        Step(HR, "HiRadixCache", "check_hicache_events", "self.drain_storage_control_queues()",
+             "with pp_size > 1 every stage drains its storage control queues each step"),
+        Step(HR, "HiRadixCache", "drain_storage_control_queues",
+             "self._all_reduce_attn_groups(qsizes",
+             "the count to drain is a MIN over the stage's own TP group only: no PP relay"),
+        Step(HR, "HiRadixCache", "_drain_storage_control_queues_impl",
+             "host_indices = cc.mem_pool_host.alloc(alloc_len)",
+             "a storage hit allocates host memory on the stages that drained it"),
+        Step(HR, "HiRadixCache", "_drain_storage_control_queues_impl",
+             "cc.mem_pool_host.free(host_indices)",
+             "a release frees host memory on the stages that drained it"),
+        Step(HR, "HiRadixCache", "can_terminate_prefetch", "self._all_reduce_attn_groups(states",
+             "prefetch termination is also agreed over TP only, per stage"),
+        Step(HR, "HiRadixCache", "writing_check", "self._all_reduce(finish_count_tensor",
+             "yet the write-ack count is PP0's, relayed to the followers"),
+        Step(HR, "HiRadixCache", "writing_check",
+             "ack = self.cache_controller.ack_write_queue.pop(0)",
+             "so a follower whose host pool refused a write-through pops an ack it never had"),
+    ),
+    related=(
+        Related("#27010", _PULL + "27010", "merged",
+                "'[HiCache] Fix PP inconsistency with HiCache L3': PP0's control-queue counts "
+                "relayed down the pipeline, followers wait for them; the fix"),
+        Related("#22607", _ISSUE + "22607", "closed",
+                "'[PP + HiCache] HiCache Consistency Fix Plan': why L3 breaks PP consistency"),
+        Related("#22878", _PULL + "22878", "closed",
+                "earlier PP write-ack count sync between ranks"),
+        Related("#29109", _PULL + "29109", "closed",
+                "the same `pop from empty list` in the ack queues under PP"),
+    ),
+)
+
+RECIPES: tuple[Recipe, ...] = (URC_WRITE_THROUGH_FORM_B, HIRADIX_STORAGE_DRAIN)
 
 
-def find_recipe(form: str | None, function: str | None, file: str | None,
-                pp: int | None) -> Recipe | None:  # fmt: skip
-    return next((r for r in RECIPES if r.matches(form, function, file, pp)), None)
+def find_recipe(form: str | None, function: str | None, file: str | None, pp: int | None,
+                storage: bool = False) -> Recipe | None:  # fmt: skip
+    return next((r for r in RECIPES if r.matches(form, function, file, pp, storage)), None)

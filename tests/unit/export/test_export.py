@@ -83,7 +83,11 @@ def test_release_range_says_where_the_code_shape_is_and_is_not(tmp_path):
 
 
 def test_recipe_matches_form_function_file_and_stage():
-    assert find_recipe("B", "writing_check", "unified_radix_cache.py", 1) is not None
+    urc = find_recipe("B", "writing_check", "unified_radix_cache.py", 1)
+    assert urc.name == "urc-pp-follower-write-through"
+    assert find_recipe("B", "loading_check", "hiradix_cache.py", 1, storage=True).name == (
+        "hiradix-pp-storage-control-drain")
+    assert find_recipe("B", "loading_check", "hiradix_cache.py", 1) is None  # no L3
     assert find_recipe("B", "writing_check", "unified_radix_cache.py", 0) is None  # PP0
     assert find_recipe("A", "writing_check", "unified_radix_cache.py", 1) is None
     assert find_recipe("B", "loading_check", "unified_radix_cache.py", 1) is None
@@ -129,7 +133,8 @@ def test_a_run_that_did_not_crash_or_crashed_elsewhere_is_refused(tmp_path, no_r
         v["ranks"][1]["where"] = "loading_check (unified_radix_cache.py:3554)"
 
     other = _copy(tmp_path / "b", elsewhere)
-    with pytest.raises(RunDirError, match="no export for form B in loading_check"):
+    with pytest.raises(RunDirError, match="no export for form B in loading_check "
+                                          r"\(unified_radix_cache.py\) on PP1, without L3"):
         export_run(other, tmp_path / "out")
     assert not (tmp_path / "out").exists(), "refused before writing anything"
 
