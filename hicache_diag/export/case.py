@@ -105,10 +105,10 @@ def load_case(run_dir: Path) -> Case:
     if not verdict:
         raise RunDirError(f"{run_dir}: no verdict.json (the run never finished); rerun it or "
                           "`hicache-diag report --reclassify` it first")  # fmt: skip
-    if verdict.get("outcome") != "crash" or verdict.get("failed_rank") is None:
-        raise RunDirError(f"{run_dir}: outcome {verdict.get('outcome')!r}, not a crash of "
-                          "one rank: export writes a test for the branch a crashing rank "
-                          "took")  # fmt: skip
+    if verdict.get("outcome") not in ("crash", "hang") or verdict.get("failed_rank") is None:
+        raise RunDirError(f"{run_dir}: outcome {verdict.get('outcome')!r}, not a crash or "
+                          "hang of one rank: export writes a test for the branch a failing "
+                          "rank took")  # fmt: skip
     rank = int(verdict["failed_rank"])
     entry = next((r for r in verdict.get("ranks", []) if r.get("rank") == rank), {})
     m = _WHERE.match(entry.get("where") or "")

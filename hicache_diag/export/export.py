@@ -11,6 +11,7 @@ from hicache_diag.errors import RunDirError
 from hicache_diag.export import launch, report
 from hicache_diag.export.case import Case, load_case
 from hicache_diag.export.recipes import RECIPES, Recipe, find_recipe
+from hicache_diag.export.source_lines import present
 from hicache_diag.export.trees import releases, run_release
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -28,8 +29,12 @@ class Exported:
     lines_from: Path | None  # the release source the report's file:line came from
 
 
-def _recipe(case: Case) -> Recipe:
-    recipe = find_recipe(case.form, case.function, case.file, case.failed_pp, case.storage)
+def _recipe(case: Case, package: Path | None) -> Recipe:
+    def shape(recipe: Recipe) -> bool:
+        return not case.faults and package is not None and present(package, recipe.steps)
+
+    recipe = find_recipe(case.form, case.function, case.file, case.failed_pp, case.storage,
+                         shape)  # fmt: skip
     if recipe is None:
         known = "; ".join(r.describe() for r in RECIPES)
         l3 = "with" if case.storage else "without"
@@ -50,7 +55,8 @@ def test_source(case: Case, recipe: Recipe) -> str:
 
 def export_run(run_dir: Path, out: Path) -> Exported:
     case = load_case(run_dir)
-    recipe = _recipe(case)
+    package = run_release(case.version, case.python)
+    recipe = _recipe(case, package)
     out.mkdir(parents=True, exist_ok=True)
     test = out / recipe.test_file
     test.write_text(test_source(case, recipe))
@@ -59,7 +65,6 @@ def export_run(run_dir: Path, out: Path) -> Exported:
         cfg = out / "model_config.json"
         cfg.write_text(json.dumps(case.model_config, indent=2) + "\n")
         written.append(cfg)
-    package = run_release(case.version, case.python)
     names = {"test": test.name, "launch": "launch.sh", "requests": "requests.json"}
     md = out / "REPORT.md"
     md.write_text(report.render(case, recipe, package, releases(), names))

@@ -24,10 +24,10 @@ class Related:
 @dataclass(frozen=True, slots=True)
 class Recipe:
     name: str
-    form: str  # the verdict's crash form
-    functions: tuple[str, ...]  # where the failing rank stopped (any one)
-    file: str  # the basename in the traceback
-    follower: bool  # the failing rank is a PP stage > 0
+    forms: tuple[str, ...]  # the verdict's crash form (any one)
+    functions: tuple[str, ...] | None  # where the failing rank stopped (any one; None: any)
+    file: str | None  # the basename in the traceback (None: any)
+    follower: bool | None  # the failing rank is a PP stage > 0 (None: either)
     storage: bool  # the run had an L3 storage backend
     template: str  # under hicache_diag/export/templates/
     test_file: str
@@ -37,21 +37,29 @@ class Recipe:
     steps: tuple[Step, ...]
     related: tuple[Related, ...]
 
+    # Matched on the release's code rather than the crash line: a run with no fault on a
+    # release whose source has every step (the divergence is upstream of where ranks stop).
+    by_source: bool = False
+
     def matches(self, form: str | None, function: str | None, file: str | None,
                 pp: int | None, storage: bool) -> bool:  # fmt: skip
-        return (form == self.form and function in self.functions and file == self.file
-                and ((pp or 0) > 0) == self.follower and storage == self.storage)  # fmt: skip
+        return (form in self.forms
+                and (self.functions is None or function in self.functions)
+                and (self.file is None or file == self.file)
+                and (self.follower is None or ((pp or 0) > 0) == self.follower)
+                and storage == self.storage)  # fmt: skip
 
     def describe(self) -> str:
-        stage = "a PP follower" if self.follower else "PP0"
+        where = ("with no fault, on a release with this code" if self.by_source else
+                 f"in {'/'.join(self.functions or ())} ({self.file}) on "
+                 f"{'a PP follower' if self.follower else 'PP0'}")  # fmt: skip
         l3 = "with" if self.storage else "without"
-        return (f"form {self.form} in {'/'.join(self.functions)} ({self.file}) on {stage}, "
-                f"{l3} L3")  # fmt: skip
+        return f"form {'/'.join(self.forms)} {where}, {l3} L3"
 
 
 URC_WRITE_THROUGH_FORM_B = Recipe(
     name="urc-pp-follower-write-through",
-    form="B",
+    forms=("B",),
     functions=("writing_check",),
     file="unified_radix_cache.py",
     follower=True,
@@ -106,11 +114,12 @@ HR = "srt/mem_cache/hiradix_cache.py"
 
 HIRADIX_STORAGE_DRAIN = Recipe(
     name="hiradix-pp-storage-control-drain",
-    form="B",
-    functions=("writing_check", "loading_check"),
-    file="hiradix_cache.py",
-    follower=True,
+    forms=("A", "B", "C"),
+    functions=None,
+    file=None,
+    follower=None,
     storage=True,
+    by_source=True,
     template="hiradix_storage_drain.py.tmpl",
     test_file="test_pp_storage_control_drain.py",
     error="AssertionError",
@@ -158,5 +167,13 @@ RECIPES: tuple[Recipe, ...] = (URC_WRITE_THROUGH_FORM_B, HIRADIX_STORAGE_DRAIN)
 
 
 def find_recipe(form: str | None, function: str | None, file: str | None, pp: int | None,
-                storage: bool = False) -> Recipe | None:  # fmt: skip
-    return next((r for r in RECIPES if r.matches(form, function, file, pp, storage)), None)
+                storage: bool = False, shape=None) -> Recipe | None:  # fmt: skip
+    """The first recipe the run matches; `shape(recipe)` says whether the run's release has
+    a by-source recipe's code (None: no release source at hand, so none of those match)."""
+    for r in RECIPES:
+        if not r.matches(form, function, file, pp, storage):
+            continue
+        if r.by_source and (shape is None or not shape(r)):
+            continue
+        return r
+    return None

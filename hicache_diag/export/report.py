@@ -84,8 +84,8 @@ def render(case: Case, recipe: Recipe, package: Path | None, trees: dict[str, Pa
         "",
         "## The run",
         "",
-        f"- crash form {case.form}: PP{case.failed_pp} (rank {case.failed_rank}) raised "
-        f"`{case.signature}` in `{case.function}` ({case.file}:{case.line})"
+        f"- form {case.form}: PP{case.failed_pp} (rank {case.failed_rank}) in "
+        f"`{case.function}` ({case.file}:{case.line}): `{case.signature}`"
         + (f", {case.duration_s:.0f} s into the run" if case.duration_s else ""),
         "- server flags: `" + " ".join(case.server_argv[case.server_argv.index("--model-path"):]
                                        if "--model-path" in case.server_argv

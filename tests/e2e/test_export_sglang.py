@@ -68,3 +68,45 @@ def test_exported_form_b_test_fails_on_0_5_23_as_the_run_did(tmp_path):
     assert "IndexError: pop from empty list" in text, text[-3000:]
     assert "unified_radix_cache.py:3508: IndexError" in text, text[-3000:]
     assert "hicache_diag" not in test.read_text()
+
+
+L3_18 = ROOT / "samples" / "runs" / "sglang-0.5.18-l3-no-fault"
+
+
+def _venv(version: str) -> str | None:
+    from hicache_diag.sglang.install import venv_python_for
+
+    return venv_python_for(version)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_venv("0.5.18") is None,
+                    reason="needs $HICACHE_DIAG_SGLANG_VENVS/sglang-0.5.18")  # fmt: skip
+def test_exported_l3_drain_test_fails_on_0_5_18_and_skips_where_hiradix_is_gone(tmp_path):
+    """The committed no-fault 0.5.18 L3 hang: its test fails on 0.5.18 (PP1 frees nothing) and
+    skips on a release without HiRadixCache (0.5.21, when held). Plain pytest there comes
+    from this interpreter's pytest alone on the path (the release venvs hold no pytest)."""
+    import pytest as _pytest
+
+    out = tmp_path / "export"
+    done = subprocess.run([*CLI, "export", str(L3_18), "--out", str(out)], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    test = out / "test_pp_storage_control_drain.py"
+    shim = tmp_path / "pytest-only"
+    shim.mkdir()
+    site = Path(_pytest.__file__).resolve().parents[1]
+    for name in ("pytest", "_pytest", "pluggy", "iniconfig"):
+        (shim / name).symlink_to(site / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HICACHE_DIAG")}
+    env["PYTHONPATH"] = str(shim)
+    want = {"0.5.18": ("1 failed", "AssertionError: 4 != 0"), "0.5.21": ("1 skipped", "")}
+    for version, (summary, needle) in want.items():
+        python = _venv(version)
+        if python is None:
+            continue
+        ran = subprocess.run([python, "-c", PYTEST, "-q", "-p", "no:cacheprovider", "-W",
+                              "ignore", "--rootdir", str(out), str(test)], capture_output=True,
+                             text=True, timeout=600, cwd=out, env=env)  # fmt: skip
+        text = ran.stdout + ran.stderr
+        assert summary in text and needle in text, (version, text[-3000:])
