@@ -12,6 +12,7 @@ import typer
 
 from hicache_diag.cli.options import with_default
 from hicache_diag.cli.render.console import print_json
+from hicache_diag.diagnosis.bisect_table import RELEASE_AXIS
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.bisect import (
     HOST_AXIS,
@@ -44,6 +45,58 @@ def _axes(app, storage: str | None, size: str | None, switches: list[str]) -> tu
     options = _run_options(app) if switches else set()
     axes += [parse_switch(spec, options) for spec in switches]
     return tuple(axes)
+
+
+def _venv_python(version: str) -> str:
+    import os
+
+    from hicache_diag.sglang.install import VENVS_ENV, release_command, venv_python_for
+
+    root = os.environ.get(VENVS_ENV)
+    if not root:
+        raise UsageError(f"--sglang-version {version}: set ${VENVS_ENV} to the directory that "
+                         "holds one venv per release (sglang-<version>/)")  # fmt: skip
+    python = venv_python_for(version)
+    if python is None:
+        raise UsageError(f"--sglang-version {version}: no {root}/sglang-{version}/bin/python; "
+                         f"create it with: {release_command(version)}")  # fmt: skip
+    return python
+
+
+def _releases(python: str | None, version: str | None, engine: str) -> tuple[list[str], dict]:
+    """The releases to compare, as interpreters, and their versions where the flag gave them
+    (--sglang-version: resolved through $HICACHE_DIAG_SGLANG_VENVS)."""
+    if python is None and version is None:
+        return [], {}
+    if python is not None and version is not None:
+        raise UsageError("--sglang-python and --sglang-version both name the releases: give one")
+    if engine != "sglang":
+        raise UsageError("--sglang-python/--sglang-version pick SGLang releases: add "
+                         "--engine sglang")  # fmt: skip
+    if version is not None:
+        versions = parse_values("--sglang-version", version)
+        pythons = [_venv_python(v) for v in versions]
+        return pythons, dict(zip(pythons, versions, strict=True))
+    return list(parse_values("--sglang-python", python)), {}
+
+
+def _requested_engine(app: typer.Typer, args: list[str]) -> str:
+    """The engine the pass-through `run` flags (or their scenario) ask for, read as `run` reads
+    them: the one request, never a sniff of argv."""
+    from hicache_diag.cli.run import request_from_flags
+
+    run = typer.main.get_command(app).commands["run"]
+    return request_from_flags(dict(run.make_context("run", list(args)).params)).engine
+
+
+def _release_labels(pythons: tuple[str, ...], known: dict[str, str]) -> dict[str, str]:
+    """Each interpreter's SGLang version (probed when the flag gave paths); the path is added
+    where two interpreters hold the same version."""
+    from hicache_diag.sglang.install import probe_sglang
+
+    found = {p: known.get(p) or probe_sglang(p, "--sglang-python").version for p in pythons}
+    versions = list(found.values())
+    return {p: v if versions.count(v) == 1 else f"{v} ({p})" for p, v in found.items()}
 
 
 def _refuse_flat_axes(axes: tuple[Axis, ...]) -> None:
@@ -133,6 +186,16 @@ Timeout = Annotated[
     ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print the table as JSON.")]
+Pythons = Annotated[
+    str | None,
+    typer.Option("--sglang-python", metavar="PY1,PY2",
+                 help="SGLang releases to compare, as interpreters (one: every cell)."),
+]  # fmt: skip
+Versions = Annotated[
+    str | None,
+    typer.Option("--sglang-version", metavar="V1,V2",
+                 help="Releases by version, from $HICACHE_DIAG_SGLANG_VENVS/sglang-<V>."),
+]  # fmt: skip
 
 
 def _save_table(table, out: Path) -> None:
@@ -164,6 +227,8 @@ Examples:
       --trials 3 --jobs 2 --scenario samples/scenarios/form_a.toml
   hicache-diag bisect --switch host-alloc=local,two-phase --trials 5 \\
       --protocol legacy --fault host-alloc-fail:rank=1
+  hicache-diag bisect --engine sglang --sglang-version 0.5.18,0.5.21 \\
+      --trials 4 --pp 2 --storage-backend file
 
 Exit: 0 completed, whatever it found (table.json and table.md in --out),
 130 interrupted (partial table), 2 bad input, 1 internal error."""
@@ -206,6 +271,8 @@ def register(app: typer.Typer) -> None:
         out: Out = None,
         trial_timeout: Timeout = None,
         json_out: Json = False,
+        sglang_python: Pythons = None,
+        sglang_version: Versions = None,
     ) -> None:
         """Repeat `run` over a matrix of switches; any other `run` flag applies to every cell."""
         from hicache_diag.cli.render.bisect import trial_progress
@@ -213,6 +280,15 @@ def register(app: typer.Typer) -> None:
         from hicache_diag.cli.render.status import PhaseStatus
 
         axes = _axes(app, storage_backend, hicache_size, switch or [])
+        given = sglang_python is not None or sglang_version is not None
+        pythons, versions = _releases(sglang_python, sglang_version,
+                                      _requested_engine(app, ctx.args) if given else "",
+                                      )  # fmt: skip
+        run_args = list(ctx.args)
+        if len(pythons) == 1:  # one release: every cell runs it, as `run --sglang-python` does
+            run_args += ["--sglang-python", pythons[0]]
+        elif pythons:
+            axes += (Axis(RELEASE_AXIS, tuple(pythons)),)
         if trial_timeout is not None:
             check_seconds("--trial-timeout", trial_timeout)
         from hicache_diag.harness.rundir import check_writable
@@ -221,12 +297,12 @@ def register(app: typer.Typer) -> None:
         check_writable(out)  # a file, non-empty or unwritable: 2
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         out = Path(out) if out is not None else Path("runs") / f"bisect-{stamp}"
-        cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(ctx.args),
+        cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(run_args),
                            trial_timeout if trial_timeout is not None else 1.0)
         if not axes:
             raise UsageError(
-                "bisect needs a matrix: --storage-backend V1,V2, --hicache-size S1,S2 or "
-                "--switch NAME=v1,v2"
+                "bisect needs a matrix: --storage-backend V1,V2, --hicache-size S1,S2, "
+                "--sglang-version V1,V2 or --switch NAME=v1,v2"
             )
         _refuse_flat_axes(axes)
         check_trials(trials, _cells(axes), out)
@@ -237,9 +313,11 @@ def register(app: typer.Typer) -> None:
         if trial_timeout is None:  # each engine's own: real SGLang starts in tens of seconds
             cfg = replace(cfg, trial_timeout_s=engine_timeout)
         check_jobs(jobs, world)
+        labels = _release_labels(axes[-1].values, versions) if len(pythons) > 1 else {}
         progress, on_result = trial_progress(err_console, _cells(axes) * trials, quiet=json_out)
         with progress:
             table = run_bisect(cfg, on_result)
+        table.releases = labels
         _save_table(table, out)
         _render(table, json_out)
         raise typer.Exit(130 if table.interrupted else 0)

@@ -29,6 +29,11 @@ def trial_progress(console: Console, total: int, quiet: bool = False):
     return progress, on_result
 
 
+def _values(table: BisectTable, cell: Cell) -> list[str]:
+    """The cell's axis values; a release shows as its version (table.releases)."""
+    return [table.releases.get(cell.values[s], cell.values[s]) for s in table.switches]
+
+
 def _fmt_ttf(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}s"
 
@@ -44,7 +49,7 @@ def bisect_table(table: BisectTable) -> Table:
         lo, hi = data["ci95"]
         forms = " ".join(f"{k}:{v}" for k, v in data["forms"].items()) or "-"
         view.add_row(
-            *(cell.values[s] for s in table.switches), str(data["trials"]), str(data["failures"]),
+            *_values(table, cell), str(data["trials"]), str(data["failures"]),
             f"{data['rate']:.0%}", f"[{lo:.2f}, {hi:.2f}]", forms, _fmt_ttf(data["median_ttf_s"]),
             str(len(data["errors"])),
         )  # fmt: skip
@@ -59,7 +64,7 @@ def table_markdown(table: BisectTable) -> str:
         d = cell.to_json()
         lo, hi = d["ci95"]
         forms = " ".join(f"{k}:{v}" for k, v in d["forms"].items()) or "-"
-        vals = [*(cell.values[s] for s in table.switches), str(d["trials"]), str(d["failures"]),
+        vals = [*_values(table, cell), str(d["trials"]), str(d["failures"]),
                 f"{d['rate']:.0%}", f"[{lo:.2f}, {hi:.2f}]", forms, _fmt_ttf(d["median_ttf_s"])]
         rows.append("| " + " | ".join(vals) + " |")
     verdict = [f"- {line}" for line in table.verdict()]

@@ -12,6 +12,7 @@ from hicache_diag.diagnosis.stats import median_ttf, wilson
 BISECT_SCHEMA = "hicache-diag/bisect/v1"
 STORAGE_AXIS = "storage-backend"
 HOST_AXIS = "hicache-size"
+RELEASE_AXIS = "sglang-python"  # one SGLang release per value (its interpreter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +130,47 @@ def _host_line(cells: list[Cell]) -> str | None:
     return f"host size does not change the rate {both}"
 
 
+def _release_line(cells: list[Cell], releases: dict[str, str]) -> str | None:
+    """Where along the releases (in version order when known, else as given) the failure rate
+    changes: the split into earlier and later releases whose pooled rates are furthest apart,
+    stated only when their 95% intervals do not overlap."""
+    pooled = _pooled(cells, RELEASE_AXIS)
+    if len(pooled) < 2 or not any(f for f, _ in pooled.values()):
+        return None
+    order = list(pooled)
+    if all(v in releases for v in order):
+        order.sort(key=lambda v: _version_key(releases[v]))
+    name = [releases.get(v, v) for v in order]
+    best = None
+    for i in range(1, len(order)):
+        before = tuple(map(sum, zip(*(pooled[v] for v in order[:i]), strict=True)))
+        after = tuple(map(sum, zip(*(pooled[v] for v in order[i:]), strict=True)))
+        if not before[1] or not after[1] or before[0] * after[1] == after[0] * before[1]:
+            continue
+        (blo, bhi), (alo, ahi) = wilson(*before), wilson(*after)
+        gap = max(blo - ahi, alo - bhi)
+        if best is None or gap > best[0]:
+            best = (gap, i, before, after)
+    if best is None:
+        return f"release: the same failure rate in every release ({', '.join(name)})"
+    gap, i, before, after = best
+    span = name[0] if i == 1 else f"{name[0]}..{name[i - 1]}"
+    later = name[i] if i == len(name) - 1 else f"{name[i]}..{name[-1]}"
+    both = f"({span}: {_pct(*before)} vs {later}: {_pct(*after)})"
+    if gap <= 0:
+        return _overlap_line(f"release (largest change at {name[i]})", both)
+    moves = "drops" if after[0] * before[1] < before[0] * after[1] else "rises"
+    return f"first release where the failure rate {moves}: {name[i]} {both}"
+
+
+def _version_key(version: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in version.replace(".post", ".").split("."))
+
+
 def _switch_lines(cells: list[Cell], axes: list[str], describe) -> list[str]:
     lines = []
     for axis in axes:
-        if axis in (STORAGE_AXIS, HOST_AXIS):
+        if axis in (STORAGE_AXIS, HOST_AXIS, RELEASE_AXIS):
             continue
         pooled = _pooled(cells, axis)
         clean = [v for v, (f, t) in pooled.items() if t and f == 0]
@@ -154,6 +192,7 @@ class BisectTable:
     cells: list[Cell]
     interrupted: bool = False
     describe: Any = field(default=lambda axis: "", repr=False)  # axis -> " : the fix is ..."
+    releases: dict[str, str] = field(default_factory=dict)  # sglang-python value -> version
 
     @property
     def total_trials(self) -> int:
@@ -164,7 +203,8 @@ class BisectTable:
         failures = sum(c.failures for c in self.cells)
         if failures == 0:
             lines.append(f"no failures in {self.total_trials} trials")
-        lines += [x for x in (_storage_line(self.cells), _host_line(self.cells)) if x]
+        lines += [x for x in (_storage_line(self.cells), _host_line(self.cells),
+                              _release_line(self.cells, self.releases)) if x]  # fmt: skip
         lines += _switch_lines(self.cells, self.switches, self.describe)
         if failures and not lines:
             lines.append(
@@ -182,4 +222,5 @@ class BisectTable:
             "cells": [c.to_json() for c in self.cells],
             "verdict": self.verdict(),
             "interrupted": self.interrupted,
+            **({"releases": dict(self.releases)} if self.releases else {}),
         }

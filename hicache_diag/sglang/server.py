@@ -32,12 +32,16 @@ from hicache_diag.sglang_plugin import config as plugin_config
 from hicache_diag.triage.discover import RankId, parse_rank_tokens
 
 READY_TIMEOUT_S = 240.0  # 35-75 s measured on 2 cores; headroom for a loaded CI box
-# A box shared by several launches (load 10+ on 2 cores) needs more: seconds, from the env.
-READY_ENV = "HICACHE_DIAG_SGLANG_READY_S"
-try:
-    READY_TIMEOUT_S = max(READY_TIMEOUT_S, float(os.environ.get(READY_ENV, "0")))
-except ValueError:
-    pass  # not a number: the default stands
+# A box shared by several SGLang launches (load 14 on 2 cores) needs more: seconds, as an env var.
+READY_TIMEOUT_ENV = "HICACHE_DIAG_SGLANG_READY_TIMEOUT"
+
+
+def ready_timeout_s() -> float:
+    try:
+        value = float(os.environ.get(READY_TIMEOUT_ENV, ""))
+    except ValueError:
+        return READY_TIMEOUT_S
+    return value if value > 0 and value == value and value != float("inf") else READY_TIMEOUT_S
 _TITLE_RE = re.compile(r"^sglang::scheduler(?P<rest>\S*)")
 
 
@@ -224,11 +228,12 @@ class SglangServer:
         )
 
     def wait_ready(
-        self, timeout_s: float = READY_TIMEOUT_S, on_phase: Callable[[str], None] | None = None
+        self, timeout_s: float | None = None, on_phase: Callable[[str], None] | None = None
     ) -> float:
         """Seconds from start to the first healthy /health_generate. `on_phase(text)` hears the
         start-up phase (from the server log) every poll, for a status line."""
         assert self.popen is not None
+        timeout_s = ready_timeout_s() if timeout_s is None else timeout_s
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             if on_phase is not None:

@@ -67,6 +67,10 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
     (["triage", "--pid", "0"], 2, "--pid must be a positive process id, got 0"),
     (["triage", "--pid", "1", "--deadline", "nan"], 2, "must be finite"),
     (["triage"], 2, "nothing to triage"),
+    # export: not a run directory, not a real-SGLang crash
+    (["export", "{root}/nope"], 2, "does not exist"),
+    (["export", "{root}/empty"], 2, "is not a run directory"),
+    (["export", "{sample}"], 2, "a run of the builtin engine"),
     # report: damaged or wrong run directories, bad output paths
     (["report", "{root}/nope"], 2, "does not exist"),
     (["report", "{root}/empty"], 2, "is not a run directory"),
@@ -196,6 +200,8 @@ PATHS: list[tuple[str, str, str, list[str]]] = [
     ("report", "RUN_DIR", "in-dir", []),
     ("report", "--plots", "out-dir", ["{sample}"]),
     ("report", "--summary", "out-file", ["{sample}"]),
+    ("export", "RUN_DIR", "in-dir", []),
+    ("export", "--out", "out-dir", ["{sample}"]),
     ("triage", "--logs", "in-file", []),
     ("triage", "LOG", "in-file", []),
     ("triage", "--dumps", "in-dir", []),

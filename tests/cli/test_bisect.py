@@ -120,3 +120,62 @@ def test_flat_axes_and_a_file_out_are_refused(capsys, tmp_path, argv, message):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not (tmp_path / "b").exists()
+
+
+def _venvs(root: Path, *versions: str) -> Path:
+    for v in versions:
+        py = root / f"sglang-{v}" / "bin" / "python"
+        py.parent.mkdir(parents=True)
+        py.write_text("")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--sglang-version", "0.5.18,0.5.21"], None, "add --engine sglang"),
+        (["--engine", "sglang", "--sglang-version", "0.5.18,0.5.21"], None,
+         "--sglang-version 0.5.18: set $HICACHE_DIAG_SGLANG_VENVS"),
+        (["--engine", "sglang", "--sglang-version", "0.5.18,0.5.21"], "0.5.18",
+         "--sglang-version 0.5.21: no {venvs}/sglang-0.5.21/bin/python; create it with: "),
+        (["--engine", "sglang", "--sglang-version", "0.5.18,"], "0.5.18",
+         "--sglang-version needs a comma-separated list"),
+        (["--engine", "sglang", "--sglang-version", "0.5.18,0.5.18"], "0.5.18",
+         "bisect axis sglang-python lists"),
+        (["--engine", "sglang", "--sglang-python", "/a,/b", "--sglang-version", "0.5.18"], None,
+         "--sglang-python and --sglang-version both name the releases: give one"),
+        (["--engine", "sglang", "--sglang-python", "/a,/b", "--switch", "sglang-python=/c,/d"],
+         None, "bisect axis sglang-python is given twice"),
+    ],
+)  # fmt: skip
+def test_release_axis_bad_input_is_one_line_exit_2(capsys, tmp_path, monkeypatch, argv, env,
+                                                   message):  # fmt: skip
+    monkeypatch.delenv("HICACHE_DIAG_SGLANG_VENVS", raising=False)
+    venvs = tmp_path / "venvs"
+    if env is not None:
+        monkeypatch.setenv("HICACHE_DIAG_SGLANG_VENVS", str(_venvs(venvs, env)))
+    assert run_cli(["bisect", "--out", str(tmp_path / "b"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert message.replace("{venvs}", str(venvs)) in err[0], err[0]
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.process
+def test_release_axis_names_the_first_fixed_release(fake_run, tmp_path, monkeypatch, capsys):
+    venvs = _venvs(tmp_path / "venvs", "0.5.18", "0.5.21")
+    monkeypatch.setenv("HICACHE_DIAG_SGLANG_VENVS", str(venvs))
+    monkeypatch.setattr(bisect_cli, "_check_cells", lambda app, cfg: 2)  # no release to probe
+    code = run_cli(["bisect", "--engine", "sglang", "--sglang-version", "0.5.21,0.5.18",
+                    "--trials", "4", "--jobs", "2", "--out", str(tmp_path / "b"),
+                    "--json"])  # fmt: skip
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["switches"] == ["sglang-python"]
+    assert set(data["releases"].values()) == {"0.5.18", "0.5.21"}
+    by = {data["releases"][c["values"]["sglang-python"]]: c for c in data["cells"]}
+    assert (by["0.5.18"]["failures"], by["0.5.21"]["failures"]) == (4, 0)
+    assert data["verdict"] == ["first release where the failure rate drops: 0.5.21 "
+                               "(0.5.18: 4/4 (100%) vs 0.5.21: 0/4 (0%))"]  # fmt: skip
+    md = (tmp_path / "b" / "table.md").read_text()
+    assert "| 0.5.18 | 4 | 4 |" in md

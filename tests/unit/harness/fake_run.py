@@ -30,6 +30,8 @@ def main(argv: list[str]) -> int:
     fail = legacy and (opts.get("--hicache-size") == "64MiB" or seed % 2 == 0)
     if opts.get("--storage-backend") == "file":
         fail = False
+    if "sglang-0.5.18" in opts.get("--sglang-python", ""):  # a release axis: the old one fails
+        fail = True
     verdict = {
         "schema": "hicache-diag/verdict/v1", "outcome": "crash" if fail else "ok",
         "form": "A" if fail else None, "duration_s": 1.0 + seed, "seed": seed,

@@ -21,3 +21,15 @@ LOG = [
 @pytest.mark.parametrize(("tail", "phase"), LOG)
 def test_phase_from_the_log(tail, phase):
     assert startup_phase(tail) == phase
+
+
+def test_ready_timeout_env_raises_the_wait_on_a_loaded_box(monkeypatch):
+    from hicache_diag.sglang.server import READY_TIMEOUT_ENV, READY_TIMEOUT_S, ready_timeout_s
+
+    monkeypatch.delenv(READY_TIMEOUT_ENV, raising=False)
+    assert ready_timeout_s() == READY_TIMEOUT_S
+    monkeypatch.setenv(READY_TIMEOUT_ENV, "900")
+    assert ready_timeout_s() == 900.0
+    for bad in ("", "soon", "0", "-5", "nan", "inf"):
+        monkeypatch.setenv(READY_TIMEOUT_ENV, bad)
+        assert ready_timeout_s() == READY_TIMEOUT_S, bad

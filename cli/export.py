@@ -1,0 +1,59 @@
+"""`hicache-diag export RUN_DIR`: what an SGLang maintainer needs to act on a run, with nothing of
+ours to install: a unit test in SGLang's style, a launch script and requests, a report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hicache_diag.cli.options import with_default
+
+EXAMPLES = """\b
+Examples:
+  hicache-diag export samples/runs/sglang-0.5.23-form-b
+  hicache-diag export runs/20261201T054025.031000-0 --out /tmp/repro
+
+Exit: 0 exported, 2 bad input (not a run directory, not a real-SGLang crash, a crash
+export has no test for, an unwritable --out), 1 internal error."""
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "export", epilog=EXAMPLES,
+        short_help="Write a repro for SGLang maintainers: unit test, launch script, report.",
+    )  # fmt: skip
+    def export(
+        run_dir: Annotated[
+            str,
+            typer.Argument(metavar="RUN_DIR", help="A run directory of --engine sglang.",
+                           show_default=False),  # fmt: skip
+        ],
+        out: Annotated[
+            str | None,
+            typer.Option("--out", metavar="DIR",
+                         help=with_default("Where to write.", "export-<RUN_DIR name> here")),
+        ] = None,  # fmt: skip
+    ) -> None:
+        """Turn a real-SGLang crash into what a maintainer can run without hicache-diag: a unit
+        test in SGLang's test style driving the release's real code through the branch the run
+        took (it fails on an affected release), a launch script with the server flags and the
+        request sequence, and REPORT.md (invariant, mechanism with file:line, evidence,
+        upstream threads, release range). docs/export.md."""
+        from hicache_diag.cli.render.console import err_console
+        from hicache_diag.export.export import export_run
+        from hicache_diag.paths import input_dir, output_dir
+
+        input_dir("RUN_DIR", run_dir)
+        output_dir("--out", out)
+        target = Path(out) if out is not None else Path(f"export-{Path(run_dir).resolve().name}")
+        done = export_run(Path(run_dir), target)
+        err_console.print(f"export: {done.recipe.title} (SGLang {done.version})")
+        if done.lines_from is None:
+            err_console.print(f"note: no SGLang {done.version} source found here; REPORT.md "
+                              "gives the traceback's lines only")  # fmt: skip
+        for path in done.files:
+            typer.echo(str(path))
+        typer.echo(f"run the test: python -m pytest -q {done.test}")
+        raise typer.Exit(0)

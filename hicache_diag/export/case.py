@@ -1,0 +1,151 @@
+"""What a run directory says about the failure an export is about: the release, the failing
+rank and where it stopped, the launch and the workload, and the evidence lines worth quoting."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hicache_diag.diagnosis.load import RunData, load_run
+from hicache_diag.errors import RunDirError
+
+_SITE = re.compile(r'File "[^"]*?/((?:sglang|torch)/[^"]*)')
+_WHERE = re.compile(r"^(?P<fn>[\w.<>]+) \((?P<file>[\w.]+):(?P<line>\d+)\)$")
+
+
+@dataclass(slots=True)
+class Case:
+    run_dir: Path
+    version: str
+    python: str | None
+    server_argv: list[str]
+    workload: dict[str, Any]
+    faults: list[str]
+    form: str | None
+    signature: str | None
+    failed_rank: int
+    failed_pp: int
+    function: str | None
+    file: str | None
+    line: int | None
+    duration_s: float | None
+    evidence: list[str] = field(default_factory=list)
+    traceback: list[str] = field(default_factory=list)  # the failing rank's, SGLang frames only
+    last_rows: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    model_config: dict[str, Any] | None = None
+    numbers: dict[str, int] = field(default_factory=dict)  # values the test template takes
+
+    @property
+    def storage(self) -> bool:
+        """The run had an L3 storage backend."""
+        return "--hicache-storage-backend" in self.server_argv
+
+
+_FRAME = re.compile(r'^\s*File "[^"]*?(?P<file>[\w.]+)", line (?P<line>\d+), in (?P<fn>[\w.<>]+)')
+
+
+def _raising_frame(traceback: list[str]) -> re.Match[str] | None:
+    """The last `File ..., line N, in fn` of a traceback: where the error was raised."""
+    frames = [m for m in map(_FRAME.match, traceback) if m]
+    return frames[-1] if frames else None
+
+
+def _traceback(log: str, signature: str | None) -> list[str]:
+    """The failing rank's `Scheduler hit an exception` traceback, without frames of the tool's
+    plugin (they are not SGLang's code, and a maintainer reads them first)."""
+    lines = log.splitlines()
+    start = next((i for i, ln in enumerate(lines) if "Traceback (most recent call last)" in ln),
+                 None)  # fmt: skip
+    if start is None:
+        return []
+    out, skip = [lines[start].split("] ", 1)[-1]], False
+    for ln in lines[start + 1 :]:
+        if ln.startswith("  File "):
+            skip = "hicache_diag" in ln
+            if not skip:  # from the package on: the install prefix is this machine's
+                out.append(_SITE.sub(r'File "\1', ln))
+            continue
+        if ln.startswith("    "):
+            if not skip:
+                out.append(ln)
+            continue
+        out.append(ln)
+        break
+    return [ln for ln in out if not set(ln.strip()) <= {"^", "~"}]
+
+
+def _numbers(data: RunData, failed_rank: int) -> dict[str, int]:
+    """The write the failing rank could not back up (tokens) and PP0's host room before it."""
+    frames = data.frames
+    out: dict[str, int] = {}
+    if frames.empty:
+        return out
+    leader = frames[frames["rank"] == 0]
+    if "write_backs" in leader and "host_free" in leader:
+        wrote = leader[leader["write_backs"].fillna(0) > 0]
+        if not wrote.empty:
+            first = wrote.iloc[0]
+            out["kv_tokens"] = int(first["write_backs"])
+            out["leader_host_free"] = int(first["host_free"]) + int(first["write_backs"])
+    return out
+
+
+def _model_config(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    model = (manifest.get("config", {}).get("spec", {}) or {}).get("model")
+    if not model:
+        return None
+    try:
+        return json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def load_case(run_dir: Path) -> Case:
+    data = load_run(run_dir)
+    manifest = data.manifest
+    if manifest.get("engine") != "sglang":
+        raise RunDirError(f"{run_dir}: a run of the {manifest.get('engine') or 'builtin'} "
+                          "engine; export writes tests for SGLang's own code (run with "
+                          "--engine sglang)")  # fmt: skip
+    verdict = data.verdict
+    if not verdict:
+        raise RunDirError(f"{run_dir}: no verdict.json (the run never finished); rerun it or "
+                          "`hicache-diag report --reclassify` it first")  # fmt: skip
+    if verdict.get("outcome") not in ("crash", "hang") or verdict.get("failed_rank") is None:
+        raise RunDirError(f"{run_dir}: outcome {verdict.get('outcome')!r}, not a crash or "
+                          "hang of one rank: export writes a test for the branch a failing "
+                          "rank took")  # fmt: skip
+    rank = int(verdict["failed_rank"])
+    entry = next((r for r in verdict.get("ranks", []) if r.get("rank") == rank), {})
+    traceback = _traceback(data.logs.get(rank, ""), verdict.get("signature"))
+    # `where` names the rank's Python frame; when it names a native one instead (a py-spy dump
+    # of the dying process during SGLang's SIGQUIT teardown), the traceback's raising frame.
+    m = _WHERE.match(entry.get("where") or "")
+    if m is None or not m["file"].endswith(".py"):
+        m = _raising_frame(traceback) or m
+    sglang = manifest.get("sglang", {}) or {}
+    argv = list(sglang.get("argv") or [])
+    return Case(
+        run_dir=run_dir,
+        version=str(sglang.get("version") or "unknown"),
+        python=sglang.get("python"),
+        server_argv=argv,
+        workload=dict(manifest.get("config", {}).get("workload", {}) or {}),
+        faults=list(manifest.get("faults") or []),
+        form=verdict.get("form"),
+        signature=verdict.get("signature"),
+        failed_rank=rank,
+        failed_pp=int(entry.get("pp", 0) or 0),
+        function=m["fn"] if m else None,
+        file=m["file"] if m else None,
+        line=int(m["line"]) if m else None,
+        duration_s=verdict.get("duration_s"),
+        evidence=[str(e) for e in verdict.get("evidence", [])],
+        traceback=traceback,
+        last_rows={r: data.rank_frames(r).tail(3).to_dict("records") for r in data.ranks},
+        model_config=_model_config(manifest),
+        numbers=_numbers(data, rank),
+    )

@@ -1,0 +1,122 @@
+"""The end-to-end half of an export: the run's `sglang.launch_server` flags as a shell script and
+its request sequence (regenerated from the manifest's workload and seed), sent by a stdlib-only
+client that reports the first scheduler traceback in the server log."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from hicache_diag.export.case import Case
+
+# Flags the harness adds for a CPU host (docs/sglang-engine.md); a GPU host drops them.
+CPU_FLAGS = {"--device": 1, "--attention-backend": 1, "--disable-cuda-graph": 0,
+             "--hicache-io-backend": 1, "--hicache-mem-layout": 1}  # fmt: skip
+# Flags the script sets itself.
+OWN_FLAGS = {"--model-path": 1, "--host": 1, "--port": 1}
+
+
+def split_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the run's server flags, its CPU-only flags), without the interpreter, `-m
+    sglang.launch_server`, the model path, host and port."""
+    try:
+        start = argv.index("sglang.launch_server") + 1
+    except ValueError:
+        start = 0
+    flags, cpu, i = [], [], start
+    while i < len(argv):
+        arg = argv[i]
+        takes = CPU_FLAGS.get(arg, OWN_FLAGS.get(arg))
+        if arg in CPU_FLAGS:
+            cpu += argv[i : i + 1 + takes]
+        elif arg not in OWN_FLAGS:
+            flags.append(arg)
+            takes = 0
+        i += 1 + (takes or 0)
+    return flags, cpu
+
+
+def requests(case: Case) -> list[dict]:
+    from hicache_diag.harness.workload import Workload
+    from hicache_diag.runtime.server_args import ModelConfig, ServerArgs, WorkloadConfig
+
+    spec = {}
+    manifest_path = case.run_dir / "manifest.json"
+    if manifest_path.is_file():
+        spec = json.loads(manifest_path.read_text()).get("config", {}).get("spec", {}) or {}
+    vocab = int((case.model_config or {}).get("vocab_size") or 512)
+    total = int(spec.get("max_total_tokens") or 256)
+    args = ServerArgs(pp_size=1, tp_size=1, page_size=int(spec.get("page_size") or 1),
+                      max_total_tokens=total, chunked_prefill_size=total,
+                      model=ModelConfig(vocab_size=vocab, num_layers=1))  # fmt: skip
+    fields = {k: case.workload[k] for k in ("workload", "requests", "max_new_tokens", "seed")
+              if k in case.workload}  # fmt: skip
+    return [{"rid": r.rid, "input_ids": list(r.input_ids), "max_new_tokens": r.max_new_tokens}
+            for r in Workload(WorkloadConfig(**fields), args).requests]  # fmt: skip
+
+
+def _storage_dir(case: Case) -> str | None:
+    try:
+        spec = json.loads((case.run_dir / "manifest.json").read_text())["config"]["spec"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return spec.get("hicache_storage_dir") if spec.get("hicache_storage_backend") else None
+
+
+def _pp_size(flags: list[str]) -> int:
+    return int(flags[flags.index("--pp-size") + 1]) if "--pp-size" in flags else 1
+
+
+def script(case: Case, title: str) -> str:
+    flags, cpu = split_flags(case.server_argv)
+    q = " ".join(shlex.quote(f) for f in flags)
+    cq = " ".join(shlex.quote(f) for f in cpu)
+    ranks = _pp_size(flags)
+    storage = _storage_dir(case)
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# {title}: SGLang {case.version}, end to end.",
+        f"# Exported by hicache-diag from run {case.run_dir.name}; see REPORT.md.",
+        "#   PYTHON  the interpreter with that SGLang (default: python)",
+        "#   MODEL   a model directory (REPORT.md says which model the run served)",
+        "#   GPU=1   leave out the run's CPU-only flags",
+        "# Exit: 1 a scheduler raised (reproduced; its traceback is printed), 0 it did not.",
+        "set -euo pipefail",
+        'HERE=$(cd "$(dirname "$0")" && pwd)',
+        "PYTHON=${PYTHON:-python}",
+        'MODEL=${MODEL:?set MODEL to a model directory (see REPORT.md)}',
+        "PORT=${PORT:-30000}",
+        'LOG=${LOG:-$HERE/server.log}',
+        f"FLAGS=({q})",
+        f"CPU_FLAGS=({cq})",
+        'if [ "${GPU:-0}" = 1 ]; then CPU_FLAGS=(); else',
+        "  export SGLANG_USE_CPU_ENGINE=1",
+        "  export SGLANG_CPU_OMP_THREADS_BIND=${SGLANG_CPU_OMP_THREADS_BIND:-"
+        + "|".join(str(r) for r in range(ranks)) + "}",
+        "fi",
+    ]
+    if storage:
+        lines.append('export SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR='
+                     '${SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR:-$HERE/l3}')  # fmt: skip
+    lines += [
+        'setsid "$PYTHON" -m sglang.launch_server --model-path "$MODEL" --host 127.0.0.1 \\',
+        '  --port "$PORT" "${FLAGS[@]}" "${CPU_FLAGS[@]}" >"$LOG" 2>&1 &',
+        "SERVER=$!",
+        "trap 'kill -- -$SERVER 2>/dev/null || true' EXIT",
+        '"$PYTHON" "$HERE/send_requests.py" --url "http://127.0.0.1:$PORT" \\',
+        f'  --requests "$HERE/requests.json" --wave {ranks} --log "$LOG" --pid "$SERVER"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write(case: Case, out: Path, title: str) -> list[Path]:
+    reqs = out / "requests.json"
+    reqs.write_text(json.dumps(requests(case), indent=None) + "\n")
+    sh = out / "launch.sh"
+    sh.write_text(script(case, title))
+    sh.chmod(0o755)
+    sender = out / "send_requests.py"
+    sender.write_text((Path(__file__).parent / "templates" / "send_requests.py.tmpl").read_text())
+    return [sh, sender, reqs]

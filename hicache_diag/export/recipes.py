@@ -1,0 +1,179 @@
+"""The branches `export` can write a test for: which run they match (form, the function and file
+the failing rank stopped in, its stage), the test template, the mechanism's steps and the
+upstream threads found about it. One entry per branch; a run that matches none is refused."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hicache_diag.export.source_lines import Step
+
+URC = "srt/mem_cache/unified_radix_cache.py"
+_PULL = "https://github.com/sgl-project/sglang/pull/"
+_ISSUE = "https://github.com/sgl-project/sglang/issues/"
+
+
+@dataclass(frozen=True, slots=True)
+class Related:
+    ref: str  # "#29109"
+    url: str
+    state: str  # as found in the public tracker when the recipe was written
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    name: str
+    forms: tuple[str, ...]  # the verdict's crash form (any one)
+    functions: tuple[str, ...] | None  # where the failing rank stopped (any one; None: any)
+    file: str | None  # the basename in the traceback (None: any)
+    follower: bool | None  # the failing rank is a PP stage > 0 (None: either)
+    storage: bool  # the run had an L3 storage backend
+    template: str  # under hicache_diag/export/templates/
+    test_file: str
+    error: str  # what the exported test fails with on an affected release
+    title: str
+    invariant: str
+    steps: tuple[Step, ...]
+    related: tuple[Related, ...]
+
+    # Matched on the release's code rather than the crash line: a run with no fault on a
+    # release whose source has every step (the divergence is upstream of where ranks stop).
+    by_source: bool = False
+
+    def matches(self, form: str | None, function: str | None, file: str | None,
+                pp: int | None, storage: bool) -> bool:  # fmt: skip
+        return (form in self.forms
+                and (self.functions is None or function in self.functions)
+                and (self.file is None or file == self.file)
+                and (self.follower is None or ((pp or 0) > 0) == self.follower)
+                and storage == self.storage)  # fmt: skip
+
+    def describe(self) -> str:
+        where = ("with no fault, on a release with this code" if self.by_source else
+                 f"in {'/'.join(self.functions or ())} ({self.file}) on "
+                 f"{'a PP follower' if self.follower else 'PP0'}")  # fmt: skip
+        l3 = "with" if self.storage else "without"
+        return f"form {'/'.join(self.forms)} {where}, {l3} L3"
+
+
+URC_WRITE_THROUGH_FORM_B = Recipe(
+    name="urc-pp-follower-write-through",
+    forms=("B",),
+    functions=("writing_check",),
+    file="unified_radix_cache.py",
+    follower=True,
+    storage=False,
+    template="urc_write_through_form_b.py.tmpl",
+    test_file="test_pp_follower_write_through_ack.py",
+    error="IndexError: pop from empty list",
+    title="A PP follower pops a write-through ack it never enqueued",
+    invariant=(
+        "Every PP stage holds the same write-through ledger: a stage consumes only acks it "
+        "enqueued, and the count PP0 relays never exceeds what a follower's `ack_write_queue` "
+        "holds."
+    ),
+    steps=(
+        Step(URC, "UnifiedRadixCache", "_apply_cache_action", "self._execute_and_commit_kv_backup",
+             "an insert's BackupKV is executed on each rank"),
+        Step(URC, "UnifiedRadixCache", "_execute_kv_backup", "if self.evict_host(needed) < needed",
+             "the host-room check and `evict_host` are rank-local"),
+        Step(URC, "UnifiedRadixCache", "_execute_kv_backup", "return None",
+             "a short host pool skips the backup on this rank only; no peer is told"),
+        Step(URC, "UnifiedRadixCache", "_execute_and_commit_kv_backup", "self.inc_lock_ref",
+             "a rank that did back up locks the node until its ack"),
+        Step(URC, "UnifiedRadixCache", "_sync_hicache_ready_counts", "self.pp_rank > 0",
+             "a PP follower does not count its own acks (only PP0 does)",
+             alt=(("writing_check", "if self.pp_rank == 0:"),)),
+        Step(URC, "UnifiedRadixCache", "_pp_sync", "torch.distributed.recv",
+             "the follower receives PP0's ready count"),
+        Step(URC, "UnifiedRadixCache", "writing_check", "ack = cc.ack_write_queue.pop(0)",
+             "and pops that many acks from its own queue, with no length or node-id check"),
+    ),
+    related=(
+        Related("#29109", _PULL + "29109", "closed",
+                "'Fix intermittent PP HiCache ack queue desync': the same `pop from empty list`, "
+                "proposes consuming only local acks that exist"),
+        Related("#28429", _ISSUE + "28429", "closed",
+                "root cause stated: divergent write_backup / load_back enqueue decisions per "
+                "rank (HiRadixCache)"),
+        Related("#31425", _PULL + "31425", "open",
+                "reserve -> MIN consensus -> commit/abort for write-through and load-back "
+                "(written against hiradix_cache.py)"),
+        Related("#27489", _PULL + "27489", "merged",
+                "unconditional ack all-reduce in UnifiedRadixCache; accepts divergent entries "
+                "left undrained as a tradeoff"),
+        Related("#22878", _PULL + "22878", "closed",
+                "earlier PP write-ack count sync between ranks"),
+        Related("#33473", _PULL + "33473", "merged",
+                "batches the PP write/load completion sync (keeps the follower's blind pop)"),
+    ),
+)
+
+HR = "srt/mem_cache/hiradix_cache.py"
+
+HIRADIX_STORAGE_DRAIN = Recipe(
+    name="hiradix-pp-storage-control-drain",
+    forms=("A", "B", "C"),
+    functions=None,
+    file=None,
+    follower=None,
+    storage=True,
+    by_source=True,
+    template="hiradix_storage_drain.py.tmpl",
+    test_file="test_pp_storage_control_drain.py",
+    error="AssertionError",
+    title="PP stages drain L3 storage control queues by different counts",
+    invariant=(
+        "Every PP stage applies the same L3 storage control events (storage hits and their "
+        "host allocations, backup acks, host-memory releases) in the same scheduler step, so "
+        "host pools, and every write-through and load-back decided from them, stay equal "
+        "across stages."
+    ),
+    steps=(
+        Step(HR, "HiRadixCache", "check_hicache_events", "self.drain_storage_control_queues()",
+             "with pp_size > 1 every stage drains its storage control queues each step"),
+        Step(HR, "HiRadixCache", "drain_storage_control_queues",
+             "self._all_reduce_attn_groups(qsizes",
+             "the count to drain is a MIN over the stage's own TP group only: no PP relay"),
+        Step(HR, "HiRadixCache", "_drain_storage_control_queues_impl",
+             "host_indices = cc.mem_pool_host.alloc(alloc_len)",
+             "a storage hit allocates host memory on the stages that drained it"),
+        Step(HR, "HiRadixCache", "_drain_storage_control_queues_impl",
+             "cc.mem_pool_host.free(host_indices)",
+             "a release frees host memory on the stages that drained it"),
+        Step(HR, "HiRadixCache", "can_terminate_prefetch", "self._all_reduce_attn_groups(states",
+             "prefetch termination is also agreed over TP only, per stage"),
+        Step(HR, "HiRadixCache", "writing_check", "self._all_reduce(finish_count_tensor",
+             "yet the write-ack count is PP0's, relayed to the followers"),
+        Step(HR, "HiRadixCache", "writing_check",
+             "ack = self.cache_controller.ack_write_queue.pop(0)",
+             "so a follower whose host pool refused a write-through pops an ack it never had"),
+    ),
+    related=(
+        Related("#27010", _PULL + "27010", "merged",
+                "'[HiCache] Fix PP inconsistency with HiCache L3': PP0's control-queue counts "
+                "relayed down the pipeline, followers wait for them; the fix"),
+        Related("#22607", _ISSUE + "22607", "closed",
+                "'[PP + HiCache] HiCache Consistency Fix Plan': why L3 breaks PP consistency"),
+        Related("#22878", _PULL + "22878", "closed",
+                "earlier PP write-ack count sync between ranks"),
+        Related("#29109", _PULL + "29109", "closed",
+                "the same `pop from empty list` in the ack queues under PP"),
+    ),
+)
+
+RECIPES: tuple[Recipe, ...] = (URC_WRITE_THROUGH_FORM_B, HIRADIX_STORAGE_DRAIN)
+
+
+def find_recipe(form: str | None, function: str | None, file: str | None, pp: int | None,
+                storage: bool = False, shape=None) -> Recipe | None:  # fmt: skip
+    """The first recipe the run matches; `shape(recipe)` says whether the run's release has
+    a by-source recipe's code (None: no release source at hand, so none of those match)."""
+    for r in RECIPES:
+        if not r.matches(form, function, file, pp, storage):
+            continue
+        if r.by_source and (shape is None or not shape(r)):
+            continue
+        return r
+    return None
