@@ -33,7 +33,7 @@ def _run_options(app: typer.Typer) -> set[str]:
     names = set()
     for param in getattr(run, "params", []):
         names |= {o.removeprefix("--") for o in param.opts if o.startswith("--")}
-    return names - {"out", "json", "seed"}
+    return names - {"out", "json", "seed", "list-faults"}  # list-faults prints and exits
 
 
 def _axes(app, storage: str | None, size: str | None, switches: list[str]) -> tuple[Axis, ...]:
@@ -228,7 +228,7 @@ Examples:
   hicache-diag bisect --switch host-alloc=local,two-phase --trials 5 \\
       --protocol legacy --fault host-alloc-fail:rank=1
   hicache-diag bisect --engine sglang --sglang-version 0.5.18,0.5.21 \\
-      --trials 4 --pp 2 --storage-backend file
+      --trials 4 --pp 2 --hicache-storage-backend file
 
 Exit: 0 completed, whatever it found (table.json and table.md in --out),
 130 interrupted (partial table), 2 bad input, 1 internal error."""

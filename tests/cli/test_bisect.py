@@ -165,7 +165,7 @@ def test_release_axis_bad_input_is_one_line_exit_2(capsys, tmp_path, monkeypatch
 def test_release_axis_names_the_first_fixed_release(fake_run, tmp_path, monkeypatch, capsys):
     venvs = _venvs(tmp_path / "venvs", "0.5.18", "0.5.21")
     monkeypatch.setenv("HICACHE_DIAG_SGLANG_VENVS", str(venvs))
-    monkeypatch.setattr(bisect_cli, "_check_cells", lambda app, cfg: 2)  # no release to probe
+    monkeypatch.setattr(bisect_cli, "_check_cells", lambda app, cfg: (2, 900.0))  # no probe
     code = run_cli(["bisect", "--engine", "sglang", "--sglang-version", "0.5.21,0.5.18",
                     "--trials", "4", "--jobs", "2", "--out", str(tmp_path / "b"),
                     "--json"])  # fmt: skip
