@@ -102,12 +102,7 @@ def capture(state: str, out: Path, python: str | None) -> list[Path]:
         stop.set()
     finally:
         stop.set()
-        for s in srv.schedulers:
-            try:
-                os.kill(s.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        srv.close()
+        srv.close()  # continues a stopped scheduler, then kills the tree
         for t in threads:
             t.join(timeout=90)
     final = out / ("stopped.log" if state != "killed" else "killed.log")

@@ -313,6 +313,11 @@ class SglangServer:
         if self.popen is None:
             return 0.0
         procs = self._tree() + [s.proc for s in self.schedulers if s.proc is not None]
+        for proc in procs:  # a SIGSTOPped scheduler takes no SIGTERM until it runs again
+            try:
+                proc.resume()
+            except psutil.Error:
+                pass
         if grace_s > 0 and self.popen.poll() is None:
             _signal_group(self.popen.pid, signal.SIGTERM)
             try:

@@ -40,12 +40,7 @@ def server(tmp_path_factory):
         srv.wait_ready(timeout_s=600)  # a loaded shared machine starts slowly
         yield srv
     finally:
-        for s in srv.schedulers:
-            try:
-                os.kill(s.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        srv.close()
+        srv.close()  # continues a stopped scheduler, then kills the tree
         assert_no_sglang_left(run_dir)
 
 
