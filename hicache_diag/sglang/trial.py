@@ -86,6 +86,10 @@ class SglangEngine:
         cfg = self.cfg
         if cfg.spec.hicache_storage_backend and not cfg.spec.hicache_storage_dir:
             l3 = run_dir / "l3"  # SGLang's default (/tmp/hicache) would mix unrelated runs
+            # Made here: each stage's TP rank 0 creates a missing dir with a bare os.makedirs
+            # (hicache_storage.py HiCacheFile.__init__, 0.5.18-0.5.23), so PP>1 races to
+            # FileExistsError at start-up.
+            l3.mkdir(parents=True, exist_ok=True)
             cfg = self.cfg = replace(cfg, spec=replace(cfg.spec, hicache_storage_dir=str(l3)))
         from hicache_diag.sglang.install import SglangInstall
 
