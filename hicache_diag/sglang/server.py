@@ -26,6 +26,7 @@ from typing import IO, Any
 import psutil
 
 from hicache_diag.errors import EngineStartError
+from hicache_diag.sglang import build_locks
 from hicache_diag.sglang.bundle import plugin_bundle
 from hicache_diag.sglang.install import SglangInstall
 from hicache_diag.sglang_plugin import config as plugin_config
@@ -181,6 +182,9 @@ class SglangServer:
         self.schedulers: list[Scheduler] = []
         self._log: IO[Any] | None = None
         self.started_at = self.ready_at = None
+        self._ext_root: Path | None = None
+        self._locks_before: set[Path] = set()
+        self.removed_locks: list[Path] = []  # build locks our kill left behind, removed
 
     @property
     def log_path(self) -> Path:
@@ -214,6 +218,17 @@ class SglangServer:
         return env
 
     def start(self, plugin_path: Path) -> None:
+        env = self.env(plugin_path)
+        self._ext_root = build_locks.extensions_root(env)
+        blocking = build_locks.built_by(self.install.package_dir,
+                                        build_locks.stale_locks(self._ext_root))  # fmt: skip
+        if blocking:
+            raise ServerStartError(
+                f"stale torch-extension build lock at {blocking[0]} (no process holds it: a "
+                "build was killed; every launch of this release would wait on it forever): "
+                "remove it and rerun"
+            )
+        self._locks_before = build_locks.find_locks(self._ext_root)
         self._log = open(self.log_path, "ab", buffering=0)
         self.started_at = time.time()
         self.popen = subprocess.Popen(
@@ -221,7 +236,7 @@ class SglangServer:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=self.env(plugin_path),
+            env=env,
             cwd=self.run_dir,
             start_new_session=True,  # one process group: reaped as one
             preexec_fn=_die_with_parent,
@@ -338,6 +353,11 @@ class SglangServer:
         for s in self.schedulers:
             if s.state in ("running", "stopped"):
                 s.state = "killed"
+        if self._ext_root is not None:  # a JIT build we killed must not block the next launch
+            ours = build_locks.find_locks(self._ext_root) - self._locks_before
+            self.removed_locks = build_locks.remove_locks(
+                build_locks.stale_locks(self._ext_root, among=ours)
+            )
         if self._log is not None:
             self._log.close()
         return time.time() - t0
