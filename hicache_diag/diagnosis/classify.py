@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -147,8 +148,19 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
         if blind:
             reasons.append(blind)
     if not reasons:
-        return found
+        return _with_aborts(run, found)
     return checks.Finding(Outcome.UNDECIDED, signature=reasons[0], evidence=reasons)
+
+
+def _with_aborts(run: RunData, found: checks.Finding) -> checks.Finding:
+    """Requests the server answered with its own abort (a waiting timeout) are replies, not
+    lost answers: said in the evidence, compared with nothing."""
+    aborted = (run.requests or {}).get("aborted") or {}
+    if not isinstance(aborted, dict) or not aborted:
+        return found
+    rid, why = next(iter(sorted(aborted.items())))
+    line = f"{len(aborted)} request(s) aborted by the server itself ({rid}: {why}): no output"
+    return replace(found, evidence=[*found.evidence, line])
 
 
 def _stalled_at_interrupt(run: RunData) -> str | None:

@@ -22,10 +22,31 @@ from typing import Any
 class ClientResult:
     outputs: dict[str, list[int]] = field(default_factory=dict)
     cached: dict[str, dict[str, Any]] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # no answer: the run cannot decide
+    # Answered with an abort the server decided (its waiting timeout: 503): a reply, no output.
+    aborted: dict[str, str] = field(default_factory=dict)
     latency_s: dict[str, float] = field(default_factory=dict)
     completed_at: float = 0.0  # time of the last completion (progress for the hang watch)
     done: bool = False
+
+
+def abort_message(status: int, text: str) -> str | None:
+    """The server's own abort of a request, from its reply, else None. SGLang answers an abort
+    it decided (SGLANG_REQ_WAITING_TIMEOUT, a client abort) with the finish reason `abort` and
+    its status code, 503 for the timeouts (scheduler.py `_abort_on_waiting_timeout`)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        finish = (data.get("meta_info") or {}).get("finish_reason") or {}
+        if isinstance(finish, dict) and finish.get("type") == "abort":
+            return f"HTTP {status}: {finish.get('message')}"
+        err = data.get("error")
+        message = err.get("message") if isinstance(err, dict) else data.get("message")
+        if status == 503 and message:
+            return f"HTTP 503: {message}"
+    return "HTTP 503: Service Unavailable" if status == 503 else None
 
 
 def generate_one(url: str, rid: str, input_ids: Sequence[int], max_new_tokens: int,
@@ -77,6 +98,13 @@ class WorkloadClient:
                 "cached_tokens": meta.get("cached_tokens"),
                 "details": meta.get("cached_tokens_details"),
             }
+        except urllib.error.HTTPError as exc:
+            text = exc.read().decode(errors="replace")
+            why = abort_message(exc.code, text)
+            if why is not None:
+                self.result.aborted[req.rid] = why
+            else:
+                self.result.errors[req.rid] = f"HTTP {exc.code}: {text.strip()[:200]}"
         except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:
             self.result.errors[req.rid] = f"{type(exc).__name__}: {exc}"
         self.result.latency_s[req.rid] = round(time.time() - t0, 3)

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hicache_diag.runtime.managers.io_struct import TokenizedGenerateReqInput
-from hicache_diag.sglang.client import WorkloadClient
+from hicache_diag.sglang.client import WorkloadClient, abort_message
 
 # name -> launch_server flags the workload needs
 SESSION_WORKLOADS: dict[str, tuple[str, ...]] = {
@@ -91,24 +91,24 @@ class ScriptedClient(WorkloadClient):
         try:
             status, text = _post(self.url, "/generate", body, self.timeout_s)
             data = json.loads(text) if status == 200 else None
-            if data is None:
+            aborted = abort_message(status, text)
+            if aborted is not None:  # the server's own abort: a reply without output
+                self.result.aborted[rid] = aborted
+                data = None
+            elif data is None:
                 self.result.errors[rid] = f"HTTP {status}: {text.strip()[:200]}"
             else:
                 meta = data.get("meta_info") or {}
-                finish = meta.get("finish_reason") or {}
-                if isinstance(finish, dict) and finish.get("type") == "abort":
-                    self.result.errors[rid] = f"aborted: {finish.get('message')}"
-                    data = None
-                else:
-                    self.result.outputs[rid] = list(data.get("output_ids") or [])
-                    self.result.cached[rid] = {"cached_tokens": meta.get("cached_tokens"),
-                                               "details": meta.get("cached_tokens_details")}
+                self.result.outputs[rid] = list(data.get("output_ids") or [])
+                self.result.cached[rid] = {"cached_tokens": meta.get("cached_tokens"),
+                                           "details": meta.get("cached_tokens_details")}
         except _ERRORS as exc:
             self.result.errors[rid] = f"{type(exc).__name__}: {exc}"
             data = None
         self.result.latency_s[rid] = round(time.time() - t0, 3)
         self.result.completed_at = time.time()
-        self._event("done", rid=rid, ok=data is not None, error=self.result.errors.get(rid))
+        why = self.result.errors.get(rid) or self.result.aborted.get(rid)
+        self._event("done", rid=rid, ok=data is not None, error=why)
         return data
 
     def _reference_turn(self, rid: str, context: Sequence[int], max_new: int) -> None:

@@ -302,6 +302,7 @@ def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient
         write_json(run_dir / ev.OUTPUTS, client.result.outputs)
         write_json(run_dir / ev.REQUESTS, {"cached": client.result.cached,
                                                "errors": client.result.errors,
+                                               "aborted": client.result.aborted,
                                                "latency_s": client.result.latency_s})  # fmt: skip
         if getattr(client, "events", None) is not None:  # a scripted workload's own timeline
             write_json(run_dir / "script.json", client.events)
