@@ -32,13 +32,16 @@ SCENARIO_TYPES: dict[str, tuple[type, ...]] = {
     "sglang_version": _STR,
     "hicache_size": (str, int),
     "fix": (list,),
+    "sglang_arg": (list,),
+    "sglang_env": (dict,),
 }
 _TYPE_WORDS = {
     _INT: "an integer",
     _NUM: "a number",
     _STR: "a string",
     (str, int): 'a size such as "64MiB" or a byte count',
-    (list,): 'a list of "NAME=MODE" strings',
+    (list,): "a list of strings",
+    (dict,): 'a table of NAME = "VALUE" strings',
 }
 
 
@@ -50,8 +53,11 @@ def check_scenario_options(path: str, opts: dict) -> None:
             valid = ", ".join(sorted([*SCENARIO_TYPES, "description", "fault"]))
             raise UsageError(f"scenario {path!r}: unknown key {key!r}; valid keys: {valid}")
         ok = isinstance(value, want) and not isinstance(value, bool)
-        if ok and key == "fix":
+        if ok and key in ("fix", "sglang_arg"):
             ok = all(isinstance(v, str) for v in value)
+        if ok and key == "sglang_env":
+            ok = all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                     for v in value.values())  # fmt: skip
         if not ok:
             raise UsageError(f"scenario {path!r}: {key} must be {_TYPE_WORDS[want]}, not {value!r}")
 
@@ -242,6 +248,15 @@ SglangArgOpt = Annotated[
         metavar="ARG",
         help="sglang engine: one more launch_server argument, "
         "e.g. --sglang-arg=--watchdog-timeout=60; repeatable.",
+    ),
+]
+SglangEnvOpt = Annotated[
+    list[str] | None,
+    _opt(
+        "--sglang-env",
+        metavar="NAME=VALUE",
+        help="sglang engine: one more environment variable for the server, "
+        "e.g. --sglang-env SGLANG_REQ_WAITING_TIMEOUT=1.5; repeatable.",
     ),
 ]
 SGLANG_SCENARIO_KEYS = builtin.SGLANG_SCENARIO_KEYS

@@ -155,6 +155,7 @@ def register(app: typer.Typer) -> None:
         engine: o.EngineOpt = None,
         model: o.ModelOpt = None,
         sglang_arg: o.SglangArgOpt = None,
+        sglang_env: o.SglangEnvOpt = None,
         sglang_python: o.SglangPythonOpt = None,
         check: o.CheckOpt = False,
         list_faults: ListFaultsOpt = False,

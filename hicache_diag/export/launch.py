@@ -64,6 +64,15 @@ def _storage_dir(case: Case) -> str | None:
     return spec.get("hicache_storage_dir") if spec.get("hicache_storage_backend") else None
 
 
+def _server_env(case: Case) -> list[tuple[str, str]]:
+    """The SGLang switches the run set in the server's environment (`--sglang-env`)."""
+    try:
+        spec = json.loads((case.run_dir / "manifest.json").read_text())["config"]["spec"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [(str(k), str(v)) for k, v in spec.get("env") or ()]
+
+
 def _pp_size(flags: list[str]) -> int:
     return int(flags[flags.index("--pp-size") + 1]) if "--pp-size" in flags else 1
 
@@ -96,6 +105,7 @@ def script(case: Case, title: str) -> str:
         + "|".join(str(r) for r in range(ranks)) + "}",
         "fi",
     ]
+    lines += [f"export {name}={shlex.quote(val)}" for name, val in _server_env(case)]
     if storage:
         lines.append('export SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR='
                      '${SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR:-$HERE/l3}')  # fmt: skip

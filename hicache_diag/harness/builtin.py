@@ -42,8 +42,10 @@ DEFAULTS: dict[str, Any] = {
     "max_steps": None,  # auto: server_args.auto_step_budget
 }
 TRIAL_TIMEOUT_S = 300.0  # a bisect trial: the builtin runtime starts in about a second
-SGLANG_ONLY_FLAGS = ("model", "sglang_arg", "sglang_python", "sglang_consensus_checker")
-SGLANG_SCENARIO_KEYS = ("sglang_python", "sglang_version")  # scenario-only, sglang engine only
+SGLANG_ONLY_FLAGS = ("model", "sglang_arg", "sglang_env", "sglang_python",
+                     "sglang_consensus_checker")  # fmt: skip
+# Scenario keys for the sglang engine only (the first two have no flag of the same name).
+SGLANG_SCENARIO_KEYS = ("sglang_python", "sglang_version", "sglang_arg", "sglang_env")
 
 
 def validated_faults(request: RunRequest, pp: int, tp: int,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,7 @@ def build_sglang_config(
 ) -> SglangRunConfig:
     """`value(name)`: command line, then scenario, then the sglang engine's default."""
     _refuse_builtin_only(flags, scenario)
+    env = _server_env(flags.get("sglang_env"), scenario.get("sglang_env"))
 
     ratio = float(value("hicache_ratio"))
     if not math.isfinite(ratio) or ratio <= 0:
@@ -123,15 +125,14 @@ def build_sglang_config(
     refuse_unhookable(install, faults)
     depth = int(value("async_depth") or 0)
     check_async_depth(depth)
-    extra = tuple(flags.get("sglang_arg") or ()) + (
+    extra = tuple(flags.get("sglang_arg") or scenario.get("sglang_arg") or ()) + (
         ("--pp-async-batch-depth", str(depth)) if depth else ()
     )
-    env = ()
     if flags.get("sglang_consensus_checker"):
         if not (install.package_dir / "srt" / "utils" / "rank_consensus_checker.py").is_file():
             raise UsageError(f"--sglang-consensus-checker: sglang {install.version} has no rank "
                              "consensus checker (srt/utils/rank_consensus_checker.py)")  # fmt: skip
-        env = (("SGLANG_ENABLE_RANK_CONSENSUS_CHECKER", "1"),)
+        env += (("SGLANG_ENABLE_RANK_CONSENSUS_CHECKER", "1"),)
     from hicache_diag.sglang.sessions import SESSION_WORKLOADS
 
     # A scripted workload's launch flags (streaming sessions), unless given already.
@@ -215,3 +216,24 @@ def _check_topology(config: dict[str, Any], pp: int, tp: int) -> None:
         raise UsageError(f"--pp {pp} exceeds the model's {layers} layers")
     if heads and heads % tp:
         raise UsageError(f"--tp {tp} does not divide the model's {heads} attention heads")
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _server_env(given: list[str] | None, table: dict | None) -> tuple[tuple[str, str], ...]:
+    """--sglang-env NAME=VALUE pairs (else the scenario's `sglang_env` table): the server's
+    own switches, recorded in the manifest with the launch."""
+    pairs: list[tuple[str, str]] = []
+    for item in given or ():
+        name, sep, val = item.partition("=")
+        if not sep or not _ENV_NAME.fullmatch(name):
+            raise UsageError(f"--sglang-env {item!r}: expected NAME=VALUE, e.g. "
+                             "SGLANG_REQ_WAITING_TIMEOUT=1.5")  # fmt: skip
+        pairs.append((name, val))
+    if not given:
+        for name, val in (table or {}).items():
+            if not _ENV_NAME.fullmatch(str(name)):
+                raise UsageError(f"scenario sglang_env: {name!r} is not a variable name")
+            pairs.append((str(name), str(val)))
+    return tuple(pairs)

@@ -263,6 +263,11 @@ PAIRS: list[tuple[list[str], int, str]] = [
     (["run", "--workload", "flush-timeout"], 2, "use --engine sglang"),
     (["run", "--model", "{root}"], 2, "--model applies to --engine sglang only"),
     (["run", "--sglang-arg=--foo"], 2, "--sglang-arg applies to --engine sglang only"),
+    (["run", "--sglang-env", "A=1"], 2, "--sglang-env applies to --engine sglang only"),
+    (["run", "--engine", "sglang", "--sglang-env", "NOEQUALS"], 2, "expected NAME=VALUE"),
+    (["run", "--engine", "sglang", "--sglang-env", "1X=2"], 2, "expected NAME=VALUE"),
+    (["run", "--scenario", "{root}/env_bool.toml"], 2, 'sglang_env must be a table of NAME'),
+    (["run", "--scenario", "{root}/env_builtin.toml"], 2, "applies to engine = \"sglang\" only"),
     (["run", "--sglang-python", "python3"], 2, "--sglang-python applies to --engine sglang only"),
     (["run", "--engine", "sglang", "--protocol", "legacy"], 2, "--protocol is a builtin-engine"),
     (["run", "--engine", "sglang", "--fix", "ack-count=local"], 2, "--fix is a builtin-engine"),
@@ -310,6 +315,8 @@ def make_files(root: Path) -> None:
     (root / "pp_two.toml").write_text('pp = "two"\n')
     (root / "unknown_key.toml").write_text("pp = 2\nbogus = 1\n")
     (root / "fix_str.toml").write_text('fix = "ack-count=leader"\n')
+    (root / "env_bool.toml").write_text('engine = "sglang"\nsglang_env = {X = true}\n')
+    (root / "env_builtin.toml").write_text('sglang_env = {SGLANG_X = "1"}\n')
     for name in ("list_verdict", "list_launcher"):
         shutil.copytree(SAMPLE_RUN, root / name)
     (root / "list_verdict" / "verdict.json").write_text(json.dumps([1, 2]))

@@ -184,6 +184,16 @@ def test_launch_script_has_the_runs_flags_and_cpu_flags_apart():
     assert "--wave 2" in text and "sglang.launch_server" in text
 
 
+def test_launch_script_exports_the_servers_own_switches(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(FORM_B, run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert "export SGLANG_REQ_WAITING_TIMEOUT" not in launch.script(load_case(run), "t")
+    manifest["config"]["spec"]["env"] = [["SGLANG_REQ_WAITING_TIMEOUT", "1.5"]]
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert "export SGLANG_REQ_WAITING_TIMEOUT=1.5\n" in launch.script(load_case(run), "t")
+
+
 def test_requests_are_the_runs_workload_regenerated_from_its_seed():
     case = load_case(FORM_B)
     reqs = launch.requests(case)

@@ -42,3 +42,13 @@ def test_server_aborts_keep_an_ok_run_ok_with_a_line(tmp_path: Path) -> None:
 def test_a_request_without_answer_still_leaves_the_run_undecided(tmp_path: Path) -> None:
     run = _run_with(tmp_path, {"errors": {"r0003": "URLError: refused"}, "aborted": {}})
     assert classify_run(run).outcome.value == "undecided"
+
+
+def test_server_env_from_flags_else_the_scenario_table() -> None:
+    from hicache_diag.sglang.build import _server_env
+
+    assert _server_env(["SGLANG_REQ_WAITING_TIMEOUT=1.5", "B=x=y"], {"C": "1"}) == (
+        ("SGLANG_REQ_WAITING_TIMEOUT", "1.5"), ("B", "x=y"))
+    assert _server_env(None, {"SGLANG_REQ_WAITING_TIMEOUT": 1.5}) == (
+        ("SGLANG_REQ_WAITING_TIMEOUT", "1.5"),)
+    assert _server_env(None, None) == ()
