@@ -36,6 +36,19 @@ def stack_txt(run_dir: Path, rank: int) -> Path:
     return run_dir / STACKS / f"rank{rank}.txt"
 
 
+# `must_agree` (docs/evidence.md): what every rank must hold identically at the same step, one
+# list for both engines' recorders. The batch decision first (a crash record's `must_agree`).
+BATCH_KEYS = ("rids", "extend_num_tokens", "prefix_len", "host_hit_len")
+MUST_AGREE = (*BATCH_KEYS, "acks_consumed", "evicted", "load_backs", "write_backs",
+              "device_free", "tree_digest")  # fmt: skip
+# Alike only where the protocol aligns them: the builtin engine adds the host pool's under
+# `host-capacity=min` and the L3 hits with storage on. In real SGLang these and the pp_sync
+# counts were equal on every busy step of every real run held here (0.5.12.post1-0.5.23, PP2
+# and TP2, L2 and L3) until a fault fired, so its recorder adds every one it records.
+MUST_AGREE_HOST = ("host_free", "host_capacity")
+MUST_AGREE_L3 = ("l3_hit_len",)
+MUST_AGREE_SGLANG = ("host_loaded_len", "l3_hit_len", "sync_received", "host_free")
+
 # Every entry of the layout, as docs/evidence.md's tree names it (a test holds them together).
 LAYOUT = (MANIFEST, "rank{r}.jsonl", "rank{r}.log", LAUNCHER, "stacks/rank{r}.json",
           "stacks/rank{r}.txt", OUTPUTS, REFERENCE, BUDGET, VERDICT)  # fmt: skip

@@ -29,3 +29,24 @@ def test_paths_are_built_from_the_layout(tmp_path):
     assert ev.rank_jsonl(tmp_path, 3).name == "rank3.jsonl"
     assert ev.stack_json(tmp_path, 1).relative_to(tmp_path).as_posix() == "stacks/rank1.json"
     assert ev.stack_txt(tmp_path, 1).relative_to(tmp_path).as_posix() == "stacks/rank1.txt"
+
+
+def _must_agree_sentence() -> str:
+    return DOC.split("`must_agree` always holds", 1)[1].split("\n\n", 1)[0]
+
+
+def test_the_docs_must_agree_is_the_one_list():
+    """The builtin recorder's keys, in the doc's order, then its conditional ones."""
+    named = re.findall(r"`(\w+)`", _must_agree_sentence())
+    assert named == [*ev.MUST_AGREE, *ev.MUST_AGREE_HOST, *ev.MUST_AGREE_L3]
+
+
+def test_both_recorders_use_the_one_list():
+    from hicache_diag.probes import recorder as ours
+    from hicache_diag.sglang_plugin import recorder as plugin
+
+    assert ours.MUST_AGREE is ev.MUST_AGREE and ours.CRASH_KEYS is ev.BATCH_KEYS
+    assert plugin.MUST_AGREE == ev.MUST_AGREE + ev.MUST_AGREE_SGLANG
+    sglang_doc = DOC.split("`must_agree` lists what", 1)[1].split("A scheduler that raised", 1)[0]
+    assert set(re.findall(r"`(\w+)`", sglang_doc)) >= set(ev.MUST_AGREE_SGLANG) - {
+        "host_loaded_len", "l3_hit_len"}  # the batch keys the sentence names as "the batch keys"
