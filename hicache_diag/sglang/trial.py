@@ -143,13 +143,14 @@ class SglangEngine:
         serving), then the server itself gone with no scheduler to blame."""
         server = self.server
         failures = [
-            Failure({"rank": s.rank, "t": s.ended_at, "pid": s.pid, "exitcode": s.exitcode,
-                     "signal": s.signal}, CASCADE_GRACE_S)
+            Failure(ev.FirstFailure(s.rank, s.ended_at, s.pid, s.exitcode, s.signal).to_json(),
+                    CASCADE_GRACE_S)
             for s in server.poll()
         ]  # fmt: skip
         if not self._lost and not server.alive():
             self._lost = True
-            failures.append(Failure({"rank": None, "t": now, "pid": server.popen.pid}, 0.0))
+            lost = ev.FirstFailure(None, now, server.popen.pid)  # no scheduler to blame
+            failures.append(Failure(lost.to_json(), 0.0))
         return failures
 
     def ranks(self) -> list[Scheduler]:
@@ -268,16 +269,14 @@ def _read_watchdog(text: str, run_dir: Path, server: SglangServer, watch: TrialW
         if s.state == "crashed":
             s.state = "killed"  # torn down by SGLang's launcher after its watchdog fired
     watch.first_failure = None
-    watch.hang = {
-        "detected_by": "sglang-watchdog",
-        "observed_by": fired.rank,
-        "watchdog_line": fired.line,
-        "stalled_ranks": [s.rank for s in server.schedulers],
-        "last_progress": {},
-        "stopped_ranks": sorted(watch.stops.stopped_for(time.time())),
-        "proc_status": {str(r): st for r, st in watch.stops.last_status.items()},
-    }
-    watch.stacks = {"tool": "py-spy (SGLang's watchdog)", "error": None if dumped else "none"}
+    watch.hang = ev.HangRecord(
+        stalled_ranks=[s.rank for s in server.schedulers], last_progress={},
+        proc_status={str(r): st for r, st in watch.stops.last_status.items()},
+        stopped_ranks=sorted(watch.stops.stopped_for(time.time())),
+        detected_by="sglang-watchdog", observed_by=fired.rank, watchdog_line=fired.line,
+    ).to_json()  # fmt: skip
+    watch.stacks = ev.StacksRecord("py-spy (SGLang's watchdog)",
+                                   None if dumped else "none").to_json()  # fmt: skip
 
 
 def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient | None,

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from pathlib import Path
 
+import pytest
+
 from hicache_diag import evidence as ev
 
-DOC = (Path(__file__).resolve().parents[2] / "docs" / "evidence.md").read_text()
+ROOT = Path(__file__).resolve().parents[2]
+DOC = (ROOT / "docs" / "evidence.md").read_text()
+RUNS = ROOT / "samples" / "runs"
 
 
 def _tree() -> set[str]:
@@ -50,3 +56,40 @@ def test_both_recorders_use_the_one_list():
     sglang_doc = DOC.split("`must_agree` lists what", 1)[1].split("A scheduler that raised", 1)[0]
     assert set(re.findall(r"`(\w+)`", sglang_doc)) >= set(ev.MUST_AGREE_SGLANG) - {
         "host_loaded_len", "l3_hit_len"}  # the batch keys the sentence names as "the batch keys"
+
+
+def _section(title: str) -> str:
+    return DOC.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize(
+    "record, title",
+    [(ev.ManifestHead, "manifest.json"), (ev.LauncherRecord, "launcher.json"),
+     (ev.FirstFailure, "launcher.json"), (ev.HangRecord, "launcher.json"),
+     (ev.StacksRecord, "launcher.json")],  # fmt: skip
+    ids=lambda x: getattr(x, "__name__", x),
+)
+def test_every_record_field_is_documented(record, title):
+    section = _section(title)
+    for f in dataclasses.fields(record):
+        assert re.search(rf"(?<![\w]){f.name}(?![\w])", section), (record.__name__, f.name)
+
+
+@pytest.mark.parametrize("run", sorted(p for p in RUNS.iterdir() if (p / ev.LAUNCHER).is_file()),
+                         ids=lambda p: p.name)  # fmt: skip
+def test_records_read_every_committed_run_and_write_its_keys_back(run):
+    """from_json takes what every committed run wrote; to_json writes those keys back (and may
+    add the ones a newer writer knows)."""
+    launcher = json.loads((run / ev.LAUNCHER).read_text())
+    manifest = json.loads((run / ev.MANIFEST).read_text())
+    written = ev.LauncherRecord.from_json(launcher).to_json()
+    assert set(launcher) - {"engine"} <= set(written)
+    assert all(written[k] == v for k, v in launcher.items() if k in written)
+    records = {"first_failure": ev.FirstFailure, "hang": ev.HangRecord,
+               "interrupt_stall": ev.HangRecord, "stacks": ev.StacksRecord}  # fmt: skip
+    for key, record in records.items():
+        if launcher.get(key):
+            again = record.from_json(launcher[key]).to_json()
+            assert {k: again[k] for k in launcher[key]} == launcher[key], key
+    head = ev.ManifestHead.from_json(manifest).to_json()
+    assert all(manifest[k] == head[k] for k in head if k in manifest)
