@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hicache_diag.ranks import RankId, unflat_rank
-from hicache_diag.rules.culprit import Fate, RankView, launcher_fates, view_of
-from hicache_diag.rules.culprit import stopped_ranks as stopped_ranks
+from hicache_diag.rules.culprit import RankView, view_of
+from hicache_diag.rules.rank_fate import RankFate, launcher_fates
+from hicache_diag.rules.rank_fate import stopped_ranks as stopped_ranks
 from hicache_diag.triage.dumps import RankDump
 
 
@@ -101,5 +102,5 @@ def rank_views(
     for rank in sorted(set(fates) | set(stacks)):
         dumps = [stacks[rank]] if rank in stacks else []
         rid = RankId(*unflat_rank(rank, tp_size))
-        views[rank] = view_of(rid, dumps, fates.get(rank, Fate.ALIVE))
+        views[rank] = view_of(rid, dumps, fates.get(rank, RankFate.ALIVE))
     return views

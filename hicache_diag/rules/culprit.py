@@ -18,9 +18,10 @@ import enum
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hicache_diag.ranks import RankId
+from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.rules.wait_sites import (
     COMM_KINDS,
     HICACHE_KINDS,
@@ -31,14 +32,6 @@ from hicache_diag.rules.wait_sites import (
 
 if TYPE_CHECKING:  # triage.dumps imports nothing from here; the import is for types only
     from hicache_diag.triage.dumps import RankDump
-
-
-class Fate(str, enum.Enum):
-    """What a rank's process did, as the launcher, the kernel or py-spy saw it."""
-
-    ALIVE = "alive"
-    EXITED = "exited"  # gone while its peers live (or its stack is a post-mortem picture)
-    STOPPED = "stopped"  # kernel state T: SIGSTOP or a debugger
 
 
 class Reason(str, enum.Enum):
@@ -62,7 +55,7 @@ class RankView:
     kind: WaitKind | None = None
     path: tuple[str, ...] = ()  # function names from the site's frame outwards
     frame: str | None = None  # the frame that named the site, `func (file)`
-    fate: Fate = Fate.ALIVE
+    fate: RankFate = RankFate.ALIVE
     progressed: bool | None = None  # its stack moved between samples; None: one sample
 
     @property
@@ -103,7 +96,7 @@ BUSY_CPU_FRACTION = 0.2
 def view_of(
     rank: RankId,
     dumps: Sequence[RankDump],
-    fate: Fate = Fate.ALIVE,
+    fate: RankFate = RankFate.ALIVE,
     cpu_fraction: float | None = None,
 ) -> RankView:
     """A rank's samples (oldest first) and process fate -> its view. A main thread inside
@@ -111,7 +104,7 @@ def view_of(
     if not dumps:
         return RankView(rank, fate=fate)
     if is_exiting(dumps[-1].main_thread()):
-        return RankView(rank, fate=Fate.EXITED)
+        return RankView(rank, fate=RankFate.EXITED)
     sites = [classify_thread(d.main_thread()) for d in dumps]
     progressed = None
     if len(dumps) > 1:
@@ -128,47 +121,15 @@ def view_of(
     return RankView(rank, site.site, site.kind, site.path, frame, fate, progressed)
 
 
-_STOPPED = frozenset({"stopped", "tracing-stop"})  # psutil's names for `T` and `t`
-_GONE = frozenset({"gone", "zombie", "dead"})  # psutil's, and harness/proc_facts' "gone"
-_ENDED = frozenset({"exited", "crashed"})  # launcher.json: it ended on its own
-
-
-def stopped_ranks(hang: dict[str, Any]) -> list[int]:
-    """Ranks the kernel showed stopped (`T`) when the hang was declared."""
-    found = {int(r) for r in hang.get("stopped_ranks") or ()}
-    found |= {int(r) for r, s in (hang.get("proc_status") or {}).items() if s in _STOPPED}
-    return sorted(found)
-
-
-def launcher_fates(launcher: dict[str, Any] | None, hang: dict[str, Any]) -> dict[int, Fate]:
-    """A run directory's process facts (launcher.json and its hang record, docs/evidence.md)
-    -> each launched rank's fate when the hang was declared: stopped, gone before it (ended
-    on its own and not among the stalled ranks), else alive."""
-    entries = list((launcher or {}).get("ranks") or [])
-    stopped = set(stopped_ranks(hang))
-    status = hang.get("proc_status") or {}
-    stalled = {int(r) for r in hang.get("stalled_ranks") or ()}
-    fates = {}
-    for rank in sorted({int(e["rank"]) for e in entries} | stalled | stopped):
-        ended = any(int(e["rank"]) == rank and e.get("state") in _ENDED for e in entries)
-        if rank in stopped:
-            fates[rank] = Fate.STOPPED
-        elif status.get(str(rank)) in _GONE or (ended and rank not in stalled):
-            fates[rank] = Fate.EXITED  # its peers lost it
-        else:
-            fates[rank] = Fate.ALIVE
-    return fates
-
-
 def judge(views: Sequence[RankView], hang_hint: bool) -> Judgement | None:
     """The culprit and why; None when no rank has a stack and no process fact names one.
     `hang_hint`: evidence besides the stacks says it hangs (a run's hang watch, a logged
     watchdog timeout), so one snapshot is enough to blame a rank outside any wait."""
-    stopped = [v.rank for v in views if v.fate is Fate.STOPPED]
+    stopped = [v.rank for v in views if v.fate is RankFate.STOPPED]
     if stopped:
         ev = [f"{r.label} is stopped (kernel state T: SIGSTOP or a debugger)" for r in stopped]
         return Judgement("hang", "straggler", tuple(stopped), tuple(ev), Reason.STOPPED)
-    gone = [v.rank for v in views if v.fate is Fate.EXITED]
+    gone = [v.rank for v in views if v.fate is RankFate.EXITED]
     if gone and len(gone) < len(views):
         ev = tuple(f"{r.label} has exited; its peers are still alive" for r in gone)
         return Judgement("crash", None, tuple(gone), ev, Reason.EXITED)

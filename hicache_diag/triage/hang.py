@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hicache_diag.rules.culprit import (
-    Fate,
     Judgement,
     RankView,
     Reason,
     judge,
     view_of,
 )
+from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.rules.wait_sites import WaitKind
 from hicache_diag.triage.discover import RankId
 from hicache_diag.triage.dumps import RankDump
@@ -43,7 +43,7 @@ class RankSamples:
     raw: list[list[dict[str, Any]]] = field(default_factory=list)  # py-spy JSON per sample
     native: RankDump | None = None  # the optional --native pass (stack tree only)
     cpu_fraction: float | None = None  # CPU seconds / wall seconds across the live samples
-    fate: Fate = Fate.ALIVE  # a process fact from elsewhere (a run directory's launcher.json)
+    fate: RankFate = RankFate.ALIVE  # a process fact from a run directory's launcher.json
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +73,10 @@ def _gone(rs: RankSamples) -> bool:
 
 def analyse_rank(rs: RankSamples, pp_size: int, tp_size: int) -> RankReport:
     role = stage_role(rs.rank, pp_size, tp_size)
-    fate = Fate.EXITED if _gone(rs) else rs.fate
+    fate = RankFate.EXITED if _gone(rs) else rs.fate
     view = view_of(rs.rank, rs.dumps, fate, rs.cpu_fraction)
     if not rs.dumps:
-        state = "exited" if view.fate is Fate.EXITED else "unknown"
+        state = "exited" if view.fate is RankFate.EXITED else "unknown"
         report = RankReport(rs.rank, rs.pid, rs.title, role, state, None, error=rs.error)
         report.fate = view.fate
         return report
@@ -87,9 +87,9 @@ def analyse_rank(rs: RankSamples, pp_size: int, tp_size: int) -> RankReport:
         # post-mortem picture, never a live sample (never busy, never a wait site).
         note = "post-mortem: the dump was taken while the process was exiting"
         report = RankReport(rs.rank, rs.pid, rs.title, role, "exited", None, frames, error=note)
-        report.fate = Fate.EXITED
+        report.fate = RankFate.EXITED
         return report
-    if view.fate is Fate.EXITED:
+    if view.fate is RankFate.EXITED:
         state = "exited"  # it died between samples: its last stack is kept as evidence
     elif view.progressed or view.kind is WaitKind.COMPUTE:
         state = "running"
@@ -114,7 +114,7 @@ def analyse_rank(rs: RankSamples, pp_size: int, tp_size: int) -> RankReport:
 
 def _view(r: RankReport) -> RankView:
     """A report back into the rule's input (analyse_rank built it from one)."""
-    fate = Fate.EXITED if r.state == "exited" else r.fate
+    fate = RankFate.EXITED if r.state == "exited" else r.fate
     kind = WaitKind(r.wait_kind) if r.wait_kind else None
     return RankView(r.rank, r.wait_site, kind, r.call_path, r.site_frame, fate, r.progressed)
 

@@ -12,7 +12,7 @@ import psutil
 from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
 from hicache_diag.ranks import RankId, unflat_rank
-from hicache_diag.rules.culprit import launcher_fates
+from hicache_diag.rules.rank_fate import launcher_fates
 from hicache_diag.triage.classify import classify
 from hicache_diag.triage.collect import capture_live, load_dumps, save_samples
 from hicache_diag.triage.discover import discover_schedulers
