@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from hicache_diag.diagnosis import rank_facts as facts
 from hicache_diag.diagnosis import stacks as stk
@@ -10,6 +11,7 @@ from hicache_diag.diagnosis.divergence import Divergence, first_divergence
 from hicache_diag.diagnosis.load import RunData
 from hicache_diag.diagnosis.outputs import compare_outputs
 from hicache_diag.diagnosis.tracebacks import RankCrash, parse_crash
+from hicache_diag.rules.culprit import Reason, judge
 from hicache_diag.rules.signatures import SHAPE_RE
 from hicache_diag.verdict import CrashForm, Outcome
 
@@ -204,32 +206,52 @@ def _traceback_finding(run: RunData, crashes: dict[int, RankCrash]) -> Finding:
     return Finding(Outcome.CRASH, form, root.rank, root.rank, root.signature, lines)
 
 
-def hang_rank(run: RunData, hang: dict) -> tuple[int | None, str | None, bool]:
-    """The rank the others wait for, from evidence only, and whether a process fact named it:
-    a rank the kernel showed stopped; else a rank outside any wait on a peer (asleep,
-    computing, on its own DMA) while peers wait on it; else a rank blocked at a HiCache
-    protocol wait; else the rank that stopped progressing first; on a tie the one blocked
-    receiving (it observes the missing message); else the first stalled rank."""
-    stopped = facts.stopped_ranks(hang)
-    if stopped:
-        return stopped[0], "stopped (kernel state T)", True
-    holders = facts.holding_up(run.stacks)
-    if holders:
-        return holders[0], facts.where_held(run.stacks, holders[0]), True
-    for rank in sorted(run.stacks):
-        site = stk.hicache_wait(run.stacks[rank])
-        if site:
-            return rank, site, False
+class HangCulprit(NamedTuple):
+    rank: int | None
+    site: str | None  # where it is held, as the verdict names it
+    by_process_fact: bool  # a stopped or exited rank, or one outside any wait on a peer
+    reason: Reason = Reason.NONE
+
+
+def _tp_size(run: RunData) -> int:
+    return int((run.manifest.get("topology") or {}).get("tp") or 1)
+
+
+def hang_rank(run: RunData, hang: dict) -> HangCulprit:
+    """The rank the others wait for, from evidence only: the rule book's culprit
+    (rules/culprit.py, the rule triage applies to the same stacks and process facts); when it
+    names none, the rank that stopped progressing first; on a tie the one blocked receiving
+    (it observes the missing message); else the first stalled rank."""
+    tp_size = _tp_size(run)
+    views = facts.rank_views(run.launcher, hang, run.stacks, tp_size)
+    found = judge(list(views.values()), hang_hint=True)
+    if found is not None and found.culprit is not None:
+        rank = found.culprit.flat(tp_size)
+        return HangCulprit(rank, _held_at(run, rank, found.reason), found.by_process_fact,
+                           found.reason)  # fmt: skip
     progress = {int(r): float(t) for r, t in (hang.get("last_progress") or {}).items()}
     if progress:
         first = min(progress.values())
         earliest = sorted(r for r, t in progress.items() if t == first)
         if len(earliest) == 1:
-            return earliest[0], None, False
+            return HangCulprit(earliest[0], None, False)
         receiving = [r for r in earliest if r in run.stacks and stk.is_receiving(run.stacks[r])]
-        return (receiving or earliest)[0], None, False
+        return HangCulprit((receiving or earliest)[0], None, False)
     stalled = hang.get("stalled_ranks") or []
-    return (int(stalled[0]) if stalled else None), None, False
+    return HangCulprit(int(stalled[0]) if stalled else None, None, False)
+
+
+def _held_at(run: RunData, rank: int, reason: Reason) -> str | None:
+    if reason is Reason.STOPPED:
+        return "stopped (kernel state T)"
+    if reason is Reason.EXITED:
+        return "exited (gone while its peers waited)"
+    dump = run.stacks.get(rank)
+    if dump is None:
+        return None
+    if reason in (Reason.OUTSIDE, Reason.OWN_WAIT):
+        return stk.where(dump)
+    return stk.hicache_wait(dump) if reason is Reason.HICACHE else None
 
 
 def _stack_tool_lines(run: RunData) -> list[str]:
@@ -248,11 +270,14 @@ def check_hang(run: RunData) -> Finding | None:
     hang = (run.launcher or {}).get("hang")
     if not hang:
         return None
-    rank, site, by_fact = hang_rank(run, hang)
+    rank, site, by_fact, reason = hang_rank(run, hang)
     stopped = facts.stopped_ranks(hang)
     lines = [f"no progress from ranks {hang.get('stalled_ranks')} (hang detected)"]
     lines += facts.stop_lines(hang, stopped)
-    if by_fact and not stopped:
+    gone = reason is Reason.EXITED
+    if gone:
+        lines.append(f"rank {rank} had exited when the hang was declared; its peers waited on it")
+    elif by_fact and not stopped:
         lines.append(f"rank {rank} is not waiting on a peer ({site}); the others wait on it")
     elif site:
         lines.append(f"rank {rank} is blocked in {site} (a HiCache protocol wait)")
@@ -260,9 +285,9 @@ def check_hang(run: RunData) -> Finding | None:
         lines.append(f"rank {r} waits in {stk.where(run.stacks[r]) or 'an unreadable stack'}")
     lines.extend(_stack_tool_lines(run))
     at = site or (stk.where(run.stacks[rank]) if rank in run.stacks else None)
-    verb = "is" if stopped else "waits"
+    verb = "is" if stopped or gone else "waits"
     signature = f"hang: no progress for the hang timeout; rank {rank} {verb}" + (
-        f" in {at}" if at and not stopped else f" {at}" if at else ""
+        f" in {at}" if at and not (stopped or gone) else f" {at}" if at else ""
     )
     return Finding(Outcome.HANG, CrashForm.C, rank, rank, signature, lines, by_fact)
 

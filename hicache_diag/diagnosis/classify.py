@@ -169,7 +169,7 @@ def _stalled_at_interrupt(run: RunData) -> str | None:
     stall = (run.launcher or {}).get("interrupt_stall")
     if not isinstance(stall, dict):
         return None
-    rank, site, _ = checks.hang_rank(run, stall)
+    rank, site, _, _ = checks.hang_rank(run, stall)
     if rank is None:
         return None
     idle = (stall.get("idle_s") or {}).get(str(rank))

@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from hicache_diag import evidence as ev
+from hicache_diag.diagnosis.logged_facts import with_logged_crashes
 from hicache_diag.errors import RunDirError
 from hicache_diag.triage.dumps import RankDump, parse_dump_text
 
@@ -24,7 +26,7 @@ class RunData:
     run_dir: Path
     manifest: dict[str, Any]
     frames: pd.DataFrame  # one row per (rank, step), sorted by step then rank
-    launcher: dict[str, Any] | None = None
+    launcher: dict[str, Any] | None = None  # sglang: with the facts its log adds (logged_facts)
     logs: dict[int, str] = field(default_factory=dict)
     stacks: dict[int, RankDump] = field(default_factory=dict)  # rank -> its saved stack dump
     outputs: Any = None
@@ -197,4 +199,13 @@ def load_run(run_dir: Path | str) -> RunData:
         data.verdict_error = str(exc).removeprefix(f"{vpath} is ").removeprefix("damaged: ")
     data.stacks = _load_stacks(run_dir)
     data.missing = missing
+    if manifest.get("engine") == "sglang":  # the facts its log adds, read here, not by the runner
+        data.launcher = with_logged_crashes(data.launcher, logs, _text(run_dir / ev.SERVER_LOG))
     return data
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""  # no server log: nothing in it to read

@@ -1,4 +1,5 @@
-"""Process facts in launcher.json -> findings: ranks that died by a signal, ranks that stopped.
+"""Process facts in launcher.json -> findings: ranks that died by a signal, ranks that stopped,
+and each rank's view for the hang's culprit rule (rules/culprit.py).
 
 What the launcher and the kernel saw is evidence as strong as a traceback: a rank SIGKILLed (by
 a user or the OOM killer) leaves no traceback, its survivors log `Connection closed by peer`
@@ -11,13 +12,11 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-from hicache_diag.diagnosis import stacks as stk
-from hicache_diag.rules.wait_sites import WaitKind, classify_thread
+from hicache_diag.ranks import RankId, unflat_rank
+from hicache_diag.rules.culprit import RankView, view_of
+from hicache_diag.rules.rank_fate import RankFate, launcher_fates
+from hicache_diag.rules.rank_fate import stopped_ranks as stopped_ranks
 from hicache_diag.triage.dumps import RankDump
-
-_STOPPED = frozenset({"stopped", "tracing-stop"})
-# Waits that are not waiting on a peer: a rank here holds up the ranks that wait on it.
-_HOLDS_UP = frozenset({WaitKind.OTHER, WaitKind.COMPUTE, WaitKind.HICACHE_LOCAL, WaitKind.DEVICE})
 
 
 def signal_label(signum: int) -> str:
@@ -78,26 +77,6 @@ def first_failed_rank(launcher: dict[str, Any] | None) -> int | None:
     return int(first["rank"]) if first.get("rank") is not None else None
 
 
-def stopped_ranks(hang: dict[str, Any]) -> list[int]:
-    """Ranks the kernel showed stopped (`T`) when the hang was declared."""
-    found = {int(r) for r in hang.get("stopped_ranks") or ()}
-    found |= {int(r) for r, s in (hang.get("proc_status") or {}).items() if s in _STOPPED}
-    return sorted(found)
-
-
-def holding_up(stacks: dict[int, RankDump]) -> list[int]:
-    """Ranks outside any wait on a peer (sleeping, computing, waiting on their own DMA) while
-    at least one other rank waits on a peer: the ranks the others wait for."""
-    kinds = {
-        r: classify_thread(main).kind
-        for r, d in stacks.items()
-        if (main := d.main_thread()) is not None and main.frames
-    }
-    waiting = [r for r, k in kinds.items() if k not in _HOLDS_UP and k is not WaitKind.IDLE]
-    holders = [r for r, k in kinds.items() if k in _HOLDS_UP]
-    return sorted(holders) if waiting and holders else []
-
-
 def stop_lines(hang: dict[str, Any], stopped: list[int]) -> list[str]:
     lines = []
     for r in stopped:
@@ -110,5 +89,18 @@ def stop_lines(hang: dict[str, Any], stopped: list[int]) -> list[str]:
     return lines
 
 
-def where_held(stacks: dict[int, RankDump], rank: int) -> str | None:
-    return stk.where(stacks[rank]) if rank in stacks else None
+def rank_views(
+    launcher: dict[str, Any] | None,
+    hang: dict[str, Any],
+    stacks: dict[int, RankDump],
+    tp_size: int,
+) -> dict[int, RankView]:
+    """Every rank launcher.json or the stacks know -> its view for the culprit rule: its saved
+    stack (one sample) and its fate as the hang record and launcher.json tell it."""
+    fates = launcher_fates(launcher, hang)
+    views = {}
+    for rank in sorted(set(fates) | set(stacks)):
+        dumps = [stacks[rank]] if rank in stacks else []
+        rid = RankId(*unflat_rank(rank, tp_size))
+        views[rank] = view_of(rid, dumps, fates.get(rank, RankFate.ALIVE))
+    return views

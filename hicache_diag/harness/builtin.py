@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.request import RunRequest
 
@@ -225,8 +226,8 @@ class BuiltinEngine:
         from hicache_diag.harness.engine import Failure
 
         return [
-            Failure({"rank": p.rank, "t": p.ended_at, "exitcode": p.exitcode,
-                     "signal": p.signal}, CASCADE_GRACE_S)
+            Failure(ev.FirstFailure(p.rank, p.ended_at, p.pid, p.exitcode, p.signal).to_json(),
+                    CASCADE_GRACE_S)
             for p in self.launcher.poll() if p.state == "crashed"
         ]  # fmt: skip
 

@@ -4,24 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import platform
-import socket
-import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from hicache_diag import __version__, ranks
+from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
 from hicache_diag.runtime.protocol import ProtocolConfig
 from hicache_diag.runtime.server_args import ModelConfig, RunConfig, ServerArgs, WorkloadConfig
 
-EVIDENCE_VERSION = 1
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+EVIDENCE_VERSION = ev.EVIDENCE_VERSION
+utc_now = ev.utc_now
 
 
 def prepare_run_dir(out: str | None, seed: int) -> Path:
@@ -86,15 +81,7 @@ def write_json(path: Path, data: Any) -> None:
 
 def manifest_head(argv: list[str]) -> dict[str, Any]:
     """The manifest fields every engine's run dir has (docs/evidence.md)."""
-    return {
-        "tool": "hicache-diag",
-        "version": __version__,
-        "evidence_version": EVIDENCE_VERSION,
-        "python": platform.python_version(),
-        "host": socket.gethostname(),
-        "argv": list(argv) if argv else sys.argv,
-        "started_at": utc_now(),
-    }
+    return ev.ManifestHead.now(argv, __version__).to_json()
 
 
 def manifest_fields(cfg: RunConfig, argv: list[str], torch_version: str) -> dict[str, Any]:
@@ -111,8 +98,8 @@ def manifest_fields(cfg: RunConfig, argv: list[str], torch_version: str) -> dict
 
 
 def write_manifest(run_dir: Path, cfg: RunConfig, argv: list[str], torch_version: str) -> None:
-    write_json(run_dir / "manifest.json", manifest_fields(cfg, argv, torch_version))
+    write_json(run_dir / ev.MANIFEST, manifest_fields(cfg, argv, torch_version))
 
 
 def load_config(run_dir: Path) -> RunConfig:
-    return config_from_dict(json.loads((run_dir / "manifest.json").read_text())["config"])
+    return config_from_dict(json.loads((run_dir / ev.MANIFEST).read_text())["config"])

@@ -170,27 +170,27 @@ def _note_interrupt_stall(engine: Engine, run_dir: Path, watch: TrialWatch) -> N
         return
     stopped = set(watch.stops.stopped_for(now))
     hang = watch.hang_watch
-    watch.interrupt_stall = {
-        "last_progress": last, "last_steps": hang.last_steps() if hang else {},
-        "stalled_ranks": [p.rank for p in engine.alive()],
-        "proc_status": {str(r): s for r, s in watch.stops.last_status.items()},
-        "stopped_ranks": sorted(stopped), "idle_s": {r: round(now - t, 3) for r, t in last.items()},
-    }  # fmt: skip
+    watch.interrupt_stall = ev.HangRecord(
+        stalled_ranks=[p.rank for p in engine.alive()], last_progress=last,
+        proc_status={str(r): s for r, s in watch.stops.last_status.items()},
+        stopped_ranks=sorted(stopped), last_steps=hang.last_steps() if hang else {},
+        idle_s={r: round(now - t, 3) for r, t in last.items()},
+    ).to_json()  # fmt: skip
     watch.stacks = dump_rank_stacks(engine, run_dir, skip=stopped, fallback=engine.faulthandler)
 
 
 def _handle_hang(engine: Engine, hang: HangWatch, run_dir: Path, watch: TrialWatch,
                  now: float) -> None:  # fmt: skip
     stopped = set(watch.stops.stopped_for(now))
-    watch.hang = {
-        "detected_at": now,
-        "last_progress": hang.last_progress(line_clock=engine.line_clock),
-        "last_steps": hang.last_steps(),
-        "stalled_ranks": [p.rank for p in engine.live()],
-        "during_startup": not hang.stepped,
-        "proc_status": {str(r): s for r, s in watch.stops.last_status.items()},
-        "stopped_ranks": sorted(stopped),
-    }
+    watch.hang = ev.HangRecord(
+        stalled_ranks=[p.rank for p in engine.live()],
+        last_progress=hang.last_progress(line_clock=engine.line_clock),
+        proc_status={str(r): s for r, s in watch.stops.last_status.items()},
+        stopped_ranks=sorted(stopped),
+        last_steps=hang.last_steps(),
+        detected_at=now,
+        during_startup=not hang.stepped,
+    ).to_json()
     watch.stacks = dump_rank_stacks(engine, run_dir, skip=stopped, fallback=engine.faulthandler)
     engine.stop("hung")
 
@@ -205,14 +205,14 @@ def dump_rank_stacks(ranks: Any, run_dir: Path, skip: set[int] | None = None,
     alive = [p for p in ranks.alive() if p.rank not in (skip or set())]
     error = _pyspy_dumps(alive, run_dir)
     if error is None or not fallback:
-        return {"tool": "py-spy", "error": error}
+        return ev.StacksRecord("py-spy", error).to_json()
     for p in alive:
         try:
             os.kill(p.pid, signal.SIGUSR1)
         except ProcessLookupError:
             pass
     _wait_for_faulthandler(alive, run_dir)
-    return {"tool": "faulthandler", "error": error}
+    return ev.StacksRecord("faulthandler", error).to_json()
 
 
 def _pyspy_dumps(alive: list[RankRecord], run_dir: Path) -> str | None:
@@ -268,29 +268,24 @@ def write_launcher_json(run_dir: Path, engine: Engine, watch: TrialWatch, starte
     oom = None
     if watch.oom_kills_before is not None and oom_after is not None:
         oom = oom_after - watch.oom_kills_before  # OOM kills in our cgroup during this run
-    write_json(
-        run_dir / ev.LAUNCHER,
-        {
-            **engine.launcher_extra(),
-            "ranks": [p.to_json() for p in engine.ranks()],
-            "first_failure": watch.first_failure,
-            "hang": watch.hang,
-            "stacks": watch.stacks or {"tool": None, "error": None},
-            "interrupted": watch.interrupted,
-            "interrupted_at": watch.interrupted_at,
-            "interrupt_stall": watch.interrupt_stall,
-            "startup_error": watch.startup_error,
-            "timings": watch.timings,
-            "oom_kills": oom,
-            "startup": {
-                "grace_s": hang.startup_grace_s if hang else None,
-                "first_step_s": hang.startup_s() if hang else {},
-            },
-            "last_steps": hang.last_steps() if hang else {},
-            "started_at": started,
-            "ended_at": utc_now(),
-        },
-    )
+    record = ev.LauncherRecord(
+        ranks=[p.to_json() for p in engine.ranks()],
+        first_failure=watch.first_failure,
+        hang=watch.hang,
+        stacks=watch.stacks or ev.StacksRecord().to_json(),
+        interrupted=watch.interrupted,
+        interrupted_at=watch.interrupted_at,
+        interrupt_stall=watch.interrupt_stall,
+        startup_error=watch.startup_error,
+        timings=watch.timings,
+        oom_kills=oom,
+        startup={"grace_s": hang.startup_grace_s if hang else None,
+                 "first_step_s": hang.startup_s() if hang else {}},
+        last_steps=hang.last_steps() if hang else {},
+        started_at=started,
+        ended_at=ev.utc_now(),
+    )  # fmt: skip
+    write_json(run_dir / ev.LAUNCHER, {**engine.launcher_extra(), **record.to_json()})
 
 
 def _classify(run_dir: Path) -> Verdict:

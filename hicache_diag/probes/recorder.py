@@ -18,20 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-MUST_AGREE = (
-    "rids",
-    "extend_num_tokens",
-    "prefix_len",
-    "host_hit_len",
-    "acks_consumed",
-    "evicted",
-    "load_backs",
-    "write_backs",
-    "device_free",
-    "tree_digest",
-)
-# Keys a crash record (the step that raised) holds: the batch decision only.
-CRASH_KEYS = ("rids", "extend_num_tokens", "prefix_len", "host_hit_len")
+from hicache_diag.evidence import BATCH_KEYS as CRASH_KEYS  # a crash record: the batch only
+from hicache_diag.evidence import MUST_AGREE, MUST_AGREE_HOST, MUST_AGREE_L3
+
 # Per-rank inputs a crash record adds beside the batch (not must-agree: see record_crash).
 CRASH_INPUTS = ("acks_ready", "ack_pending_ms", "acks_consumed", "sync_received",
                 "host_alloc_failed", "host_pool_refused", "host_shortage", "host_shortages",
@@ -105,9 +94,9 @@ class StepRecorder:
         self._fh = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the rank
         self.must_agree = list(MUST_AGREE)
         if protocol is not None and protocol.mode("host-capacity") == "min":
-            self.must_agree += ["host_free", "host_capacity"]
+            self.must_agree += MUST_AGREE_HOST
         if storage:
-            self.must_agree.append("l3_hit_len")
+            self.must_agree += MUST_AGREE_L3
 
     def record(
         self,

@@ -10,7 +10,6 @@ from SGLang's log prefixes -> the process facts SGLang's log adds -> reference.
 from __future__ import annotations
 
 import re
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -18,14 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag import evidence as ev
-from hicache_diag.diagnosis.tracebacks import parse_crash
 from hicache_diag.harness.engine import Failure
 from hicache_diag.harness.rundir import manifest_head, write_json
 from hicache_diag.harness.trial import TrialResult, TrialWatch, run_engine_trial
 from hicache_diag.harness.workload import Workload
 from hicache_diag.ranks import RankId, parse_rank_tokens
 from hicache_diag.rules.rank_labels import split_prefix
-from hicache_diag.rules.signatures import LAUNCHER_TEARDOWN_RE
 from hicache_diag.sglang.client import WorkloadClient
 from hicache_diag.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
 from hicache_diag.sglang.server import Scheduler, SglangServer
@@ -150,13 +147,14 @@ class SglangEngine:
         serving), then the server itself gone with no scheduler to blame."""
         server = self.server
         failures = [
-            Failure({"rank": s.rank, "t": s.ended_at, "pid": s.pid, "exitcode": s.exitcode,
-                     "signal": s.signal}, CASCADE_GRACE_S)
+            Failure(ev.FirstFailure(s.rank, s.ended_at, s.pid, s.exitcode, s.signal).to_json(),
+                    CASCADE_GRACE_S)
             for s in server.poll()
         ]  # fmt: skip
         if not self._lost and not server.alive():
             self._lost = True
-            failures.append(Failure({"rank": None, "t": now, "pid": server.popen.pid}, 0.0))
+            lost = ev.FirstFailure(None, now, server.popen.pid)  # no scheduler to blame
+            failures.append(Failure(lost.to_json(), 0.0))
         return failures
 
     def ranks(self) -> list[Scheduler]:
@@ -275,28 +273,27 @@ def _read_watchdog(text: str, run_dir: Path, server: SglangServer, watch: TrialW
         if s.state == "crashed":
             s.state = "killed"  # torn down by SGLang's launcher after its watchdog fired
     watch.first_failure = None
-    watch.hang = {
-        "detected_by": "sglang-watchdog",
-        "observed_by": fired.rank,
-        "watchdog_line": fired.line,
-        "stalled_ranks": [s.rank for s in server.schedulers],
-        "last_progress": {},
-        "stopped_ranks": sorted(watch.stops.stopped_for(time.time())),
-        "proc_status": {str(r): st for r, st in watch.stops.last_status.items()},
-    }
-    watch.stacks = {"tool": "py-spy (SGLang's watchdog)", "error": None if dumped else "none"}
+    watch.hang = ev.HangRecord(
+        stalled_ranks=[s.rank for s in server.schedulers], last_progress={},
+        proc_status={str(r): st for r, st in watch.stops.last_status.items()},
+        stopped_ranks=sorted(watch.stops.stopped_for(time.time())),
+        detected_by="sglang-watchdog", observed_by=fired.rank, watchdog_line=fired.line,
+    ).to_json()  # fmt: skip
+    watch.stacks = ev.StacksRecord("py-spy (SGLang's watchdog)",
+                                   None if dumped else "none").to_json()  # fmt: skip
 
 
 def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient | None,
                      watch: TrialWatch) -> None:  # fmt: skip
-    """Per-rank logs from the server log, the process facts SGLang's log adds, the answers."""
-    logs = split_rank_logs(run_dir / ev.SERVER_LOG, run_dir, server.spec.tp_size)
+    """Per-rank logs from the server log, the exit codes and watchdog SGLang's log records, the
+    answers."""
+    # rank{r}.log: their tracebacks are the classifier's to read (diagnosis/logged_facts.py).
+    split_rank_logs(run_dir / ev.SERVER_LOG, run_dir, server.spec.tp_size)
     try:
         text = (run_dir / ev.SERVER_LOG).read_text(errors="replace")
     except OSError:
         text = ""  # no log: nothing below finds anything in it
     _apply_logged_exit_codes(text, server)
-    _mark_logged_crashes(text, logs, server, watch)
     _read_watchdog(text, run_dir, server, watch)
     if client is not None:
         write_json(run_dir / ev.OUTPUTS, client.result.outputs)
@@ -314,39 +311,6 @@ def _apply_logged_exit_codes(text: str, server: SglangServer) -> None:
     for s in server.schedulers:
         if s.pid in codes and s.state in ("crashed", "exited"):
             s.exitcode = codes[s.pid]
-
-
-def _mark_logged_crashes(
-    text: str, logs: dict[int, Path], server: SglangServer, watch: TrialWatch
-) -> None:
-    """Process facts as SGLang shapes them. A scheduler whose loop died of an exception crashed,
-    though it may exit 0: `run_scheduler_process` logs `Scheduler hit an exception`, SIGQUITs the
-    launcher and returns (seen on 0.5.23). The launcher then SIGKILLs its whole tree, so the
-    others' SIGKILL deaths are its teardown, and their order in our poll says nothing (seen on
-    0.5.12.post1: PP0 and PP1 SIGKILLed 40 us apart after PP1 raised): the first failure is
-    the scheduler that raised first. Only a root-cause traceback does this: when the only ones
-    are cascades (`Connection closed by peer`), a SIGKILL death may be the cause itself."""
-    crashes = {}
-    for rank, path in logs.items():
-        crash = parse_crash(rank, path.read_text(errors="replace"))
-        if crash is not None and crash.fatal:
-            crashes[rank] = crash
-    for s in server.schedulers:
-        if s.rank in crashes and s.state in ("exited", "crashed"):
-            s.state = "crashed"
-    primary = [c for c in crashes.values() if c.kind != "secondary"]
-    if not primary or not LAUNCHER_TEARDOWN_RE.search(text):
-        return  # only cascades: a death without a traceback may be the root (a SIGKILLed rank)
-    first = min(primary, key=lambda c: (c.t or 0.0, c.rank))
-    for s in server.schedulers:
-        # Log times have whole seconds: a SIGKILL from the same second on is the teardown.
-        after = first.t is None or s.ended_at is None or s.ended_at >= first.t
-        if s.rank not in crashes and s.state == "crashed" and s.signal == signal.SIGKILL and after:
-            s.state = "killed"
-    s = next((s for s in server.schedulers if s.rank == first.rank), None)
-    if s is not None:
-        watch.first_failure = {"rank": s.rank, "t": first.t or s.ended_at, "pid": s.pid,
-                               "exitcode": s.exitcode, "signal": s.signal}  # fmt: skip
 
 
 def split_rank_logs(server_log: Path, run_dir: Path, tp_size: int) -> dict[int, Path]:

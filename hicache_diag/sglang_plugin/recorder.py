@@ -17,16 +17,13 @@ import time
 from collections import Counter
 from typing import Any
 
+from hicache_diag import evidence as ev
+
 HEARTBEAT_S = 1.0
 MAX_SHORTAGES = 4  # per step line: the first ones carry the evidence, the count all of them
-# What every rank must hold identically at the same step (only keys actually recorded). The
-# cache counts were checked against every real run held here (0.5.12.post1-0.5.23, PP2 and
-# TP2, L2 and L3): equal on every busy step until a fault fired; the queue sizes were not.
-MUST_AGREE = (
-    "rids", "extend_num_tokens", "prefix_len", "host_hit_len", "host_loaded_len", "l3_hit_len",
-    "acks_consumed", "sync_received", "host_free", "write_backs", "load_backs", "evicted",
-    "device_free", "tree_digest",
-)  # fmt: skip
+# What every rank must hold identically at the same step (only keys actually recorded): the one
+# list (evidence.py, importable here: it imports nothing of ours) and what SGLang aligns besides.
+MUST_AGREE = ev.MUST_AGREE + ev.MUST_AGREE_SGLANG
 _STORAGE_QUEUES = (
     "prefetch_queue", "prefetch_buffer", "prefetch_hit_queue", "prefetch_sync_queue",
     "ack_prefetch_queue", "backup_queue", "ack_backup_queue", "host_mem_release_queue",

@@ -190,15 +190,10 @@ def _stopped_report(logs: LogEvidence, ranks: list[RankSamples], reports: list[R
     return TriageReport("hang", "C", "straggler", culprit, reports, evidence=ev, signature=sign)
 
 
-def _exited_report(reports: list[RankReport]) -> TriageReport | None:
-    gone = [r for r in reports if r.state == "exited"]
-    if not gone or len(gone) == len(reports):
-        return None
-    ev = [f"{r.rank.label} (pid {r.pid}) has exited; its peers are still alive" for r in gone]
-    return TriageReport("crash", culprit=gone[0], ranks=reports, evidence=ev)
-
-
 def _from_hang(finding: HangFinding, reports: list[RankReport]) -> TriageReport:
+    if finding.kind == "crash":  # a rank exited while its peers live (rules/culprit.py)
+        culprit = finding.culprits[0]
+        return TriageReport("crash", culprit=culprit, ranks=reports, evidence=finding.evidence)
     if finding.kind == "hang":
         for r in reports:  # ranks waiting for requests are victims of the hang, not idle
             if r.state == "idle":
@@ -270,10 +265,12 @@ def classify(
     *,
     num_heads: int | None = None,
     pp_size: int | None = None,
+    hang_declared: bool = False,
 ) -> TriageReport:
     """Crash (a traceback) first, then hang vs busy from the stacks, then what logs alone say.
     Errors after a stop from outside are set aside as its teardown first. `pp_size`: the
-    deployment's PP size when the caller knows it (the text may not show PP)."""
+    deployment's PP size when the caller knows it (the text may not show PP); `hang_declared`:
+    a run directory's launcher.json records a hang (the run's own watch declared it)."""
     logs = replace(logs) if logs else LogEvidence()  # a copy: the teardown split edits it
     teardown = set_aside_teardown(logs)
     if pp_size and pp_size > 1:
@@ -283,14 +280,14 @@ def classify(
     pp_size = max((r.pp for r in known), default=0) + 1
     tp_size = max((r.tp for r in known), default=0) + 1
     reports = [analyse_rank(rs, pp_size, tp_size) for rs in ranks]
-    hang_hint = logs.hang_signal or any(e.is_timeout for e in logs.exceptions)
+    hang_hint = hang_declared or logs.hang_signal or any(e.is_timeout for e in logs.exceptions)
     report = (
         _thread_death(logs, reports, hang_hint)
         or _crash_report(logs, reports, num_heads)
         or _stopped_report(logs, ranks, reports)
     )
     if report is None and (finding := classify_stacks(reports, hang_hint)) is not None:
-        report = _exited_report(reports) or _from_hang(finding, reports)
+        report = _from_hang(finding, reports)
         report = _one_rank_only(report, reports, hang_hint)
         if report.kind == "unknown" and not hang_hint:
             report = one_rank_in_p2p(reports) or report
@@ -298,7 +295,7 @@ def classify(
             first = logs.hang_lines[0]
             report.evidence.append(f"log: {first.source}:{first.lineno}: {first.text}")
     if report is None:
-        report = _exited_report(reports) or _logs_only(logs, reports)
+        report = _logs_only(logs, reports)
     report.evidence += teardown.evidence
     report.evidence += _watchdog_notes(logs, report)
     report.evidence += [

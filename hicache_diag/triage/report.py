@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.triage.discover import RankId
 from hicache_diag.triage.stacks import StackNode
 from hicache_diag.verdict import CrashForm, ExitCode, Outcome, exit_code_for
@@ -32,6 +33,7 @@ class RankReport:
     error: str | None = None  # why no dump was taken, or the exception text
     site_frame: str | None = None  # the frame that named the wait site
     call_path: tuple[str, ...] = ()  # function names from the site frame out (not in JSON)
+    fate: RankFate = RankFate.ALIVE  # what its process did, for the culprit rule (not in JSON)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
+from hicache_diag.ranks import RankId, unflat_rank
+from hicache_diag.rules.rank_fate import launcher_fates
 from hicache_diag.triage.classify import classify
 from hicache_diag.triage.collect import capture_live, load_dumps, save_samples
 from hicache_diag.triage.discover import discover_schedulers
@@ -95,14 +99,48 @@ def run_triage(req: TriageRequest) -> TriageReport:
         if req.save:
             save_samples(ranks, req.save)
     run_logs: list[Path] = []
+    declared = False
     for folder in req.dumps:
         # A run directory (manifest.json) also holds each rank's log with its traceback.
         found = sorted(folder.glob("rank*.log")) if (folder / "manifest.json").is_file() else []
         run_logs += found
         try:
-            ranks += load_dumps(folder)
+            loaded = load_dumps(folder)
         except UsageError:
             if not found:
                 raise
+            loaded = []
+        declared |= _apply_run_facts(folder, loaded)
+        ranks += loaded
     logs = _read_logs(req.logs + tuple(run_logs), req.progress)
-    return classify(ranks, logs, num_heads=req.num_heads, pp_size=req.pp_size)
+    return classify(ranks, logs, num_heads=req.num_heads, pp_size=req.pp_size,
+                    hang_declared=declared)  # fmt: skip
+
+
+def _json_object(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _apply_run_facts(folder: Path, ranks: list[RankSamples]) -> bool:
+    """A run directory's own process facts (launcher.json: the hang its watch declared, ranks
+    stopped or gone then), the facts `run` judges the same stacks with (rules/culprit.py).
+    `folder`: the run directory or its stacks/. Whether it records a hang."""
+    run_dir = folder if (folder / ev.MANIFEST).is_file() else folder.parent
+    launcher = _json_object(run_dir / ev.LAUNCHER)
+    hang = launcher.get("hang")
+    if not isinstance(hang, dict) or not (run_dir / ev.MANIFEST).is_file():
+        return False
+    tp_size = int((_json_object(run_dir / ev.MANIFEST).get("topology") or {}).get("tp") or 1)
+    by_rank = {rs.rank: rs for rs in ranks}
+    for rank, fate in launcher_fates(launcher, hang).items():
+        rid = RankId(*unflat_rank(rank, tp_size))
+        rs = by_rank.get(rid)
+        if rs is None:
+            rs = by_rank[rid] = RankSamples(rid)
+            ranks.append(rs)
+        rs.fate = fate
+    return True

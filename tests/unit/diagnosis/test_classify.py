@@ -123,6 +123,8 @@ def test_hang_without_stacks_explains_why(tmp_path):
 def test_faulthandler_text_stacks(tmp_path):
     rd = RunDir(tmp_path)
     rd.launcher["hang"] = {"detected_at": 1, "last_progress": {}, "stalled_ranks": [1]}
+    for e in rd.launcher["ranks"]:
+        e["state"] = "hung"  # rank 0 had not exited (an exited rank is the culprit itself)
     rd.stacks = {1: 'Current thread 0x1 (most recent call first):\n'
                     '  File "/x/hicache_diag/runtime/comm.py", line 4 in pp_sync\n'
                     '  File "/x/sched.py", line 9 in event_loop_pp\n'}  # fmt: skip
@@ -251,13 +253,16 @@ def test_wrong_output_against_the_harness_reference_format(tmp_path):
 
 
 def test_hang_tie_picks_the_receiving_rank_and_iso_times_give_duration(tmp_path):
+    # A send and a recv both blocked: the culprit rule names no rank (a network suspect), so
+    # the progress facts decide: a tie, broken by the rank that waits to receive.
     rd = RunDir(tmp_path)
     rd.launcher["hang"] = {"detected_at": 1, "last_progress": {"0": 5.0, "1": 5.0},
                            "stalled_ranks": [0, 1]}  # fmt: skip
     rd.launcher["started_at"] = "2026-11-29T18:20:01.876+00:00"
     rd.launcher["ended_at"] = "2026-11-29T18:20:10.376+00:00"
     rd.stacks = {
-        0: pyspy_dump(("P2PWork.wait", "/x/hicache_diag/runtime/distributed/ps.py", 39)),
+        0: pyspy_dump(("send", "/t/distributed_c10d.py", 1),
+                      ("_send_bytes", "/x/hicache_diag/runtime/distributed/ps.py", 39)),
         1: pyspy_dump(("recv", "/t/distributed_c10d.py", 1),
                       ("_recv_bytes", "/x/hicache_diag/runtime/distributed/ps.py", 62)),
     }  # fmt: skip
