@@ -28,13 +28,15 @@ class DeviceAllocFail(Fault):
     SUMMARY: ClassVar[str] = "one rank's device pool is short at a load-back (slots held then)"
     EFFECT_KEYS: ClassVar[tuple[str, ...]] = ("hold", "leave")
     EVENT: ClassVar[str] = (
-        "device KV memory taken on one rank at the moment of a load-back by a concurrent "
-        "consumer (an in-flight batch under overlap scheduling, a speculative draft's pages, "
-        "a retraction's restore)"
+        "one rank's device KV pool shorter than its peers' at the moment of a load-back: "
+        "free slots taken there by something its peers did not do (on TP, rank-local pool "
+        "drift, upstream #33442; on PP 0.5.23 only an earlier divergence such as a session "
+        "released on one stage: overlap scheduling is refused with PP and the pools are "
+        "MIN-sized, docs/sources.md)"
     )
     WHEN: ClassVar[str] = (
         "near-full device pools, where one rank's free count is lower for a step than its "
-        "peers' (per-rank fragmentation, a draft model's pages, a checkpoint in flight)"
+        "peers' (#33442: TP2, whole pages apart, the same TP rank short each time)"
     )
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
         ("0.5.18+", "UnifiedRadixCache.load_back -> _load_back_transfers (available_size < "

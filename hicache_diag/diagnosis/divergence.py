@@ -424,6 +424,25 @@ def _lru_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | Non
     )
 
 
+def _device_hold_source(window: pd.DataFrame, step: int) -> Attribution | None:
+    """Device slots were held during load-backs on some ranks only (`device_held`, recorded by
+    the load-back hook): that rank's `_load_back_transfers` found its device pool short and its
+    own `evict_for_alloc` evicted (or it declined) what its peers kept. Not a classic source,
+    so the source stays `unknown`; the rank is named from its own record, not from a 1-1 tie
+    over the diverging field (docs/evidence.md)."""
+    counts = _only_some(_per_rank_sum(window, "device_held"))
+    if not counts:
+        return None
+    declined = {r: n for r, n in _per_rank_sum(window, "load_back_declined").items() if n}
+    return (
+        DivergenceSource.UNKNOWN,
+        max(sorted(counts), key=lambda r: counts[r]),
+        f"device slots were held during load-backs only on rank(s) {sorted(counts)} before "
+        f"step {step} (tokens held: {counts}; load-backs declined: {declined or 'none'}): "
+        "that rank's load-back found its device pool short and evicted or declined alone",
+    )
+
+
 def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Attribution:
     """Name the divergence source from the recorded per-rank inputs: first those of the
     LOOKBACK_STEPS up to `step`, then, when none explains it, the whole history before it (an
@@ -438,6 +457,7 @@ def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Att
             or _l3_hit_source(window, frames)
             or _pool_refusal_source(window, frames, step)
             or _lru_source(window, frames)
+            or _device_hold_source(window, step)
         )
         if found:
             return found

@@ -248,3 +248,16 @@ def test_acks_drained_per_rank_name_the_rank_that_drained_fewer_when_ready_reads
     d = first_divergence(frames(over=over))
     assert (d.first.field, d.first.source) == ("acks_consumed", DivergenceSource.DMA_ACK_COUNT)
     assert d.culprit_rank == 1
+
+
+def test_device_slots_held_on_one_rank_name_it_not_the_tie_over_the_evictions():
+    """A load-back that found rank 1's device pool short (slots held, `device_held`) made only
+    rank 1 evict: the 1-1 tie over `evicted` would name rank 0 (the smaller value); rank 1's own
+    record names it. The source stays `unknown`: a device shortage is no classic source."""
+    over = {(1, 5): {"device_held": 60, "load_back_declined": 0, "evicted": 64}}
+    d = first_divergence(frames(over=over))
+    assert (d.first.step, d.first.field) == (5, "evicted")
+    assert d.first.source is DivergenceSource.UNKNOWN and d.culprit_rank == 1
+    assert "device slots were held" in d.evidence[1]
+    d_even = first_divergence(frames(over={**over, (0, 5): {"device_held": 60}}))
+    assert d_even.culprit_rank == 0  # held on every rank: no rank-local record, the tie decides
