@@ -146,7 +146,11 @@ def load_ranks(run_dir: Path) -> dict[int, _Rank]:
     if not files:
         raise RunDirError(f"{run_dir}: no rank*.jsonl (not a run directory?)")
     ranks = {r: _read_rank(files[r]) for r in sorted(files)}
-    if all(rank.armed is None for rank in ranks.values()):
+    recorded = any(
+        rank.armed is not None or any("sources" in line for line in rank.lines.values())
+        for rank in ranks.values()
+    )
+    if not recorded:
         raise RunDirError(
             f"{run_dir}: no source reads recorded (a run from before the dynamic probes, or a "
             "builtin-engine run: record one with `run --engine sglang`)"
