@@ -70,7 +70,8 @@ def test_values_that_differ_where_the_decision_acted_are_marked_with_each_rank(t
 def test_an_idle_rank_is_compared_as_deciding_nothing_and_a_dead_one_not_at_all(tmp_path):
     reap = {"n": 1, "v": [12.5], "d": [1]}
     run = _run(tmp_path, {
-        0: [_line(0, 0, {"session-clock": {"n": 1, "v": [10.0]}}), _line(9, 0, {"session-clock": reap})],
+        0: [_line(0, 0, {"session-clock": {"n": 1, "v": [10.0]}}),
+            _line(9, 0, {"session-clock": reap})],
         1: [_line(0, 1, {"session-clock": {"n": 1, "v": [10.001]}}), _line(4, 1, crashed=True)],
         2: [_line(0, 2, {"session-clock": {"n": 1, "v": [10.002]}}), _line(12, 2)],
     })  # fmt: skip
