@@ -18,6 +18,7 @@ Examples:
   hicache-diag sources --source sglang-0.5.23-wheel/ --json
   hicache-diag sources --diff wheel-0.5.12.post1/ wheel-0.5.23/
   hicache-diag sources --run runs/sglang-0.5.23-session-close/
+  hicache-diag sources --run RUN_DIR --sglang-python P   # with each read's file:line
 
 Exit: 0 inventory printed, 2 bad input (no such tree, a Python without SGLang, a run
 dir with no recorded source reads), 1 internal error."""
@@ -101,15 +102,18 @@ def register(app: typer.Typer) -> None:
         controller and session code: the decision each feeds and how ranks are aligned on it.
         With no tree named, the SGLang of the current Python. Static; heuristic rules in
         docs/sources.md. With --run, the dynamic half: per source, the steps where the ranks
-        read different values and whether the decision it feeds acted there."""
+        read different values and whether the decision it feeds acted there (with --source or
+        --sglang-python naming the run's release: each read's file:line and alignment)."""
         if run is not None:
-            if diff is not None or source is not None or sglang_python is not None:
-                raise UsageError("--run reads a run dir: drop --diff/--source/--sglang-python")
+            if diff is not None:
+                raise UsageError("--run reads one run dir: drop --diff")
             if engine != "sglang":
                 raise UsageError("--run reads what the sglang plugin recorded: drop --engine")
-            from hicache_diag.sources.dynamic import analyze_run
+            from hicache_diag.sources.dynamic import analyze_run, with_inventory
 
             result = analyze_run(run)
+            if source is not None or sglang_python is not None:  # file:line of each read
+                result = with_inventory(result, _scan(_tree(source, sglang_python, engine)))
             if json_out:
                 print_json(result.to_json())
             else:

@@ -181,6 +181,19 @@ def render_run_sources(result, console: Console | None = None) -> None:
                             ("first apart", s.first_apart)):  # fmt: skip
             if view is not None:
                 console.print(f"{s.name}, {label} at step {view.step}: {_per_rank(view)}")
+    if result.release is not None:
+        rel = result.release
+        r = Table(title=f"Where {rel['engine']} {rel['version']} reads them (static)",
+                  title_justify="left")  # fmt: skip
+        for col in ("source", "file:line", "function", "decision", "alignment", "PP"):
+            r.add_column(col, overflow="fold")
+        for s in result.sources:
+            for row in s.static or ({},):
+                r.add_row(s.name, f"{row['file']}:{row['line']}" if row else "not found",
+                          row.get("function", ""), ", ".join(row.get("decisions", ())),
+                          row.get("alignment", ""),
+                          _pp(row["covers_pp"]) if row else "")  # fmt: skip
+        console.print(r)
     armed = sorted({a for names in result.armed.values() for a in names})
     console.print(f"armed on this release: {', '.join(armed) or 'none'}; "
                   f"last step per rank: {result.last_step}")  # fmt: skip

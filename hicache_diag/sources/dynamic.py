@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hicache_diag.errors import RunDirError
+from hicache_diag.sources.model import Inventory
 from hicache_diag.sources.probes import BY_NAME
 
 RUN_SCHEMA = "hicache-diag/sources-run/v1"
@@ -63,6 +64,7 @@ class SourceRun:
     first_differed: StepView | None
     first_marked: StepView | None
     first_apart: StepView | None
+    static: tuple[dict, ...] = ()  # the inventory's reads it observes (`with_inventory`)
 
     @property
     def marked(self) -> bool:
@@ -89,6 +91,7 @@ class SourceRun:
             "first_differed": view(self.first_differed),
             "first_marked": view(self.first_marked),
             "first_apart": view(self.first_apart),
+            "static": list(self.static),
         }
 
 
@@ -100,6 +103,7 @@ class RunSources:
     armed: dict[int, list[str]]  # per rank, the probes its release had
     sources: tuple[SourceRun, ...]
     notes: tuple[str, ...] = field(default=())
+    release: dict | None = None  # the inventory joined (`with_inventory`): engine, version, root
 
     def to_json(self) -> dict:
         return {
@@ -110,7 +114,31 @@ class RunSources:
             "armed": {str(r): a for r, a in self.armed.items()},
             "sources": [s.to_json() for s in self.sources],
             "notes": list(self.notes),
+            "release": self.release,
         }
+
+
+def with_inventory(result: RunSources, inventory: Inventory) -> RunSources:
+    """Each probed source with the static reads it observes (file:line, alignment), from the
+    inventory of the release the run ran on."""
+    sources = []
+    for s in result.sources:
+        probe = BY_NAME.get(s.name)
+        rows = []
+        for src in inventory.sources if probe is not None else ():
+            method = src.function.rsplit(".", 1)[-1]
+            if src.kind != probe.kind or not src.known:
+                continue
+            if probe.static and method not in probe.static:
+                continue
+            if not probe.static and src.classic != probe.classic:
+                continue
+            a = src.alignment
+            rows.append({"file": src.file, "line": src.line, "function": src.function,
+                         "decisions": list(src.decisions), "alignment": a.mechanism,
+                         "covers_pp": a.covers_pp})  # fmt: skip
+        sources.append(replace(s, static=tuple(rows)))
+    return replace(result, sources=tuple(sources), release=inventory.release.to_json())
 
 
 @dataclass

@@ -24,6 +24,9 @@ class Probe:
     wraps: tuple[str, ...]  # the methods the plugin wraps to see it (absent ones: not armed)
     value: str  # what `v` holds
     outcome: str  # what `d` holds, and when
+    # The static inventory's reads this probe observes: same kind, in one of these functions
+    # (method names; () = any function, with the probe's classic source).
+    static: tuple[str, ...] = ()
 
 
 PROBES: tuple[Probe, ...] = (
@@ -31,22 +34,26 @@ PROBES: tuple[Probe, ...] = (
           "Scheduler.process_input_requests: time.monotonic() -> SessionController.maybe_reap",
           ("SessionController.maybe_reap",),
           "`now`, the rank's monotonic clock passed to maybe_reap (s, 3 decimals)",
-          "sessions the reap tick closed, when it closed any"),
+          "sessions the reap tick closed, when it closed any",
+          ("process_input_requests",)),
     Probe("flush-deadline", "clock", None, "flush",
           "SchedulerFlushWrapper.check_pending: time.monotonic() >= deadline",
           ("SchedulerFlushWrapper.check_pending",),
           "seconds left to the rank's own deadline (3 decimals)",
-          "'flush' (idle: tree reset) or 'timeout', when the pending flush ended"),
+          "'flush' (idle: tree reset) or 'timeout', when the pending flush ended",
+          ("check_pending",)),
     Probe("dma-ack-count.write", "event-ready", "dma-ack-count", "ack-release",
           "_count_ready_acks(cc.ack_write_queue): leading finish_event.query()",
           ("UnifiedRadixCache._count_ready_acks", "HiRadixCache._count_ready_acks"),
           "the count the rank read (PP0 alone where PP0's count is relayed)",
-          "the finish_count writing_check popped, when > 0"),
+          "the finish_count writing_check popped, when > 0",
+          ("_count_ready_acks", "writing_check")),
     Probe("dma-ack-count.load", "event-ready", "dma-ack-count", "ack-release",
           "_count_ready_acks(cc.ack_load_queue): leading finish_event.query()",
           ("UnifiedRadixCache._count_ready_acks", "HiRadixCache._count_ready_acks"),
           "the count the rank read (PP0 alone where PP0's count is relayed)",
-          "the finish_count loading_check popped, when > 0"),
+          "the finish_count loading_check popped, when > 0",
+          ("_count_ready_acks", "loading_check")),
     Probe("l3-control-queues", "queue-size", "l3-progress", "storage-queue-drain",
           "drain_storage_control_queues / _sync_hicache_ready_counts: cc.<queue>.qsize()",
           ("UnifiedRadixCache.drain_storage_control_queues",
@@ -58,7 +65,8 @@ PROBES: tuple[Probe, ...] = (
           "the rank's own sizes [prefetch_hit, ack_backup, host_mem_release], read just before "
           "SGLang reads them (PP>0 of 0.5.2x reads none: it takes PP0's)",
           "the counts _drain_storage_control_queues_impl drained [n_storage_hit, n_backup, "
-          "n_release], when any is > 0"),
+          "n_release], when any is > 0",
+          ("drain_storage_control_queues", "_sync_hicache_ready_counts")),
     Probe("host-alloc", "alloc-result", "host-alloc", "write-back",
           "HostKVCache.alloc(need_size) is None",
           ("HostKVCache.alloc",),

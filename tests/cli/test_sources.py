@@ -205,3 +205,23 @@ def test_run_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, needle):
     rc = run_cli(["sources", *(a.replace("{tmp}", str(tmp_path)) for a in argv)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and needle in err[0], err
+
+
+def test_run_with_the_release_names_where_each_probed_read_is(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank, closed in ((0, {"d": [1]}), (1, {})):
+        line = {"step": 7, "sources_armed": ["session-clock"],
+                "sources": {"session-clock": {"n": 1, "v": [5.0 + rank], **closed}}}  # fmt: skip
+        (run / f"rank{rank}.jsonl").write_text(json.dumps(line) + "\n")
+    tree = _tree(tmp_path / "w", CACHE_OLD)
+    assert run_cli(["sources", "--run", str(run), "--source", str(tree), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    jsonschema.validate(data, _schema("hicache-diag/sources-run/v1"))
+    (clock,) = data["sources"]
+    assert (clock["steps_marked"], clock["steps_apart"]) == (1, 1)
+    assert [(r["file"], r["line"], r["alignment"]) for r in clock["static"]] == [
+        ("managers/scheduler.py", 6, "none")]  # fmt: skip
+    assert data["release"]["version"] == "9.9.9"
+    assert run_cli(["sources", "--run", str(run), "--source", str(tree)]) == 0
+    assert "managers/scheduler.py:6" in capsys.readouterr().out
