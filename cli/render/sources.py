@@ -172,8 +172,8 @@ def render_run_sources(result, console: Console | None = None) -> None:
     console.print(t)
     console.print(
         "differed: steps where the ranks that read it read different values; decided: steps "
-        "where the decision it feeds acted; marked: both at once; apart: the decision's "
-        "outcome differed across the ranks at the step."
+        "where the decision it feeds acted; apart: the decision's outcome differed across the "
+        "ranks at the step; marked: the decision acted and the values or its outcomes differed."
     )
     for s in result.sources:
         for label, view in (("first differed", s.first_differed),

@@ -59,7 +59,7 @@ class SourceRun:
     steps_compared: int  # steps where two ranks or more read it
     steps_differed: int  # of those, the ranks' values differed
     steps_decided: int  # steps where the decision it feeds acted on some rank
-    steps_marked: int  # values differed in a step where the decision acted
+    steps_marked: int  # the decision acted, and the values or its outcomes differed
     steps_apart: int  # the decision's outcomes differed across the ranks at the step
     first_differed: StepView | None
     first_marked: StepView | None
@@ -246,10 +246,12 @@ def _source(name: str, ranks: dict[int, _Rank]) -> SourceRun:
         counts["compared"] += len(read) >= 2
         counts["differed"] += differed
         counts["decided"] += view.decided
-        counts["marked"] += differed and view.decided
+        # Marked: apart where the decision was taken, in what the ranks read or in what their
+        # decision made of it (an idle rank's read is not kept, but its decision did nothing).
+        marked = view.decided and (differed or apart)
+        counts["marked"] += marked
         counts["apart"] += apart
-        for key, hit in (("differed", differed), ("marked", differed and view.decided),
-                         ("apart", apart)):  # fmt: skip
+        for key, hit in (("differed", differed), ("marked", marked), ("apart", apart)):
             if hit and first[key] is None:
                 first[key] = view
     probe = BY_NAME.get(name)

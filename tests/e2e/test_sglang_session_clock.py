@@ -40,6 +40,21 @@ def _session_release_parts_the_ranks(run: Path) -> None:
     assert step - max(apart) <= 8, f"no reap near the divergence at step {step}: {reaps}"
 
 
+def _sources_run_marks_the_session_clock(run: Path) -> None:
+    """`sources --run` (the dynamic half) on the run: the session clock's decision acted apart
+    (one rank closed the session, the other did not) at or before the first divergence."""
+    cmd = [sys.executable, "-m", "hicache_diag.cli.main", "sources", "--run", str(run), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(proc.stdout)
+    clock = next(s for s in data["sources"] if s["name"] == "session-clock")
+    step = json.loads((run / "verdict.json").read_text())["first_divergence"]["step"]
+    apart = clock["first_apart"]
+    assert apart is not None and apart["step"] <= step, clock
+    closed = sorted(sum(d) for d in apart["outcomes"].values())
+    assert closed[0] == 0 and closed[-1] >= 1, apart  # one rank released, another did not
+
+
 @pytest.mark.parametrize("name", RUNS)
 def test_committed_run_shows_one_rank_reaping_first(name):
     _session_release_parts_the_ranks(ROOT / "samples" / "runs" / name)
@@ -63,4 +78,5 @@ def test_live_session_close_parts_the_ranks_on_their_reap_ticks(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     _session_release_parts_the_ranks(out)
+    _sources_run_marks_the_session_clock(out)
     assert_no_children()

@@ -58,7 +58,7 @@ def test_values_that_differ_where_the_decision_acted_are_marked_with_each_rank(t
             _line(7, 1, {"l3-control-queues": {"n": 1, "v": [[1, 0, 0]], "d": [[1, 0, 0]]}})],
     })  # fmt: skip
     s = _by_name(analyze_run(run))["l3-control-queues"]
-    assert (s.steps_differed, s.steps_marked, s.steps_apart) == (1, 1, 2)
+    assert (s.steps_differed, s.steps_marked, s.steps_apart) == (1, 2, 2)
     first = s.first_marked
     assert first.step == 6 and first.decided
     assert first.values == {0: [[1, 0, 0]], 1: [[0, 0, 0]]}
@@ -78,10 +78,11 @@ def test_an_idle_rank_is_compared_as_deciding_nothing_and_a_dead_one_not_at_all(
     result = analyze_run(run)
     s = _by_name(result)["session-clock"]
     assert result.last_step == {0: 9, 1: 4, 2: 12}
-    assert (s.steps_read, s.steps_compared, s.steps_differed, s.steps_marked) == (2, 1, 1, 0)
+    assert (s.steps_read, s.steps_compared, s.steps_differed, s.steps_marked) == (2, 1, 1, 1)
     assert s.first_differed.step == 0 and not s.first_differed.decided
     # Step 9: rank 1 died at step 4 (left out), rank 2 went past it idle: it closed nothing.
     assert s.first_apart.step == 9 and s.first_apart.outcomes == {0: [1], 2: []}
+    assert s.first_marked.step == 9  # its values were not both read: its outcome parted
     assert 1 not in s.first_apart.values
     assert any("monotonic" in n for n in result.notes)  # clocks: their differences explained
 
