@@ -159,3 +159,51 @@ def test_recorder_writes_reads_of_acting_steps_and_drops_idle_polls(tmp_path):
     assert lines[0]["sources"]["l3-control-queues"] == {"n": 1, "v": [[2, 0, 1]], "d": [[2, 0, 1]]}
     assert lines[0]["sources"]["flush-deadline"]["v"] == ["probe error: ZeroDivisionError"]
     assert lines[0]["probe_errors"] == 1 and "sources_armed" in lines[0]
+
+
+class _Flush:
+    """SchedulerFlushWrapper.check_pending's shape (scheduler_components/flush_wrapper.py)."""
+
+    def __init__(self, deadline: float, idle: bool):
+        self._pending, self.idle = ("req", deadline), idle
+
+    def _is_fully_idle(self):
+        return self.idle
+
+    def check_pending(self):
+        if self._pending is None:
+            return
+        if self.idle or self._pending[1] <= 0:
+            self._pending = None
+
+
+class _Drainer:
+    def _drain_storage_control_queues_impl(self, n_storage_hit, n_backup, n_release, **_):
+        return n_storage_hit
+
+
+def test_probes_record_the_drain_counts_and_how_a_pending_flush_ended(tmp_path):
+    path = tmp_path / "rank1.jsonl"
+    rec = StepRecorder(str(path), 1, 1, 0, _Hooks())
+    rec._last_write = float("inf")
+    STATE.recorder = rec
+    try:
+        impl = source_probes._wrap_drain_impl(_Drainer._drain_storage_control_queues_impl)
+        check = source_probes._wrap_check_pending(_Flush.check_pending)
+        for hit, flush in ((0, None), (2, _Flush(-1.0, idle=False)),
+                           (0, _Flush(1e12, idle=True))):  # fmt: skip
+            rec.begin_step()
+            assert impl(_Drainer(), n_storage_hit=hit, n_backup=0, n_release=0) == hit
+            if flush is not None:
+                check(flush)
+                assert flush._pending is None
+            rec.end_step(None, None)
+    finally:
+        STATE.recorder = None
+        rec.close()
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]  # step 0 drained nothing: an idle poll
+    assert lines[0]["sources"]["l3-control-queues"] == {"n": 0, "v": [], "d": [[2, 0, 0]]}
+    assert lines[0]["sources"]["flush-deadline"]["d"] == ["timeout"]
+    assert lines[1]["sources"]["flush-deadline"]["d"] == ["flush"]
+    assert "l3-control-queues" not in lines[1]["sources"]
