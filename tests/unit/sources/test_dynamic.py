@@ -207,3 +207,13 @@ def test_probes_record_the_drain_counts_and_how_a_pending_flush_ended(tmp_path):
     assert lines[0]["sources"]["flush-deadline"]["d"] == ["timeout"]
     assert lines[1]["sources"]["flush-deadline"]["d"] == ["flush"]
     assert "l3-control-queues" not in lines[1]["sources"]
+
+
+def test_aligned_source_differs_in_its_reads_but_never_acts_apart(tmp_path):
+    # 0.5.23 with L3 (a healthy run): PP1's own queue lags PP0's, but both drain PP0's counts.
+    run = _run(tmp_path, {
+        0: [_line(628, 0, {"l3-control-queues": {"n": 1, "v": [[0, 2, 0]], "d": [[0, 2, 0]]}})],
+        1: [_line(628, 1, {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]], "d": [[0, 2, 0]]}})],
+    })  # fmt: skip
+    s = _by_name(analyze_run(run))["l3-control-queues"]
+    assert (s.steps_differed, s.steps_marked, s.steps_apart, s.first_apart) == (1, 1, 0, None)
