@@ -188,11 +188,17 @@ def render_run_sources(result, console: Console | None = None) -> None:
         for col in ("source", "file:line", "function", "decision", "alignment", "PP"):
             r.add_column(col, overflow="fold")
         for s in result.sources:
-            for row in s.static or ({},):
-                r.add_row(s.name, f"{row['file']}:{row['line']}" if row else "not found",
-                          row.get("function", ""), ", ".join(row.get("decisions", ())),
-                          row.get("alignment", ""),
-                          _pp(row["covers_pp"]) if row else "")  # fmt: skip
+            groups: dict[tuple, list[dict]] = {}  # reads of one function that agree: one row
+            for row in s.static:
+                key = (row["file"], row["function"], tuple(row["decisions"]), row["alignment"],
+                       row["covers_pp"])  # fmt: skip
+                groups.setdefault(key, []).append(row)
+            if not groups:
+                r.add_row(s.name, "not found", "", "", "", "")
+            for (file, function, decisions, alignment, covers_pp), rows in groups.items():
+                more = f" (+{len(rows) - 1})" if len(rows) > 1 else ""
+                r.add_row(s.name, f"{file}:{rows[0]['line']}{more}", function,
+                          ", ".join(decisions), alignment, _pp(covers_pp))  # fmt: skip
         console.print(r)
     armed = sorted({a for names in result.armed.values() for a in names})
     console.print(f"armed on this release: {', '.join(armed) or 'none'}; "

@@ -150,6 +150,7 @@ class _Rank:
 
 def _read_rank(path: Path) -> _Rank:
     rank = _Rank()
+    crashed: list[int] = []
     for raw in path.read_text(errors="replace").splitlines():
         try:
             line = json.loads(raw)
@@ -158,12 +159,18 @@ def _read_rank(path: Path) -> _Rank:
         step = line.get("step") if isinstance(line, dict) else None
         if not isinstance(step, int):
             continue
-        rank.last = max(rank.last, step)
         if "sources_armed" in line and rank.armed is None:
             rank.armed = list(line["sources_armed"])
-        if line.get("crashed") or "recorder_error" in line:
+        if line.get("crashed"):
+            crashed.append(step)
             continue
-        rank.lines.setdefault(step, line)
+        rank.last = max(rank.last, step)
+        if "recorder_error" not in line:
+            rank.lines.setdefault(step, line)
+    for step in crashed:
+        # Died inside a step with no line of its own: it never finished that step's decisions
+        # (the crash record repeats a written step's number when the forward raised).
+        rank.last = max(rank.last, step if step in rank.lines else step - 1)
     return rank
 
 

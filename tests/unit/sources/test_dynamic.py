@@ -72,12 +72,12 @@ def test_an_idle_rank_is_compared_as_deciding_nothing_and_a_dead_one_not_at_all(
     run = _run(tmp_path, {
         0: [_line(0, 0, {"session-clock": {"n": 1, "v": [10.0]}}),
             _line(9, 0, {"session-clock": reap})],
-        1: [_line(0, 1, {"session-clock": {"n": 1, "v": [10.001]}}), _line(4, 1, crashed=True)],
+        1: [_line(0, 1, {"session-clock": {"n": 1, "v": [10.001]}}), _line(5, 1, crashed=True)],
         2: [_line(0, 2, {"session-clock": {"n": 1, "v": [10.002]}}), _line(12, 2)],
     })  # fmt: skip
     result = analyze_run(run)
     s = _by_name(result)["session-clock"]
-    assert result.last_step == {0: 9, 1: 4, 2: 12}
+    assert result.last_step == {0: 9, 1: 4, 2: 12}  # rank 1 died inside step 5
     assert (s.steps_read, s.steps_compared, s.steps_differed, s.steps_marked) == (2, 1, 1, 1)
     assert s.first_differed.step == 0 and not s.first_differed.decided
     # Step 9: rank 1 died at step 4 (left out), rank 2 went past it idle: it closed nothing.
