@@ -16,7 +16,7 @@ EXAMPLES = """\b
 Examples:
   hicache-diag sources --source sglang-0.5.23-wheel/ --json
   hicache-diag sources --diff wheel-0.5.12.post1/ wheel-0.5.23/
-  hicache-diag sources --run RUN_DIR --sglang-python ~/sglang-0.5.23/bin/python
+  hicache-diag sources --run RUN_DIR --source wheel-0.5.23/
 
 Exit: 0 inventory printed, 2 bad input (no such tree, a Python without SGLang, a run
 dir with no recorded source reads), 1 internal error."""
