@@ -17,8 +17,9 @@ import time
 from collections import Counter
 from typing import Any
 
+from hicache_diag.sources.probes import MAX_VALUES
+
 HEARTBEAT_S = 1.0
-MAX_SOURCE_VALUES = 4  # sources.probes.MAX_VALUES (the plugin imports nothing heavy)
 MAX_SHORTAGES = 4  # per step line: the first ones carry the evidence, the count all of them
 # What every rank must hold identically at the same step (only keys actually recorded). The
 # cache counts were checked against every real run held here (0.5.12.post1-0.5.23, PP2 and
@@ -141,7 +142,7 @@ class StepRecorder:
         if rec is None:
             rec = self._reads[name] = {"n": 0, "v": []}
         rec["n"] += 1
-        if len(rec["v"]) < MAX_SOURCE_VALUES:
+        if len(rec["v"]) < MAX_VALUES:
             rec["v"].append(value)
 
     def source_decided(self, name: str, outcome: Any) -> None:

@@ -19,8 +19,8 @@ from typing import Any
 
 from hicache_diag.sglang_plugin.hook_points import STATE
 from hicache_diag.sglang_plugin.post_import import patch_attr, when_imported
+from hicache_diag.sources.probes import CONTROL_QUEUES
 
-CONTROL_QUEUES = ("prefetch_hit_queue", "ack_backup_queue", "host_mem_release_queue")
 TREES = (("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"),
          ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache"))  # fmt: skip
 
