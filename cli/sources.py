@@ -1,5 +1,6 @@
 """`hicache-diag sources`: the divergence-source inventory of a release's source tree (static),
-or the difference between two releases' inventories."""
+the difference between two releases' inventories, or which recorded reads differed across ranks
+in a real-engine run (`--run`, dynamic)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from hicache_diag.errors import UsageError
 
 EXAMPLES = """\b
 Examples:
-  hicache-diag sources --sglang-python ~/venvs/sglang-0.5.23/bin/python
   hicache-diag sources --source sglang-0.5.23-wheel/ --json
   hicache-diag sources --diff wheel-0.5.12.post1/ wheel-0.5.23/
+  hicache-diag sources --run RUN_DIR --source wheel-0.5.23/
 
-Exit: 0 inventory printed, 2 bad input (no such tree, a Python without SGLang),
-1 internal error."""
+Exit: 0 inventory printed, 2 bad input (no such tree, a Python without SGLang, a run
+dir with no recorded source reads), 1 internal error."""
 
 ENGINES = ("sglang", "builtin")
 
@@ -83,13 +84,41 @@ def register(app: typer.Typer) -> None:
         show_all: Annotated[
             bool, typer.Option("--all", help="Also list reads whose decision is unknown.")
         ] = False,
+        run: Annotated[
+            Path | None,
+            typer.Option(
+                "--run",
+                metavar="RUN_DIR",
+                help="Dynamic: which recorded reads differed across ranks in this sglang run.",
+                show_default=False,
+            ),
+        ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON.")] = False,
     ) -> None:
         """Inventory the reads of per-rank physical quantities (clocks, event readiness, queue
         and pool sizes, allocation results, storage reads) in SGLang's scheduler, cache,
         controller and session code: the decision each feeds and how ranks are aligned on it.
         With no tree named, the SGLang of the current Python. Static; heuristic rules in
-        docs/sources.md."""
+        docs/sources.md. With --run, the dynamic half: per source, the steps where the ranks
+        read different values and whether the decision it feeds acted there (with --source or
+        --sglang-python naming the run's release: each read's file:line and alignment)."""
+        if run is not None:
+            if diff is not None:
+                raise UsageError("--run reads one run dir: drop --diff")
+            if engine != "sglang":
+                raise UsageError("--run reads what the sglang plugin recorded: drop --engine")
+            from hicache_diag.sources.dynamic import analyze_run, with_inventory
+
+            result = analyze_run(run)
+            if source is not None or sglang_python is not None:  # file:line of each read
+                result = with_inventory(result, _scan(_tree(source, sglang_python, engine)))
+            if json_out:
+                print_json(result.to_json())
+            else:
+                from hicache_diag.cli.render.sources import render_run_sources
+
+                render_run_sources(result)
+            raise typer.Exit(0)
         if diff is not None:
             if source is not None or sglang_python is not None:
                 raise UsageError("--diff names both trees: drop --source/--sglang-python")

@@ -1,7 +1,9 @@
-"""Renders a sources `Inventory` (one row per read) and an `InventoryDiff`."""
+"""Renders a sources `Inventory` (one row per read), an `InventoryDiff`, and a run's dynamic
+record (`RunSources`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -135,3 +137,71 @@ def _full(label: str, text: str) -> str:
 
 def _mechs(counts: dict[str, int]) -> str:
     return ", ".join(f"{m} x{n}" for m, n in counts.items()) or "-"
+
+
+def _short(values) -> str:
+    text = json.dumps(values, separators=(",", ":"))
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _per_rank(view) -> str:
+    """`rank: values -> outcome` for each rank at a step ('-' no read, '.' decided nothing)."""
+    parts = []
+    for r, v in view.values.items():
+        d = view.outcomes.get(r) or []
+        parts.append(f"r{r}: {'-' if v is None else _short(v)}" + (f" -> {_short(d)}" if d else ""))
+    return "; ".join(parts)
+
+
+def render_run_sources(result, console: Console | None = None) -> None:
+    """`sources --run`: one row per probed source, then the first marked step of each."""
+    console = _console(console)
+    t = Table(title=f"Divergence sources in {result.run_dir} (dynamic)", title_justify="left")
+    for col in ("source", "kind", "decision", "ranks", "steps read", "differed", "decided",
+                "marked", "apart", "first differed", "decided there"):  # fmt: skip
+        t.add_column(col, overflow="fold")
+    for s in result.sources:
+        first = s.first_differed
+        t.add_row(
+            s.name, s.kind, s.decision, ",".join(map(str, s.ranks_read)) or "-",
+            str(s.steps_read), str(s.steps_differed), str(s.steps_decided),
+            str(s.steps_marked), str(s.steps_apart),
+            f"step {first.step}" if first else "-",
+            ("yes" if first.decided else "no") if first else "",
+        )  # fmt: skip
+    console.print(t)
+    console.print(
+        "differed: steps where the ranks that read it read different values; decided: steps "
+        "where the decision it feeds acted; apart: the decision's outcome differed across the "
+        "ranks at the step; marked: the decision acted and the values or its outcomes differed."
+    )
+    for s in result.sources:
+        for label, view in (("first differed", s.first_differed),
+                            ("first marked", s.first_marked),
+                            ("first apart", s.first_apart)):  # fmt: skip
+            if view is not None:
+                console.print(f"{s.name}, {label} at step {view.step}: {_per_rank(view)}")
+    if result.release is not None:
+        rel = result.release
+        r = Table(title=f"Where {rel['engine']} {rel['version']} reads them (static)",
+                  title_justify="left")  # fmt: skip
+        for col in ("source", "file:line", "function", "decision", "alignment", "PP"):
+            r.add_column(col, overflow="fold")
+        for s in result.sources:
+            groups: dict[tuple, list[dict]] = {}  # reads of one function that agree: one row
+            for row in s.static:
+                key = (row["file"], row["function"], tuple(row["decisions"]), row["alignment"],
+                       row["covers_pp"])  # fmt: skip
+                groups.setdefault(key, []).append(row)
+            if not groups:
+                r.add_row(s.name, "not found", "", "", "", "")
+            for (file, function, decisions, alignment, covers_pp), rows in groups.items():
+                more = f" (+{len(rows) - 1})" if len(rows) > 1 else ""
+                r.add_row(s.name, f"{file}:{rows[0]['line']}{more}", function,
+                          ", ".join(decisions), alignment, _pp(covers_pp))  # fmt: skip
+        console.print(r)
+    armed = sorted({a for names in result.armed.values() for a in names})
+    console.print(f"armed on this release: {', '.join(armed) or 'none'}; "
+                  f"last step per rank: {result.last_step}")  # fmt: skip
+    for note in result.notes:
+        console.print(f"note: {note}")

@@ -9,7 +9,7 @@ import logging
 import os
 import time
 
-from hicache_diag.sglang_plugin import hook_points
+from hicache_diag.sglang_plugin import hook_points, source_probes
 from hicache_diag.sglang_plugin.config import PluginConfig
 from hicache_diag.sglang_plugin.hook_points import STATE
 from hicache_diag.sglang_plugin.post_import import patch_attr, when_imported
@@ -36,6 +36,7 @@ def boot() -> None:
 
         install_cpu_shims(_config.cpu_kernel_names)
     hook_points.install_hook_points()
+    source_probes.install_source_probes()
     when_imported(SCHEDULER, _patch_scheduler)
     for module, cls in TREE_MODULES:
         when_imported(module, functools.partial(_patch_tree, cls=cls))
@@ -158,6 +159,7 @@ def _wrap_check(kind: str):
                 result = original(self, *args, **kwargs)
                 if STATE.recorder is not None and finish_count:
                     STATE.recorder.consumed(kind, finish_count)
+                    STATE.recorder.source_decided(f"dma-ack-count.{kind}", int(finish_count))
                 return result
             # Older releases count and sync inside the check: what it drained is what it popped
             # (only the scheduler thread appends to these queues).
@@ -167,6 +169,7 @@ def _wrap_check(kind: str):
             drained = before - len(queue) if queue is not None else 0
             if STATE.recorder is not None and drained > 0:
                 STATE.recorder.consumed(kind, drained)
+                STATE.recorder.source_decided(f"dma-ack-count.{kind}", drained)
             return result
 
         return check
@@ -177,6 +180,7 @@ def _wrap_check(kind: str):
 def _wrap_sync(original):
     @functools.wraps(original)
     def _sync_hicache_ready_counts(self, *args, **kwargs):
+        source_probes.read_control_queues(self)  # just before SGLang's own qsize() reads
         result = original(self, *args, **kwargs)
         if STATE.recorder is not None:
             write, load, storage = result[0], result[1], result[2]
@@ -205,6 +209,7 @@ def _wrap_count_ready(original):
         if STATE.recorder is not None and cc is not None:
             kind = "write" if ack_queue is getattr(cc, "ack_write_queue", None) else "load"
             STATE.recorder.counted(kind, n)
+            STATE.recorder.source_read(f"dma-ack-count.{kind}", int(n))
         return n
 
     return _count_ready_acks

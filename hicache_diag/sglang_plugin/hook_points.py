@@ -240,8 +240,12 @@ def _wrap_host_alloc(original):
             result = None  # what the pool returns when it is short
         else:
             result = original(self, need_size, *args, **kwargs)
-        if result is None and STATE.recorder is not None:
-            STATE.recorder.count("host_alloc_failed", 1)
+        recorder = STATE.recorder
+        if recorder is not None:
+            if result is None:
+                recorder.count("host_alloc_failed", 1)
+            recorder.source_read("host-alloc", int(need_size))  # source_probes
+            recorder.source_decided("host-alloc", int(result is not None))
         return result
 
     return alloc
@@ -313,6 +317,9 @@ def _wrap_maybe_reap(original):
 
     @functools.wraps(original)
     def maybe_reap(self, now, *args, **kwargs):
+        recorder = STATE.recorder
+        if recorder is not None and isinstance(now, int | float):  # source_probes: the clock
+            recorder.source_read("session-clock", round(now, 3))
         interval = args[0] if args else kwargs.get("interval", 1.0)
         hold = self.__dict__.get("_hicache_diag_hold_until")
         if hold is not None:
@@ -329,6 +336,7 @@ def _wrap_maybe_reap(original):
         closed = before - len(self.sessions)
         if closed > 0 and STATE.recorder is not None:
             STATE.recorder.count("sessions_closed", closed)
+            STATE.recorder.source_decided("session-clock", closed)
         return result
 
     return maybe_reap

@@ -18,6 +18,7 @@ from collections import Counter
 from typing import Any
 
 from hicache_diag import evidence as ev
+from hicache_diag.sources.probes import MAX_VALUES
 
 HEARTBEAT_S = 1.0
 MAX_SHORTAGES = 4  # per step line: the first ones carry the evidence, the count all of them
@@ -92,6 +93,11 @@ class StepRecorder:
         self._last_error_write = 0.0
         self._crash_written = False
         self._open = False  # inside get_next_batch_to_run: the step has no line yet
+        # Reads of inventoried sources since the previous step ended (sources/probes.py): a
+        # read in process_input_requests, before get_next_batch_to_run, belongs to that step.
+        self._reads: dict[str, dict[str, Any]] = {}
+        self._acted = False  # a probed decision acted: the step gets its own line
+        self._armed_written = False
 
     # -- fed by the wrappers --------------------------------------------------------------
     def count(self, key: str, n: int) -> None:
@@ -126,6 +132,24 @@ class StepRecorder:
     def synced(self, name: str, value: Any) -> None:
         self._sync[name] = value
 
+    def source_read(self, name: str, value: Any) -> None:
+        """A read of an inventoried source (sources/probes.py): its value on this rank."""
+        rec = self._reads.get(name)
+        if rec is None:
+            rec = self._reads[name] = {"n": 0, "v": []}
+        rec["n"] += 1
+        if len(rec["v"]) < MAX_VALUES:
+            rec["v"].append(value)
+
+    def source_decided(self, name: str, outcome: Any) -> None:
+        """What the decision fed by `name` did in this step; a step where one acted is written
+        (not folded into `idle_polls`), so that ranks can be compared at that step."""
+        rec = self._reads.get(name)
+        if rec is None:
+            rec = self._reads[name] = {"n": 0, "v": []}
+        rec.setdefault("d", []).append(outcome)
+        self._acted = True
+
     # -- one step ---------------------------------------------------------------------------
     def begin_step(self) -> int:
         self.hooks.step = self.step
@@ -145,6 +169,7 @@ class StepRecorder:
                              "recorder_error": f"{type(exc).__name__}: {exc}",
                              "recorder_errors": self._errors})  # fmt: skip
                 self._errors, self._last_error_write = 0, now
+        self._reads, self._acted = {}, False  # written, or an idle poll's: decided nothing
         self.step += 1
         self._open = False
 
@@ -152,13 +177,18 @@ class StepRecorder:
         line = self._line(scheduler, batch)
         busy = batch is not None or any(self._counts.values()) or any(self._consumed.values())
         busy = busy or bool(line.get("faults_fired")) or _any_queued(line.get("queues", {}))
-        busy = busy or bool(self._waits) or bool(self._acked)
+        busy = busy or bool(self._waits) or bool(self._acked) or self._acted
         now = time.monotonic()
         if busy or now - self._last_write >= HEARTBEAT_S:
             line["idle_polls"] = self._idle
             if not busy:
                 line["idle"] = True
                 line["must_agree"] = []
+            if not self._armed_written:  # once per rank: the probes this release has
+                from hicache_diag.sglang_plugin.source_probes import ARMED
+
+                line["sources_armed"] = sorted(ARMED)
+                self._armed_written = True
             self._write(line)
             self._idle, self._last_write = 0, now
             self._counts.clear()
@@ -195,7 +225,8 @@ class StepRecorder:
         line["host_shortage"] = self._counts["host_shortage"]
         if self._shortages:
             line["host_shortages"] = list(self._shortages)
-        for key in ("device_held", "load_back_declined"):  # device-alloc-fail's load-backs
+        # device-alloc-fail's load-backs; source probes that failed (source_probes.py)
+        for key in ("device_held", "load_back_declined", "probe_errors"):
             if self._counts[key]:
                 line[key] = self._counts[key]
         if self.host_held:
@@ -210,6 +241,8 @@ class StepRecorder:
             line["acks_counted"] = dict(self._counted)
         if self._acked:
             line["write_acked_nodes"] = list(self._acked)
+        if self._reads:
+            line["sources"] = self._reads
         line["faults_fired"] = self.hooks.drain_fired()
         line["must_agree"] = [k for k in MUST_AGREE if k in line]
         return line

@@ -156,3 +156,72 @@ def test_a_python_without_sglang_is_one_line_exit_2(tmp_path, capsys):
     rc = run_cli(["sources", "--sglang-python", str(py)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "SGLang is not installed" in err[0], err
+
+
+def _run_dir(root: Path) -> Path:
+    """Two PP ranks: equal L3 queue reads, then PP0 drains a storage hit PP1 has not seen."""
+    rows = {
+        0: [{"step": 1, "sources_armed": ["l3-control-queues"],
+             "sources": {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]]}}},
+            {"step": 2, "sources": {"l3-control-queues": {"n": 1, "v": [[1, 0, 0]],
+                                                          "d": [[1, 0, 0]]}}}],
+        1: [{"step": 1, "sources_armed": ["l3-control-queues"],
+             "sources": {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]]}}},
+            {"step": 2, "sources": {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]]}}}],
+    }  # fmt: skip
+    root.mkdir(parents=True, exist_ok=True)
+    for rank, lines in rows.items():
+        (root / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return root
+
+
+def test_run_marks_the_source_that_differed_where_its_decision_acted(tmp_path, capsys):
+    run = _run_dir(tmp_path / "run")
+    assert run_cli(["sources", "--run", str(run), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    jsonschema.validate(data, _schema("hicache-diag/sources-run/v1"))
+    (src,) = data["sources"]
+    assert (src["name"], src["marked"], src["steps_marked"], src["steps_apart"]) == (
+        "l3-control-queues", True, 1, 1)  # fmt: skip
+    assert src["first_marked"]["values"] == {"0": [[1, 0, 0]], "1": [[0, 0, 0]]}
+    assert src["first_marked"]["outcomes"] == {"0": [[1, 0, 0]], "1": []}
+    assert run_cli(["sources", "--run", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "(dynamic)" in out and "l3-control-queues" in out and "storage-queue-drain" in out
+    assert "first marked at step 2: r0: [[1,0,0]] -> [[1,0,0]]; r1: [[0,0,0]]" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--run", "{tmp}/missing"], "no such run directory"),
+        (["--run", "{tmp}"], "no rank*.jsonl"),
+        (["--run", "{tmp}/run", "--diff", "builtin", "builtin"], "drop --diff"),
+        (["--run", "{tmp}/run", "--engine", "builtin"], "drop --engine"),
+    ],
+)
+def test_run_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, needle):
+    _run_dir(tmp_path / "run")
+    rc = run_cli(["sources", *(a.replace("{tmp}", str(tmp_path)) for a in argv)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and needle in err[0], err
+
+
+def test_run_with_the_release_names_where_each_probed_read_is(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank, closed in ((0, {"d": [1]}), (1, {})):
+        line = {"step": 7, "sources_armed": ["session-clock"],
+                "sources": {"session-clock": {"n": 1, "v": [5.0 + rank], **closed}}}  # fmt: skip
+        (run / f"rank{rank}.jsonl").write_text(json.dumps(line) + "\n")
+    tree = _tree(tmp_path / "w", CACHE_OLD)
+    assert run_cli(["sources", "--run", str(run), "--source", str(tree), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    jsonschema.validate(data, _schema("hicache-diag/sources-run/v1"))
+    (clock,) = data["sources"]
+    assert (clock["steps_marked"], clock["steps_apart"]) == (1, 1)
+    assert [(r["file"], r["line"], r["alignment"]) for r in clock["static"]] == [
+        ("managers/scheduler.py", 6, "none")]  # fmt: skip
+    assert data["release"]["version"] == "9.9.9"
+    assert run_cli(["sources", "--run", str(run), "--source", str(tree)]) == 0
+    assert "managers/scheduler.py:6" in capsys.readouterr().out

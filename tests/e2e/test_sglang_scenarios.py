@@ -65,10 +65,11 @@ SAMPLE_RUNS = {
     "form_c_tp_host_alloc_0.5.13": "sglang-0.5.13-form-c-tp",
     "form_c_tp_host_alloc_0.5.14": "sglang-0.5.14-form-c-tp",
     "form_c_tp_host_alloc_0.5.23": "sglang-0.5.23-form-c-tp",
-    "session_close_0.5.23": "sglang-0.5.23-session-close",
+    "session_close_0.5.23": ("sglang-0.5.23-session-close", "sglang-0.5.23-session-close-sources"),
     "session_timeout_0.5.23": "sglang-0.5.23-session-timeout",
     "flush_clock_0.5.23": "sglang-0.5.23-flush-clock",
-    "l3_no_fault_0.5.18": ("sglang-0.5.18-l3-no-fault", "sglang-0.5.18-l3-no-fault-b"),
+    "l3_no_fault_0.5.18": ("sglang-0.5.18-l3-no-fault", "sglang-0.5.18-l3-no-fault-b",
+                           "sglang-0.5.18-l3-no-fault-sources"),
 }
 
 

@@ -27,6 +27,9 @@ class _Recorder:
     def consumed(self, kind, n):
         self.calls.append((kind, n))
 
+    def source_decided(self, name, outcome):  # the dynamic source probes (source_probes.py)
+        self.calls.append((name, outcome))
+
 
 def test_old_writing_check_counts_what_it_drained(monkeypatch):
     recorder = _Recorder()
@@ -41,7 +44,7 @@ def test_old_writing_check_counts_what_it_drained(monkeypatch):
 
     Tree.writing_check = boot._wrap_check("write")(Tree.writing_check)
     Tree().writing_check()
-    assert recorder.calls == [("write", 2)]
+    assert recorder.calls == [("write", 2), ("dma-ack-count.write", 2)]
 
 
 def test_new_writing_check_keeps_its_finish_count(monkeypatch):
@@ -55,4 +58,5 @@ def test_new_writing_check_keeps_its_finish_count(monkeypatch):
 
     Tree.writing_check = boot._wrap_check("write")(Tree.writing_check)
     Tree().writing_check(finish_count=3)
-    assert got == {"finish_count": 3} and recorder.calls == [("write", 3)]
+    assert got == {"finish_count": 3}
+    assert recorder.calls == [("write", 3), ("dma-ack-count.write", 3)]
