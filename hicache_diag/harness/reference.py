@@ -67,21 +67,18 @@ def compute_reference(cfg: ModelConfig, requests: list[Any]) -> dict[str, dict[s
     return ref
 
 
-def compare_outputs(outputs: dict[str, list[int]], reference: dict[str, dict]) -> list[str]:
-    """Mismatch lines (empty when equal within the tie tolerance)."""
-    problems = []
-    for rid, ref in sorted(reference.items()):
-        got = outputs.get(rid)
+def compare_outputs(outputs: dict[str, list[int]], reference: dict[str, Any]) -> list[str]:
+    """Mismatch lines (empty when equal within the tie tolerance): diagnosis/outputs.py's rule,
+    worded for the verdict."""
+    from hicache_diag.diagnosis.outputs import compare_outputs as mismatches
+
+    lines = []
+    for m in mismatches(outputs or {}, reference or {}) or []:
+        got = (outputs or {}).get(m.rid)
         if got is None:
-            problems.append(f"{rid}: no output")
-            continue
-        for i, (a, b) in enumerate(zip(got, ref["tokens"], strict=False)):
-            if a != b:
-                if ref["top2_gap"][i] < GAP_TOLERANCE:
-                    break  # a greedy tie: the rest of this request may differ
-                problems.append(f"{rid}: token {i} is {a}, reference {b}")
-                break
+            lines.append(f"{m.rid}: no output")
+        elif m.got is None or m.want is None:
+            lines.append(f"{m.rid}: {len(got)} tokens, reference {len(reference[m.rid]['tokens'])}")
         else:
-            if len(got) != len(ref["tokens"]):
-                problems.append(f"{rid}: {len(got)} tokens, reference {len(ref['tokens'])}")
-    return problems
+            lines.append(f"{m.rid}: token {m.position} is {m.got}, reference {m.want}")
+    return lines
