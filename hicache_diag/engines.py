@@ -32,6 +32,7 @@ class EngineEntry:
     trial_timeout_s: float
     builder: str  # "module:function"
     trial: str
+    releases: bool = False  # takes a release to run (--sglang-python / --sglang-version)
 
     def build(self, request: RunRequest) -> EngineConfig:
         return _load(self.builder)(request)
@@ -55,6 +56,7 @@ ENGINES: dict[str, EngineEntry] = {
         sglang_defaults.DEFAULTS,
         sglang_defaults.TRIAL_TIMEOUT_S,
         "hicache_diag.sglang.build:build", "hicache_diag.sglang.trial:run_sglang_trial",
+        releases=True,
     ),
 }  # fmt: skip
 
@@ -64,6 +66,13 @@ def engine(name: str) -> EngineEntry:
         return ENGINES[name]
     except KeyError:
         raise UsageError(f"unknown --engine {name!r}; valid: {', '.join(ENGINES)}") from None
+
+
+def require_releases(name: str, flags: str) -> None:
+    """`flags` pick releases: refused (exit 2) unless the engine `name` runs one."""
+    if not engine(name).releases:
+        takes = " or ".join(n for n, e in ENGINES.items() if e.releases)
+        raise UsageError(f"{flags} pick SGLang releases: add --engine {takes}")
 
 
 def build(request: RunRequest) -> EngineConfig:
