@@ -34,8 +34,8 @@ from rich.table import Table
 from hicache_diag.cli.bisect import with_cell_configs
 from hicache_diag.cli.main import app
 from hicache_diag.harness.bisect import BisectConfig, run_bisect
-from hicache_diag.runtime.forked_process import fork_module, preload
-from hicache_diag.runtime.launcher import RANK_PRELOAD
+from hicache_diag.harness.forked_process import fork_module, preload
+from hicache_diag.harness.launcher import RANK_PRELOAD
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
 TINY = ("--requests", "8", "--max-new-tokens", "4")

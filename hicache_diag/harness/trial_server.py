@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from hicache_diag.runtime.forked_process import fork_module, preload
+from hicache_diag.harness.forked_process import fork_module, preload
 
 MODULE = "hicache_diag.harness.bisect_child"  # a trial: the trial function, called in a fork
 PRELOAD = ("torch", MODULE, "hicache_diag.engines", "hicache_diag.harness.builtin",
@@ -97,7 +97,7 @@ def _requests(buf: bytes) -> tuple[list[dict[str, Any]], bytes]:
 def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Here, not at the top: bisect imports this module, and the CLI must not pay for torch.
-    from hicache_diag.runtime.launcher import RANK_PRELOAD
+    from hicache_diag.harness.launcher import RANK_PRELOAD
 
     preload((*PRELOAD, *RANK_PRELOAD))
     _send({"ready": os.getpid()})

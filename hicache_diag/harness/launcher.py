@@ -27,7 +27,7 @@ from typing import IO, Any
 import torch.distributed as dist
 
 from hicache_diag.errors import UsageError
-from hicache_diag.runtime.forked_process import ForkedProcess, fork_module, preload
+from hicache_diag.harness.forked_process import ForkedProcess, fork_module, preload
 from hicache_diag.runtime.server_args import ServerArgs
 
 START_METHOD_ENV = "HICACHE_DIAG_RANK_START"
