@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hicache_diag.errors import UsageError
@@ -32,6 +33,8 @@ class EngineEntry:
     trial_timeout_s: float
     builder: str  # "module:function"
     trial: str
+    # `sources --engine NAME`: "module:function", (--source, --sglang-python) -> sources Tree.
+    source_tree: str = ""
     releases: bool = False  # takes a release to run (--sglang-python / --sglang-version)
 
     def build(self, request: RunRequest) -> EngineConfig:
@@ -39,6 +42,10 @@ class EngineEntry:
 
     def run(self, cfg: EngineConfig, argv: list[str] | None, on_progress: Progress | None):
         return _load(self.trial)(cfg, argv, on_progress)
+
+    def sources(self, source: Path | None, python: str | None):
+        """The source tree `sources` scans for this engine (sources/locate.py `Tree`)."""
+        return _load(self.source_tree)(source, python)
 
 
 def _load(dotted: str) -> Callable[..., Any]:
@@ -50,13 +57,14 @@ ENGINES: dict[str, EngineEntry] = {
     "builtin": EngineEntry(
         "builtin", "our compact runtime", builtin.DEFAULTS, builtin.TRIAL_TIMEOUT_S,
         "hicache_diag.harness.builtin:build", "hicache_diag.harness.trial:run_trial",
+        source_tree="hicache_diag.sources.locate:builtin_engine_tree",
     ),
     "sglang": EngineEntry(
         "sglang", "the real SGLang server",
         sglang_defaults.DEFAULTS,
         sglang_defaults.TRIAL_TIMEOUT_S,
         "hicache_diag.sglang.build:build", "hicache_diag.sglang.trial:run_sglang_trial",
-        releases=True,
+        source_tree="hicache_diag.sources.locate:sglang_engine_tree", releases=True,
     ),
 }  # fmt: skip
 
