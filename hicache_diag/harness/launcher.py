@@ -38,6 +38,7 @@ RANK_PRELOAD = (
     "setproctitle",
     "hicache_diag.harness.rundir",
     "hicache_diag.harness.workload",
+    "hicache_diag.faults",  # every injector module, installed by each rank
     "hicache_diag.probes.recorder",
     "hicache_diag.runtime.distributed.parallel_state",
     "hicache_diag.runtime.managers.scheduler",
