@@ -8,11 +8,11 @@ first step any rank records (rank processes starting, importing torch, joining g
 is measured now, for each rank start method (`$HICACHE_DIAG_RANK_START`, which every trial
 inherits): `spawn` (before: `python -m` per rank) and `fork` (after: forks of the launcher with
 torch imported). `outside s` = wall time per trial slot (60 / trials per minute x jobs) minus
-the trial's own duration: the `run` CLI process around the trial (interpreter, its own torch
-import, manifest, classification), the part a fork per rank cannot remove. With --warm, one
-more row: a prototype of what a bisect trial server would give (not what `bisect` does today):
-each trial is a fork of this process with the CLI and torch imported, so the trial's own
-interpreter start and torch import go too. Prints a table; asserts nothing.
+the trial's own duration: the trial process around the trial loop (bisect's trials are forks of
+its warm trial server, harness/trial_server.py, unless HICACHE_DIAG_TRIAL_START=spawn), the part
+a fork per rank cannot remove. With --warm, one more row: trials one after another, each the
+`run` CLI forked from this process with the CLI and torch imported. Prints a table; asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from hicache_diag.cli.bisect import with_cell_configs
+from hicache_diag.cli.main import app
 from hicache_diag.harness.bisect import BisectConfig, run_bisect
-from hicache_diag.runtime.forked_process import fork_module, preload
-from hicache_diag.runtime.launcher import RANK_PRELOAD
+from hicache_diag.harness.forked_process import fork_module, preload
+from hicache_diag.harness.launcher import RANK_PRELOAD
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
 TINY = ("--requests", "8", "--max-new-tokens", "4")
@@ -63,7 +65,7 @@ def trials_per_minute(trials: int, jobs: int, run_args: tuple[str, ...], method:
     """(trials per minute, errors, median rank start-up seconds, median trial seconds)."""
     os.environ["HICACHE_DIAG_RANK_START"] = method  # the trials' `run` subprocesses inherit it
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = BisectConfig((), trials, jobs, 0, Path(tmp), run_args, trial_timeout_s=120)
+        cfg, _ = with_cell_configs(app, BisectConfig((), trials, jobs, 0, Path(tmp), run_args), 120)
         t0 = time.perf_counter()
         table = run_bisect(cfg)
         wall = time.perf_counter() - t0

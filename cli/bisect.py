@@ -70,9 +70,9 @@ def _releases(python: str | None, version: str | None, engine: str) -> tuple[lis
         return [], {}
     if python is not None and version is not None:
         raise UsageError("--sglang-python and --sglang-version both name the releases: give one")
-    if engine != "sglang":
-        raise UsageError("--sglang-python/--sglang-version pick SGLang releases: add "
-                         "--engine sglang")  # fmt: skip
+    from hicache_diag.engines import require_releases
+
+    require_releases(engine, "--sglang-python/--sglang-version")
     if version is not None:
         versions = parse_values("--sglang-version", version)
         pythons = [_venv_python(v) for v in versions]
@@ -117,29 +117,29 @@ def _refuse_flat_axes(axes: tuple[Axis, ...]) -> None:
             )
 
 
-def _check_cells(app: typer.Typer, cfg: BisectConfig) -> tuple[int, float]:
-    """Parse and validate every cell's `run` arguments as `run` itself would, with the cell's own
-    engine, before any trial starts: a bad pass-through flag, axis value or release is one line
-    and exit 2, not N failed trials. Returns the most ranks any cell runs and the longest trial
-    timeout of the cells' engines."""
+def with_cell_configs(app: typer.Typer, cfg: BisectConfig,
+                      trial_timeout: float | None = None) -> tuple[BisectConfig, int]:  # fmt: skip
+    """Each cell's engine config, built as `run` builds it (the `run` flags and the cell's axis
+    values -> one request -> its engine's `build`), once, before any trial starts: a bad
+    pass-through flag, axis value or release is one line and exit 2, not N failed trials.
+    Returns the config holding them, with `trial_timeout` (--trial-timeout) or else the longest
+    trial timeout of the cells' engines, and the most ranks any cell runs."""
     from hicache_diag.cli.run import build_engine_config
     from hicache_diag.engines import engine
-    from hicache_diag.harness.bisect import matrix
+    from hicache_diag.harness.bisect import cell_argv, matrix
 
     run = typer.main.get_command(app).commands["run"]
-    world, timeout = 1, 0.0
+    configs = []
     for values in matrix(cfg.axes):
-        argv = [*cfg.run_args]
-        for axis in cfg.axes:
-            argv += axis.args(values[axis.name])
-        ctx = run.make_context("run", argv, resilient_parsing=False)
+        ctx = run.make_context("run", cell_argv(cfg, values), resilient_parsing=False)
         params = dict(ctx.params)
         if params.get("out") is not None:
             raise UsageError("give --out to bisect itself (the parent of every trial's run dir)")
-        built = build_engine_config(params)
-        world = max(world, built.world_size)
-        timeout = max(timeout, engine(built.engine).trial_timeout_s)
-    return world, timeout
+        configs.append(build_engine_config(params))
+    world = max(c.world_size for c in configs)
+    if trial_timeout is None:  # each engine's own: real SGLang starts in tens of seconds
+        trial_timeout = max(engine(c.engine).trial_timeout_s for c in configs)
+    return replace(cfg, cells=tuple(configs), trial_timeout_s=trial_timeout), world
 
 
 def _cells(axes: tuple[Axis, ...]) -> int:
@@ -297,8 +297,7 @@ def register(app: typer.Typer) -> None:
         check_writable(out)  # a file, non-empty or unwritable: 2
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         out = Path(out) if out is not None else Path("runs") / f"bisect-{stamp}"
-        cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(run_args),
-                           trial_timeout if trial_timeout is not None else 1.0)
+        cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(run_args))
         if not axes:
             raise UsageError(
                 "bisect needs a matrix: --storage-backend V1,V2, --hicache-size S1,S2, "
@@ -309,9 +308,7 @@ def register(app: typer.Typer) -> None:
         check_seed(seed)
         check_seed(seed + trials - 1, "--seed + --trials - 1")  # trial j runs seed + j
         with PhaseStatus(err_console, json_out, f"checking {_cells(axes)} cell(s)"):
-            world, engine_timeout = _check_cells(app, cfg)  # sglang: probes each release
-        if trial_timeout is None:  # each engine's own: real SGLang starts in tens of seconds
-            cfg = replace(cfg, trial_timeout_s=engine_timeout)
+            cfg, world = with_cell_configs(app, cfg, trial_timeout)  # sglang: probes releases
         check_jobs(jobs, world)
         labels = _release_labels(axes[-1].values, versions) if len(pythons) > 1 else {}
         progress, on_result = trial_progress(err_console, _cells(axes) * trials, quiet=json_out)

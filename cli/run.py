@@ -67,6 +67,15 @@ def build_engine_config(flags: dict[str, Any]) -> EngineConfig:
     return build(request_from_flags(flags))
 
 
+def config_from_argv(argv: list[str]) -> EngineConfig:
+    """What `hicache-diag run ARGV` would run, parsed and built as `run` does (the benches'
+    trials; bisect's cells)."""
+    from hicache_diag.cli.main import app
+
+    command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    return build_engine_config(dict(command.make_context("run", list(argv)).params))
+
+
 def build_run_config(flags: dict[str, Any]) -> EngineConfig:
     """The builtin engine's config (the request's engine is not asked)."""
     return engine("builtin").build(request_from_flags(flags))

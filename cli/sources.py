@@ -21,21 +21,14 @@ Examples:
 Exit: 0 inventory printed, 2 bad input (no such tree, a Python without SGLang, a run
 dir with no recorded source reads), 1 internal error."""
 
-ENGINES = ("sglang", "builtin")
-
-
 def _tree(source: Path | None, python: str | None, engine: str):
-    from hicache_diag.sources.locate import builtin_tree, python_tree, source_tree
+    from hicache_diag.engines import ENGINES
 
     if engine not in ENGINES:
         raise UsageError(f"--engine {engine}: choose one of {', '.join(ENGINES)}")
     if source is not None and python is not None:
         raise UsageError("--source and --sglang-python name two trees: give one")
-    if engine == "builtin":
-        if source is not None or python is not None:
-            raise UsageError("--engine builtin scans our runtime: drop --source/--sglang-python")
-        return builtin_tree()
-    return source_tree(source) if source is not None else python_tree(python)
+    return ENGINES[engine].sources(source, python)
 
 
 def _scan(tree):

@@ -13,10 +13,10 @@ from typing import Annotated
 import typer
 
 from hicache_diag.cli.render.console import err_console, print_json
+from hicache_diag.engines import build, run_trial
 from hicache_diag.errors import HicacheDiagError, UsageError
-from hicache_diag.limits import check_builtin_run, check_seed
-from hicache_diag.runtime.protocol import build_protocol
-from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig
+from hicache_diag.harness.engine import EngineConfig
+from hicache_diag.harness.request import RunRequest
 
 # Small device pool so shared prefixes are evicted to host and hit there; one new token per
 # request so each prefill's insert (and its write-through) happens in its own result slot.
@@ -26,21 +26,19 @@ DEVICE_TOKENS = 128
 PROTOCOL = "l2"
 
 
-def build_config(pp: int, async_depth: int, requests: int, seed: int, out: Path) -> RunConfig:
-    check_seed(seed)
+def build_config(pp: int, async_depth: int, requests: int, seed: int,
+                 out: Path | None) -> EngineConfig:  # fmt: skip
+    """The measuring run: a `run` request of the builtin engine, built (and checked) by it."""
     if requests < 4:
         raise UsageError(f"--requests must be >= 4 to produce host hits (got {requests})")
-    server = ServerArgs(
-        pp_size=pp, pp_async_batch_depth=async_depth, max_total_tokens=DEVICE_TOKENS
-    )
-    workload = WorkloadConfig("shared-prefix", requests=requests, max_new_tokens=1, seed=seed)
-    cfg = RunConfig(server, build_protocol(PROTOCOL), workload, seed=seed, out=str(out))
-    check_builtin_run(cfg)
-    return cfg
+    flags = {"engine": "builtin", "pp": pp, "async_depth": async_depth,
+             "max_total_tokens": DEVICE_TOKENS, "protocol": PROTOCOL, "workload": "shared-prefix",
+             "requests": requests, "max_new_tokens": 1, "seed": seed,
+             "out": None if out is None else str(out)}  # fmt: skip
+    return build(RunRequest(flags))
 
 
-def _run(cfg: RunConfig):
-    from hicache_diag.harness.trial import run_trial
+def _run(cfg: EngineConfig):
     from hicache_diag.verdict import Outcome
 
     result = run_trial(cfg, ["hicache-diag", *sys.argv[1:]])
@@ -92,11 +90,11 @@ def register(app: typer.Typer) -> None:
         from hicache_diag.harness.rundir import check_writable
 
         check_writable(out)
-        build_config(pp, async_depth, requests, seed, Path(tempfile.gettempdir()))  # checks only
+        build_config(pp, async_depth, requests, seed, None)  # checks only
         tmp = out is None
         run_dir = Path(tempfile.mkdtemp(prefix="hicache-timeline-")) if tmp else Path(out)
         cfg = build_config(pp, async_depth, requests, seed, run_dir)
-        loop = cfg.server_args.pp_loop_size
+        loop = pp + async_depth  # the PP event loop's micro-batch slots
         err_console.print(f"timeline: PP{pp} + {async_depth} async slot(s), loop size {loop}")
         _run(cfg)
         table = compute_timeline(run_dir, pp, async_depth)

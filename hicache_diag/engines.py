@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hicache_diag.errors import UsageError
@@ -32,12 +33,19 @@ class EngineEntry:
     trial_timeout_s: float
     builder: str  # "module:function"
     trial: str
+    # `sources --engine NAME`: "module:function", (--source, --sglang-python) -> sources Tree.
+    source_tree: str = ""
+    releases: bool = False  # takes a release to run (--sglang-python / --sglang-version)
 
     def build(self, request: RunRequest) -> EngineConfig:
         return _load(self.builder)(request)
 
     def run(self, cfg: EngineConfig, argv: list[str] | None, on_progress: Progress | None):
         return _load(self.trial)(cfg, argv, on_progress)
+
+    def sources(self, source: Path | None, python: str | None):
+        """The source tree `sources` scans for this engine (sources/locate.py `Tree`)."""
+        return _load(self.source_tree)(source, python)
 
 
 def _load(dotted: str) -> Callable[..., Any]:
@@ -49,12 +57,14 @@ ENGINES: dict[str, EngineEntry] = {
     "builtin": EngineEntry(
         "builtin", "our compact runtime", builtin.DEFAULTS, builtin.TRIAL_TIMEOUT_S,
         "hicache_diag.harness.builtin:build", "hicache_diag.harness.trial:run_trial",
+        source_tree="hicache_diag.sources.locate:builtin_engine_tree",
     ),
     "sglang": EngineEntry(
         "sglang", "the real SGLang server",
         sglang_defaults.DEFAULTS,
         sglang_defaults.TRIAL_TIMEOUT_S,
         "hicache_diag.sglang.build:build", "hicache_diag.sglang.trial:run_sglang_trial",
+        source_tree="hicache_diag.sources.locate:sglang_engine_tree", releases=True,
     ),
 }  # fmt: skip
 
@@ -64,6 +74,13 @@ def engine(name: str) -> EngineEntry:
         return ENGINES[name]
     except KeyError:
         raise UsageError(f"unknown --engine {name!r}; valid: {', '.join(ENGINES)}") from None
+
+
+def require_releases(name: str, flags: str) -> None:
+    """`flags` pick releases: refused (exit 2) unless the engine `name` runs one."""
+    if not engine(name).releases:
+        takes = " or ".join(n for n, e in ENGINES.items() if e.releases)
+        raise UsageError(f"{flags} pick SGLang releases: add --engine {takes}")
 
 
 def build(request: RunRequest) -> EngineConfig:

@@ -18,7 +18,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from hicache_diag.hooks import Hooks
 
 _ctx = threading.local()
 
@@ -107,7 +112,7 @@ class Link:
                 work._posted.set()
 
 
-def install(hooks: Any, dist: Any) -> Link:
+def install(hooks: Hooks, dist: ModuleType) -> Link:
     """Wrap `dist.isend` / `dist.send` of this process (torch.distributed) for `hooks`."""
     link = Link()
     real_isend, real_send = dist.isend, dist.send

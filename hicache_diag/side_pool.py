@@ -12,10 +12,22 @@ Both engines call `settle` once per scheduler step (docs/faults.md, `host-shorta
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from hicache_diag.hooks import Hooks
 
 
-def page_of(pool: Any) -> int:
+class TokenPool(Protocol):
+    """What a side pool asks of a pool, SGLang's host pool or ours (`memory_pool_host`); an
+    optional `page_size` / `logical_page_size` and `size` are read with getattr."""
+
+    def available_size(self) -> int: ...
+    def alloc(self, need_size: int) -> Any: ...  # an index tensor, or None when it is short
+    def free(self, indices: Any) -> Any: ...
+
+
+def page_of(pool: TokenPool) -> int:
     """The pool's allocation unit: SGLang 0.5.2x widens it under DCP (`logical_page_size`)."""
     return int(getattr(pool, "logical_page_size", None) or getattr(pool, "page_size", 1) or 1)
 
@@ -27,7 +39,7 @@ class SidePool:
         self._chunks: list[Any] = []  # index tensors, as the pool's alloc returned them
         self.tokens = 0
 
-    def settle(self, pool: Any, target: int) -> int:
+    def settle(self, pool: TokenPool, target: int) -> int:
         """Grow toward `target` tokens with what the pool has free (never by making it fail),
         or give chunks back until at most `target` are held. Returns the tokens held."""
         page = page_of(pool)
@@ -46,7 +58,7 @@ class SidePool:
             self.tokens -= int(chunk.numel())
         return self.tokens
 
-    def hold(self, hooks: Any, pool: Any) -> int:
+    def hold(self, hooks: Hooks | None, pool: TokenPool | None) -> int:
         """Ask the `host_hold` point how much to hold at this step, then hold it."""
         if pool is None or hooks is None:
             return self.tokens

@@ -1,9 +1,11 @@
 """bisect: repeat `run` trials over a matrix of switches, in parallel, into a BisectTable.
 
-Each trial is its own `hicache-diag run ... --json --out DIR` process in its own process group,
-so a trial (launcher and ranks) can be killed as a whole on timeout or Ctrl-C. Trials are forked
-from a warm trial server (harness/trial_server.py: torch and the CLI imported once per bisect)
-unless HICACHE_DIAG_TRIAL_START=spawn, the server does not come up, or `command` is not `run`.
+Each cell's engine config is built once (by the CLI, from the `run` flags and the cell's axis
+values: one request, the engine registry's `build`); each trial is that config with its own seed
+and run dir, run by the trial function in its own process in its own process group, so a trial
+(engine and ranks) can be killed as a whole on timeout or Ctrl-C; its result is its verdict.json.
+Trials are forked from a warm trial server (harness/trial_server.py: torch and the trial loop
+imported once per bisect) unless HICACHE_DIAG_TRIAL_START=spawn or the server does not come up.
 """
 
 from __future__ import annotations
@@ -23,12 +25,8 @@ from hicache_diag.diagnosis.bisect_table import (
     TrialResult,
 )
 from hicache_diag.errors import UsageError
-from hicache_diag.harness.bisect_trials import (
-    RUN_COMMAND,
-    PlannedTrial,
-    TrialRunner,
-    trial_env,
-)
+from hicache_diag.harness.bisect_trials import TRIAL, PlannedTrial, TrialRunner, trial_env
+from hicache_diag.harness.engine import EngineConfig
 from hicache_diag.harness.trial_server import TrialServer
 from hicache_diag.runtime.protocol import SWITCHES
 
@@ -58,8 +56,10 @@ class BisectConfig:
     out: Path = Path("runs/bisect")
     run_args: tuple[str, ...] = ()  # every other `run` flag, applied to all cells
     trial_timeout_s: float = 300.0
-    # The trial command; tests substitute a stand-in script for `run`.
-    command: tuple[str, ...] = RUN_COMMAND
+    # One engine config per cell, in matrix() order, built from cell_argv() (the CLI's part).
+    cells: tuple[EngineConfig, ...] = ()
+    # The trial function, "module:function"; tests substitute a stand-in.
+    trial: str = TRIAL
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -109,22 +109,32 @@ def _slug(values: dict[str, str]) -> str:
     return "".join(ch if ch.isalnum() or ch in "=-_." else "-" for ch in text)
 
 
-def trial_argv(cfg: BisectConfig, values: dict[str, str], seed: int, out: Path) -> list[str]:
-    argv = [*cfg.command, *cfg.run_args]
+def cell_argv(cfg: BisectConfig, values: dict[str, str]) -> list[str]:
+    """The `run` flags of one cell: the pass-through flags, then the cell's axis values."""
+    argv = [*cfg.run_args]
     for axis in cfg.axes:
         argv += axis.args(values[axis.name])
+    return argv
+
+
+def trial_argv(cfg: BisectConfig, values: dict[str, str], seed: int, out: Path) -> list[str]:
+    """The `hicache-diag run` line that reproduces one trial (its manifest records it)."""
+    argv = ["hicache-diag", "run", *cell_argv(cfg, values)]
     return argv + ["--seed", str(seed), "--out", str(out), "--json"]
 
 
 def _plan(cfg: BisectConfig) -> tuple[list[Cell], list[PlannedTrial]]:
     cells = [Cell(values) for values in matrix(cfg.axes)]
+    if len(cfg.cells) != len(cells):
+        raise ValueError(f"{len(cfg.cells)} cell configs for {len(cells)} cells")
     trials = []
     # Trial j uses the same seed in every cell (paired comparison between cells).
     for j in range(cfg.trials):
         for i, cell in enumerate(cells):
             seed = cfg.base_seed + j
             out = cfg.out / f"cell{i}-{_slug(cell.values)}" / f"trial{j}-seed{seed}"
-            trials.append(PlannedTrial(i, seed, out, trial_argv(cfg, cell.values, seed, out)))
+            argv = trial_argv(cfg, cell.values, seed, out)
+            trials.append(PlannedTrial(i, seed, out, argv, cfg.cells[i].for_trial(seed, str(out))))
     return cells, trials
 
 
@@ -141,7 +151,7 @@ def run_bisect(cfg: BisectConfig, on_result: OnResult | None = None) -> BisectTa
     and returns the partial table with `interrupted` set."""
     cells, trials = _plan(cfg)
     table = BisectTable([a.name for a in cfg.axes], cells, describe=describe_axis)
-    runner = TrialRunner(cfg.trial_timeout_s)
+    runner = TrialRunner(cfg.trial_timeout_s, trial_fn=cfg.trial)
     pool = ThreadPoolExecutor(max_workers=cfg.jobs, thread_name_prefix="bisect-trial")
     futures: dict[Future, PlannedTrial] = {}
     clean = False
@@ -166,7 +176,7 @@ def run_bisect(cfg: BisectConfig, on_result: OnResult | None = None) -> BisectTa
 
 
 def _warm_server(cfg: BisectConfig) -> TrialServer | None:
-    if cfg.command != RUN_COMMAND or os.environ.get(TRIAL_START_ENV, "fork") == "spawn":
+    if os.environ.get(TRIAL_START_ENV, "fork") == "spawn":
         return None
     return TrialServer.start(cfg.out / "trial-server.log", trial_env())
 
@@ -182,6 +192,6 @@ def _collect(res: TrialResult | None, cell: Cell, on_result: OnResult | None) ->
 
 
 __all__ = [
-    "HOST_AXIS", "STORAGE_AXIS", "Axis", "BisectConfig", "matrix", "parse_switch", "parse_values",
-    "run_bisect", "trial_argv",
+    "HOST_AXIS", "STORAGE_AXIS", "Axis", "BisectConfig", "cell_argv", "matrix", "parse_switch",
+    "parse_values", "run_bisect", "trial_argv",
 ]  # fmt: skip

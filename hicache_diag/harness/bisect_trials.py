@@ -1,6 +1,6 @@
-"""Run one bisect trial as its own process group and read its verdict: forked by the warm trial
-server (harness/trial_server.py) or started as a `run` subprocess; killed whole on timeout or
-Ctrl-C."""
+"""Run one bisect trial as its own process group and read its verdict.json: the trial function
+is called in a fork of the warm trial server (harness/trial_server.py) or a spawned
+`bisect_child` process (harness/bisect_child.py); killed whole on timeout or Ctrl-C."""
 
 from __future__ import annotations
 
@@ -14,11 +14,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.bisect_table import TrialResult
-from hicache_diag.harness.trial_server import TrialServer, WarmTrial
-from hicache_diag.verdict import ExitCode
+from hicache_diag.harness.bisect_child import TrialPlan
+from hicache_diag.harness.engine import EngineConfig
+from hicache_diag.harness.trial_server import MODULE, TrialServer, WarmTrial
+from hicache_diag.verdict import ExitCode, Outcome, Verdict
 
-RUN_COMMAND = (sys.executable, "-m", "hicache_diag.cli.main", "run")
+TRIAL = "hicache_diag.engines:run_trial"  # the trial function, through the engine registry
 
 
 @dataclass(slots=True)
@@ -26,48 +29,51 @@ class PlannedTrial:
     cell: int
     seed: int
     out: Path
-    argv: list[str]
+    argv: list[str]  # the `hicache-diag run` line that reproduces it
+    config: EngineConfig  # the cell's config with this trial's seed and run dir
+
+    @property
+    def log(self) -> Path:
+        """The trial process's stdout and stderr (one file), beside its run dir."""
+        return self.out.parent / f"{self.out.name}.log"
+
+    @property
+    def plan(self) -> Path:
+        return self.out.parent / f"{self.out.name}.plan"
 
 
-def _last_line(text: str) -> str:
-    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+def _last_line(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1].strip() if lines else ""
 
 
-def _read_verdict(stdout: str, out: Path) -> dict | None:
-    for line in reversed((stdout or "").strip().splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and "outcome" in data:
-            return data
+def read_verdict(run_dir: Path) -> Verdict | None:
+    """The trial's verdict.json (written last, atomically); None when it was never written."""
     try:
-        return json.loads((out / "verdict.json").read_text())
-    except (OSError, ValueError):
+        return Verdict.from_json(json.loads((run_dir / ev.VERDICT).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _result(trial: PlannedTrial, rc: int, stdout: str, stderr: str, wall_s: float) -> TrialResult:
+def _result(trial: PlannedTrial, rc: int, wall_s: float) -> TrialResult:
     if rc == ExitCode.BAD_INPUT:
-        return TrialResult(
-            trial.seed, str(trial.out), None, error=f"bad input: {_last_line(stderr)}"
-        )
-    verdict = _read_verdict(stdout, trial.out)
+        why = _last_line(trial.log).removeprefix("hicache-diag: error: ")
+        return TrialResult(trial.seed, str(trial.out), None, error=f"bad input: {why}")
+    verdict = read_verdict(trial.out)
     if verdict is None:
-        why = _last_line(stderr) or "no verdict"
+        why = _last_line(trial.log) or "no verdict"
         return TrialResult(trial.seed, str(trial.out), None, error=f"exit {rc}: {why}")
-    if verdict.get("outcome") in ("undecided", "interrupted"):
+    if verdict.outcome in (Outcome.UNDECIDED, Outcome.INTERRUPTED):
         # Neither a pass nor a failure of the system: listed with the errors, not counted.
-        why = f"{verdict['outcome']}: {verdict.get('signature')}"
+        why = f"{verdict.outcome.value}: {verdict.signature}"
         return TrialResult(trial.seed, str(trial.out), None, error=why)
-    return TrialResult(
-        trial.seed,
-        str(trial.out),
-        str(verdict.get("outcome")),
-        verdict.get("form"),
-        float(verdict.get("duration_s") or wall_s),
-    )
+    form = verdict.form.value if verdict.form else None
+    return TrialResult(trial.seed, str(trial.out), verdict.outcome.value, form,
+                       float(verdict.duration_s or wall_s))  # fmt: skip
 
 
 Trial = subprocess.Popen | WarmTrial
@@ -103,26 +109,29 @@ def trial_env() -> dict[str, str]:
 
 
 class TrialRunner:
-    """Runs trials (forked by the warm server, else subprocesses) and keeps their handles so
-    they can all be killed at once."""
+    """Runs trials (forked by the warm server, else spawned) and keeps their handles so they can
+    all be killed at once. `trial_fn`: the trial function each trial process calls."""
 
-    def __init__(self, timeout_s: float, server: TrialServer | None = None) -> None:
+    def __init__(self, timeout_s: float, server: TrialServer | None = None,
+                 trial_fn: str = TRIAL) -> None:  # fmt: skip
         self.timeout_s = timeout_s
+        self.trial_fn = trial_fn
         self.server = server
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._procs: dict[int, Trial] = {}
 
     def _launch(self, trial: PlannedTrial) -> Trial:
+        TrialPlan(self.trial_fn, trial.config, tuple(trial.argv)).save(trial.plan)
         if self.server is not None:
-            log = trial.out.parent / f"{trial.out.name}.log"
-            warm = self.server.submit(trial.argv[len(RUN_COMMAND) - 1 :], log)
+            warm = self.server.submit([str(trial.plan)], trial.log)
             if warm is not None:
                 return warm
-        return subprocess.Popen(
-            trial.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True, env=trial_env(),
-        )  # fmt: skip
+        with open(trial.log, "wb") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", MODULE, str(trial.plan)], stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=trial_env(),
+            )  # fmt: skip
 
     def _start(self, trial: PlannedTrial) -> Trial | None:
         trial.out.parent.mkdir(parents=True, exist_ok=True)
@@ -139,18 +148,19 @@ class TrialRunner:
         if proc is None:
             return None
         try:
-            stdout, stderr = proc.communicate(timeout=self.timeout_s)
+            rc = proc.wait(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             kill_group(proc)
-            proc.communicate()
+            proc.wait()
             why = f"timed out after {self.timeout_s:g}s"
             return TrialResult(trial.seed, str(trial.out), None, error=why)
         finally:
             with self._lock:
                 self._procs.pop(proc.pid, None)
+            trial.plan.unlink(missing_ok=True)
         if self.stopping.is_set():
             return None  # killed by Ctrl-C: not a trial outcome
-        return _result(trial, proc.returncode, stdout, stderr, time.monotonic() - start)
+        return _result(trial, rc, time.monotonic() - start)
 
     def kill_all(self) -> None:
         with self._lock:

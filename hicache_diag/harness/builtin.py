@@ -14,8 +14,8 @@ from hicache_diag.harness.request import RunRequest
 
 if TYPE_CHECKING:
     from hicache_diag.harness.engine import Failure, Progress
+    from hicache_diag.harness.launcher import RankProcess
     from hicache_diag.harness.trial import TrialWatch
-    from hicache_diag.runtime.launcher import RankProcess
     from hicache_diag.runtime.protocol import ProtocolConfig
     from hicache_diag.runtime.server_args import RunConfig, ServerArgs
     from hicache_diag.verdict import Verdict
@@ -174,7 +174,7 @@ CASCADE_GRACE_S = 1.0  # survivors of a crash get this long to log their own err
 
 class BuiltinEngine:
     """Our runtime beneath the one trial loop (harness/engine.py `Engine`): forked or spawned
-    ranks (runtime/launcher.py) that run their own workload; the no-cache reference is computed
+    ranks (harness/launcher.py) that run their own workload; the no-cache reference is computed
     here while they run."""
 
     poll_s = POLL_S
@@ -186,11 +186,11 @@ class BuiltinEngine:
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         self.started_at = time.time()
-        self.launcher: Any = None  # runtime.launcher.Launcher, made by prepare()
+        self.launcher: Any = None  # harness.launcher.Launcher, made by prepare()
         self.run_dir: Path | None = None
 
     def prepare(self, run_dir: Path) -> None:
-        from hicache_diag.runtime.launcher import Launcher
+        from hicache_diag.harness.launcher import Launcher
 
         self.run_dir = run_dir
         self.launcher = Launcher(run_dir, self.cfg.server_args)

@@ -105,3 +105,8 @@ class EngineConfig(Protocol):
 
     @property
     def world_size(self) -> int: ...
+
+    def for_trial(self, seed: int, out: str) -> EngineConfig:
+        """The same run with another seed and run dir, every seeded part following `seed`:
+        bisect builds each cell's config once and each of its trials from it."""
+        ...

@@ -1,14 +1,14 @@
 """A warm process that forks bisect trials, so that a trial skips the interpreter start and the
-torch import of its own `run` process (ours; bench/bisect_throughput.py measures it).
+torch import of its own process (ours; bench/bisect_throughput.py measures it).
 
 Run as `python -m hicache_diag.harness.trial_server`: a fresh, single-threaded interpreter
 (forking from bisect itself would copy locks its progress and pool threads may hold). Protocol,
 one JSON object a line: bisect writes `{id, module, argv, log}` to the server's stdin; the
 server answers `{id, pid}` when the trial started and `{id, rc}` when it ended. A trial is
-`python -m MODULE ARGV` (`hicache-diag run ...`) with stdout and stderr on the file `log`, in its
-own session, so its pid is its process group and bisect kills it whole. The server ignores
-SIGINT (bisect decides what to kill); when its stdin closes (bisect ended or died) it kills
-every trial still running, reaps and exits.
+`python -m MODULE ARGV` (harness/bisect_child.py: the trial function on one planned trial)
+with stdout and stderr on the file `log`, in its own session, so its pid is its process group
+and bisect kills it whole. The server ignores SIGINT (bisect decides what to kill); when its
+stdin closes (bisect ended or died) it kills every trial still running, reaps and exits.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ import threading
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from hicache_diag.runtime.forked_process import fork_module, preload
+from hicache_diag.harness.forked_process import fork_module, preload
 
-MODULE = "hicache_diag.cli.main"
-PRELOAD = ("torch", MODULE, "hicache_diag.harness.trial", "hicache_diag.diagnosis.classify")
+MODULE = "hicache_diag.harness.bisect_child"  # a trial: the trial function, called in a fork
+PRELOAD = ("torch", MODULE, "hicache_diag.engines", "hicache_diag.harness.builtin",
+           "hicache_diag.harness.trial", "hicache_diag.diagnosis.classify")  # fmt: skip
 _POLL_S = 0.05  # how late a trial's end may be reported
 
 
@@ -35,7 +36,7 @@ def _send(msg: dict[str, Any]) -> None:
 
 
 def _trial_leader(req: dict[str, Any]) -> NoReturn:
-    """The forked child: a new session whose leader waits for the trial (`run` forked once more
+    """The forked child: a new session whose leader waits for the trial (MODULE forked once more
     by fork_module, which resets the child to a fresh interpreter's state) and exits with its
     code. Never returns into the server's loop."""
     code = 1
@@ -96,7 +97,7 @@ def _requests(buf: bytes) -> tuple[list[dict[str, Any]], bytes]:
 def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Here, not at the top: bisect imports this module, and the CLI must not pay for torch.
-    from hicache_diag.runtime.launcher import RANK_PRELOAD
+    from hicache_diag.harness.launcher import RANK_PRELOAD
 
     preload((*PRELOAD, *RANK_PRELOAD))
     _send({"ready": os.getpid()})
@@ -122,8 +123,8 @@ def serve() -> None:
 
 
 class WarmTrial:
-    """A trial the server started: the part of subprocess.Popen that bisect's runner uses. Its
-    stdout and stderr are one file, read when it ended."""
+    """A trial the server started: the part of subprocess.Popen that bisect's runner uses (its
+    stdout and stderr are the file `log`)."""
 
     def __init__(self, log: Path) -> None:
         self.log = log
@@ -136,14 +137,6 @@ class WarmTrial:
         if not self.ended.wait(timeout):
             raise subprocess.TimeoutExpired(f"trial {self.pid}", timeout or 0.0)
         return -1 if self.returncode is None else self.returncode  # -1: the server died
-
-    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
-        self.wait(timeout)
-        try:
-            text = self.log.read_text(errors="replace")
-        except OSError:
-            text = ""
-        return text, text
 
 
 class TrialServer:
@@ -181,7 +174,8 @@ class TrialServer:
     def submit(
         self, args: list[str], log: Path, module: str = MODULE, timeout_s: float = 30.0
     ) -> WarmTrial | None:
-        """Start `python -m MODULE ARGS` (`hicache-diag run ...`); None when the server is gone."""
+        """Start `python -m MODULE ARGS` (a bisect_child on its plan file); None when the server
+        is gone."""
         trial = WarmTrial(log)
         with self._lock:
             if self.dead:

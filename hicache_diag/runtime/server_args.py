@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from hicache_diag.errors import UsageError
@@ -201,6 +201,10 @@ class RunConfig:
         if self.max_steps is not None:
             return self.max_steps
         return auto_step_budget(self.server_args, self.workload)
+
+    def for_trial(self, seed: int, out: str) -> RunConfig:
+        """This run with another seed and run dir (harness/engine.py `EngineConfig`)."""
+        return replace(self, seed=seed, out=out, workload=replace(self.workload, seed=seed))
 
 
 # The workloads space arrivals at most this many steps apart (harness/workload.py, `idle`).

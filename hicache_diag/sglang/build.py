@@ -6,7 +6,7 @@ import math
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.request import RunRequest
@@ -21,6 +21,9 @@ from hicache_diag.runtime.server_args import (
 from hicache_diag.sglang.config import SglangRunConfig
 from hicache_diag.sglang.defaults import DEFAULTS
 from hicache_diag.sglang.server import LaunchSpec
+
+if TYPE_CHECKING:
+    from hicache_diag.sglang.install import SglangInstall
 
 # Builtin-only flags: SGLang's protocol is whatever its release contains (docs/design.md §8).
 _BUILTIN_ONLY = {"protocol": "--protocol", "fix": "--fix"}
@@ -155,7 +158,8 @@ def build_sglang_config(
                            install.facts(), notes)  # fmt: skip
 
 
-def _page_size_for(install: Any, page: int, *, explicit: bool, cpu: bool) -> tuple[int, tuple]:
+def _page_size_for(install: SglangInstall, page: int, *, explicit: bool,
+                   cpu: bool) -> tuple[int, tuple]:  # fmt: skip
     """A release whose paged allocator has only a triton path cannot run pages > 1 on CPU
     (launch_facts.py): the default adapts to 1 with a note; an explicit --page-size is refused."""
     if not (cpu and page > 1 and install.launch.paged_alloc_needs_triton):
@@ -167,7 +171,7 @@ def _page_size_for(install: Any, page: int, *, explicit: bool, cpu: bool) -> tup
     return 1, (f"page size 1 instead of {page}: {why}",)
 
 
-def _sglang_install(flags: dict[str, Any], scenario: dict[str, Any], *, cpu: bool) -> Any:
+def _sglang_install(flags: dict[str, Any], scenario: dict[str, Any], *, cpu: bool) -> SglangInstall:
     """The release to launch: --sglang-python, else the scenario's `sglang_python`, else the venv
     holding its `sglang_version`, else our own interpreter. A scenario's [expect] belongs to the
     release it names, so `--check` on another release is refused before anything starts."""
@@ -191,7 +195,7 @@ def _sglang_install(flags: dict[str, Any], scenario: dict[str, Any], *, cpu: boo
     return inst.preflight(install, cpu=cpu)
 
 
-def _model(path: str | None, install: Any, pp: int, tp: int) -> tuple[Path, int]:
+def _model(path: str | None, install: SglangInstall, pp: int, tp: int) -> tuple[Path, int]:
     """--model, else the tiny model built by (and for) the release's own interpreter; the
     topology is checked against the model's shape first (before any build)."""
     import json

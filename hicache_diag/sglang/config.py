@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from hicache_diag.ranks import topology
@@ -35,6 +35,10 @@ class SglangRunConfig:
     @property
     def world_size(self) -> int:
         return self.spec.pp_size * self.spec.tp_size
+
+    def for_trial(self, seed: int, out: str) -> SglangRunConfig:
+        """This run with another seed and run dir (harness/engine.py `EngineConfig`)."""
+        return replace(self, seed=seed, out=out, workload=replace(self.workload, seed=seed))
 
     def workload_server_args(self) -> ServerArgs:
         """What the workload generator reads: the pool size and the model's vocabulary."""

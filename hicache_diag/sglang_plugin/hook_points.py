@@ -11,17 +11,21 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hicache_diag.link_delay import message
 from hicache_diag.sglang_plugin.post_import import patch_attr, when_imported
 
+if TYPE_CHECKING:
+    from hicache_diag.hooks import Hooks
+    from hicache_diag.side_pool import SidePool
+
 
 @dataclass
 class _State:
-    hooks: Any = None  # hicache_diag.hooks.Hooks of this scheduler process
+    hooks: Hooks | None = None  # of this scheduler process
     recorder: Any = None  # recorder.StepRecorder
-    side_pool: Any = None  # hicache_diag.side_pool.SidePool, made on the first host_hold
+    side_pool: SidePool | None = None  # made on the first host_hold
 
 
 STATE = _State()

@@ -45,6 +45,18 @@ def python_tree(python: str | None) -> Tree:
     return Tree("sglang", install.package_dir, install.version)
 
 
+def builtin_engine_tree(source: Path | None, python: str | None) -> Tree:
+    """`sources --engine builtin`: our runtime, nothing else to name."""
+    if source is not None or python is not None:
+        raise UsageError("--engine builtin scans our runtime: drop --source/--sglang-python")
+    return builtin_tree()
+
+
+def sglang_engine_tree(source: Path | None, python: str | None) -> Tree:
+    """`sources --engine sglang`: the tree `--source` names, else the SGLang of `python`."""
+    return source_tree(source) if source is not None else python_tree(python)
+
+
 def any_tree(spec: str) -> Tree:
     """For --diff: `builtin`, a source directory, or a Python executable."""
     if spec == "builtin":

@@ -1,6 +1,5 @@
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -9,18 +8,19 @@ from typer.testing import CliRunner
 from hicache_diag.cli import bisect as bisect_cli
 from hicache_diag.cli.main import app, run_cli
 from hicache_diag.harness.bisect import BisectConfig
-
-FAKE = (sys.executable, str(Path(__file__).parents[1] / "unit" / "harness" / "fake_run.py"))
+from tests.unit.harness.fake_run import FAKE_TRIAL, fake_cells, use_fake
 
 
 @pytest.fixture
 def fake_run(monkeypatch):
-    """Trials run the stand-in script instead of the runtime (real subprocesses all the same)."""
+    """Trials call the stand-in trial function with the cells' real configs instead of the
+    runtime's (real trial processes all the same)."""
 
     def make(*args, **kw):
-        return dataclasses.replace(BisectConfig(*args, **kw), command=FAKE)
+        return dataclasses.replace(BisectConfig(*args, **kw), trial=FAKE_TRIAL)
 
     monkeypatch.setattr(bisect_cli, "BisectConfig", make)
+    use_fake(monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -165,7 +165,8 @@ def test_release_axis_bad_input_is_one_line_exit_2(capsys, tmp_path, monkeypatch
 def test_release_axis_names_the_first_fixed_release(fake_run, tmp_path, monkeypatch, capsys):
     venvs = _venvs(tmp_path / "venvs", "0.5.18", "0.5.21")
     monkeypatch.setenv("HICACHE_DIAG_SGLANG_VENVS", str(venvs))
-    monkeypatch.setattr(bisect_cli, "_check_cells", lambda app, cfg: (2, 900.0))  # no probe
+    monkeypatch.setattr(bisect_cli, "with_cell_configs",  # no probe
+                        lambda app, cfg, timeout: (fake_cells(cfg), 2))  # fmt: skip
     code = run_cli(["bisect", "--engine", "sglang", "--sglang-version", "0.5.21,0.5.18",
                     "--trials", "4", "--jobs", "2", "--out", str(tmp_path / "b"),
                     "--json"])  # fmt: skip

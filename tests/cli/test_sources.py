@@ -133,7 +133,7 @@ def test_builtin_engine_scans_our_runtime(capsys):
         (["--source", "{tmp}/w.whl"], "a file, not a directory"),
         (["--source", "{tmp}"], "no SGLang source there"),
         (["--source", "{tmp}", "--sglang-python", "python"], "give one"),
-        (["--engine", "vllm"], "choose one of sglang, builtin"),
+        (["--engine", "vllm"], "choose one of builtin, sglang"),
         (["--engine", "builtin", "--source", "{tmp}"], "drop --source"),
         (["--diff", "{tmp}/missing", "builtin"], "neither a directory"),
         (["--diff", "builtin", "builtin", "--source", "{tmp}"], "--diff names both trees"),

@@ -27,6 +27,8 @@ from hicache_diag import link_delay
 from hicache_diag.hooks import Hooks
 from hicache_diag.runtime.distributed.comm import THREAD_GROUPS
 
+Group = dist.ProcessGroup | None  # None: the default (world) group
+
 # sglang/srt/distributed/communication_tags.py: P2PTag.HIRADIX_PP_SYNC
 HIRADIX_PP_SYNC = int.from_bytes(b"PpHi", "big")
 # Our own tags for the PP channels, so requests, proxies and outputs never cross-match (SGLang
@@ -49,7 +51,8 @@ class P2PWork:
         self.work.wait()
 
 
-def init_distributed(rank: int, world_size: int, store: Any = None, timeout_s: float = 600.0):
+def init_distributed(rank: int, world_size: int, store: dist.Store | None = None,
+                     timeout_s: float = 600.0) -> None:  # fmt: skip
     """Join the gloo world: from a TCPStore client when the launcher gave one, else env://
     (torchrun sets MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE)."""
     kwargs: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
@@ -60,14 +63,14 @@ def init_distributed(rank: int, world_size: int, store: Any = None, timeout_s: f
     dist.init_process_group("gloo", rank=rank, world_size=world_size, **kwargs)
 
 
-def _send_bytes(data: Any, dst: int, group: Any, tag: int, works: list[P2PWork]) -> None:
+def _send_bytes(data: Any, dst: int, group: Group, tag: int, works: list[P2PWork]) -> None:
     buf = torch.frombuffer(bytearray(pickle.dumps(data)), dtype=torch.uint8)
     size = torch.tensor([buf.numel()], dtype=torch.long)
     for t in (size, buf):
         works.append(P2PWork(dist.isend(t, dst=dst, group=group, tag=tag), [t]))
 
 
-def _recv_bytes(src: int, group: Any, tag: int) -> Any:
+def _recv_bytes(src: int, group: Group, tag: int) -> Any:
     size = torch.empty(1, dtype=torch.long)
     dist.recv(size, src=src, group=group, tag=tag)
     buf = torch.empty(int(size.item()), dtype=torch.uint8)
@@ -76,7 +79,7 @@ def _recv_bytes(src: int, group: Any, tag: int) -> Any:
 
 
 def point_to_point_pyobj(
-    data: Any, rank: int, group: Any, src: int, dst: int, *, async_send: bool = True, tag: int = 0
+    data: Any, rank: int, group: Group, src: int, dst: int, *, async_send: bool = True, tag: int = 0
 ) -> Any:
     """Mirrors utils/common.py: a size tensor then a byte tensor. The sender (rank == src) returns
     its work handles; the receiver (rank == dst) returns the object."""
@@ -92,7 +95,7 @@ def point_to_point_pyobj(
 
 
 def send_tensor_dict(
-    tensor_dict: dict[str, torch.Tensor], dst: int, group: Any = None, tag: int = 0
+    tensor_dict: dict[str, torch.Tensor], dst: int, group: Group = None, tag: int = 0
 ) -> list[P2PWork]:
     """Metadata object first, then each tensor. The receiver allocates what the metadata says,
     so it takes whatever size the sender sent (this is how a token-count mismatch reaches the
@@ -106,7 +109,7 @@ def send_tensor_dict(
     return works
 
 
-def recv_tensor_dict(src: int, group: Any = None, tag: int = 0) -> dict[str, torch.Tensor]:
+def recv_tensor_dict(src: int, group: Group = None, tag: int = 0) -> dict[str, torch.Tensor]:
     meta = _recv_bytes(src, group, tag)
     out: dict[str, torch.Tensor] = {}
     for key, shape, dtype in meta:
@@ -124,8 +127,8 @@ class GroupCoordinator:
 
     ranks: tuple[int, ...]
     rank_in_group: int
-    device_group: Any
-    cpu_group: Any
+    device_group: Group
+    cpu_group: Group
 
     @property
     def world_size(self) -> int:

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from hicache_diag.runtime.managers.dma_engine import DmaEngine, DmaEvent
+
+if TYPE_CHECKING:
+    from hicache_diag.hooks import Hooks
+    from hicache_diag.runtime.mem_cache.allocator import TokenToKVPoolAllocator
+    from hicache_diag.runtime.mem_cache.memory_pool import MHATokenToKVPool
+    from hicache_diag.runtime.mem_cache.memory_pool_host import HostKVCache
 
 
 @dataclass
@@ -90,7 +96,8 @@ class HiCacheController:
     """Owns `write_queue`, `load_queue`, `ack_write_queue`, `ack_load_queue` and the DMA engine.
     `events` collects timeline records (`issued` / `queued`) until the tree drains them."""
 
-    def __init__(self, allocator: Any, kv_pool: Any, host_pool: Any, hooks: Any = None) -> None:
+    def __init__(self, allocator: TokenToKVPoolAllocator, kv_pool: MHATokenToKVPool,
+                 host_pool: HostKVCache, hooks: Hooks | None = None) -> None:  # fmt: skip
         self.mem_pool_device_allocator = allocator
         self.mem_pool_device, self.mem_pool_host = kv_pool, host_pool
         self.write_queue: list[CacheOperation] = []

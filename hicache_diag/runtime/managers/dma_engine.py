@@ -16,9 +16,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from hicache_diag.hooks import Hooks
+    from hicache_diag.runtime.mem_cache.memory_pool import MHATokenToKVPool
+    from hicache_diag.runtime.mem_cache.memory_pool_host import HostKVCache
 
 SWITCH_INTERVAL_S = 1e-4
 
@@ -64,7 +69,8 @@ class DmaOp:
 class DmaEngine:
     """One copy thread per rank. `submit` is called on the scheduler thread; `shutdown` joins."""
 
-    def __init__(self, kv_pool: Any, host_pool: Any, hooks: Any = None) -> None:
+    def __init__(self, kv_pool: MHATokenToKVPool, host_pool: HostKVCache,
+                 hooks: Hooks | None = None) -> None:  # fmt: skip
         self.kv_pool, self.host_pool, self.hooks = kv_pool, host_pool, hooks
         # A copy engine runs beside the scheduler; a Python thread only runs when it holds the
         # GIL, which by default it may wait 5 ms for after every torch op. Shorten the switch

@@ -11,7 +11,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hicache_diag.runtime.managers.io_struct import RecvReqs
 from hicache_diag.runtime.managers.schedule_batch import Req, ScheduleBatch
@@ -20,6 +20,12 @@ from hicache_diag.runtime.managers.scheduler_pp_mixin import SchedulerPPMixin
 from hicache_diag.runtime.model_executor.forward_batch_info import ForwardMode
 from hicache_diag.runtime.model_executor.model_runner import ModelRunner
 from hicache_diag.runtime.server_args import RunConfig
+
+if TYPE_CHECKING:
+    from hicache_diag.hooks import Hooks
+    from hicache_diag.probes.recorder import StepRecorder
+    from hicache_diag.runtime.distributed.comm import HiCacheComm
+    from hicache_diag.runtime.mem_cache.kv_cache_builder import KVCacheBundle
 
 logger = logging.getLogger("hicache_diag.scheduler")
 
@@ -31,10 +37,10 @@ class Scheduler(SchedulerPPMixin):
     def __init__(
         self,
         run_config: RunConfig,
-        comm: Any,
-        bundle: Any,
-        hooks: Any,
-        recorder: Any,
+        comm: HiCacheComm,
+        bundle: KVCacheBundle,
+        hooks: Hooks,
+        recorder: StepRecorder,
         request_source: Any = None,
         stop_after: int = 0,
         on_budget_exhausted: Callable[[int, int], None] | None = None,

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hicache_diag.runtime.managers.schedule_batch import ScheduleBatch
+
+if TYPE_CHECKING:
+    from hicache_diag.runtime.managers.scheduler import Scheduler
 
 
 def _commit(work: list) -> None:
@@ -22,7 +25,7 @@ def _commit(work: list) -> None:
 
 
 class SchedulerPPMixin:
-    def init_pp_loop_state(self: Any) -> None:
+    def init_pp_loop_state(self: Scheduler) -> None:
         sa = self.server_args
         self.pp_loop_size = sa.pp_loop_size
         self.async_depth = sa.pp_async_batch_depth
@@ -36,7 +39,7 @@ class SchedulerPPMixin:
         self.send_output_work: list = []
         self.stopped = False
 
-    def event_loop_pp(self: Any) -> None:
+    def event_loop_pp(self: Scheduler) -> None:
         self.init_pp_loop_state()
         while not self.stopped:
             for mb_id in range(self.pp_loop_size):
@@ -47,7 +50,7 @@ class SchedulerPPMixin:
             _commit(work)
         self.comm.drain_async_work()
 
-    def _pp_loop_step(self: Any, mb_id: int) -> None:
+    def _pp_loop_step(self: Scheduler, mb_id: int) -> None:
         self.hooks.step = self.step
         if self.hooks.has("host_hold") and hasattr(self.tree_cache, "hold_host"):
             self.tree_cache.hold_host(self.hooks)
@@ -88,7 +91,7 @@ class SchedulerPPMixin:
         self.step += 1
 
     def _pp_launch_batch(
-        self: Any, batch: ScheduleBatch, proxy: dict | None, mb_id: int = 0
+        self: Scheduler, batch: ScheduleBatch, proxy: dict | None, mb_id: int = 0
     ) -> Any:
         try:
             result = self.model_runner.forward(batch.build_forward_batch(), proxy)
@@ -104,7 +107,7 @@ class SchedulerPPMixin:
             self.last_rank_comm_queue.append({"next_token_ids": result.next_token_ids})
         return result
 
-    def _pp_exchange_outputs(self: Any, next_first_rank_mb_id: int, next_mb_id: int) -> Any:
+    def _pp_exchange_outputs(self: Scheduler, next_first_rank_mb_id: int, next_mb_id: int) -> Any:
         """Send this stage's pending outputs on and receive those of mbs[next_mb_id]. Even stages
         send first, odd ones receive first, as SGLang orders them by pp_rank parity."""
         if self.pp_size == 1:  # the ring has one stage: the result is our own
@@ -119,7 +122,7 @@ class SchedulerPPMixin:
             self.send_output_work = self._pp_send_output(next_first_rank_mb_id)
         return received
 
-    def _pp_send_output(self: Any, next_first_rank_mb_id: int) -> list:
+    def _pp_send_output(self: Scheduler, next_first_rank_mb_id: int) -> list:
         if self.comm.is_last_rank:
             if self.mbs[next_first_rank_mb_id] is None:
                 return []
@@ -128,7 +131,7 @@ class SchedulerPPMixin:
             return self.comm.send_dict_to_next(self.pp_outputs, "output")
         return []
 
-    def _record_step(self: Any, mb_id: int, batch: ScheduleBatch | None) -> None:
+    def _record_step(self: Scheduler, mb_id: int, batch: ScheduleBatch | None) -> None:
         self.recorder.record(
             step=self.step,
             slot=mb_id,

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from hicache_diag.runtime.mem_cache.radix_cache import TreeNode
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +30,8 @@ class MatchResult:
     """
 
     device_indices: torch.Tensor
-    last_device_node: Any
-    last_host_node: Any
+    last_device_node: TreeNode
+    last_host_node: TreeNode
     host_hit_length: int = 0
 
 
@@ -51,11 +54,11 @@ class BasePrefixCache(ABC):
         host instead of deleting them."""
 
     @abstractmethod
-    def inc_lock_ref(self, node: Any) -> None:
+    def inc_lock_ref(self, node: TreeNode) -> None:
         """Protect `node` and its ancestors from eviction."""
 
     @abstractmethod
-    def dec_lock_ref(self, node: Any) -> None:
+    def dec_lock_ref(self, node: TreeNode) -> None:
         """Undo one `inc_lock_ref`."""
 
     @abstractmethod

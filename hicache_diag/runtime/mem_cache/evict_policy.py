@@ -9,29 +9,33 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hicache_diag.hooks import Hooks
+    from hicache_diag.runtime.mem_cache.radix_cache import TreeNode
 
 
 class EvictionStrategy(ABC):
     @abstractmethod
-    def get_priority(self, node: Any) -> Any:
+    def get_priority(self, node: TreeNode) -> Any:
         """Lower evicts first."""
 
 
 class LRUStrategy(EvictionStrategy):
-    def get_priority(self, node: Any) -> Any:
+    def get_priority(self, node: TreeNode) -> Any:
         return node.last_access_time
 
 
 class LFUStrategy(EvictionStrategy):
-    def get_priority(self, node: Any) -> Any:
+    def get_priority(self, node: TreeNode) -> Any:
         return (node.hit_count, node.last_access_time)
 
 
 class TreeClock:
     """The value a tree stamps `last_access_time` with; `mode` is the lru-clock switch."""
 
-    def __init__(self, mode: str = "logical", hooks: Any = None) -> None:
+    def __init__(self, mode: str = "logical", hooks: Hooks | None = None) -> None:
         if mode not in ("monotonic", "logical"):
             raise ValueError(f"unknown lru-clock mode {mode!r}; valid: monotonic, logical")
         self.mode, self.hooks = mode, hooks

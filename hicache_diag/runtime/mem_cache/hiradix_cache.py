@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,6 +19,16 @@ from hicache_diag.runtime.mem_cache.l2_protocol import L2ProtocolMixin
 from hicache_diag.runtime.mem_cache.l3_protocol import L3ProtocolMixin
 from hicache_diag.runtime.mem_cache.radix_cache import RadixCache, TreeNode, _cat
 from hicache_diag.side_pool import SidePool
+
+if TYPE_CHECKING:
+    from hicache_diag.hooks import Hooks
+    from hicache_diag.runtime.distributed.comm import HiCacheComm
+    from hicache_diag.runtime.managers.cache_controller import HiCacheController
+    from hicache_diag.runtime.managers.storage_controller import StorageController
+    from hicache_diag.runtime.mem_cache.allocator import TokenToKVPoolAllocator
+    from hicache_diag.runtime.mem_cache.evict_policy import TreeClock
+    from hicache_diag.runtime.mem_cache.memory_pool_host import HostKVCache
+    from hicache_diag.runtime.protocol import ProtocolConfig
 
 logger = logging.getLogger(__name__)
 
@@ -33,16 +43,16 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
 
     def __init__(
         self,
-        allocator: Any,
+        allocator: TokenToKVPoolAllocator,
         page_size: int,
-        clock: Any,
-        host_pool: Any,
-        cache_controller: Any,
-        protocol: Any,
-        comm: Any,
+        clock: TreeClock,
+        host_pool: HostKVCache,
+        cache_controller: HiCacheController,
+        protocol: ProtocolConfig,
+        comm: HiCacheComm,
         write_policy: str = "write_through",
         vote_slack: int = 0,
-        storage_controller: Any = None,
+        storage_controller: StorageController | None = None,
     ) -> None:
         super().__init__(allocator, page_size, clock)
         self.mem_pool_host, self.cache_controller = host_pool, cache_controller
@@ -197,7 +207,7 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
         self.host_evict_calls += 1
         return freed
 
-    def hold_host(self, hooks: Any) -> int:
+    def hold_host(self, hooks: Hooks | None) -> int:
         """The host-shortage side pool, settled once per step (hicache_diag/side_pool.py)."""
         return self.side_pool.hold(hooks, self.mem_pool_host)
 
@@ -255,6 +265,51 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
             last.host_ref_counter -= 1
             device_indices = self.cache_controller.load(host_indices, last.id)
         return device_indices
+
+    # ---- ① the ack checks, upstream's methods (how many acks: l2_protocol) ---------------------
+
+    def check_hicache_events(self) -> None:
+        if self.protocol.inflight_sends == "bounded":
+            self.comm.drain_async_work()  # #28916: backpressure instead of a growing leak
+        if self.protocol.host_alloc == "two-phase":
+            self.commit_pending_backups()
+        if self.protocol.ack_count == "leader-batched":
+            write, load = self._agree_counts(("write", "load"))  # one relay for both (#33473)
+        else:
+            (write,) = self._agree_counts(("write",))
+            (load,) = self._agree_counts(("load",))
+        self.writing_check(write)
+        self.loading_check(load)
+        self.check_storage_events()  # after the ack checks, at the same point on every rank
+
+    def writing_check(self, finish_count: int) -> None:
+        queue = self.cache_controller.ack_write_queue
+        for _ in range(finish_count):
+            ack = queue.pop(0)  # IndexError "pop from empty list" when this rank is behind: form B
+            ack.finish_event.synchronize()  # blocks if this rank's DMA is slower than PP0's
+            for node_id in ack.node_ids:
+                self._finish_write_through_ack(node_id)
+            self._consumed("write", ack)
+
+    def _finish_write_through_ack(self, node_id: int) -> None:
+        node = self.ongoing_write_through.pop(node_id)  # KeyError if this rank never wrote it
+        self.dec_lock_ref(node)
+        self.write_backup_storage(node)  # L2 -> L3 once the host copy is complete
+
+    def loading_check(self, finish_count: int) -> None:
+        queue = self.cache_controller.ack_load_queue
+        for _ in range(finish_count):
+            ack = queue.pop(0)
+            ack.finish_event.synchronize()
+            for node_id in ack.node_ids:
+                self.dec_lock_ref(self.ongoing_load_back.pop(node_id))
+            self._consumed("load", ack)
+
+    def _consumed(self, kind: str, ack: Any) -> None:
+        self.acks_consumed[kind] += 1
+        self.cache_controller.events.append(
+            {"event": kind, "phase": "consumed", "ack_id": ack.ack_id, "node_ids": ack.node_ids}
+        )
 
     def ready_to_load_host_cache(self) -> int:
         producer_id = self.cache_controller.start_loading()

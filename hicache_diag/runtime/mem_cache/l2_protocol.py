@@ -1,8 +1,10 @@
-"""The L2 consensus half of HiRadixCache: ack counting and two-phase host alloc; ours.
+"""The L2 consensus half of HiRadixCache: how many acks to consume (ack counting) and the
+two-phase host alloc; ours.
 
-Upstream keeps these in hiradix_cache.py; they live apart here because each is one protocol
-switch of docs/design.md §2 (`ack-count`, `tp-collective`, `inflight-sends`, `host-alloc`).
-The methods keep SGLang's names (`check_hicache_events`, `writing_check`, `loading_check`).
+Upstream writes these inline in hiradix_cache.py; they live apart here because each is one
+protocol switch of docs/design.md §2 (`ack-count`, `tp-collective`, `host-alloc`). SGLang's own
+methods that call them (`check_hicache_events`, `writing_check`, `loading_check`) are in
+hiradix_cache.py, where upstream has them.
 
 Where collectives may run: ① (`check_hicache_events`) and ② (admission, eviction) are reached by
 every stage without waiting on a later send of a peer, but ④ (`process_batch_result`, where
@@ -19,30 +21,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+
+if TYPE_CHECKING:
+    from hicache_diag.runtime.mem_cache.radix_cache import TreeNode
 
 VOTE_WIDTH = 32  # nodes decided per vote; more wait for the next ①
 
 
 class L2ProtocolMixin:
     """Mixed into HiRadixCache; uses its tree, controller, host pool, comm and protocol."""
-
-    def check_hicache_events(self) -> None:
-        if self.protocol.inflight_sends == "bounded":
-            self.comm.drain_async_work()  # #28916: backpressure instead of a growing leak
-        if self.protocol.host_alloc == "two-phase":
-            self.commit_pending_backups()
-        if self.protocol.ack_count == "leader-batched":
-            write, load = self._agree_counts(("write", "load"))  # one relay for both (#33473)
-        else:
-            (write,) = self._agree_counts(("write",))
-            (load,) = self._agree_counts(("load",))
-        self.writing_check(write)
-        self.loading_check(load)
-        self.check_storage_events()  # after the ack checks, at the same point on every rank
 
     def _ack_queue(self, kind: str) -> list:
         c = self.cache_controller
@@ -83,37 +74,8 @@ class L2ProtocolMixin:
             return
         self.comm.all_reduce_tp(counts, "min")
 
-    def writing_check(self, finish_count: int) -> None:
-        queue = self.cache_controller.ack_write_queue
-        for _ in range(finish_count):
-            ack = queue.pop(0)  # IndexError "pop from empty list" when this rank is behind: form B
-            ack.finish_event.synchronize()  # blocks if this rank's DMA is slower than PP0's
-            for node_id in ack.node_ids:
-                self._finish_write_through_ack(node_id)
-            self._consumed("write", ack)
-
-    def _finish_write_through_ack(self, node_id: int) -> None:
-        node = self.ongoing_write_through.pop(node_id)  # KeyError if this rank never wrote it
-        self.dec_lock_ref(node)
-        self.write_backup_storage(node)  # L2 -> L3 once the host copy is complete
-
-    def loading_check(self, finish_count: int) -> None:
-        queue = self.cache_controller.ack_load_queue
-        for _ in range(finish_count):
-            ack = queue.pop(0)
-            ack.finish_event.synchronize()
-            for node_id in ack.node_ids:
-                self.dec_lock_ref(self.ongoing_load_back.pop(node_id))
-            self._consumed("load", ack)
-
-    def _consumed(self, kind: str, ack: Any) -> None:
-        self.acks_consumed[kind] += 1
-        self.cache_controller.events.append(
-            {"event": kind, "phase": "consumed", "ack_id": ack.ack_id, "node_ids": ack.node_ids}
-        )
-
     # ---- two-phase host alloc (#31425) ------------------------------------------------------
-    def request_backup(self, node: Any) -> int:
+    def request_backup(self, node: TreeNode) -> int:
         """write_backup at ④ under two-phase: lock the node and queue it for the next vote."""
         if node.id not in self.pending_backup:
             self.pending_backup[node.id] = node
@@ -121,7 +83,7 @@ class L2ProtocolMixin:
             self.inc_lock_ref(node)  # its device value must survive until the decision
         return 0
 
-    def defer_write_back(self, node: Any) -> bool:
+    def defer_write_back(self, node: TreeNode) -> bool:
         """write_back eviction (at ②) under two-phase: it can neither wait for a vote nor run a
         collective there (PP0 relaying its own alloc left a follower whose alloc failed unable to
         obey). So the victim is queued for the next vote, locked meanwhile, and a later eviction
@@ -150,7 +112,7 @@ class L2ProtocolMixin:
         vote = min_vote_tensor([int(r is not None) for r in reserved], VOTE_WIDTH)
         return HostAllocVote(batch, eligible, reserved, vote, self._all_reduce_pp_async(vote))
 
-    def _eligible(self, node: Any) -> bool:
+    def _eligible(self, node: TreeNode) -> bool:
         """A node may be backed up if its parent is, or is itself on the way to be."""
         parent = node.parent
         ok = parent is self.root_node or parent.backuped or parent.id in self.pending_backup
@@ -201,7 +163,7 @@ class L2ProtocolMixin:
         held = sum(len(r) for v in self._votes for r in v.reserved if r is not None)
         return held + self.prefetch_reserved_tokens()
 
-    def _commit_backup(self, node: Any, host: torch.Tensor) -> None:
+    def _commit_backup(self, node: TreeNode, host: torch.Tensor) -> None:
         tag = {"ancestor_ids": self._ancestor_ids(node), "write_back": False}
         self.cache_controller.write(node.value, node.id, host, tag)
         node.host_value = host.clone()

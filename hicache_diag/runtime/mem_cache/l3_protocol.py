@@ -15,7 +15,7 @@ The host slots of the reads follow the `host-alloc` switch (l3_host_alloc).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,6 +23,9 @@ from hicache_diag.runtime.managers.storage_operation import PrefetchOperation
 from hicache_diag.runtime.mem_cache.hicache_storage import get_page_hashes
 from hicache_diag.runtime.mem_cache.l3_host_alloc import L3HostAllocMixin
 from hicache_diag.runtime.mem_cache.radix_cache import TreeNode
+
+if TYPE_CHECKING:
+    from hicache_diag.runtime.managers.storage_controller import StorageController
 
 # SGLang's prefetch_threshold is 256 tokens for real models; our prompts are ~64 tokens.
 PREFETCH_THRESHOLD_PAGES = 2
@@ -33,7 +36,7 @@ DECISION_WIDTH = 32  # prefetches decided per relay; more wait for the next ①
 class OngoingPrefetch:
     """`anchor`: the host node the fetched pages hang under (protected until the end)."""
 
-    anchor: Any
+    anchor: TreeNode
     token_ids: list[int]
     operation: PrefetchOperation
 
@@ -41,7 +44,7 @@ class OngoingPrefetch:
 class L3ProtocolMixin(L3HostAllocMixin):
     """Mixed into HiRadixCache; scheduler thread only. The storage threads never touch the tree."""
 
-    def _init_storage(self, storage_controller: Any) -> None:
+    def _init_storage(self, storage_controller: StorageController | None) -> None:
         self.storage_controller = storage_controller
         self.enable_storage = storage_controller is not None
         self.prefetch_threshold = PREFETCH_THRESHOLD_PAGES * self.page_size
@@ -79,7 +82,7 @@ class L3ProtocolMixin(L3HostAllocMixin):
         ctrl.prefetch_tokens_occupied += len(new_tokens)
         return True
 
-    def _path_tokens(self, node: Any) -> list[int]:
+    def _path_tokens(self, node: TreeNode) -> list[int]:
         keys = []
         while node is not None and node is not self.root_node:
             keys.append(node.key)
@@ -193,7 +196,8 @@ class L3ProtocolMixin(L3HostAllocMixin):
                 keep.append((op, tail))
         self._io_tails = keep
 
-    def _insert_helper_host(self, anchor: Any, key: list[int], host_indices: torch.Tensor) -> int:
+    def _insert_helper_host(self, anchor: TreeNode, key: list[int],
+                            host_indices: torch.Tensor) -> int:  # fmt: skip
         """Hang fetched pages under `anchor` as host-only nodes; slots of pages the tree already
         holds on host are freed. Stops at a node with no host copy. Returns tokens inserted."""
         node = anchor
@@ -216,7 +220,7 @@ class L3ProtocolMixin(L3HostAllocMixin):
             self.mem_pool_host.free(host_indices)
         return 0
 
-    def _split_node(self, child: Any, split_len: int) -> Any:
+    def _split_node(self, child: TreeNode, split_len: int) -> TreeNode:
         new = super()._split_node(child, split_len)
         # host protection (prefetch anchor, backup, load) stays on the lower node: evict_host
         # takes leaves only, so the upper part is safe while the lower one is protected
@@ -224,7 +228,7 @@ class L3ProtocolMixin(L3HostAllocMixin):
         return new
 
     # ---- backup -----------------------------------------------------------------------------
-    def write_backup_storage(self, node: Any) -> None:
+    def write_backup_storage(self, node: TreeNode) -> None:
         """After a write-through ack: copy the node's host pages to L3, host-protected until the
         backup ack is drained."""
         if not self.enable_storage or node.host_value is None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from hicache_diag.hooks import Hooks
 
 
 class HostKVCache:
@@ -27,7 +30,7 @@ class HostKVCache:
         head_num: int,
         head_dim: int,
         dtype: torch.dtype = torch.float32,
-        hooks: Any = None,
+        hooks: Hooks | None = None,
     ) -> None:
         if size < page_size:
             raise ValueError(f"host pool of {size} tokens holds less than one page ({page_size})")

@@ -19,12 +19,16 @@ from hicache_diag.harness.bisect import (
     run_bisect,
     trial_argv,
 )
+from tests.unit.harness.fake_run import FAKE_TRIAL, fake_cells, use_fake
 
-FAKE = (sys.executable, str(Path(__file__).with_name("fake_run.py")))
+
+@pytest.fixture(autouse=True)
+def _fake(monkeypatch):
+    use_fake(monkeypatch)
 
 
 def cfg(tmp_path, axes, **kw):
-    return BisectConfig(tuple(axes), out=tmp_path / "b", command=FAKE, **kw)
+    return fake_cells(BisectConfig(tuple(axes), out=tmp_path / "b", trial=FAKE_TRIAL, **kw))
 
 
 def test_parse_values_and_switches():
@@ -54,6 +58,7 @@ def test_matrix_and_trial_argv(tmp_path):
     assert len(matrix(axes)) == 4
     c = cfg(tmp_path, axes, run_args=("--protocol", "legacy"))
     argv = trial_argv(c, {"storage-backend": "file", "ack-count": "leader"}, 3, tmp_path / "o")
+    assert argv[:2] == ["hicache-diag", "run"]
     assert argv[2:] == ["--protocol", "legacy", "--storage-backend", "file",
                         "--fix", "ack-count=leader", "--seed", "3", "--out",
                         str(tmp_path / "o"), "--json"]  # fmt: skip
@@ -111,16 +116,19 @@ def test_trial_timeout_kills_the_trial(tmp_path):
 
 
 @pytest.mark.process
-def test_ctrl_c_returns_the_partial_table_and_leaves_no_trial(tmp_path):
+def test_ctrl_c_returns_the_partial_table_and_leaves_no_trial(tmp_path, monkeypatch):
+    """Trials forked by the warm trial server (the default), killed group by group."""
+    monkeypatch.delenv("HICACHE_DIAG_TRIAL_START")
     script = (
         "import json, sys; from pathlib import Path\n"
         "from hicache_diag.harness.bisect import BisectConfig, run_bisect\n"
-        f"c = BisectConfig((), trials=4, jobs=2, out=Path({str(tmp_path / 'b')!r}), "
-        f"command={FAKE!r}, run_args=('--sleep',))\n"
+        "from tests.unit.harness.fake_run import FAKE_TRIAL, fake_cells\n"
+        f"c = fake_cells(BisectConfig((), trials=4, jobs=2, out=Path({str(tmp_path / 'b')!r}), "
+        "trial=FAKE_TRIAL, run_args=('--sleep',)))\n"
         "print(json.dumps(run_bisect(c).to_json()))\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60  # the server imports torch first
     while len(list((tmp_path / "b").rglob("pid"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     pids = list((tmp_path / "b").rglob("pid"))

@@ -51,6 +51,25 @@ def test_the_engine_of_a_config_runs_its_trial():
         assert inspect.isfunction(eng._load(entry.builder)), name
 
 
+def test_a_trial_is_its_cells_config_with_its_own_seed_and_run_dir(tmp_path):
+    """bisect builds a cell once and each trial with for_trial: every seeded part follows."""
+    out = str(tmp_path / "t")
+    cell = eng.build(RunRequest({"engine": "builtin", "protocol": "legacy", "requests": 8}))
+    trial = cell.for_trial(7, out)
+    assert (trial.seed, trial.workload.seed, trial.out) == (7, 7, out)
+    assert trial == eng.build(RunRequest({"engine": "builtin", "protocol": "legacy",
+                                          "requests": 8, "seed": 7, "out": out}))
+
+
+def test_each_engine_names_its_source_tree_and_whether_it_takes_releases():
+    for name, entry in eng.ENGINES.items():
+        assert inspect.isfunction(eng._load(entry.source_tree)), name
+    assert eng.ENGINES["builtin"].sources(None, None).engine == "builtin"
+    with pytest.raises(UsageError, match="pick SGLang releases: add --engine sglang"):
+        eng.require_releases("builtin", "--sglang-python")
+    eng.require_releases("sglang", "--sglang-python")
+
+
 def _line(path, **rec):
     with open(path, "a") as fh:
         fh.write(json.dumps(rec) + "\n")

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from hicache_diag.harness import rank_main
-from hicache_diag.runtime.forked_process import fork_module
+from hicache_diag.harness.forked_process import fork_module
 from tests.conftest import assert_no_children
 
 

@@ -1,4 +1,5 @@
-"""The warm trial server: real forks of a real server process, running the stand-in `run`."""
+"""The warm trial server: real forks of a real server process, each a bisect_child calling the
+stand-in trial function on its plan."""
 
 import json
 import os
@@ -8,15 +9,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from hicache_diag.harness.bisect_child import TrialPlan
 from hicache_diag.harness.bisect_trials import kill_group
 from hicache_diag.harness.trial_server import TrialServer
-
-HERE = Path(__file__).parent
+from tests.unit.harness.fake_run import FAKE_TRIAL, ROOT, FakeConfig
 
 
 def _start(tmp_path: Path) -> TrialServer:
     env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     )
     server = TrialServer.start(tmp_path / "server.log", env)
     assert server is not None, (tmp_path / "server.log").read_text()
@@ -32,8 +33,11 @@ def server(no_leftover_processes, tmp_path):
 
 
 def _submit(server: TrialServer, tmp_path: Path, name: str, *extra: str):
-    args = ["--out", str(tmp_path / name), "--seed", "2", "--protocol", "legacy", "--json", *extra]
-    trial = server.submit(args, tmp_path / f"{name}.log", module="fake_run")
+    out = str(tmp_path / name)
+    argv = ("hicache-diag", "run", "--out", out, "--seed", "2", "--protocol", "legacy", *extra)
+    plan = tmp_path / f"{name}.plan"
+    TrialPlan(FAKE_TRIAL, FakeConfig(seed=2, out=out), argv).save(plan)
+    trial = server.submit([str(plan)], tmp_path / f"{name}.log")
     assert trial is not None and trial.pid > 0
     return trial
 
@@ -53,11 +57,14 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.process
-def test_a_trial_reports_its_exit_code_and_output(server, tmp_path):
+def test_a_trial_exits_with_its_verdicts_code_or_2_on_bad_input(server, tmp_path):
     trial = _submit(server, tmp_path, "t")
-    out, err = trial.communicate(timeout=30)
-    assert trial.returncode == 10  # the stand-in's form A
-    assert json.loads(out.strip().splitlines()[-1])["form"] == "A" and err == out
+    assert trial.wait(30) == 10  # the stand-in's form A, as the verdict's exit code
+    assert json.loads((tmp_path / "t" / "verdict.json").read_text())["form"] == "A"
+    trial = _submit(server, tmp_path, "bad", "--bad")  # refused input: exit 2, one line
+    assert trial.wait(30) == 2
+    last = (tmp_path / "bad.log").read_text().strip().splitlines()[-1]
+    assert last == "hicache-diag: error: unknown fault 'nope'; valid: dma-delay"
 
 
 @pytest.mark.process

@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from hicache_diag.runtime.model_executor.forward_batch_info import ForwardBatch
 from hicache_diag.runtime.server_args import ModelConfig
+
+if TYPE_CHECKING:
+    from hicache_diag.runtime.mem_cache.memory_pool import MHATokenToKVPool
 
 ROPE_THETA = 10000.0
 RMS_EPS = 1e-6
@@ -129,7 +132,8 @@ class TinyLlamaForCausalLM:
         self.final_norm = 1.0 + 0.1 * torch.randn(cfg.hidden_size, generator=g) if last else None
         self.lm_head = embed if last else None  # tied embeddings
 
-    def forward(self, fb: ForwardBatch, hidden_states: torch.Tensor | None, kv_pool: Any):
+    def forward(self, fb: ForwardBatch, hidden_states: torch.Tensor | None,
+                kv_pool: MHATokenToKVPool):
         """Returns hidden states (non-last stage) or per-request last-token logits (last)."""
         if self.embed is not None:
             hidden_states = self.embed[fb.input_ids]
@@ -141,7 +145,8 @@ class TinyLlamaForCausalLM:
         normed = rms_norm(hidden_states[last_idx], self.final_norm)
         return normed @ self.lm_head.t()
 
-    def _layer(self, lid: int, fb: ForwardBatch, x: torch.Tensor, kv_pool: Any) -> torch.Tensor:
+    def _layer(self, lid: int, fb: ForwardBatch, x: torch.Tensor,
+               kv_pool: MHATokenToKVPool) -> torch.Tensor:
         w = self.layers[lid]
         h = rms_norm(x, w.input_norm)
         q, k, v = h @ w.q.t(), h @ w.k.t(), h @ w.v.t()

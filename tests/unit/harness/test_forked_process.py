@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from hicache_diag.runtime.forked_process import ForkedProcess, fork_module
+from hicache_diag.harness.forked_process import ForkedProcess, fork_module
 from tests.conftest import assert_no_children
 
 # The module the child runs. It reports what a fresh interpreter would see, then exits as told.

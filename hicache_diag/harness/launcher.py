@@ -27,7 +27,7 @@ from typing import IO, Any
 import torch.distributed as dist
 
 from hicache_diag.errors import UsageError
-from hicache_diag.runtime.forked_process import ForkedProcess, fork_module, preload
+from hicache_diag.harness.forked_process import ForkedProcess, fork_module, preload
 from hicache_diag.runtime.server_args import ServerArgs
 
 START_METHOD_ENV = "HICACHE_DIAG_RANK_START"
@@ -38,6 +38,7 @@ RANK_PRELOAD = (
     "setproctitle",
     "hicache_diag.harness.rundir",
     "hicache_diag.harness.workload",
+    "hicache_diag.faults",  # every injector module, installed by each rank
     "hicache_diag.probes.recorder",
     "hicache_diag.runtime.distributed.parallel_state",
     "hicache_diag.runtime.managers.scheduler",
