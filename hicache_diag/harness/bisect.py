@@ -27,6 +27,7 @@ from hicache_diag.diagnosis.bisect_table import (
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.bisect_trials import TRIAL, PlannedTrial, TrialRunner, trial_env
 from hicache_diag.harness.engine import EngineConfig
+from hicache_diag.harness.signals import sigterm_as_interrupt
 from hicache_diag.harness.trial_server import TrialServer
 from hicache_diag.runtime.protocol import SWITCHES
 
@@ -147,8 +148,13 @@ OnResult = Callable[[Cell, TrialResult], None]
 
 
 def run_bisect(cfg: BisectConfig, on_result: OnResult | None = None) -> BisectTable:
-    """Run every trial (`cfg.jobs` at a time). Ctrl-C kills the running trials' process groups
-    and returns the partial table with `interrupted` set."""
+    """Run every trial (`cfg.jobs` at a time). Ctrl-C (or SIGTERM) kills the running trials'
+    process groups and returns the partial table with `interrupted` set."""
+    with sigterm_as_interrupt():
+        return _run_bisect(cfg, on_result)
+
+
+def _run_bisect(cfg: BisectConfig, on_result: OnResult | None) -> BisectTable:
     cells, trials = _plan(cfg)
     table = BisectTable([a.name for a in cfg.axes], cells, describe=describe_axis)
     runner = TrialRunner(cfg.trial_timeout_s, trial_fn=cfg.trial)

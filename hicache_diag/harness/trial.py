@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from hicache_diag.harness.hang_watch import HangWatch
 from hicache_diag.harness.proc_facts import StopWatch, oom_kill_count
 from hicache_diag.harness.reference import compare_outputs
 from hicache_diag.harness.rundir import prepare_run_dir, utc_now, write_json
+from hicache_diag.harness.signals import restore_sigterm, trap_sigterm
 from hicache_diag.rules.signatures import Context, crash_form
 from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict, write_json_atomic
 
@@ -80,7 +80,7 @@ def run_engine_trial(engine: Engine, cfg: EngineConfig, argv: list[str] | None =
     write_json(run_dir / ev.MANIFEST, engine.manifest(argv or []))
     started, t0 = utc_now(), time.time()
     watch = TrialWatch(oom_kills_before=oom_kill_count())
-    old = _trap_sigterm()
+    old = trap_sigterm()
     try:
         engine.start()
         engine.wait_ready(watch, on_progress)
@@ -101,7 +101,7 @@ def run_engine_trial(engine: Engine, cfg: EngineConfig, argv: list[str] | None =
             engine.close(watch)
         except KeyboardInterrupt:  # a second Ctrl-C while reaping: reap anyway
             engine.close(watch)
-        _restore_sigterm(old)
+        restore_sigterm(old)
         drop_empty_stack_files(run_dir)
         engine.finish_evidence(watch)
         write_launcher_json(run_dir, engine, watch, started)
@@ -299,22 +299,6 @@ def _classify(run_dir: Path) -> Verdict:
         verdict = fallback_verdict(run_dir)
         verdict.evidence.append(f"classifier failed ({type(exc).__name__}: {exc}); fallback used")
         return verdict
-
-
-def _trap_sigterm():
-    # SIGTERM on the CLI reaps like Ctrl-C; only the main thread may install handlers.
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, handler)
-
-
-def _restore_sigterm(old) -> None:
-    if old is not None:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _read_json(path: Path, default: Any = None) -> Any:

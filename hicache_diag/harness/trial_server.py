@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -29,6 +30,7 @@ MODULE = "hicache_diag.harness.bisect_child"  # a trial: the trial function, cal
 PRELOAD = ("torch", MODULE, "hicache_diag.engines", "hicache_diag.harness.builtin",
            "hicache_diag.harness.trial", "hicache_diag.diagnosis.classify")  # fmt: skip
 _POLL_S = 0.05  # how late a trial's end may be reported
+KILL_GRACE_S = 20.0  # for a trial to reap its engine on SIGTERM before it is SIGKILLed
 
 
 def _send(msg: dict[str, Any]) -> None:
@@ -76,17 +78,26 @@ def _reap(live: dict[int, Any]) -> None:
             _send({"id": live.pop(pid), "rc": os.waitstatus_to_exitcode(status)})
 
 
-def _kill_all(live: dict[int, Any]) -> None:
-    for pid in list(live):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for pid in list(live):
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
+def _kill_all(live: dict[int, Any], grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM each trial's group (a trial reaps its engine's processes on it, as on Ctrl-C:
+    a SIGKILLed trial cannot, and an SGLang server's detokenizer then outlives it), wait up to
+    `grace_s`, then SIGKILL what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in list(live):
+            try:
+                os.killpg(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 10.0)
+        while live and time.monotonic() < deadline:
+            for pid in list(live):
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done = pid
+                if done:
+                    live.pop(pid, None)
+            time.sleep(_POLL_S)
 
 
 def _requests(buf: bytes) -> tuple[list[dict[str, Any]], bytes]:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
 TINY = ["--requests", "8", "--max-new-tokens", "4", "--max-total-tokens", "256"]
@@ -85,7 +86,8 @@ def test_run_leak_with_unbounded_inflight_sends(tmp_path):
     _no_children_left()
 
 
-def test_bisect_ctrl_c_prints_partial_table_and_leaves_no_rank(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_bisect_ctrl_c_prints_partial_table_and_leaves_no_rank(tmp_path, sig):
     argv = ["bisect", "--switch", "protocol=l2,full", "--trials", "4", "--jobs", "2"]
     argv += ["--out", str(tmp_path / "b"), "--json"]
     proc = subprocess.Popen([*CLI, *argv, "--requests", "32", "--max-new-tokens", "8"],
@@ -97,7 +99,7 @@ def test_bisect_ctrl_c_prints_partial_table_and_leaves_no_rank(tmp_path):
         ranks = [k for k in kids if "scheduler_PP" in " ".join(_cmdline(k))]
     assert ranks, "no rank process started"
     everyone = psutil.Process(proc.pid).children(recursive=True)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130
     data = json.loads(out)

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 from hicache_diag.errors import UsageError
+from hicache_diag.harness.signals import sigterm_as_interrupt
 from hicache_diag.verdict import CrashForm, Outcome, Verdict, write_json_atomic
 
 ROOT = Path(__file__).parents[3]
@@ -69,8 +70,13 @@ def fake_trial(cfg, argv: list[str]) -> SimpleNamespace:
     (out / "pid").write_text(str(os.getpid()))
     if "--bad" in opts:
         raise UsageError("unknown fault 'nope'; valid: dma-delay")
-    if "--sleep" in opts:
-        time.sleep(60)
+    if "--sleep" in opts:  # as a real trial: SIGTERM reaps (here: leaves a mark), then exits
+        with sigterm_as_interrupt():
+            try:
+                time.sleep(60)
+            except KeyboardInterrupt:
+                (out / "reaped").write_text("1")
+                raise SystemExit(130) from None
     legacy = "ack-count=local" in fixes or opts.get("--protocol") == "legacy"
     fail = legacy and (opts.get("--hicache-size") == "64MiB" or seed % 2 == 0)
     if opts.get("--storage-backend") == "file":

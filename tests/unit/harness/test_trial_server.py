@@ -87,4 +87,6 @@ def test_closing_the_server_kills_the_trials_still_running(tmp_path, no_leftover
     server.close()
     assert server.proc.returncode == 0 and trial.wait(10) == -1  # nobody reported an exit code
     assert not _alive(inner) and not _alive(trial.pid)
+    # SIGTERM came first: the trial had the chance to reap its engine (a SIGKILLed one cannot).
+    assert (tmp_path / "s" / "reaped").exists()
     assert server.submit(["--help"], tmp_path / "late.log") is None
