@@ -192,7 +192,7 @@ WorkloadOpt = Annotated[
         metavar="NAME",
         key="workload",
         help="shared-prefix, random, long-prompt or idle; --engine sglang only: "
-        "session-timeout, session-close, flush-timeout (docs/sources.md).",
+        "session-timeout, session-close, flush-timeout, overload (docs/sources.md).",
     ),
 ]
 RequestsOpt = Annotated[

@@ -13,7 +13,7 @@ from hicache_diag.runtime.protocol import ProtocolConfig
 
 WORKLOADS = ("shared-prefix", "random", "long-prompt", "idle")
 # Scripted over SGLang's HTTP API (hicache_diag/sglang/sessions.py): --engine sglang only.
-SGLANG_WORKLOADS = ("session-timeout", "session-close", "flush-timeout")
+SGLANG_WORKLOADS = ("session-timeout", "session-close", "flush-timeout", "overload")
 WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 STORAGE_BACKENDS = ("none", "file")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")

@@ -35,11 +35,14 @@ SESSION_WORKLOADS: dict[str, tuple[str, ...]] = {
     "session-timeout": ("--enable-streaming-session",),
     "session-close": ("--enable-streaming-session",),
     "flush-timeout": (),
+    # One request served at a time, so open-loop arrivals queue up (override with --sglang-arg).
+    "overload": ("--max-running-requests=1",),
 }
 SESSION_TIMEOUT_S = 2.0  # the sessions' `timeout` (session-timeout)
 SWEEP_S = (-0.4, 1.4)  # second-turn delays after the timeout, spread over more than one tick
 FLUSH_AFTER_S = 0.2  # the flush arrives this long after the long request
 FLUSH_SWEEP_S = (-1.5, 0.5)  # deadline offsets around the long request's expected end
+OVERLOAD_GAP_S = 0.25  # overload: one new request this often, whatever is still unanswered
 _ERRORS = (urllib.error.URLError, OSError, TimeoutError, ValueError)
 
 
@@ -146,7 +149,7 @@ class ScriptedClient(WorkloadClient):
     def _run(self) -> None:
         try:
             {"session-timeout": self._session_timeout, "session-close": self._session_close,
-             "flush-timeout": self._flush_timeout}[self.name]()  # fmt: skip
+             "flush-timeout": self._flush_timeout, "overload": self._overload}[self.name]()
         finally:
             self.result.done = True
 
@@ -223,12 +226,31 @@ class ScriptedClient(WorkloadClient):
             lasted = time.time() - t0  # (its output is not referenced: 48 steps cost minutes)
             self._wave([(f"f{i:03d}-b", prefix + _tokens(self.rng, 16, self.vocab))])
 
+    def _overload(self) -> None:
+        """Open-loop arrivals faster than one-at-a-time service: the waiting queue holds requests
+        of every age, so a waiting timeout (SGLANG_REQ_WAITING_TIMEOUT) keeps meeting a request
+        right at its deadline on each rank's own clock, as under a production overload."""
+        threads = []
+        for i in range(self.count):
+            if self._stop.is_set():
+                break
+            ids = _tokens(self.rng, 32, self.vocab)
+            turn = threading.Thread(target=self._turn, args=(f"o{i:03d}", ids),
+                                    name="hicache-diag-overload", daemon=True)  # fmt: skip
+            turn.start()
+            threads.append(turn)
+            time.sleep(OVERLOAD_GAP_S)
+        for turn in threads:
+            turn.join(self.timeout_s)
+
     # -- helpers -----------------------------------------------------------------------------
+    def _turn(self, rid: str, ids: list[int]) -> None:
+        if self._generate(rid, ids, self.max_new) is not None:
+            self._reference_turn(rid, ids, self.max_new)
+
     def _wave(self, reqs: list[tuple[str, list[int]]]) -> None:
         def one(k: int) -> None:
-            rid, ids = reqs[k]
-            if self._generate(rid, ids, self.max_new) is not None:
-                self._reference_turn(rid, ids, self.max_new)
+            self._turn(*reqs[k])
 
         self._threads(one, len(reqs))
 
