@@ -14,6 +14,7 @@ import ast
 from collections.abc import Callable
 
 from hicache_diag.sources.decisions import Decisions
+from hicache_diag.sources.guards import LeaderGuards
 from hicache_diag.sources.index import Function, SourceIndex, callee_name, same_object
 from hicache_diag.sources.model import State
 from hicache_diag.sources.rules import MAX_HOPS, MAX_READERS
@@ -26,6 +27,7 @@ class Tracer:
         self.index = index
         self.sync = sync
         self.decisions = decisions
+        self.leaders = LeaderGuards(index)
 
     def follow(self, fn: Function, node: ast.AST) -> Trace:
         """Every use of the value of `node` (an expression in `fn`)."""

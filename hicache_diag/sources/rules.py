@@ -120,6 +120,9 @@ DECISIONS: dict[str, str] = {
     "get_new_batch_prefill": "batch-admission",
     "get_next_batch_to_run": "batch-admission",
     "retract_decode": "retraction",
+    "_abort_on_waiting_timeout": "request-abort",
+    "_abort_on_running_timeout": "request-abort",
+    "_poll_timeout_aborts": "request-abort",
 }
 CALLER_DEPTH = 6  # how far up the call graph a use looks for its decision
 

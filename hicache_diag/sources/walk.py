@@ -283,6 +283,8 @@ class FunctionWalk:
 
     def use(self, line: int, state: State, how: str, decided=None) -> None:
         decision, where = decided or self.t.decisions.of_function(self.fn)
+        # Decided on one rank only (a leader's function), the raw read needs no agreement.
+        leader = None if state else self.t.leaders.alignment(self.fn)
         self.out.uses.append(
             Use(
                 self.fn.file,
@@ -290,7 +292,7 @@ class FunctionWalk:
                 self.fn.qualname,
                 decision,
                 where,
-                alignment_of(state),
+                leader or alignment_of(state),
                 how,
                 self.depth,
             )
