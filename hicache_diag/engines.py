@@ -56,7 +56,7 @@ def _load(dotted: str) -> Callable[..., Any]:
 ENGINES: dict[str, EngineEntry] = {
     "builtin": EngineEntry(
         "builtin", "our compact runtime", builtin.DEFAULTS, builtin.TRIAL_TIMEOUT_S,
-        "hicache_diag.harness.builtin:build", "hicache_diag.harness.trial:run_trial",
+        "hicache_diag.harness.builtin:build", "hicache_diag.harness.builtin:run_builtin_trial",
         source_tree="hicache_diag.sources.locate:builtin_engine_tree",
     ),
     "sglang": EngineEntry(

@@ -13,9 +13,9 @@ from hicache_diag.errors import UsageError
 from hicache_diag.harness.request import RunRequest
 
 if TYPE_CHECKING:
-    from hicache_diag.harness.engine import Failure, Progress
+    from hicache_diag.harness.engine import EngineConfig, Failure, Progress, TrialWatch
     from hicache_diag.harness.launcher import RankProcess
-    from hicache_diag.harness.trial import TrialWatch
+    from hicache_diag.harness.trial import TrialResult
     from hicache_diag.runtime.protocol import ProtocolConfig
     from hicache_diag.runtime.server_args import RunConfig, ServerArgs
     from hicache_diag.verdict import Verdict
@@ -266,3 +266,11 @@ class BuiltinEngine:
 
     def amend(self, verdict: Verdict, watch: TrialWatch) -> Verdict:
         return verdict
+
+
+def run_builtin_trial(cfg: EngineConfig, argv: list[str] | None = None,
+                      on_progress: Progress | None = None) -> TrialResult:  # fmt: skip
+    """The builtin engine's trial: the one trial loop over a BuiltinEngine."""
+    from hicache_diag.harness.trial import run_engine_trial
+
+    return run_engine_trial(BuiltinEngine(cfg), cfg, argv, on_progress)

@@ -5,15 +5,34 @@ engine's config offers. The engines themselves are registered in hicache_diag/en
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hicache_diag.harness.hang_watch import HangWatch
+from hicache_diag.harness.proc_facts import StopWatch
+
 if TYPE_CHECKING:
-    from hicache_diag.harness.trial import TrialWatch
     from hicache_diag.verdict import Verdict
 
 Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class TrialWatch:
+    """What the loop saw; launcher.json is written from it (and the engine's process records)."""
+
+    first_failure: dict[str, Any] | None = None
+    hang: dict[str, Any] | None = None
+    stacks: dict[str, Any] | None = None
+    interrupted: bool = False
+    interrupted_at: float | None = None
+    interrupt_stall: dict[str, Any] | None = None  # the stalled ranks' facts at a Ctrl-C
+    hang_watch: HangWatch | None = None
+    stops: StopWatch = field(default_factory=StopWatch)
+    oom_kills_before: int | None = None
+    startup_error: str | None = None  # the engine never became ready (the environment's)
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 class RankRecord(Protocol):

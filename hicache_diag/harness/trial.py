@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ import torch
 
 from hicache_diag import evidence as ev
 from hicache_diag.errors import EngineStartError
-from hicache_diag.harness.engine import Engine, EngineConfig, RankRecord
+from hicache_diag.harness.engine import Engine, EngineConfig, RankRecord, TrialWatch
 from hicache_diag.harness.hang_watch import HangWatch
 from hicache_diag.harness.proc_facts import StopWatch, oom_kill_count
 from hicache_diag.harness.reference import compare_outputs
@@ -42,32 +42,6 @@ Progress = Callable[[dict[str, Any]], None]
 class TrialResult:
     verdict: Verdict
     run_dir: Path
-
-
-@dataclass
-class TrialWatch:
-    """What the loop saw; launcher.json is written from it (and the engine's process records)."""
-
-    first_failure: dict[str, Any] | None = None
-    hang: dict[str, Any] | None = None
-    stacks: dict[str, Any] | None = None
-    interrupted: bool = False
-    interrupted_at: float | None = None
-    interrupt_stall: dict[str, Any] | None = None  # the stalled ranks' facts at a Ctrl-C
-    hang_watch: HangWatch | None = None
-    stops: StopWatch = field(default_factory=StopWatch)
-    oom_kills_before: int | None = None
-    startup_error: str | None = None  # the engine never became ready (the environment's)
-    timings: dict[str, float] = field(default_factory=dict)
-
-
-def run_trial(cfg: EngineConfig, argv: list[str] | None = None,
-              on_progress: Progress | None = None) -> TrialResult:  # fmt: skip
-    """The builtin engine's trial (kept under its old name: bisect's trial server and the
-    timeline call it)."""
-    from hicache_diag.harness.builtin import BuiltinEngine
-
-    return run_engine_trial(BuiltinEngine(cfg), cfg, argv, on_progress)
 
 
 def run_engine_trial(engine: Engine, cfg: EngineConfig, argv: list[str] | None = None,

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag import evidence as ev
-from hicache_diag.harness.engine import Failure
+from hicache_diag.harness.engine import Failure, TrialWatch
 from hicache_diag.harness.rundir import manifest_head, write_json
-from hicache_diag.harness.trial import TrialResult, TrialWatch, run_engine_trial
+from hicache_diag.harness.trial import TrialResult, run_engine_trial
 from hicache_diag.harness.workload import Workload
 from hicache_diag.ranks import RankId, parse_rank_tokens
 from hicache_diag.rules.rank_labels import split_prefix

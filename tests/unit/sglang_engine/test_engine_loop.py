@@ -8,7 +8,8 @@ import json
 import time
 from types import SimpleNamespace
 
-from hicache_diag.harness.trial import TrialWatch, _watch_loop
+from hicache_diag.harness.engine import TrialWatch
+from hicache_diag.harness.trial import _watch_loop
 from hicache_diag.sglang import trial as sglang_trial
 from hicache_diag.sglang.server import Scheduler
 
