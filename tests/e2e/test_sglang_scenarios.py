@@ -68,6 +68,7 @@ SAMPLE_RUNS = {
     "session_close_0.5.23": ("sglang-0.5.23-session-close", "sglang-0.5.23-session-close-sources"),
     "session_timeout_0.5.23": "sglang-0.5.23-session-timeout",
     "flush_clock_0.5.23": "sglang-0.5.23-flush-clock",
+    "waiting_timeout_0.5.19": "sglang-0.5.19-waiting-timeout",
     "l3_no_fault_0.5.18": ("sglang-0.5.18-l3-no-fault", "sglang-0.5.18-l3-no-fault-b",
                            "sglang-0.5.18-l3-no-fault-sources"),
 }
