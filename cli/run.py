@@ -97,15 +97,15 @@ Exit: 0 ok, 10/11/12 form A/B/C, 13 diverged, 14 wrong output, 15 leak,
 def _catalogue() -> str:
     """Fault names and --fix switches with their modes (legacy first), from the registries,
     so the help can never drift from what the parser accepts (docs/faults.md has the table)."""
+    from hicache_diag.engines import protocol_switches
     from hicache_diag.faults import FAULTS
-    from hicache_diag.runtime.protocol import SWITCHES
 
     lines = ["\b", "Faults (--fault NAME[:key=value,...]; keys in docs/faults.md;",
              "what each models: --list-faults):"]
     lines += textwrap.wrap(", ".join(sorted(FAULTS)), 76, initial_indent="  ",
                            subsequent_indent="  ", break_on_hyphens=False)  # fmt: skip
     lines.append("Switches (--fix NAME=MODE; legacy mode first, then the fix):")
-    for sw in SWITCHES.values():
+    for sw in protocol_switches().values():
         lines.append(f"  {sw.name}={'|'.join(sw.modes)}  {sw.upstream}")
     return "\n".join(lines)
 

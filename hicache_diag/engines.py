@@ -100,3 +100,11 @@ def default_help(key: str) -> str:
     if len(set(map(str, values.values()))) == 1:
         return str(values["builtin"])
     return "; ".join(f"{v} ({name})" for name, v in values.items())
+
+
+def protocol_switches() -> Mapping[str, Any]:
+    """The builtin engine's protocol switches (`--fix NAME=MODE`), by name: the CLI's help and
+    bisect read them here, not from the runtime."""
+    from hicache_diag.runtime.protocol import SWITCHES
+
+    return SWITCHES
