@@ -38,7 +38,7 @@ STORAGE_FUNCS = frozenset({"page_get_func"})  # a bound read function kept in an
 # The attribute LRU priorities are read from (evict_policy.py's get_priority).
 LRU_STAMP_ATTRS = frozenset({"last_access_time"})
 
-# --- the four classic sources (docs/design.md): which reads they are ------------------------
+# --- the four classic sources (docs/sources.md): which reads they are -----------------------
 # Matched on (kind, a substring of the read's text or its function); first match wins.
 CLASSIC = (
     ("dma-ack-count", "event-ready", "finish_event"),
