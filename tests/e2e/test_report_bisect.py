@@ -86,7 +86,10 @@ def test_run_leak_with_unbounded_inflight_sends(tmp_path):
     _no_children_left()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("sig", [
+    signal.SIGINT,
+    pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # its reaping: test_trial_server.py
+], ids=["ctrl-c", "sigterm"])  # fmt: skip
 def test_bisect_ctrl_c_prints_partial_table_and_leaves_no_rank(tmp_path, sig):
     argv = ["bisect", "--switch", "protocol=l2,full", "--trials", "4", "--jobs", "2"]
     argv += ["--out", str(tmp_path / "b"), "--json"]
