@@ -41,10 +41,7 @@ def requests(case: Case) -> list[dict]:
     from hicache_diag.harness.workload import Workload
     from hicache_diag.runtime.server_args import ModelConfig, ServerArgs, WorkloadConfig
 
-    spec = {}
-    manifest_path = case.run_dir / "manifest.json"
-    if manifest_path.is_file():
-        spec = json.loads(manifest_path.read_text()).get("config", {}).get("spec", {}) or {}
+    spec = _spec(case)
     vocab = int((case.model_config or {}).get("vocab_size") or 512)
     total = int(spec.get("max_total_tokens") or 256)
     args = ServerArgs(pp_size=1, tp_size=1, page_size=int(spec.get("page_size") or 1),
@@ -56,21 +53,23 @@ def requests(case: Case) -> list[dict]:
             for r in Workload(WorkloadConfig(**fields), args).requests]  # fmt: skip
 
 
-def _storage_dir(case: Case) -> str | None:
+def _spec(case: Case) -> dict:
+    """The run's launch spec from its manifest ({} when the manifest lacks one)."""
     try:
         spec = json.loads((case.run_dir / "manifest.json").read_text())["config"]["spec"]
     except (OSError, ValueError, KeyError, TypeError):
-        return None
+        return {}
+    return spec if isinstance(spec, dict) else {}
+
+
+def _storage_dir(case: Case) -> str | None:
+    spec = _spec(case)
     return spec.get("hicache_storage_dir") if spec.get("hicache_storage_backend") else None
 
 
 def _server_env(case: Case) -> list[tuple[str, str]]:
     """The SGLang switches the run set in the server's environment (`--sglang-env`)."""
-    try:
-        spec = json.loads((case.run_dir / "manifest.json").read_text())["config"]["spec"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
-    return [(str(k), str(v)) for k, v in spec.get("env") or ()]
+    return [(str(k), str(v)) for k, v in _spec(case).get("env") or ()]
 
 
 def _pp_size(flags: list[str]) -> int:

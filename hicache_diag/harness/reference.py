@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from hicache_diag.diagnosis.outputs import DEFAULT_TIE_TOLERANCE
+from hicache_diag.diagnosis.outputs import compare_outputs as mismatches
 from hicache_diag.runtime.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 from hicache_diag.runtime.model_executor.models.tiny_llama import TinyLlamaForCausalLM
 from hicache_diag.runtime.server_args import ModelConfig
@@ -20,7 +22,7 @@ from hicache_diag.runtime.server_args import ModelConfig
 # only where the reference's top-2 logits are closer than that. 1e-3 leaves two orders of
 # magnitude of margin; past a tolerated flip the rest of that request legitimately differs, so
 # comparison of that request stops there.
-GAP_TOLERANCE = 1e-3
+GAP_TOLERANCE = DEFAULT_TIE_TOLERANCE  # one tie rule: diagnosis/outputs.py
 
 
 class _ScratchKVPool:
@@ -70,8 +72,6 @@ def compute_reference(cfg: ModelConfig, requests: list[Any]) -> dict[str, dict[s
 def compare_outputs(outputs: dict[str, list[int]], reference: dict[str, Any]) -> list[str]:
     """Mismatch lines (empty when equal within the tie tolerance): diagnosis/outputs.py's rule,
     worded for the verdict."""
-    from hicache_diag.diagnosis.outputs import compare_outputs as mismatches
-
     lines = []
     for m in mismatches(outputs or {}, reference or {}) or []:
         got = (outputs or {}).get(m.rid)
