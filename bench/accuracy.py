@@ -31,14 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/campaign/, als
 from campaign.plan import TrialPlan, blind_copy, plan_trials, run_facts  # noqa: E402
 from campaign.score import Scored, by_kind, confusion, summarize, verdict_fields  # noqa: E402
 
-from hicache_diag.cli.run import config_from_argv
+from hicache_diag.cli.run import options_from_argv
 from hicache_diag.diagnosis.classify import classify_run
+from hicache_diag.engines import build
 from hicache_diag.harness.bisect_trials import PlannedTrial, TrialRunner, trial_env
 from hicache_diag.harness.trial_server import TrialServer
 
 
 def _run(runner: TrialRunner, argv: list[str], out: Path, seed: int) -> dict | None:
-    cfg = config_from_argv(argv)  # argv holds the trial's --seed and --out
+    cfg = build(options_from_argv(argv))  # argv holds the trial's --seed and --out
     res = runner.run(PlannedTrial(0, seed, out, ["hicache-diag", "run", *argv], cfg))
     try:
         return json.loads((out / "verdict.json").read_text())

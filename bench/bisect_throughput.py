@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hicache_diag.cli.bisect import with_cell_configs
-from hicache_diag.cli.main import app
+from hicache_diag.cli.run import options_from_argv
 from hicache_diag.harness.bisect import BisectConfig, run_bisect
 from hicache_diag.harness.forked_process import fork_module, preload
 from hicache_diag.harness.launcher import RANK_PRELOAD
@@ -65,7 +65,8 @@ def trials_per_minute(trials: int, jobs: int, run_args: tuple[str, ...], method:
     """(trials per minute, errors, median rank start-up seconds, median trial seconds)."""
     os.environ["HICACHE_DIAG_RANK_START"] = method  # the trials' `run` subprocesses inherit it
     with tempfile.TemporaryDirectory() as tmp:
-        cfg, _ = with_cell_configs(app, BisectConfig((), trials, jobs, 0, Path(tmp), run_args), 120)
+        bisect = BisectConfig((), trials, jobs, 0, Path(tmp), run_args)
+        cfg, _ = with_cell_configs(options_from_argv(list(run_args)), bisect, 120)
         t0 = time.perf_counter()
         table = run_bisect(cfg)
         wall = time.perf_counter() - t0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -24,25 +24,27 @@ from hicache_diag.harness.bisect import (
     run_bisect,
 )
 from hicache_diag.limits import check_seconds
+from hicache_diag.run_options import RunOptions
 
 
-def _run_options(app: typer.Typer) -> set[str]:
+def _run_options() -> set[str]:
     """Long option names of the `run` command, so --switch can vary any of them."""
-    group = typer.main.get_command(app)
-    run = getattr(group, "commands", {}).get("run")
+    from hicache_diag.cli.run import _app
+
+    run = typer.main.get_command(_app())
     names = set()
     for param in getattr(run, "params", []):
         names |= {o.removeprefix("--") for o in param.opts if o.startswith("--")}
     return names - {"out", "json", "seed", "list-faults"}  # list-faults prints and exits
 
 
-def _axes(app, storage: str | None, size: str | None, switches: list[str]) -> tuple[Axis, ...]:
+def _axes(storage: str | None, size: str | None, switches: list[str]) -> tuple[Axis, ...]:
     axes = []
     if storage is not None:
         axes.append(Axis(STORAGE_AXIS, parse_values("--storage-backend", storage)))
     if size is not None:
         axes.append(Axis(HOST_AXIS, parse_values("--hicache-size", size)))
-    options = _run_options(app) if switches else set()
+    options = _run_options() if switches else set()
     axes += [parse_switch(spec, options) for spec in switches]
     return tuple(axes)
 
@@ -80,15 +82,6 @@ def _releases(python: str | None, version: str | None, engine: str) -> tuple[lis
     return list(parse_values("--sglang-python", python)), {}
 
 
-def _requested_engine(app: typer.Typer, args: list[str]) -> str:
-    """The engine the pass-through `run` flags (or their scenario) ask for, read as `run` reads
-    them: the one request, never a sniff of argv."""
-    from hicache_diag.cli.run import request_from_flags
-
-    run = typer.main.get_command(app).commands["run"]
-    return request_from_flags(dict(run.make_context("run", list(args)).params)).engine
-
-
 def _release_labels(pythons: tuple[str, ...], known: dict[str, str]) -> dict[str, str]:
     """Each interpreter's SGLang version (probed when the flag gave paths); the path is added
     where two interpreters hold the same version."""
@@ -117,28 +110,28 @@ def _refuse_flat_axes(axes: tuple[Axis, ...]) -> None:
             )
 
 
-def with_cell_configs(app: typer.Typer, cfg: BisectConfig,
-                      trial_timeout: float | None = None) -> tuple[BisectConfig, int]:  # fmt: skip
-    """Each cell's engine config, built as `run` builds it (the `run` flags and the cell's axis
-    values -> one request -> its engine's `build`), once, before any trial starts: a bad
-    pass-through flag, axis value or release is one line and exit 2, not N failed trials.
-    Returns the config holding them, with `trial_timeout` (--trial-timeout) or else the longest
-    trial timeout of the cells' engines, and the most ranks any cell runs."""
-    from hicache_diag.cli.run import build_engine_config
-    from hicache_diag.engines import engine
-    from hicache_diag.harness.bisect import cell_argv, matrix
+def with_cell_configs(
+    base: RunOptions, cfg: BisectConfig, trial_timeout: float | None = None
+) -> tuple[BisectConfig, int]:
+    """Each cell's engine config: the pass-through run options with the cell's axis values
+    (Axis.apply), built by their engine once, before any trial starts: a bad axis value or
+    release is one line and exit 2, not N failed trials. Returns the config holding them, with
+    `trial_timeout` (--trial-timeout) or else the cells' engine's own trial timeout, and the
+    most ranks any cell runs."""
+    from hicache_diag.engines import build
+    from hicache_diag.harness.bisect import matrix
 
-    run = typer.main.get_command(app).commands["run"]
+    if base.out is not None:
+        raise UsageError("give --out to bisect itself (the parent of every trial's run dir)")
     configs = []
     for values in matrix(cfg.axes):
-        ctx = run.make_context("run", cell_argv(cfg, values), resilient_parsing=False)
-        params = dict(ctx.params)
-        if params.get("out") is not None:
-            raise UsageError("give --out to bisect itself (the parent of every trial's run dir)")
-        configs.append(build_engine_config(params))
+        options = base
+        for axis in cfg.axes:
+            options = axis.apply(options, values[axis.name])
+        configs.append(build(options))
     world = max(c.world_size for c in configs)
     if trial_timeout is None:  # each engine's own: real SGLang starts in tens of seconds
-        trial_timeout = max(engine(c.engine).trial_timeout_s for c in configs)
+        trial_timeout = type(base).trial_timeout_s
     return replace(cfg, cells=tuple(configs), trial_timeout_s=trial_timeout), world
 
 
@@ -237,7 +230,7 @@ Exit: 0 completed, whatever it found (table.json and table.md in --out),
 def add_run_flags_to_help(app: typer.Typer) -> None:
     """Append the `run` flags that bisect passes through to its --help (after both commands
     are registered, so the list is the run command's own)."""
-    flags = sorted(f"--{name}" for name in _run_options(app))
+    flags = sorted(f"--{name}" for name in _run_options())
     lines, line = [], " "
     for flag in flags:
         if len(line) + len(flag) + 1 > 76:
@@ -253,68 +246,114 @@ def add_run_flags_to_help(app: typer.Typer) -> None:
             info.epilog = f"{EXAMPLES}\n\n{text}"
 
 
+def bisect(
+    ctx: typer.Context,
+    storage_backend: Backends = None,
+    hicache_size: Sizes = None,
+    switch: Switches = None,
+    trials: Trials = 3,
+    jobs: Jobs = 1,
+    seed: Seed = 0,
+    out: Out = None,
+    trial_timeout: Timeout = None,
+    json_out: Json = False,
+    sglang_python: Pythons = None,
+    sglang_version: Versions = None,
+) -> None:
+    """Repeat `run` over a matrix of switches; any other `run` flag applies to every cell."""
+    from hicache_diag.cli.render.bisect import trial_progress
+    from hicache_diag.cli.render.console import err_console
+
+    request = BisectRequest(
+        ctx.args,
+        storage_backend,
+        hicache_size,
+        tuple(switch or ()),
+        trials,
+        jobs,
+        seed,
+        out,
+        trial_timeout,
+        sglang_python,
+        sglang_version,
+    )
+    cfg, labels = plan_bisect(request, quiet=json_out)
+    cells = _cells(cfg.axes)
+    progress, on_result = trial_progress(err_console, cells * trials, quiet=json_out)
+    with progress:
+        table = run_bisect(cfg, on_result)
+    table.releases = labels
+    _save_table(table, cfg.out)
+    _render(table, json_out)
+    raise typer.Exit(130 if table.interrupted else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class BisectRequest:
+    """What `bisect` was asked, as typed (run_args: the pass-through `run` flags)."""
+
+    run_args: list[str]
+    storage_backend: str | None
+    hicache_size: str | None
+    switches: tuple[str, ...]
+    trials: int
+    jobs: int
+    seed: int
+    out: str | None
+    trial_timeout: float | None
+    sglang_python: str | None
+    sglang_version: str | None
+
+
+def _matrix(req: BisectRequest, base: RunOptions) -> tuple[tuple[Axis, ...], RunOptions, tuple]:
+    """The axes (the release axis last), the options every cell starts from, the releases."""
+    axes = _axes(req.storage_backend, req.hicache_size, list(req.switches))
+    given = req.sglang_python is not None or req.sglang_version is not None
+    pythons, versions = _releases(req.sglang_python, req.sglang_version,
+                                  base.engine if given else "")  # fmt: skip
+    if len(pythons) == 1:  # one release: every cell runs it, as `run --sglang-python` does
+        base = base.with_value("sglang_python", pythons[0], "--sglang-python")
+    elif pythons:
+        axes += (Axis(RELEASE_AXIS, tuple(pythons)),)
+    return axes, base, (pythons, versions)
+
+
+def plan_bisect(req: BisectRequest, quiet: bool = False) -> tuple[BisectConfig, dict]:
+    """Every check, then each cell's engine config: the bisect ready to run, and the releases'
+    labels. Bad input raises UsageError before any trial starts."""
+    from hicache_diag.cli.render.console import err_console
+    from hicache_diag.cli.render.status import PhaseStatus
+    from hicache_diag.cli.run import options_from_argv
+    from hicache_diag.harness.rundir import check_writable
+    from hicache_diag.limits import check_jobs, check_seed, check_trials
+
+    if req.trial_timeout is not None:
+        check_seconds("--trial-timeout", req.trial_timeout)
+    check_writable(req.out)  # a file, non-empty or unwritable: 2
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = Path(req.out) if req.out is not None else Path("runs") / f"bisect-{stamp}"
+    axes, base, (pythons, versions) = _matrix(req, options_from_argv(req.run_args))
+    cfg = BisectConfig(axes, req.trials, req.jobs, req.seed, out, tuple(req.run_args))
+    if not axes:
+        raise UsageError(
+            "bisect needs a matrix: --storage-backend V1,V2, --hicache-size S1,S2, "
+            "--sglang-version V1,V2 or --switch NAME=v1,v2"
+        )
+    _refuse_flat_axes(axes)
+    check_trials(req.trials, _cells(axes), out)
+    check_seed(req.seed)
+    check_seed(req.seed + req.trials - 1, "--seed + --trials - 1")  # trial j runs seed + j
+    with PhaseStatus(err_console, quiet, f"checking {_cells(axes)} cell(s)"):
+        cfg, world = with_cell_configs(base, cfg, req.trial_timeout)  # sglang: probes releases
+    check_jobs(req.jobs, world)
+    labels = _release_labels(axes[-1].values, versions) if len(pythons) > 1 else {}
+    return cfg, labels
+
+
 def register(app: typer.Typer) -> None:
-    @app.command(
+    app.command(
         "bisect",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
         epilog=EXAMPLES,
         short_help="Crash rates over a matrix of switches, 95% intervals.",
-    )
-    def bisect(
-        ctx: typer.Context,
-        storage_backend: Backends = None,
-        hicache_size: Sizes = None,
-        switch: Switches = None,
-        trials: Trials = 3,
-        jobs: Jobs = 1,
-        seed: Seed = 0,
-        out: Out = None,
-        trial_timeout: Timeout = None,
-        json_out: Json = False,
-        sglang_python: Pythons = None,
-        sglang_version: Versions = None,
-    ) -> None:
-        """Repeat `run` over a matrix of switches; any other `run` flag applies to every cell."""
-        from hicache_diag.cli.render.bisect import trial_progress
-        from hicache_diag.cli.render.console import err_console
-        from hicache_diag.cli.render.status import PhaseStatus
-
-        axes = _axes(app, storage_backend, hicache_size, switch or [])
-        given = sglang_python is not None or sglang_version is not None
-        pythons, versions = _releases(sglang_python, sglang_version,
-                                      _requested_engine(app, ctx.args) if given else "",
-                                      )  # fmt: skip
-        run_args = list(ctx.args)
-        if len(pythons) == 1:  # one release: every cell runs it, as `run --sglang-python` does
-            run_args += ["--sglang-python", pythons[0]]
-        elif pythons:
-            axes += (Axis(RELEASE_AXIS, tuple(pythons)),)
-        if trial_timeout is not None:
-            check_seconds("--trial-timeout", trial_timeout)
-        from hicache_diag.harness.rundir import check_writable
-        from hicache_diag.limits import check_jobs, check_seed, check_trials
-
-        check_writable(out)  # a file, non-empty or unwritable: 2
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        out = Path(out) if out is not None else Path("runs") / f"bisect-{stamp}"
-        cfg = BisectConfig(axes, trials, jobs, seed, out, tuple(run_args))
-        if not axes:
-            raise UsageError(
-                "bisect needs a matrix: --storage-backend V1,V2, --hicache-size S1,S2, "
-                "--sglang-version V1,V2 or --switch NAME=v1,v2"
-            )
-        _refuse_flat_axes(axes)
-        check_trials(trials, _cells(axes), out)
-        check_seed(seed)
-        check_seed(seed + trials - 1, "--seed + --trials - 1")  # trial j runs seed + j
-        with PhaseStatus(err_console, json_out, f"checking {_cells(axes)} cell(s)"):
-            cfg, world = with_cell_configs(app, cfg, trial_timeout)  # sglang: probes releases
-        check_jobs(jobs, world)
-        labels = _release_labels(axes[-1].values, versions) if len(pythons) > 1 else {}
-        progress, on_result = trial_progress(err_console, _cells(axes) * trials, quiet=json_out)
-        with progress:
-            table = run_bisect(cfg, on_result)
-        table.releases = labels
-        _save_table(table, out)
-        _render(table, json_out)
-        raise typer.Exit(130 if table.interrupted else 0)
+    )(bisect)

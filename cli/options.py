@@ -1,7 +1,8 @@
 """Annotated option aliases shared by `run` and `bisect` (one definition of each flag).
 
 Defaults are None so that a `--scenario` file can fill in what the command line leaves out; the
-command line always wins. `RUN_DEFAULTS` holds the values used when neither gives one.
+command line always wins. The values used when neither gives one are the run options' own
+(hicache_diag/run_options.py), shown in --help from there.
 """
 
 from __future__ import annotations
@@ -12,54 +13,9 @@ import typer
 
 from hicache_diag.engines import ENGINES as ENGINE_REGISTRY
 from hicache_diag.engines import default_help
-from hicache_diag.errors import UsageError
-from hicache_diag.harness import builtin
 
-RUN_DEFAULTS = builtin.DEFAULTS  # each engine owns its defaults: harness/engine.py
 MAX_STEPS_DEFAULT = "auto: 25 x requests + 2 x requests x (max-new-tokens + 1) x loop size + 1000"
-ENGINES = tuple(ENGINE_REGISTRY)
-
-# The type each scenario key must have (TOML gives ints, floats, strings, lists); `fix` is the
-# scenario's list of --fix switches. Scenario keys are the run flags' names in snake_case.
-_INT, _NUM, _STR = (int,), (int, float), (str,)
-SCENARIO_TYPES: dict[str, tuple[type, ...]] = {
-    **dict.fromkeys(("pp", "tp", "async_depth", "page_size", "max_total_tokens"), _INT),
-    **dict.fromkeys(("requests", "max_new_tokens", "seed", "max_steps"), _INT),
-    **dict.fromkeys(("hicache_ratio", "hang_timeout"), _NUM),
-    **dict.fromkeys(("hicache_write_policy", "hicache_storage_backend", "protocol"), _STR),
-    **dict.fromkeys(("hicache_storage_dir", "hicache_storage_prefetch_policy"), _STR),
-    **dict.fromkeys(("workload", "device", "engine", "model", "sglang_python"), _STR),
-    "sglang_version": _STR,
-    "hicache_size": (str, int),
-    "fix": (list,),
-    "sglang_arg": (list,),
-    "sglang_env": (dict,),
-}
-_TYPE_WORDS = {
-    _INT: "an integer",
-    _NUM: "a number",
-    _STR: "a string",
-    (str, int): 'a size such as "64MiB" or a byte count',
-    (list,): "a list of strings",
-    (dict,): 'a table of NAME = "VALUE" strings',
-}
-
-
-def check_scenario_options(path: str, opts: dict) -> None:
-    """Unknown keys and wrong types are bad input (exit 2), with the valid keys named."""
-    for key, value in opts.items():
-        want = SCENARIO_TYPES.get(key)
-        if want is None:
-            valid = ", ".join(sorted([*SCENARIO_TYPES, "description", "fault"]))
-            raise UsageError(f"scenario {path!r}: unknown key {key!r}; valid keys: {valid}")
-        ok = isinstance(value, want) and not isinstance(value, bool)
-        if ok and key in ("fix", "sglang_arg"):
-            ok = all(isinstance(v, str) for v in value)
-        if ok and key == "sglang_env":
-            ok = all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
-                     for v in value.values())  # fmt: skip
-        if not ok:
-            raise UsageError(f"scenario {path!r}: {key} must be {_TYPE_WORDS[want]}, not {value!r}")
+ENGINES = ENGINE_REGISTRY.names()
 
 
 def with_default(help: str, value: object) -> str:
@@ -220,7 +176,8 @@ MaxStepsOpt = Annotated[
         metavar="N",
         help=with_default(
             "Step budget: PP0 stops after N steps; running out is undecided (exit 3), never a "
-            "verdict.", MAX_STEPS_DEFAULT,
+            "verdict.",
+            MAX_STEPS_DEFAULT,
         ),
         show_default=False,
     ),
@@ -259,7 +216,6 @@ SglangEnvOpt = Annotated[
         "e.g. --sglang-env SGLANG_REQ_WAITING_TIMEOUT=1.5; repeatable.",
     ),
 ]
-SGLANG_SCENARIO_KEYS = builtin.SGLANG_SCENARIO_KEYS
 SglangPythonOpt = Annotated[
     str | None,
     _opt(

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from typing import Annotated, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,71 +15,57 @@ from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.cli.render.progress import LiveProgress
 from hicache_diag.cli.render.status import PhaseStatus
 from hicache_diag.cli.render.verdict import render_check, render_verdict
-from hicache_diag.engines import build, engine, run_trial
+from hicache_diag.engines import build, run_trial
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.engine import EngineConfig
-from hicache_diag.harness.request import RunRequest
+from hicache_diag.parse_options import parse_run_options
+from hicache_diag.run_options import RunOptions
 from hicache_diag.verdict import ExitCode, Outcome
 
+if TYPE_CHECKING:
+    from hicache_diag.faults import Scenario
+    from hicache_diag.faults.expect import Expectation
 
-def _scenario(path: str | None) -> tuple[tuple[str, ...], dict[str, Any]]:
+
+def load_scenario_file(path: str | None) -> Scenario | None:
+    """The --scenario file, read once (a device or a FIFO would be read forever)."""
     if path is None:
-        return (), {}
+        return None
     from hicache_diag.faults import load_scenario
     from hicache_diag.paths import input_file
 
-    input_file("--scenario", path)  # a device or a FIFO would be read forever
-    sc = load_scenario(path)
-    opts = dict(sc.options)
-    # Scenario keys use run flag names in snake_case; map the storage aliases.
-    for alias, name in (
-        ("storage_backend", "hicache_storage_backend"),
-        ("storage_dir", "hicache_storage_dir"),
-    ):
-        if alias in opts:
-            opts.setdefault(name, opts.pop(alias))
-    o.check_scenario_options(path, opts)
-    return sc.fault_specs(), opts
+    input_file("--scenario", path)
+    return load_scenario(path)
 
 
-def _expectation(path: str | None) -> Any:
+def _expectation(scenario: Scenario | None) -> Expectation:
     """`--check`: the scenario's [expect] table, refused (exit 2) when there is none to check."""
-    if path is None:
+    if scenario is None:
         raise UsageError("--check needs --scenario FILE with an [expect] table")
-    from hicache_diag.faults import load_scenario
-
-    expect = load_scenario(path).expect
-    if expect is None:
+    if scenario.expect is None:
         raise UsageError(
-            f"--check: scenario {path!r} has no [expect] table "
+            f"--check: scenario {scenario.path!r} has no [expect] table "
             '(add e.g. [expect] outcome = "crash", form = "B")'
         )
-    return expect
+    return scenario.expect
 
 
-def request_from_flags(flags: dict[str, Any]) -> RunRequest:
-    """The one run request: flags over the scenario file, which is parsed here, once."""
-    scenario_faults, sopts = _scenario(flags.get("scenario"))
-    return RunRequest(flags, sopts, scenario_faults)
+def options_from_params(params: Mapping[str, Any]) -> RunOptions:
+    """The run options from the run command's parsed parameters (click's record of them):
+    the command line over the scenario file, every check done."""
+    return parse_run_options(params, load_scenario_file(params.get("scenario")))
 
 
-def build_engine_config(flags: dict[str, Any]) -> EngineConfig:
-    """The chosen engine's config, validated before any process starts."""
-    return build(request_from_flags(flags))
+def options_from_argv(argv: list[str]) -> RunOptions:
+    """What `hicache-diag run ARGV` would run (bisect's pass-through flags; the benches)."""
+    command = typer.main.get_command(_app())
+    return options_from_params(command.make_context("run", list(argv)).params)
 
 
-def config_from_argv(argv: list[str]) -> EngineConfig:
-    """What `hicache-diag run ARGV` would run, parsed and built as `run` does (the benches'
-    trials; bisect's cells)."""
-    from hicache_diag.cli.main import app
-
-    command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
-    return build_engine_config(dict(command.make_context("run", list(argv)).params))
-
-
-def build_run_config(flags: dict[str, Any]) -> EngineConfig:
-    """The builtin engine's config (the request's engine is not asked)."""
-    return engine("builtin").build(request_from_flags(flags))
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    return app
 
 
 # \b keeps click from rewrapping the block.
@@ -100,8 +87,11 @@ def _catalogue() -> str:
     from hicache_diag.engines import protocol_switches
     from hicache_diag.faults import FAULTS
 
-    lines = ["\b", "Faults (--fault NAME[:key=value,...]; keys in docs/faults.md;",
-             "what each models: --list-faults):"]
+    lines = [
+        "\b",
+        "Faults (--fault NAME[:key=value,...]; keys in docs/faults.md;",
+        "what each models: --list-faults):",
+    ]
     lines += textwrap.wrap(", ".join(sorted(FAULTS)), 76, initial_indent="  ",
                            subsequent_indent="  ", break_on_hyphens=False)  # fmt: skip
     lines.append("Switches (--fix NAME=MODE; legacy mode first, then the fix):")
@@ -133,54 +123,59 @@ ConsensusCheckerOpt = Annotated[bool, typer.Option(
 )]  # fmt: skip
 
 
+def run(
+    ctx: typer.Context,
+    fault: o.FaultOpt = None,
+    fix: o.FixOpt = None,
+    protocol: o.ProtocolOpt = None,
+    scenario: o.ScenarioOpt = None,
+    seed: o.SeedOpt = None,
+    out: o.OutOpt = None,
+    json_: o.JsonOpt = False,
+    pp: o.PpOpt = None,
+    tp: o.TpOpt = None,
+    async_depth: o.AsyncDepthOpt = None,
+    page_size: o.PageSizeOpt = None,
+    max_total_tokens: o.MaxTotalTokensOpt = None,
+    hicache_size: o.HicacheSizeOpt = None,
+    hicache_ratio: o.HicacheRatioOpt = None,
+    hicache_write_policy: o.WritePolicyOpt = None,
+    hicache_storage_backend: o.StorageBackendOpt = None,
+    hicache_storage_dir: o.StorageDirOpt = None,
+    hicache_storage_prefetch_policy: o.PrefetchPolicyOpt = None,
+    workload: o.WorkloadOpt = None,
+    requests: o.RequestsOpt = None,
+    max_new_tokens: o.MaxNewTokensOpt = None,
+    hang_timeout: o.HangTimeoutOpt = None,
+    max_steps: o.MaxStepsOpt = None,
+    device: o.DeviceOpt = None,
+    engine: o.EngineOpt = None,
+    model: o.ModelOpt = None,
+    sglang_arg: o.SglangArgOpt = None,
+    sglang_env: o.SglangEnvOpt = None,
+    sglang_python: o.SglangPythonOpt = None,
+    check: o.CheckOpt = False,
+    list_faults: ListFaultsOpt = False,
+    sglang_consensus_checker: ConsensusCheckerOpt = False,
+) -> None:
+    """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
+    # With --engine sglang the checks probe the release and may build the model: seconds.
+    with PhaseStatus(err_console, quiet=json_, first="checking the run"):
+        scenario_file = load_scenario_file(scenario)
+        expect = _expectation(scenario_file) if check else None
+        cfg = build(parse_run_options(ctx.params, scenario_file))
+    raise typer.Exit(_run_and_render(cfg, json_, expect))
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("run", epilog=f"{EXAMPLES}\n\n{_catalogue()}",
-                 short_help="Run a PP + HiCache runtime, give a verdict.")  # fmt: skip
-    def run(
-        fault: o.FaultOpt = None,
-        fix: o.FixOpt = None,
-        protocol: o.ProtocolOpt = None,
-        scenario: o.ScenarioOpt = None,
-        seed: o.SeedOpt = None,
-        out: o.OutOpt = None,
-        json_: o.JsonOpt = False,
-        pp: o.PpOpt = None,
-        tp: o.TpOpt = None,
-        async_depth: o.AsyncDepthOpt = None,
-        page_size: o.PageSizeOpt = None,
-        max_total_tokens: o.MaxTotalTokensOpt = None,
-        hicache_size: o.HicacheSizeOpt = None,
-        hicache_ratio: o.HicacheRatioOpt = None,
-        hicache_write_policy: o.WritePolicyOpt = None,
-        hicache_storage_backend: o.StorageBackendOpt = None,
-        hicache_storage_dir: o.StorageDirOpt = None,
-        hicache_storage_prefetch_policy: o.PrefetchPolicyOpt = None,
-        workload: o.WorkloadOpt = None,
-        requests: o.RequestsOpt = None,
-        max_new_tokens: o.MaxNewTokensOpt = None,
-        hang_timeout: o.HangTimeoutOpt = None,
-        max_steps: o.MaxStepsOpt = None,
-        device: o.DeviceOpt = None,
-        engine: o.EngineOpt = None,
-        model: o.ModelOpt = None,
-        sglang_arg: o.SglangArgOpt = None,
-        sglang_env: o.SglangEnvOpt = None,
-        sglang_python: o.SglangPythonOpt = None,
-        check: o.CheckOpt = False,
-        list_faults: ListFaultsOpt = False,
-        sglang_consensus_checker: ConsensusCheckerOpt = False,
-    ) -> None:
-        """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
-        flags = dict(locals())
-        flags.pop("list_faults", None)
-        expect = _expectation(scenario) if check else None
-        # With --engine sglang the checks probe the release and may build the model: seconds.
-        with PhaseStatus(err_console, quiet=json_, first="checking the run"):
-            cfg = build_engine_config(flags)
-        raise typer.Exit(_run_and_render(cfg, json_, expect))
+    app.command(
+        "run",
+        epilog=f"{EXAMPLES}\n\n{_catalogue()}",
+        short_help="Run a PP + HiCache runtime, give a verdict.",
+    )(run)
 
 
-def _run_and_render(cfg: EngineConfig, json_: bool, expect: Any = None) -> int:
+def _run_and_render(cfg: EngineConfig, json_: bool, expect: Expectation | None = None) -> int:
     """One trial with the live view on stderr; the verdict as JSON (stdout) or a panel."""
     try:
         with LiveProgress(err_console, cfg.world_size, quiet=json_) as progress:

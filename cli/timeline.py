@@ -16,7 +16,7 @@ from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.engines import build, run_trial
 from hicache_diag.errors import HicacheDiagError, UsageError
 from hicache_diag.harness.engine import EngineConfig
-from hicache_diag.harness.request import RunRequest
+from hicache_diag.parse_options import parse_run_options
 
 # Small device pool so shared prefixes are evicted to host and hit there; one new token per
 # request so each prefill's insert (and its write-through) happens in its own result slot.
@@ -35,7 +35,7 @@ def build_config(pp: int, async_depth: int, requests: int, seed: int,
              "max_total_tokens": DEVICE_TOKENS, "protocol": PROTOCOL, "workload": "shared-prefix",
              "requests": requests, "max_new_tokens": 1, "seed": seed,
              "out": None if out is None else str(out)}  # fmt: skip
-    return build(RunRequest(flags))
+    return build(parse_run_options(flags))
 
 
 def _run(cfg: EngineConfig):

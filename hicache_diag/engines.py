@@ -1,110 +1,103 @@
-"""The registry of engines the CLI reads: their names, defaults, bisect trial timeouts, `build`
-(RunRequest -> the engine's config) and trial -- the pattern of mini-sglang's registries. It
-sits above both engines; the contract they implement is harness/engine.py.
-
-An engine is registered by the dotted names of its `build` and `trial` functions, imported only
-when used, so that `--help` and bad-input refusals never import torch or SGLang.
-"""
+"""The engines, registered by name: each factory imports its engine package lazily, so the CLI
+reads names, options and help without torch or SGLang. The contract an engine implements is
+harness/engine.py; the options it takes are run_options.py's."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hicache_diag.errors import UsageError
-from hicache_diag.harness import builtin
-from hicache_diag.harness.engine import EngineConfig, Progress
-from hicache_diag.harness.request import RunRequest
-from hicache_diag.sglang import defaults as sglang_defaults
+from hicache_diag.registry import Registry
+from hicache_diag.run_options import ENGINE_OPTIONS, RunOptions, field_names
+
+if TYPE_CHECKING:
+    from hicache_diag.harness.engine import EngineConfig, Progress
+    from hicache_diag.harness.trial import TrialResult
 
 
 @dataclass(frozen=True, slots=True)
 class EngineEntry:
-    """One engine. `build(request)` checks everything and returns the engine's config (bad
-    input: UsageError, before anything starts); `trial(cfg, argv, on_progress)` runs one trial
-    and returns harness.trial.TrialResult, verdict.json written last."""
+    """One engine. `build(options)` checks everything and returns the engine's config (bad
+    input: UsageError, before anything starts); `trial(cfg, argv, on_progress)` runs one trial,
+    verdict.json written last; `source_tree(source, python)`: the tree `sources` scans."""
 
     name: str
-    summary: str
-    defaults: Mapping[str, Any]
-    trial_timeout_s: float
-    builder: str  # "module:function"
-    trial: str
-    # `sources --engine NAME`: "module:function", (--source, --sglang-python) -> sources Tree.
-    source_tree: str = ""
-    releases: bool = False  # takes a release to run (--sglang-python / --sglang-version)
+    build: Callable[[Any], EngineConfig]
+    trial: Callable[..., TrialResult]
+    source_tree: Callable[[Path | None, str | None], Any]
+    switches: Callable[[], Mapping[str, Any]] = field(default=dict)  # its --fix switches
 
-    def build(self, request: RunRequest) -> EngineConfig:
-        return _load(self.builder)(request)
+    @property
+    def options(self) -> type[RunOptions]:
+        return ENGINE_OPTIONS[self.name]
 
-    def run(self, cfg: EngineConfig, argv: list[str] | None, on_progress: Progress | None):
-        return _load(self.trial)(cfg, argv, on_progress)
-
-    def sources(self, source: Path | None, python: str | None):
-        """The source tree `sources` scans for this engine (sources/locate.py `Tree`)."""
-        return _load(self.source_tree)(source, python)
+    def sources(self, source: Path | None, python: str | None) -> Any:
+        return self.source_tree(source, python)
 
 
-def _load(dotted: str) -> Callable[..., Any]:
-    module, attr = dotted.split(":")
-    return getattr(importlib.import_module(module), attr)
+ENGINES: Registry[EngineEntry] = Registry("engine")
 
 
-ENGINES: dict[str, EngineEntry] = {
-    "builtin": EngineEntry(
-        "builtin", "our compact runtime", builtin.DEFAULTS, builtin.TRIAL_TIMEOUT_S,
-        "hicache_diag.harness.builtin:build", "hicache_diag.harness.builtin:run_builtin_trial",
-        source_tree="hicache_diag.sources.locate:builtin_engine_tree",
-    ),
-    "sglang": EngineEntry(
-        "sglang", "the real SGLang server",
-        sglang_defaults.DEFAULTS,
-        sglang_defaults.TRIAL_TIMEOUT_S,
-        "hicache_diag.sglang.build:build", "hicache_diag.sglang.trial:run_sglang_trial",
-        source_tree="hicache_diag.sources.locate:sglang_engine_tree", releases=True,
-    ),
-}  # fmt: skip
+@ENGINES.register("builtin")
+def _builtin() -> EngineEntry:
+    from hicache_diag.builtin.build import build
+    from hicache_diag.builtin.engine import run_builtin_trial
+    from hicache_diag.runtime.protocol import SWITCHES
+    from hicache_diag.sources.locate import builtin_engine_tree
+
+    return EngineEntry("builtin", build, run_builtin_trial, builtin_engine_tree, lambda: SWITCHES)
+
+
+@ENGINES.register("sglang")
+def _sglang() -> EngineEntry:
+    from hicache_diag.sglang.build import build
+    from hicache_diag.sglang.trial import run_sglang_trial
+    from hicache_diag.sources.locate import sglang_engine_tree
+
+    return EngineEntry("sglang", build, run_sglang_trial, sglang_engine_tree)
 
 
 def engine(name: str) -> EngineEntry:
-    try:
-        return ENGINES[name]
-    except KeyError:
-        raise UsageError(f"unknown --engine {name!r}; valid: {', '.join(ENGINES)}") from None
+    return ENGINES.get(name)
+
+
+def takes_releases(name: str) -> bool:
+    """Whether engine `name` runs a release picked by --sglang-python / --sglang-version."""
+    return "sglang_python" in field_names(ENGINE_OPTIONS[name])
 
 
 def require_releases(name: str, flags: str) -> None:
     """`flags` pick releases: refused (exit 2) unless the engine `name` runs one."""
-    if not engine(name).releases:
-        takes = " or ".join(n for n, e in ENGINES.items() if e.releases)
+    if not takes_releases(name):
+        takes = " or ".join(n for n in ENGINES if takes_releases(n))
         raise UsageError(f"{flags} pick SGLang releases: add --engine {takes}")
 
 
-def build(request: RunRequest) -> EngineConfig:
-    """The request's engine builds its config from it."""
-    return engine(request.engine).build(request)
+def build(options: RunOptions) -> EngineConfig:
+    """The options' engine builds its config from them."""
+    return engine(options.engine).build(options)
 
 
-def run_trial(cfg: EngineConfig, argv: list[str] | None = None,
-              on_progress: Progress | None = None):  # fmt: skip
+def run_trial(
+    cfg: EngineConfig, argv: list[str] | None = None, on_progress: Progress | None = None
+):
     """One trial of whichever engine built `cfg`."""
-    return engine(cfg.engine).run(cfg, argv, on_progress)
+    return engine(cfg.engine).trial(cfg, argv, on_progress)
 
 
 def default_help(key: str) -> str:
     """A run flag's default as --help states it: one value, or each engine's where they differ."""
-    values = {name: e.defaults.get(key) for name, e in ENGINES.items()}
+    values = {n: getattr(c(), key) for n, c in ENGINE_OPTIONS.items() if key in field_names(c)}
     if len(set(map(str, values.values()))) == 1:
-        return str(values["builtin"])
+        return str(next(iter(values.values())))
     return "; ".join(f"{v} ({name})" for name, v in values.items())
 
 
 def protocol_switches() -> Mapping[str, Any]:
-    """The builtin engine's protocol switches (`--fix NAME=MODE`), by name: the CLI's help and
-    bisect read them here, not from the runtime."""
-    from hicache_diag.runtime.protocol import SWITCHES
-
-    return SWITCHES
+    """Every engine's protocol switches (`--fix NAME=MODE`), by name: the CLI's help and bisect
+    read them here, not from an engine package."""
+    with_fix = [n for n, cls in ENGINE_OPTIONS.items() if "fix" in field_names(cls)]
+    return {k: v for name in with_fix for k, v in engine(name).switches().items()}

@@ -103,7 +103,7 @@ def _storage_line(cells: list[Cell]) -> str | None:
 
 
 def _size_key(value: str) -> float:
-    from hicache_diag.runtime.server_args import parse_size
+    from hicache_diag.sizes import parse_size
 
     try:
         return float(parse_size(value))

@@ -38,19 +38,21 @@ def split_flags(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def requests(case: Case) -> list[dict]:
-    from hicache_diag.harness.workload import Workload
-    from hicache_diag.runtime.server_args import ModelConfig, ServerArgs, WorkloadConfig
+    from hicache_diag.workloads import Pool, Workload, WorkloadConfig
 
     spec = _spec(case)
     vocab = int((case.model_config or {}).get("vocab_size") or 512)
     total = int(spec.get("max_total_tokens") or 256)
-    args = ServerArgs(pp_size=1, tp_size=1, page_size=int(spec.get("page_size") or 1),
-                      max_total_tokens=total, chunked_prefill_size=total,
-                      model=ModelConfig(vocab_size=vocab, num_layers=1))  # fmt: skip
-    fields = {k: case.workload[k] for k in ("workload", "requests", "max_new_tokens", "seed")
-              if k in case.workload}  # fmt: skip
-    return [{"rid": r.rid, "input_ids": list(r.input_ids), "max_new_tokens": r.max_new_tokens}
-            for r in Workload(WorkloadConfig(**fields), args).requests]  # fmt: skip
+    fields = {
+        k: case.workload[k]
+        for k in ("workload", "requests", "max_new_tokens", "seed")
+        if k in case.workload
+    }
+    made = Workload(WorkloadConfig(**fields), Pool(total, total, vocab)).requests
+    return [
+        {"rid": r.rid, "input_ids": list(r.input_ids), "max_new_tokens": r.max_new_tokens}
+        for r in made
+    ]
 
 
 def _spec(case: Case) -> dict:

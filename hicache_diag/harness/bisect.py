@@ -29,6 +29,7 @@ from hicache_diag.harness.bisect_trials import TRIAL, PlannedTrial, TrialRunner,
 from hicache_diag.harness.engine import EngineConfig
 from hicache_diag.harness.signals import sigterm_as_interrupt
 from hicache_diag.harness.trial_server import TrialServer
+from hicache_diag.run_options import OPTION_ALIASES, RunOptions
 from hicache_diag.runtime.protocol import SWITCHES
 
 
@@ -38,10 +39,18 @@ class Axis:
     values: tuple[str, ...]
 
     def args(self, value: str) -> list[str]:
-        """The `run` flags that set this axis to `value`."""
+        """The `run` flags that set this axis to `value` (the trial's reproducing line)."""
         if self.name in SWITCHES:
             return ["--fix", f"{self.name}={value}"]
         return [f"--{self.name}", value]
+
+    def apply(self, options: RunOptions, value: str) -> RunOptions:
+        """The cell's options: `options` with this axis at `value`, checked again."""
+        how = f"bisect axis {self.name}={value}"
+        if self.name in SWITCHES:
+            return options.with_value("fix", f"{self.name}={value}", how)
+        name = self.name.replace("-", "_")
+        return options.with_value(OPTION_ALIASES.get(name, name), value, how)
 
 
 # Trials as children of the warm server (`fork`, default) or each its own interpreter (`spawn`).
@@ -57,7 +66,8 @@ class BisectConfig:
     out: Path = Path("runs/bisect")
     run_args: tuple[str, ...] = ()  # every other `run` flag, applied to all cells
     trial_timeout_s: float = 300.0
-    # One engine config per cell, in matrix() order, built from cell_argv() (the CLI's part).
+    # One engine config per cell, in matrix() order: the run options with the cell's axis values
+    # (Axis.apply), built by their engine (the CLI's part).
     cells: tuple[EngineConfig, ...] = ()
     # The trial function, "module:function"; tests substitute a stand-in.
     trial: str = TRIAL
@@ -111,7 +121,7 @@ def _slug(values: dict[str, str]) -> str:
 
 
 def cell_argv(cfg: BisectConfig, values: dict[str, str]) -> list[str]:
-    """The `run` flags of one cell: the pass-through flags, then the cell's axis values."""
+    """The `run` flags of one cell as typed: the pass-through flags, then the axis values."""
     argv = [*cfg.run_args]
     for axis in cfg.axes:
         argv += axis.args(values[axis.name])

@@ -60,7 +60,7 @@ class Failure:
     grace_s: float
 
 
-class Engine(Protocol):
+class Engine:
     """The contract between the one trial loop (harness/trial.py) and an engine. The loop calls,
     in this order, and owns everything else (run dir, manifest and launcher.json writing, the
     hang watch, stack dumps, classification, verdict.json):
@@ -86,32 +86,72 @@ class Engine(Protocol):
     `ranks()` are the engine's process records (RankRecord); `faulthandler`: the ranks answer
     SIGUSR1 with their stacks; `line_clock`: a hang's `last_progress` is the ranks' own step
     times (else when the loop read them); `started_at`: the launch time.
+
+    The methods with a body here are no-ops or the common case: an engine writes only what
+    differs; the others it must write.
     """
 
-    poll_s: float
-    busy: Callable[[dict[str, Any]], bool] | None
-    faulthandler: bool
-    line_clock: bool
-    started_at: float
+    poll_s: float = 0.1
+    busy: Callable[[dict[str, Any]], bool] | None = None  # None: every step line is progress
+    faulthandler: bool = False
+    line_clock: bool = False
+    started_at: float = 0.0
 
-    def prepare(self, run_dir: Path) -> None: ...
-    def manifest(self, argv: list[str]) -> dict[str, Any]: ...
-    def start(self) -> None: ...
-    def wait_ready(self, watch: TrialWatch, on_progress: Progress | None) -> None: ...
-    def drive(self) -> None: ...
-    def running(self) -> bool: ...
-    def poll(self, now: float) -> list[Failure]: ...
-    def ranks(self) -> list[RankRecord]: ...
-    def live(self) -> list[RankRecord]: ...
-    def alive(self) -> list[RankRecord]: ...
-    def activity(self) -> float: ...
-    def startup_grace(self, hang_timeout: float) -> float: ...
-    def stop(self, state: str) -> None: ...
-    def drained(self, watch: TrialWatch) -> None: ...
-    def close(self, watch: TrialWatch) -> None: ...
-    def finish_evidence(self, watch: TrialWatch) -> None: ...
-    def launcher_extra(self) -> dict[str, Any]: ...
-    def amend(self, verdict: Verdict, watch: TrialWatch) -> Verdict: ...
+    def prepare(self, run_dir: Path) -> None:
+        """Nothing depends on the run dir."""
+
+    def manifest(self, argv: list[str]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def wait_ready(self, watch: TrialWatch, on_progress: Progress | None) -> None:
+        """Ready once started (start-up is watched by the hang watch's grace)."""
+
+    def drive(self) -> None:
+        """The ranks drive their own workload."""
+
+    def running(self) -> bool:
+        raise NotImplementedError
+
+    def poll(self, now: float) -> list[Failure]:
+        raise NotImplementedError
+
+    def ranks(self) -> list[RankRecord]:
+        raise NotImplementedError
+
+    def alive(self) -> list[RankRecord]:
+        raise NotImplementedError
+
+    def live(self) -> list[RankRecord]:
+        return self.alive()
+
+    def activity(self) -> float:
+        return 0.0
+
+    def startup_grace(self, hang_timeout: float) -> float:
+        from hicache_diag.harness.hang_watch import startup_grace
+
+        return startup_grace(hang_timeout)
+
+    def stop(self, state: str) -> None:
+        raise NotImplementedError
+
+    def drained(self, watch: TrialWatch) -> None:
+        """Nothing to settle when the workload ends cleanly."""
+
+    def close(self, watch: TrialWatch) -> None:
+        raise NotImplementedError
+
+    def finish_evidence(self, watch: TrialWatch) -> None:
+        """The ranks wrote their own evidence as they ran."""
+
+    def launcher_extra(self) -> dict[str, Any]:
+        return {}
+
+    def amend(self, verdict: Verdict, watch: TrialWatch) -> Verdict:
+        return verdict
 
 
 class EngineConfig(Protocol):

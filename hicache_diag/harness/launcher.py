@@ -37,7 +37,7 @@ RANK_MODULE = "hicache_diag.harness.rank_main"
 RANK_PRELOAD = (
     "setproctitle",
     "hicache_diag.harness.rundir",
-    "hicache_diag.harness.workload",
+    "hicache_diag.workloads",
     "hicache_diag.faults",  # every injector module, installed by each rank
     "hicache_diag.probes.recorder",
     "hicache_diag.runtime.distributed.parallel_state",

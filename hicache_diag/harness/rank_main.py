@@ -151,12 +151,12 @@ def run_rank(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port: int | 
 
 def _make_scheduler(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port, state: dict):
     """Join gloo, build hooks (+ faults), comm, caches, recorder and the Scheduler."""
-    from hicache_diag.harness.workload import Workload
     from hicache_diag.hooks import Hooks
     from hicache_diag.probes.recorder import StepRecorder
     from hicache_diag.runtime.distributed.parallel_state import ParallelState
     from hicache_diag.runtime.managers.scheduler import Scheduler
     from hicache_diag.runtime.mem_cache.kv_cache_builder import build_kv_cache
+    from hicache_diag.workloads import Workload
 
     sa = cfg.server_args
     _join_world(rank, sa.world_size, store_port, timeout_s=max(600.0, cfg.hang_timeout * 4))

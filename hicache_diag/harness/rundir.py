@@ -13,7 +13,8 @@ from hicache_diag import __version__, ranks
 from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
 from hicache_diag.runtime.protocol import ProtocolConfig
-from hicache_diag.runtime.server_args import ModelConfig, RunConfig, ServerArgs, WorkloadConfig
+from hicache_diag.runtime.server_args import ModelConfig, RunConfig, ServerArgs
+from hicache_diag.workloads import WorkloadConfig
 
 EVIDENCE_VERSION = ev.EVIDENCE_VERSION
 utc_now = ev.utc_now

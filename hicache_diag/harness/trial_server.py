@@ -27,7 +27,7 @@ from typing import IO, Any, NoReturn
 from hicache_diag.harness.forked_process import fork_module, preload
 
 MODULE = "hicache_diag.harness.bisect_child"  # a trial: the trial function, called in a fork
-PRELOAD = ("torch", MODULE, "hicache_diag.engines", "hicache_diag.harness.builtin",
+PRELOAD = ("torch", MODULE, "hicache_diag.engines", "hicache_diag.builtin.engine",
            "hicache_diag.harness.trial", "hicache_diag.diagnosis.classify")  # fmt: skip
 _POLL_S = 0.05  # how late a trial's end may be reported
 KILL_GRACE_S = 20.0  # for a trial to reap its engine on SIGTERM before it is SIGKILLed

@@ -2,52 +2,16 @@
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from hicache_diag.errors import UsageError
-from hicache_diag.limits import check_async_depth
+from hicache_diag.run_options import BuiltinOptions
 from hicache_diag.runtime.protocol import ProtocolConfig
+from hicache_diag.workloads import WorkloadConfig
 
-WORKLOADS = ("shared-prefix", "random", "long-prompt", "idle")
-# Scripted over SGLang's HTTP API (hicache_diag/sglang/sessions.py): --engine sglang only.
-SGLANG_WORKLOADS = ("session-timeout", "session-close", "flush-timeout", "overload")
-WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
-STORAGE_BACKENDS = ("none", "file")
-PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
-DEVICES = ("cpu", "cuda")
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|KB|MB|GB|K|M|G)?\s*$", re.IGNORECASE)
-_UNITS = {
-    "b": 1,
-    "k": 1024,
-    "kib": 1024,
-    "kb": 1024,
-    "m": 1024**2,
-    "mib": 1024**2,
-    "mb": 1024**2,
-    "g": 1024**3,
-    "gib": 1024**3,
-    "gb": 1024**3,
-}
-
-
-def parse_size(text: str | int) -> int:
-    """`64MiB` -> bytes. Accepts B, KiB, MiB, GiB (and K/M/G, KB/MB/GB as binary units)."""
-    if isinstance(text, int):
-        return text
-    m = _SIZE_RE.match(str(text))
-    if not m:
-        raise UsageError(f"malformed size {text!r}; expected e.g. 512KiB, 64MiB, 1GiB")
-    unit = (m.group(2) or "B").lower()
-    return int(float(m.group(1)) * _UNITS[unit])
-
-
-def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise UsageError(f"unknown {name} {value!r}; valid: {', '.join(choices)}")
+# The run options' defaults (run_options.py is their one home); the fields keep SGLang's names.
+_DEFAULT = BuiltinOptions()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,36 +29,26 @@ class ModelConfig:
 
 @dataclass(frozen=True, slots=True)
 class ServerArgs:
-    pp_size: int = 2
-    tp_size: int = 1
-    pp_async_batch_depth: int = 0
-    page_size: int = 4
-    max_total_tokens: int = 1024
+    pp_size: int = _DEFAULT.pp
+    tp_size: int = _DEFAULT.tp
+    pp_async_batch_depth: int = _DEFAULT.async_depth
+    page_size: int = _DEFAULT.page_size
+    max_total_tokens: int = _DEFAULT.max_total_tokens
     max_running_requests: int = 8
     chunked_prefill_size: int = 256
     enable_hierarchical_cache: bool = True
     hicache_size: int = 0  # bytes per rank; 0 => hicache_ratio x device capacity
-    hicache_ratio: float = 2.0
-    hicache_write_policy: str = "write_through"
-    hicache_storage_backend: str = "none"
+    hicache_ratio: float = _DEFAULT.hicache_ratio
+    hicache_write_policy: str = _DEFAULT.hicache_write_policy
+    hicache_storage_backend: str = _DEFAULT.hicache_storage_backend
     hicache_storage_dir: str | None = None
-    hicache_storage_prefetch_policy: str = "best_effort"
-    device: str = "cpu"
+    hicache_storage_prefetch_policy: str = _DEFAULT.hicache_storage_prefetch_policy
+    device: str = _DEFAULT.device
     model: ModelConfig = field(default_factory=ModelConfig)
 
     def __post_init__(self) -> None:
-        if self.pp_size < 1:
-            raise UsageError(f"--pp must be >= 1 (got {self.pp_size})")
-        if self.tp_size < 1:
-            raise UsageError(f"--tp must be >= 1 (got {self.tp_size})")
-        check_async_depth(self.pp_async_batch_depth, self.max_running_requests)
-        if self.page_size < 1:
-            raise UsageError(f"--page-size must be >= 1 (got {self.page_size})")
-        if self.max_total_tokens < self.page_size:
-            raise UsageError(
-                f"--max-total-tokens {self.max_total_tokens} is smaller than one page "
-                f"({self.page_size} tokens)"
-            )
+        """What only the model and the pools can say (the options' own checks ran before:
+        run_options.py)."""
         if self.model.num_layers < self.pp_size:
             raise UsageError(
                 f"--pp {self.pp_size} exceeds the model's {self.model.num_layers} layers"
@@ -107,16 +61,6 @@ class ServerArgs:
                 f"--tp {self.tp_size} does not divide the model's {self.model.num_heads} attention "
                 f"heads; valid: {', '.join(map(str, divisors))}"
             )
-        if not (math.isfinite(self.hicache_ratio) and self.hicache_ratio > 0):
-            raise UsageError(
-                f"--hicache-ratio must be a finite number > 0 (got {self.hicache_ratio})"
-            )
-        _choice("write policy", self.hicache_write_policy, WRITE_POLICIES)
-        _choice("storage backend", self.hicache_storage_backend, STORAGE_BACKENDS)
-        _choice("prefetch policy", self.hicache_storage_prefetch_policy, PREFETCH_POLICIES)
-        _choice("device", self.device, DEVICES)
-        if self.hicache_size < 0:
-            raise UsageError(f"--hicache-size must be >= 0 (got {self.hicache_size})")
         if self.hicache_size and self.host_token_capacity() < self.page_size:
             raise UsageError(
                 f"--hicache-size {self.hicache_size} B holds fewer tokens than one page "
@@ -127,6 +71,10 @@ class ServerArgs:
                 f"--hicache-ratio {self.hicache_ratio} x {self.max_total_tokens} device tokens "
                 f"holds less than one page ({self.page_size} tokens) of host cache"
             )
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
 
     @property
     def pp_loop_size(self) -> int:
@@ -163,21 +111,6 @@ class ServerArgs:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkloadConfig:
-    workload: str = "shared-prefix"
-    requests: int = 32
-    max_new_tokens: int = 8
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        _choice("workload", self.workload, WORKLOADS + SGLANG_WORKLOADS)
-        if self.requests <= 0:
-            raise UsageError(f"--requests must be > 0 (got {self.requests})")
-        if self.max_new_tokens <= 0:
-            raise UsageError(f"--max-new-tokens must be > 0 (got {self.max_new_tokens})")
-
-
-@dataclass(frozen=True, slots=True)
 class RunConfig:
     """Everything one `run` needs; manifest.json is dataclasses.asdict of this."""
 
@@ -189,7 +122,7 @@ class RunConfig:
     faults: tuple[str, ...] = ()  # fault specs, validated by hicache_diag.faults before launch
     seed: int = 0
     out: str | None = None
-    hang_timeout: float = 5.0
+    hang_timeout: float = _DEFAULT.hang_timeout
     max_steps: int | None = None  # the step budget (--max-steps); None: auto_step_budget
 
     @property
@@ -207,7 +140,7 @@ class RunConfig:
         return replace(self, seed=seed, out=out, workload=replace(self.workload, seed=seed))
 
 
-# The workloads space arrivals at most this many steps apart (harness/workload.py, `idle`).
+# The workloads space arrivals at most this many steps apart (workloads.py, `idle`).
 MAX_ARRIVAL_GAP = 25
 
 

@@ -6,10 +6,9 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from hicache_diag.ranks import topology
-from hicache_diag.runtime.server_args import ModelConfig, ServerArgs, WorkloadConfig
-from hicache_diag.sglang.defaults import SGLANG_DEFAULTS
 from hicache_diag.sglang.launch_facts import LaunchFacts
 from hicache_diag.sglang.server import LaunchSpec
+from hicache_diag.workloads import Pool, WorkloadConfig
 
 REQUEST_TIMEOUT_S = 120.0
 
@@ -21,11 +20,11 @@ class SglangRunConfig:
     workload: WorkloadConfig
     python: str
     sglang_version: str
+    hang_timeout: float
     cpu_kernel_names: dict[str, list[str]] = field(default_factory=dict)
     faults: tuple[str, ...] = ()
     seed: int = 0
     out: str | None = None
-    hang_timeout: float = SGLANG_DEFAULTS["hang_timeout"]
     vocab_size: int = 512
     package_dir: str = ""  # where that release's sglang package lives (release-specific set-up)
     launch_facts: LaunchFacts = field(default_factory=LaunchFacts)
@@ -40,16 +39,10 @@ class SglangRunConfig:
         """This run with another seed and run dir (harness/engine.py `EngineConfig`)."""
         return replace(self, seed=seed, out=out, workload=replace(self.workload, seed=seed))
 
-    def workload_server_args(self) -> ServerArgs:
+    def workload_pool(self) -> Pool:
         """What the workload generator reads: the pool size and the model's vocabulary."""
-        return ServerArgs(
-            pp_size=1,
-            tp_size=1,
-            page_size=self.spec.page_size,
-            max_total_tokens=self.spec.max_total_tokens,
-            chunked_prefill_size=self.spec.max_total_tokens,
-            model=ModelConfig(vocab_size=self.vocab_size, num_layers=1),
-        )
+        total = self.spec.max_total_tokens
+        return Pool(max_total_tokens=total, chunked_prefill_size=total, vocab_size=self.vocab_size)
 
     def topology(self) -> dict:
         return topology(self.spec.pp_size, self.spec.tp_size)

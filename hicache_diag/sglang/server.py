@@ -26,12 +26,14 @@ from typing import IO, Any
 import psutil
 
 from hicache_diag.errors import EngineStartError
+from hicache_diag.run_options import SglangOptions
 from hicache_diag.sglang import build_locks
 from hicache_diag.sglang.bundle import plugin_bundle
 from hicache_diag.sglang.install import SglangInstall
 from hicache_diag.sglang_plugin import config as plugin_config
 from hicache_diag.triage.discover import RankId, parse_rank_tokens
 
+_DEFAULT = SglangOptions()  # LaunchSpec's defaults are the run options' (one home)
 READY_TIMEOUT_S = 240.0  # 35-75 s measured on 2 cores; headroom for a loaded CI box
 # A box shared by several SGLang launches (load 14 on 2 cores) needs more: seconds, as an env var.
 READY_TIMEOUT_ENV = "HICACHE_DIAG_SGLANG_READY_TIMEOUT"
@@ -55,13 +57,13 @@ class LaunchSpec:
     """Everything the launch needs, in SGLang's own flag names (docs/design.md §8)."""
 
     model: Path
-    pp_size: int = 2
-    tp_size: int = 1
-    page_size: int = 4
-    max_total_tokens: int = 1024
-    hicache_ratio: float | None = 2.0
+    pp_size: int = _DEFAULT.pp
+    tp_size: int = _DEFAULT.tp
+    page_size: int = _DEFAULT.page_size
+    max_total_tokens: int = _DEFAULT.max_total_tokens
+    hicache_ratio: float | None = _DEFAULT.hicache_ratio
     hicache_size_gb: int = 0
-    hicache_write_policy: str = "write_through"
+    hicache_write_policy: str = _DEFAULT.hicache_write_policy
     hicache_storage_backend: str | None = None
     hicache_storage_dir: str | None = None
     hicache_storage_prefetch_policy: str | None = None

@@ -27,8 +27,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from hicache_diag.runtime.managers.io_struct import TokenizedGenerateReqInput
 from hicache_diag.sglang.client import WorkloadClient, abort_message
+from hicache_diag.workloads import TokenizedGenerateReqInput
 
 # name -> launch_server flags the workload needs
 SESSION_WORKLOADS: dict[str, tuple[str, ...]] = {

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag import evidence as ev
-from hicache_diag.harness.engine import Failure, TrialWatch
+from hicache_diag.harness.engine import Engine, Failure, TrialWatch
 from hicache_diag.harness.rundir import manifest_head, write_json
 from hicache_diag.harness.trial import TrialResult, run_engine_trial
-from hicache_diag.harness.workload import Workload
 from hicache_diag.ranks import RankId, parse_rank_tokens
 from hicache_diag.rules.rank_labels import split_prefix
 from hicache_diag.sglang.client import WorkloadClient
@@ -30,6 +29,7 @@ from hicache_diag.sglang.server_log import harvest_pyspy_dumps, watchdog_firing
 from hicache_diag.sglang.sessions import SESSION_WORKLOADS, make_client
 from hicache_diag.sglang_plugin.config import PluginConfig
 from hicache_diag.verdict import Outcome, Verdict
+from hicache_diag.workloads import Workload
 
 POLL_S = 0.2
 CASCADE_GRACE_S = 3.0  # SGLang's survivors log `Connection closed by peer` within a second or two
@@ -53,7 +53,7 @@ def _busy(line: dict[str, Any]) -> bool:
     return not line.get("idle")
 
 
-class SglangEngine:
+class SglangEngine(Engine):
     """Real SGLang beneath the one trial loop (harness/engine.py `Engine`): launch_server with
     our plugin, ready at /health_generate, the workload over HTTP; the schedulers are the ranks
     (found by process title), and a run ends when every request is answered. No step and no
@@ -100,7 +100,7 @@ class SglangEngine:
         # A scripted workload's client appends its turns to this list as they are sent.
         scripted = cfg.workload.workload in SESSION_WORKLOADS
         self.requests = [] if scripted else Workload(cfg.workload,
-                                                      cfg.workload_server_args()).requests
+                                                      cfg.workload_pool()).requests
 
     def manifest(self, argv: list[str]) -> dict[str, Any]:
         cfg = self.cfg

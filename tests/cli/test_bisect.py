@@ -166,7 +166,7 @@ def test_release_axis_names_the_first_fixed_release(fake_run, tmp_path, monkeypa
     venvs = _venvs(tmp_path / "venvs", "0.5.18", "0.5.21")
     monkeypatch.setenv("HICACHE_DIAG_SGLANG_VENVS", str(venvs))
     monkeypatch.setattr(bisect_cli, "with_cell_configs",  # no probe
-                        lambda app, cfg, timeout: (fake_cells(cfg), 2))  # fmt: skip
+                        lambda base, cfg, timeout: (fake_cells(cfg), 2))  # fmt: skip
     code = run_cli(["bisect", "--engine", "sglang", "--sglang-version", "0.5.21,0.5.18",
                     "--trials", "4", "--jobs", "2", "--out", str(tmp_path / "b"),
                     "--json"])  # fmt: skip

@@ -13,6 +13,14 @@ from tests.conftest import assert_no_children
 # The malformed-input table lives in tests/cli/bad_inputs.py (test_bad_input.py runs it).
 
 
+
+def build_run_config(flags):
+    """The builtin config `run` would build from these flags (the scenario read as run reads it)."""
+    from hicache_diag.cli.run import options_from_params
+    from hicache_diag.engines import build
+
+    return build(options_from_params(flags))
+
 def test_out_that_is_a_file_is_rejected(capsys, tmp_path):
     target = tmp_path / "afile"
     target.write_text("x")
@@ -67,8 +75,6 @@ def test_json_run_prints_only_the_verdict(tmp_path):
 
 
 def test_scenario_fills_in_and_the_command_line_wins(tmp_path):
-    from hicache_diag.cli.run import build_run_config
-
     sc = tmp_path / "s.toml"
     sc.write_text(
         'pp = 3\nprotocol = "legacy"\nfix = ["ack-count=leader"]\nstorage_backend = "file"\n'
@@ -89,8 +95,6 @@ def test_fault_outside_the_topology_is_bad_input(capsys):
 
 
 def test_protocol_on_the_command_line_drops_the_scenario_fix_list(tmp_path):
-    from hicache_diag.cli.run import build_run_config
-
     sc = tmp_path / "s.toml"
     sc.write_text('protocol = "legacy"\nfix = ["ack-count=leader"]\n')
     kept = build_run_config({"scenario": str(sc)})

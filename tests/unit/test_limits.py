@@ -6,8 +6,9 @@ import re
 
 import pytest
 
+from hicache_diag.builtin.host_limits import check_builtin_run
 from hicache_diag.errors import UsageError
-from hicache_diag.limits import Machine, check_builtin_run, check_jobs, check_pools, check_seconds
+from hicache_diag.limits import Machine, check_jobs, check_pools, check_seconds
 from hicache_diag.runtime.server_args import (
     RunConfig,
     ServerArgs,

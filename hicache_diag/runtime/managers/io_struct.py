@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# One request record for both engines: the workload makes it (hicache_diag/workloads.py).
+from hicache_diag.workloads import TokenizedGenerateReqInput
 
-@dataclass(frozen=True, slots=True)
-class TokenizedGenerateReqInput:
-    rid: str
-    input_ids: tuple[int, ...]
-    max_new_tokens: int
+__all__ = ["RecvReqs", "TokenizedGenerateReqInput"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import threading
 import uuid
 from abc import ABC, abstractmethod
@@ -20,8 +19,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from hicache_diag.errors import UsageError
 from hicache_diag.hooks import Hooks
+from hicache_diag.storage_dir import check_storage_dir
 
 logger = logging.getLogger(__name__)
 
@@ -147,22 +146,6 @@ class HiCacheStorage(ABC):
         with self._faults_lock:
             faults, self._faults = self._faults, []
         return faults
-
-
-def check_storage_dir(path: str) -> str:
-    """Create `path` if missing and prove it is a writable directory; else UsageError."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UsageError(f"--hicache-storage-dir {path!r} is not a directory")
-    try:
-        os.makedirs(path, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".hicache-probe-", dir=path)
-        os.close(fd)
-        os.remove(probe)
-    except OSError as e:
-        raise UsageError(
-            f"--hicache-storage-dir {path!r} is not writable: {e.strerror or e}"
-        ) from None
-    return path
 
 
 class HiCacheFile(HiCacheStorage):

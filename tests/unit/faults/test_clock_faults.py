@@ -10,9 +10,9 @@ import pytest
 
 from hicache_diag.errors import UsageError
 from hicache_diag.faults import install_faults, parse_fault_spec
-from hicache_diag.harness.builtin import validated_faults
-from hicache_diag.harness.request import RunRequest
+from hicache_diag.faults.validate import validated_faults
 from hicache_diag.hooks import Hooks
+from hicache_diag.run_options import BuiltinOptions, SglangOptions
 from hicache_diag.sglang_plugin import hook_points
 from hicache_diag.sglang_plugin.recorder import StepRecorder
 
@@ -42,13 +42,13 @@ def test_bad_specs_are_one_line_usage_errors(spec, needle):
 @pytest.mark.parametrize("name", ["session-clock", "flush-clock"])
 def test_builtin_engine_refuses_with_the_reason_sglang_engine_accepts(name):
     spec = {"session-clock": "session-clock:phase-ms=500", "flush-clock": "flush-clock:offset-ms=9"}
-    request = RunRequest({"fault": [spec[name]]}, {}, ())
     with pytest.raises(UsageError) as err:
-        validated_faults(request, 2, 1, "builtin")
+        validated_faults(BuiltinOptions(faults=(spec[name],)))
     assert f"fault {name!r} cannot run on --engine builtin: the builtin runtime has no" in str(
         err.value
     )
-    assert validated_faults(request, 2, 1) == (spec[name],)  # the sglang engine: no refusal
+    # the sglang engine: no refusal
+    assert validated_faults(SglangOptions(faults=(spec[name],))) == (spec[name],)
 
 
 def test_session_clock_shifts_the_tick_once_in_its_window_and_records_it():

@@ -9,61 +9,85 @@ import json
 import pytest
 
 from hicache_diag import engines as eng
+from hicache_diag.builtin.engine import BuiltinEngine
 from hicache_diag.errors import UsageError
+from hicache_diag.faults import Scenario
 from hicache_diag.harness import engine as contract
-from hicache_diag.harness.builtin import BuiltinEngine
 from hicache_diag.harness.hang_watch import HangWatch
-from hicache_diag.harness.request import RunRequest
+from hicache_diag.parse_options import parse_run_options
+from hicache_diag.run_options import BuiltinOptions, SglangOptions
 from hicache_diag.sglang.trial import SglangEngine
 
 
-def test_every_engine_implements_the_whole_contract():
-    wanted = {n for n in dir(contract.Engine) if not n.startswith("_")}
-    wanted |= set(contract.Engine.__annotations__)
+def test_every_engine_is_an_engine_and_writes_what_it_must():
+    """The base's abstract methods (NotImplementedError) are each engine's own."""
+    must = {
+        n
+        for n, f in vars(contract.Engine).items()
+        if callable(f) and "NotImplementedError" in inspect.getsource(f)
+    }
+    assert {"manifest", "start", "poll", "close"} <= must
     for cls in (BuiltinEngine, SglangEngine):
-        assert wanted <= set(dir(cls)), (cls, wanted - set(dir(cls)))
+        assert issubclass(cls, contract.Engine)
+        assert all(getattr(cls, n) is not getattr(contract.Engine, n) for n in must), cls
 
 
 def test_defaults_differ_per_engine_and_help_says_so():
-    assert eng.ENGINES["builtin"].defaults["requests"] == 32
-    assert eng.ENGINES["sglang"].defaults["requests"] == 24
+    assert eng.ENGINES["builtin"].options().requests == 32
+    assert eng.ENGINES["sglang"].options().requests == 24
     assert eng.default_help("requests") == "32 (builtin); 24 (sglang)"
     assert eng.default_help("pp") == "2"
-    assert eng.ENGINES["sglang"].trial_timeout_s > eng.ENGINES["builtin"].trial_timeout_s
+    assert eng.default_help("protocol") == "full"  # the builtin engine's alone
+    assert SglangOptions.trial_timeout_s > BuiltinOptions.trial_timeout_s
 
 
 def test_unknown_engine_is_bad_input():
     with pytest.raises(UsageError, match="unknown --engine 'vllm'; valid: builtin, sglang"):
-        eng.build(RunRequest({"engine": "vllm"}))
+        parse_run_options({"engine": "vllm"})
 
 
-def test_request_reads_flags_over_scenario_over_the_engines_default():
-    req = RunRequest({"pp": None, "tp": 3}, {"pp": 4, "tp": 1, "engine": "sglang"}, ("a",))
-    defaults = eng.ENGINES[req.engine].defaults
-    assert (req.value("pp", defaults), req.value("tp", defaults)) == (4, 3)
-    assert req.value("hang_timeout", defaults) == 30.0
-    assert req.faults == ("a",)
+def test_options_read_flags_over_scenario_over_the_engines_default():
+    scenario = Scenario(options={"pp": 4, "tp": 1, "engine": "sglang"}, path="s.toml")
+    opts = parse_run_options({"pp": None, "tp": 2, "fault": ["rank-stall:ms=1"]}, scenario)
+    assert isinstance(opts, SglangOptions)
+    assert (opts.pp, opts.tp, opts.hang_timeout) == (4, 2, 30.0)
+    assert opts.faults == ("rank-stall:ms=1",)
+    assert opts.how("pp") == "scenario key 'pp'" and opts.how("tp") == "--tp"
+
+
+@pytest.mark.process
+def test_the_registry_imports_an_engine_only_when_asked():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from hicache_diag import engines; engines.default_help('pp'); "
+        "print('torch' in sys.modules, 'hicache_diag.sglang.build' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
 
 
 def test_the_engine_of_a_config_runs_its_trial():
-    for name, entry in eng.ENGINES.items():
-        assert inspect.isfunction(eng._load(entry.trial)), name
-        assert inspect.isfunction(eng._load(entry.builder)), name
+    for name in eng.ENGINES:
+        entry = eng.ENGINES[name]
+        assert inspect.isfunction(entry.trial) and inspect.isfunction(entry.build), name
+        assert entry.options.engine == name
 
 
 def test_a_trial_is_its_cells_config_with_its_own_seed_and_run_dir(tmp_path):
     """bisect builds a cell once and each trial with for_trial: every seeded part follows."""
     out = str(tmp_path / "t")
-    cell = eng.build(RunRequest({"engine": "builtin", "protocol": "legacy", "requests": 8}))
+    cell = eng.build(parse_run_options({"protocol": "legacy", "requests": 8}))
     trial = cell.for_trial(7, out)
     assert (trial.seed, trial.workload.seed, trial.out) == (7, 7, out)
-    assert trial == eng.build(RunRequest({"engine": "builtin", "protocol": "legacy",
-                                          "requests": 8, "seed": 7, "out": out}))
+    flags = {"protocol": "legacy", "requests": 8, "seed": 7, "out": out}
+    assert trial == eng.build(parse_run_options(flags))
 
 
 def test_each_engine_names_its_source_tree_and_whether_it_takes_releases():
-    for name, entry in eng.ENGINES.items():
-        assert inspect.isfunction(eng._load(entry.source_tree)), name
+    for name in eng.ENGINES:
+        assert inspect.isfunction(eng.ENGINES[name].source_tree), name
     assert eng.ENGINES["builtin"].sources(None, None).engine == "builtin"
     with pytest.raises(UsageError, match="pick SGLang releases: add --engine sglang"):
         eng.require_releases("builtin", "--sglang-python")

@@ -16,9 +16,9 @@ from hicache_diag.harness.rundir import (
     config_to_dict,
     prepare_run_dir,
 )
-from hicache_diag.harness.workload import Workload
 from hicache_diag.runtime.protocol import build_protocol
 from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig
+from hicache_diag.workloads import Workload
 
 
 @pytest.mark.parametrize("kind", ["shared-prefix", "random", "long-prompt", "idle"])

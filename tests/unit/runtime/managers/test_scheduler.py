@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from hicache_diag.harness.reference import compare_outputs, compute_reference
-from hicache_diag.harness.workload import Workload
 from hicache_diag.hooks import Hooks
 from hicache_diag.probes.recorder import StepRecorder
 from hicache_diag.runtime.managers.scheduler import Scheduler
 from hicache_diag.runtime.mem_cache.kv_cache_builder import build_kv_cache
 from hicache_diag.runtime.protocol import build_protocol
 from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig
+from hicache_diag.workloads import Workload
 
 
 class SoloComm:

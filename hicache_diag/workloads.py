@@ -1,4 +1,6 @@
-"""Deterministic workloads (ours): prompts and an arrival schedule by scheduler step.
+"""Deterministic workloads (ours), shared by both engines: prompts and an arrival schedule by
+scheduler step. The builtin ranks feed the schedule to their scheduler; the sglang engine sends
+the same prompts over HTTP.
 
 Arrivals are spread over steps so earlier requests finish (and insert into the tree) before later
 ones arrive: that is what makes prefix reuse happen. `long-prompt` (and `random`) hold enough
@@ -11,10 +13,51 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Protocol
 
 from hicache_diag.errors import UsageError
-from hicache_diag.runtime.managers.io_struct import TokenizedGenerateReqInput
-from hicache_diag.runtime.server_args import SGLANG_WORKLOADS, ServerArgs, WorkloadConfig
+from hicache_diag.run_options import BuiltinOptions
+
+_DEFAULT = BuiltinOptions()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    """Which workload, how many requests, how long each; the seed picks the prompts."""
+
+    workload: str = _DEFAULT.workload
+    requests: int = _DEFAULT.requests
+    max_new_tokens: int = _DEFAULT.max_new_tokens
+    seed: int = _DEFAULT.seed
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizedGenerateReqInput:
+    """One request as SGLang's io_struct names it: what PP0 receives and the server is sent."""
+
+    rid: str
+    input_ids: tuple[int, ...]
+    max_new_tokens: int
+
+
+class PoolShape(Protocol):
+    """What a workload is cut to: the device pool, the prefill chunk, the vocabulary."""
+
+    @property
+    def max_total_tokens(self) -> int: ...
+    @property
+    def chunked_prefill_size(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A PoolShape for an engine without the runtime's ServerArgs (the sglang engine)."""
+
+    max_total_tokens: int
+    chunked_prefill_size: int
+    vocab_size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,36 +95,31 @@ _KINDS = {
 }
 
 
-def prompt_limit(config: WorkloadConfig, sa: ServerArgs) -> int:
+def prompt_limit(config: WorkloadConfig, sa: PoolShape) -> int:
     """Prompts are cut so a request and its new tokens fit in half the device pool."""
     limit = min(sa.chunked_prefill_size, sa.max_total_tokens // 2)
     return max(1, limit - config.max_new_tokens)
 
 
-def check_fits(config: WorkloadConfig, sa: ServerArgs) -> None:
+def check_fits(config: WorkloadConfig, sa: PoolShape, page_size: int) -> None:
     """Bad input (before any rank starts) when the device pool cannot hold one request: its
     shortest prompt plus its new tokens, in whole pages. Such a run would never finish one."""
-    if config.workload in SGLANG_WORKLOADS:
-        raise UsageError(
-            f"--workload {config.workload} drives SGLang's sessions or /flush_cache over HTTP, "
-            "which the builtin runtime does not have; use --engine sglang"
-        )
     tokens = prompt_limit(config, sa) + config.max_new_tokens
-    need = -(-tokens // sa.page_size) * sa.page_size
+    need = -(-tokens // page_size) * page_size
     if need > sa.max_total_tokens:
         raise UsageError(
             f"--max-total-tokens {sa.max_total_tokens} cannot hold one request: a "
             f"{prompt_limit(config, sa)}-token prompt and {config.max_new_tokens} new tokens "
-            f"need {need} tokens ({need // sa.page_size} pages of {sa.page_size})"
+            f"need {need} tokens ({need // page_size} pages of {page_size})"
         )
 
 
 class Workload:
     """The whole schedule, built up front from the seed; `arrivals(step)` is what PP0 receives."""
 
-    def __init__(self, config: WorkloadConfig, server_args: ServerArgs) -> None:
+    def __init__(self, config: WorkloadConfig, server_args: PoolShape) -> None:
         rng = random.Random(f"{config.workload}:{config.seed}")
-        vocab = server_args.model.vocab_size
+        vocab = server_args.vocab_size
         prefixes = [_tokens(rng, 48, vocab) for _ in range(4)]
         make = _KINDS[config.workload]
         step, self.arrivals_list = 0, []

@@ -1,0 +1,271 @@
+"""The run vocabulary both engines speak: `RunOptions`, each default and each check written once.
+
+Layered like mini-sglang's configs: the common fields, then each engine's own
+(`BuiltinOptions`, `SglangOptions`). Built by `parse_run_options` from the command line over a
+scenario file (the one parser, used by `run`, `bisect` and `timeline`); variants come from
+`with_value` / `dataclasses.replace` (bisect cells, campaign trials, release axes). No torch,
+no engine package: `--help` and bad input never import either engine.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar
+
+from hicache_diag.errors import UsageError
+from hicache_diag.limits import check_async_depth, check_int, check_seconds, check_seed
+from hicache_diag.sizes import parse_size
+
+WORKLOADS = ("shared-prefix", "random", "long-prompt", "idle")
+# Scripted over SGLang's HTTP API (hicache_diag/sglang/sessions.py): --engine sglang only.
+SGLANG_WORKLOADS = ("session-timeout", "session-close", "flush-timeout", "overload")
+WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
+STORAGE_BACKENDS = ("none", "file")
+PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
+DEVICES = ("cpu", "cuda")
+
+_NO_L3 = "does nothing without --hicache-storage-backend file"
+# Faults that act only at the L3 storage hook points (faults/*.py POINTS).
+L3_FAULTS = ("l3-partial-hit", "prefetch-alloc-fail")
+
+
+def _scenario_kind(*types: type) -> dict[str, tuple[type, ...]]:
+    return {"scenario": types}
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """What every engine's run takes. `given` says, per field the user set, how it was written
+    (`--pp`, or `scenario key 'pp'`): errors name that, and the no-effect rules read it."""
+
+    engine: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+
+    pp: int = 2
+    tp: int = 1
+    async_depth: int = 0
+    page_size: int = 4
+    max_total_tokens: int = 256
+    hicache_size: str = field(default="0", metadata=_scenario_kind(str, int))
+    hicache_ratio: float = 2.0
+    hicache_write_policy: str = "write_through"
+    hicache_storage_backend: str = "none"
+    hicache_storage_dir: str | None = None
+    hicache_storage_prefetch_policy: str = "best_effort"
+    workload: str = "shared-prefix"
+    requests: int = 32
+    max_new_tokens: int = 8
+    hang_timeout: float = 5.0
+    device: str = "cpu"
+    seed: int = 0
+    out: str | None = None
+    faults: tuple[str, ...] = ()  # the scenario's fault specs, then the command line's
+    check: bool = False  # run --check: the scenario's [expect] is the test
+    given: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("pp", "tp", "page_size"):
+            check_int(self.how(name), getattr(self, name), 1)
+        check_async_depth(self.async_depth)
+        if self.max_total_tokens < self.page_size:
+            raise UsageError(
+                f"{self.how('max_total_tokens')} {self.max_total_tokens} is smaller than one "
+                f"page ({self.page_size} tokens)"
+            )
+        self._check_pools()
+        self._check_choices()
+        self._check_storage()
+        for name in ("requests", "max_new_tokens"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"{self.how(name)} must be > 0 (got {getattr(self, name)})")
+        check_seconds(self.how("hang_timeout"), self.hang_timeout)
+        check_seed(self.seed, self.how("seed"))
+
+    def _check_pools(self) -> None:
+        ratio = self.hicache_ratio
+        if not (math.isfinite(ratio) and ratio > 0):
+            raise UsageError(
+                f"{self.how('hicache_ratio')} must be a finite number > 0 (got {ratio})"
+            )
+        if self.host_bytes < 0:
+            raise UsageError(f"{self.how('hicache_size')} must be >= 0 (got {self.hicache_size})")
+        if self.host_bytes and "hicache_ratio" in self.given:
+            raise UsageError(
+                "--hicache-size and --hicache-ratio both set: a size fixes the host pool and the "
+                "ratio does nothing; give one of them"
+            )
+
+    def _check_choices(self) -> None:
+        for name, valid in (
+            ("hicache_write_policy", WRITE_POLICIES),
+            ("hicache_storage_backend", STORAGE_BACKENDS),
+            ("hicache_storage_prefetch_policy", PREFETCH_POLICIES),
+            ("device", DEVICES),
+            ("workload", WORKLOADS + SGLANG_WORKLOADS),
+        ):
+            value = getattr(self, name)
+            if value not in valid:
+                what = name.removeprefix("hicache_").removeprefix("storage_").replace("_", " ")
+                raise UsageError(f"unknown {what} {value!r}; valid: {', '.join(valid)}")
+
+    def _check_storage(self) -> None:
+        where = self.hicache_storage_dir
+        if where is not None and not str(where).strip():
+            raise UsageError(f"{self.how('hicache_storage_dir')} '' is empty; give a path")
+        if self.storage:
+            return
+        if where:
+            raise UsageError(f"{self.how('hicache_storage_dir')} {_NO_L3}")
+        if "hicache_storage_prefetch_policy" in self.given:
+            raise UsageError(f"{self.how('hicache_storage_prefetch_policy')} {_NO_L3}")
+        for spec in self.faults:
+            name = spec.split(":", 1)[0].strip()
+            if name in L3_FAULTS:
+                raise UsageError(f"fault {name!r} acts on L3 storage and {_NO_L3}")
+
+    def how(self, name: str) -> str:
+        """How the user wrote option `name` (the flag by default)."""
+        return self.given.get(name) or "--" + name.replace("_", "-")
+
+    @property
+    def storage(self) -> bool:
+        return self.hicache_storage_backend != "none"
+
+    @property
+    def host_bytes(self) -> int:
+        return parse_size(self.hicache_size)
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.tp
+
+    def with_value(self, name: str, text: str, how: str) -> RunOptions:
+        """This run with option `name` set from `text` (a bisect axis value), typed as the
+        field is, and checked again."""
+        if name not in field_names(type(self)):
+            raise UsageError(
+                f"{how}: --{name.replace('_', '-')} is not a run option of --engine {self.engine}"
+            )
+        value = _typed(name, text, _field_type(type(self), name), how)
+        if isinstance(value, tuple):  # a list option (--fix): the value joins the others
+            value = getattr(self, name) + value
+        return replace(self, **{name: value}, given={**self.given, name: how})
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinOptions(RunOptions):
+    """Our compact runtime: its protocol switches and its step budget."""
+
+    engine: ClassVar[str] = "builtin"
+    summary: ClassVar[str] = "our compact runtime"
+    trial_timeout_s: ClassVar[float] = 300.0  # a bisect trial: ranks start in about a second
+
+    protocol: str = "full"
+    fix: tuple[str, ...] = ()  # --fix NAME=MODE, applied last
+    scenario_fix: tuple[str, ...] = ()  # the scenario's `fix` list (refines its preset)
+    max_steps: int | None = None  # None: automatic (runtime/server_args.auto_step_budget)
+
+    def __post_init__(self) -> None:
+        RunOptions.__post_init__(self)
+        if self.workload in SGLANG_WORKLOADS:
+            raise UsageError(
+                f"--workload {self.workload} drives SGLang's sessions or /flush_cache over HTTP, "
+                "which the builtin runtime does not have; use --engine sglang"
+            )
+        if self.max_steps is not None:
+            check_int(self.how("max_steps"), self.max_steps, 1)
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BUILTIN_SWITCH = (
+    "{how} is a builtin-engine switch; with --engine sglang the protocol is the one the installed "
+    "SGLang release contains (pick a release with --sglang-python)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SglangOptions(RunOptions):
+    """The real SGLang server: the release to run and its own switches. Real SGLang on a 2-core
+    CPU starts in tens of seconds and steps in milliseconds, so silence means more here."""
+
+    engine: ClassVar[str] = "sglang"
+    summary: ClassVar[str] = "the real SGLang server"
+    trial_timeout_s: ClassVar[float] = 900.0  # a bisect trial: start-up alone takes tens of s
+    # Flags of the other engine refused with a reason of their own.
+    foreign: ClassVar[Mapping[str, str]] = {"protocol": _BUILTIN_SWITCH, "fix": _BUILTIN_SWITCH}
+
+    requests: int = 24
+    hang_timeout: float = 30.0
+    model: str | None = None
+    sglang_arg: tuple[str, ...] = ()
+    sglang_env: tuple[str, ...] = field(default=(), metadata=_scenario_kind(dict))
+    sglang_python: str | None = None
+    sglang_version: str | None = None  # a scenario's release (bisect: --sglang-version)
+    sglang_consensus_checker: bool = False
+
+    def __post_init__(self) -> None:
+        RunOptions.__post_init__(self)
+        if self.max_total_tokens < 64 * self.page_size:
+            raise UsageError(
+                f"{self.how('max_total_tokens')} {self.max_total_tokens} is too small for SGLang "
+                f"(use >= {64 * self.page_size})"
+            )
+        if self.host_bytes % 1024**3:
+            raise UsageError(
+                f"{self.how('hicache_size')} {self.hicache_size}: with --engine sglang the host "
+                "pool is sized in whole GiB (SGLang's unit); use e.g. 1GiB, or --hicache-ratio "
+                "for smaller pools"
+            )
+        self.server_env()
+
+    def server_env(self) -> tuple[tuple[str, str], ...]:
+        """--sglang-env NAME=VALUE pairs: the server's own switches."""
+        pairs = []
+        for item in self.sglang_env:
+            name, sep, val = item.partition("=")
+            if not sep or not ENV_NAME.fullmatch(name):
+                raise UsageError(
+                    f"{self.how('sglang_env')} {item!r}: expected NAME=VALUE, e.g. "
+                    "SGLANG_REQ_WAITING_TIMEOUT=1.5"
+                )
+            pairs.append((name, val))
+        return tuple(pairs)
+
+
+# Other names of options on the command line and in scenario files.
+OPTION_ALIASES = {
+    "storage_backend": "hicache_storage_backend",
+    "storage_dir": "hicache_storage_dir",
+}
+
+# Each engine's options, by its registry name (hicache_diag/engines.py registers the engines).
+ENGINE_OPTIONS: Mapping[str, type[RunOptions]] = {
+    cls.engine: cls for cls in (BuiltinOptions, SglangOptions)
+}
+DEFAULT_ENGINE = BuiltinOptions.engine
+
+
+def field_names(cls: type[RunOptions]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.name != "given")
+
+
+def _field_type(cls: type[RunOptions], name: str) -> str:
+    return next(str(f.type) for f in fields(cls) if f.name == name)
+
+
+def _typed(name: str, text: str, kind: str, how: str) -> Any:
+    """A command-line text as the field's type (bisect axis values)."""
+    try:
+        if kind.startswith("int"):
+            return int(text)
+        if kind.startswith("float"):
+            return float(text)
+    except ValueError:
+        word = "an integer" if kind.startswith("int") else "a number"
+        raise UsageError(f"{how}: {name.replace('_', '-')} must be {word} (got {text!r})") from None
+    if kind.startswith("tuple"):
+        return (text,)
+    return text
