@@ -99,16 +99,15 @@ class RunOptions:
             )
 
     def _check_choices(self) -> None:
-        for name, valid in (
-            ("hicache_write_policy", WRITE_POLICIES),
-            ("hicache_storage_backend", STORAGE_BACKENDS),
-            ("hicache_storage_prefetch_policy", PREFETCH_POLICIES),
-            ("device", DEVICES),
-            ("workload", WORKLOADS + SGLANG_WORKLOADS),
+        for name, what, valid in (
+            ("hicache_write_policy", "write policy", WRITE_POLICIES),
+            ("hicache_storage_backend", "storage backend", STORAGE_BACKENDS),
+            ("hicache_storage_prefetch_policy", "prefetch policy", PREFETCH_POLICIES),
+            ("device", "device", DEVICES),
+            ("workload", "workload", WORKLOADS + SGLANG_WORKLOADS),
         ):
             value = getattr(self, name)
             if value not in valid:
-                what = name.removeprefix("hicache_").removeprefix("storage_").replace("_", " ")
                 raise UsageError(f"unknown {what} {value!r}; valid: {', '.join(valid)}")
 
     def _check_storage(self) -> None:

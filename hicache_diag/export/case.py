@@ -94,6 +94,10 @@ def _numbers(data: RunData, failed_rank: int) -> dict[str, int]:
 
 
 def _model_config(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The model's config as the run recorded it, else as its directory still holds it."""
+    recorded = (manifest.get("config") or {}).get("model_config")
+    if recorded:
+        return recorded
     model = (manifest.get("config", {}).get("spec", {}) or {}).get("model")
     if not model:
         return None

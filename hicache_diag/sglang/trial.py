@@ -9,6 +9,7 @@ from SGLang's log prefixes -> the process facts SGLang's log adds -> reference.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
@@ -118,6 +119,8 @@ class SglangEngine(Engine):
                 },
                 "workload": asdict(cfg.workload),
                 "hang_timeout": cfg.hang_timeout,
+                # The model's own config, so an export rebuilds it on another machine.
+                "model_config": _model_config(cfg.spec.model),
             },
             # SGLang's protocol is whatever its release contains (docs/design.md §8).
             "protocol": None,
@@ -228,6 +231,13 @@ def _phase_reporter(server: SglangServer, cfg: SglangRunConfig, on_progress: Pro
                      "elapsed_s": time.time() - server.started_at, "log": str(server.log_path)})
 
     return report
+
+
+def _model_config(model: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _any_step_recorded(run_dir: Path, world_size: int) -> bool:

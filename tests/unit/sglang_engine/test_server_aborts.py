@@ -45,10 +45,15 @@ def test_a_request_without_answer_still_leaves_the_run_undecided(tmp_path: Path)
 
 
 def test_server_env_from_flags_else_the_scenario_table() -> None:
-    from hicache_diag.sglang.build import _server_env
+    from hicache_diag.faults import Scenario
+    from hicache_diag.parse_options import parse_run_options
 
-    assert _server_env(["SGLANG_REQ_WAITING_TIMEOUT=1.5", "B=x=y"], {"C": "1"}) == (
-        ("SGLANG_REQ_WAITING_TIMEOUT", "1.5"), ("B", "x=y"))
-    assert _server_env(None, {"SGLANG_REQ_WAITING_TIMEOUT": 1.5}) == (
-        ("SGLANG_REQ_WAITING_TIMEOUT", "1.5"),)
-    assert _server_env(None, None) == ()
+    table = Scenario(options={"engine": "sglang", "sglang_env": {"C": "1"}}, path="s.toml")
+    flags = {"sglang_env": ["SGLANG_REQ_WAITING_TIMEOUT=1.5", "B=x=y"]}
+    assert parse_run_options(flags, table).server_env() == (
+        ("SGLANG_REQ_WAITING_TIMEOUT", "1.5"),
+        ("B", "x=y"),
+    )
+    table = Scenario(options={"engine": "sglang", "sglang_env": {"W": 1.5}}, path="s.toml")
+    assert parse_run_options({}, table).server_env() == (("W", "1.5"),)
+    assert parse_run_options({"engine": "sglang"}).server_env() == ()
