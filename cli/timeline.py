@@ -31,7 +31,7 @@ def build_config(pp: int, async_depth: int, requests: int, seed: int,
     """The measuring run: a `run` request of the builtin engine, built (and checked) by it."""
     if requests < 4:
         raise UsageError(f"--requests must be >= 4 to produce host hits (got {requests})")
-    flags = {"engine": "builtin", "pp": pp, "async_depth": async_depth,
+    flags = {"pp": pp, "async_depth": async_depth,
              "max_total_tokens": DEVICE_TOKENS, "protocol": PROTOCOL, "workload": "shared-prefix",
              "requests": requests, "max_new_tokens": 1, "seed": seed,
              "out": None if out is None else str(out)}  # fmt: skip

@@ -12,7 +12,7 @@ from hicache_diag.harness.rundir import check_writable
 from hicache_diag.parse_options import from_command_line
 from hicache_diag.run_options import SglangOptions
 from hicache_diag.sglang.config import SglangRunConfig
-from hicache_diag.sglang.server import LaunchSpec
+from hicache_diag.sglang.launch_spec import LaunchSpec
 from hicache_diag.storage_dir import check_storage_dir
 from hicache_diag.workloads import WorkloadConfig
 

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from hicache_diag.ranks import topology
 from hicache_diag.sglang.launch_facts import LaunchFacts
-from hicache_diag.sglang.server import LaunchSpec
+from hicache_diag.sglang.launch_spec import LaunchSpec
 from hicache_diag.workloads import Pool, WorkloadConfig
 
 REQUEST_TIMEOUT_S = 120.0

@@ -9,7 +9,6 @@ the process group, then any descendant that left it (psutil), and waits for each
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import re
 import signal
@@ -26,14 +25,13 @@ from typing import IO, Any
 import psutil
 
 from hicache_diag.errors import EngineStartError
-from hicache_diag.run_options import SglangOptions
+from hicache_diag.ranks import RankId, parse_rank_tokens
 from hicache_diag.sglang import build_locks
 from hicache_diag.sglang.bundle import plugin_bundle
 from hicache_diag.sglang.install import SglangInstall
+from hicache_diag.sglang.launch_spec import LaunchSpec
 from hicache_diag.sglang_plugin import config as plugin_config
-from hicache_diag.triage.discover import RankId, parse_rank_tokens
 
-_DEFAULT = SglangOptions()  # LaunchSpec's defaults are the run options' (one home)
 READY_TIMEOUT_S = 240.0  # 35-75 s measured on 2 cores; headroom for a loaded CI box
 # A box shared by several SGLang launches (load 14 on 2 cores) needs more: seconds, as an env var.
 READY_TIMEOUT_ENV = "HICACHE_DIAG_SGLANG_READY_TIMEOUT"
@@ -50,56 +48,6 @@ _TITLE_RE = re.compile(r"^sglang::scheduler(?P<rest>\S*)")
 
 class ServerStartError(EngineStartError):
     """SGLang did not come up; the message names the log line that says why."""
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchSpec:
-    """Everything the launch needs, in SGLang's own flag names (docs/design.md §8)."""
-
-    model: Path
-    pp_size: int = _DEFAULT.pp
-    tp_size: int = _DEFAULT.tp
-    page_size: int = _DEFAULT.page_size
-    max_total_tokens: int = _DEFAULT.max_total_tokens
-    hicache_ratio: float | None = _DEFAULT.hicache_ratio
-    hicache_size_gb: int = 0
-    hicache_write_policy: str = _DEFAULT.hicache_write_policy
-    hicache_storage_backend: str | None = None
-    hicache_storage_dir: str | None = None
-    hicache_storage_prefetch_policy: str | None = None
-    extra_args: tuple[str, ...] = ()
-    cpu: bool = True
-    env: tuple[tuple[str, str], ...] = ()  # SGLang's own switches (--sglang-consensus-checker)
-
-    def argv(self, python: str, port: int) -> list[str]:
-        args = [python, "-m", "sglang.launch_server", "--model-path", str(self.model),
-                "--host", "127.0.0.1", "--port", str(port),
-                "--pp-size", str(self.pp_size), "--tp-size", str(self.tp_size),
-                "--page-size", str(self.page_size),
-                "--max-total-tokens", str(self.max_total_tokens),
-                "--enable-hierarchical-cache",
-                "--hicache-write-policy", self.hicache_write_policy,
-                "--skip-server-warmup"]  # fmt: skip
-        if self.hicache_size_gb:
-            args += ["--hicache-size", str(self.hicache_size_gb)]
-        elif self.hicache_ratio is not None:
-            args += ["--hicache-ratio", str(self.hicache_ratio)]
-        if self.hicache_storage_backend:
-            args += ["--hicache-storage-backend", self.hicache_storage_backend]
-            if "--hicache-storage-backend-extra-config" not in self.extra_args:
-                # SGLang prefetches only prompts of >= 256 tokens by default; the workload's
-                # prompts are shorter, so the threshold comes down to two pages.
-                threshold = json.dumps({"prefetch_threshold": 2 * self.page_size})
-                args += ["--hicache-storage-backend-extra-config", threshold]
-        if self.hicache_storage_prefetch_policy:
-            args += ["--hicache-storage-prefetch-policy", self.hicache_storage_prefetch_policy]
-        if self.cpu:
-            # reference/sglang-on-cpu.md: the CPU platform, its attention backend, and the
-            # HiCache copy path that needs no CUDA kernel.
-            args += ["--device", "cpu", "--attention-backend", "torch_native",
-                     "--disable-cuda-graph", "--hicache-io-backend", "direct",
-                     "--hicache-mem-layout", "layer_first"]  # fmt: skip
-        return args + list(self.extra_args)
 
 
 @dataclass

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from hicache_diag.triage.discover import RankId, parse_rank_tokens
+from hicache_diag.ranks import RankId, parse_rank_tokens
 
 _WATCHDOG_RE = re.compile(
     r"^\[(?P<ts>[\d-]+ [\d:]+)(?P<tokens>(?: [A-Z_]+\d+)*)\] Scheduler watchdog timeout "
