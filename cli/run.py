@@ -163,7 +163,10 @@ def run(
     with PhaseStatus(err_console, quiet=json_, first="checking the run"):
         scenario_file = load_scenario_file(scenario)
         expect = _expectation(scenario_file) if check else None
-        cfg = build(parse_run_options(ctx.params, scenario_file))
+        options = parse_run_options(ctx.params, scenario_file)
+        cfg = build(options)
+    if expect is not None and expect.is_rate:
+        raise typer.Exit(_check_rate_and_render(cfg, options, expect, json_))
     raise typer.Exit(_run_and_render(cfg, json_, expect))
 
 
@@ -173,6 +176,30 @@ def register(app: typer.Typer) -> None:
         epilog=f"{EXAMPLES}\n\n{_catalogue()}",
         short_help="Run a PP + HiCache runtime, give a verdict.",
     )(run)
+
+
+def _check_rate_and_render(
+    cfg: EngineConfig, options: RunOptions, expect: Expectation, json_: bool
+) -> int:
+    """`run --check` on a scenario that states a rate: its trials, each in its own run dir
+    under --out, then the table and the judged rate."""
+    import time
+    from pathlib import Path
+
+    from hicache_diag.cli.render.bisect import trial_progress
+    from hicache_diag.cli.render.rate_check import render_rate_check
+    from hicache_diag.harness.rate_check import run_rate_check
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = Path(options.out) if options.out else Path("runs") / f"check-{stamp}"
+    progress, on_result = trial_progress(err_console, expect.trials, quiet=json_)
+    with progress:
+        check = run_rate_check(cfg, expect, out, type(options).trial_timeout_s, on_result)
+    if json_:
+        print_json(check.to_json())
+    else:
+        render_rate_check(err_console, check)
+    return check.exit_code
 
 
 def _run_and_render(cfg: EngineConfig, json_: bool, expect: Expectation | None = None) -> int:

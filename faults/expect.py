@@ -12,6 +12,12 @@ form (an `ok` run, a latent divergence). `outcome` and `form` also take a list, 
 matches: a divergence whose ending depends on timing (`outcome = ["crash", "hang"]`, `form =
 ["A", "C"]`) is still checked for the divergence it must show. The values are the verdict's own
 words, so a mismatch names both sides in the same vocabulary.
+
+A divergence that happens in some trials, not all, states a rate instead of one run's outcome:
+`trials = 10` with `rate_at_least = 0.5` (an affected release) or `rate_at_most = 0.0` (a fixed
+one). Each trial "matches" when the keys above match its verdict; `run --check` runs the trials
+and fails only when their 95% Wilson interval lies wholly on the wrong side of the stated rate
+(`judge_rate`), so a claim is refuted by data, never by one unlucky run.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from hicache_diag.errors import UsageError
 from hicache_diag.verdict import CrashForm, DivergenceSource, Outcome, Verdict
 
 EXPECT_KEYS = ("outcome", "form", "culprit_rank", "source")
+RATE_KEYS = ("trials", "rate_at_least", "rate_at_most")
+MAX_TRIALS = 1000  # a rate check is a bench, not a soak
 _NO_FORM = "none"
 
 
@@ -32,6 +40,30 @@ class Expectation:
     form: tuple[str, ...] | None = None  # CrashForm values or "none", any one of them
     culprit_rank: int | None = None
     source: DivergenceSource | None = None
+    trials: int = 1
+    rate_at_least: float | None = None
+    rate_at_most: float | None = None
+
+    @property
+    def is_rate(self) -> bool:
+        return self.rate_at_least is not None or self.rate_at_most is not None
+
+    def judge_rate(self, matched: int, decided: int, interval: tuple[float, float]) -> list[str]:
+        """The rate claims the trials refute: `interval` (the 95% Wilson interval of
+        matched/decided) lies wholly below `rate_at_least` or wholly above `rate_at_most`."""
+        lo, hi = interval
+        out = []
+        if self.rate_at_least is not None and hi < self.rate_at_least:
+            out.append(
+                f"rate: expected at least {self.rate_at_least:g}, got {matched}/{decided} "
+                f"(95% interval [{lo:.2f}, {hi:.2f}])"
+            )
+        if self.rate_at_most is not None and lo > self.rate_at_most:
+            out.append(
+                f"rate: expected at most {self.rate_at_most:g}, got {matched}/{decided} "
+                f"(95% interval [{lo:.2f}, {hi:.2f}])"
+            )
+        return out
 
     def describe(self) -> str:
         """`outcome=crash form=B culprit_rank=1` in the file's own key order."""
@@ -44,6 +76,12 @@ class Expectation:
             parts.append(f"culprit_rank={self.culprit_rank}")
         if self.source is not None:
             parts.append(f"source={self.source.value}")
+        if self.is_rate:
+            parts.append(f"trials={self.trials}")
+        if self.rate_at_least is not None:
+            parts.append(f"rate_at_least={self.rate_at_least:g}")
+        if self.rate_at_most is not None:
+            parts.append(f"rate_at_most={self.rate_at_most:g}")
         return " ".join(parts)
 
     def mismatches(self, verdict: Verdict) -> list[str]:
@@ -85,12 +123,11 @@ def parse_expect(table: Any, where: str) -> Expectation:
     """`[expect]` -> Expectation; unknown keys and bad values are one UsageError line."""
     if not isinstance(table, dict):
         raise UsageError(f"{where}: 'expect' must be a table, e.g. [expect] outcome = \"ok\"")
-    unknown = sorted(set(table) - set(EXPECT_KEYS))
+    unknown = sorted(set(table) - set(EXPECT_KEYS) - set(RATE_KEYS))
     if unknown:
-        raise UsageError(
-            f"{where}: unknown [expect] key {unknown[0]!r}; valid: {', '.join(EXPECT_KEYS)}"
-        )
-    if not table:
+        valid = ", ".join(EXPECT_KEYS + RATE_KEYS)
+        raise UsageError(f"{where}: unknown [expect] key {unknown[0]!r}; valid: {valid}")
+    if not set(table) & set(EXPECT_KEYS):
         raise UsageError(f"{where}: [expect] is empty; give any of {', '.join(EXPECT_KEYS)}")
     outcome = form = None
     if "outcome" in table:
@@ -110,7 +147,28 @@ def parse_expect(table: Any, where: str) -> Expectation:
     source = None
     if "source" in table:
         source = _enum(DivergenceSource, "source", table["source"], where)
-    return Expectation(outcome, form, culprit, source)
+    return Expectation(outcome, form, culprit, source, *_rates(table, where))
+
+
+def _rates(table: dict[str, Any], where: str) -> tuple[int, float | None, float | None]:
+    """`trials`, `rate_at_least`, `rate_at_most`: a rate needs trials > 1 and trials a rate."""
+    trials = table.get("trials", 1)
+    if isinstance(trials, bool) or not isinstance(trials, int) or not 1 <= trials <= MAX_TRIALS:
+        raise UsageError(f"{where}: trials must be an integer from 1 to {MAX_TRIALS} ({trials!r})")
+    rates = []
+    for key in ("rate_at_least", "rate_at_most"):
+        value = table.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1
+        ):
+            raise UsageError(f"{where}: {key} must be a number from 0 to 1 (got {value!r})")
+        rates.append(None if value is None else float(value))
+    if (trials > 1) != any(r is not None for r in rates):
+        raise UsageError(
+            f"{where}: a rate needs trials > 1 and trials > 1 needs a rate "
+            "(e.g. trials = 10 with rate_at_least = 0.5, or rate_at_most = 0.0)"
+        )
+    return trials, rates[0], rates[1]
 
 
 def _enum_form(value: Any, where: str) -> str:

@@ -43,6 +43,7 @@ class RunOptions:
 
     engine: ClassVar[str] = ""
     summary: ClassVar[str] = ""
+    trial_timeout_s: ClassVar[float] = 300.0  # a bisect or rate-check trial
 
     pp: int = 2
     tp: int = 1

@@ -150,3 +150,25 @@ def test_check_exits_0_on_a_match_and_4_on_a_mismatch(tmp_path):
     assert "check: MISMATCH against [expect] outcome=crash form=B" in no.output
     assert "outcome: expected crash, got ok" in no.output
     assert_no_children()
+
+
+@pytest.mark.process  # runs real ranks, one trial process each
+@pytest.mark.usefixtures("no_leftover_processes")
+def test_a_rate_scenario_runs_its_trials_and_judges_the_interval(tmp_path):
+    """`trials = 3`: three real trials, each its own run dir and seed; a rate the trials
+    cannot refute passes, one they refute exits 4 naming the interval."""
+    base = 'pp = 2\nrequests = 4\nmax_new_tokens = 2\n\n[expect]\ntrials = 3\n'
+    good = _scenario_file(tmp_path, base + 'outcome = "ok"\nrate_at_least = 0.5\n', "g.toml")
+    bad = _scenario_file(tmp_path, base + 'outcome = "crash"\nrate_at_least = 0.9\n', "b.toml")
+    out = tmp_path / "good"
+    assert run_cli(["run", "--scenario", good, "--check", "--json", "--out", str(out)]) == 0
+    runs = sorted(p.parent.name for p in out.glob("cell0-base/*/verdict.json"))
+    assert runs == ["trial0-seed0", "trial1-seed1", "trial2-seed2"]
+    runner = CliRunner()
+    no = runner.invoke(app, ["run", "--scenario", bad, "--check", "--json",
+                             "--out", str(tmp_path / "bad")])  # fmt: skip
+    assert no.exit_code == 4, no.output
+    data = json.loads(no.stdout)
+    assert (data["matched"], data["decided"]) == (0, 3)
+    assert data["mismatches"] == ["rate: expected at least 0.9, got 0/3 (95% interval [0.00, 0.56])"]
+    assert_no_children()

@@ -95,3 +95,33 @@ def test_bad_expect_is_one_line_naming_the_file(tmp_path, table, needle):
         load_scenario(path)
     msg = str(err.value)
     assert needle in msg and str(path) in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    ("table", "needle"),
+    [
+        ({"outcome": "ok", "trials": 3}, "a rate needs trials > 1 and trials > 1 needs a rate"),
+        ({"outcome": "ok", "rate_at_least": 0.5}, "a rate needs trials > 1"),
+        ({"outcome": "ok", "trials": 0, "rate_at_least": 0.5}, "trials must be an integer"),
+        ({"outcome": "ok", "trials": 10**6, "rate_at_most": 0}, "from 1 to 1000"),
+        ({"outcome": "ok", "trials": 3, "rate_at_most": 1.5}, "rate_at_most must be a number"),
+        ({"trials": 3, "rate_at_most": 0.0}, "[expect] is empty"),
+    ],
+)
+def test_bad_rate_tables_are_one_line(table, needle):
+    with pytest.raises(UsageError, match=None) as err:
+        parse_expect(table, "scenario 's.toml'")
+    assert needle in str(err.value)
+
+
+def test_a_rate_is_refuted_only_by_an_interval_wholly_on_the_wrong_side():
+    from hicache_diag.diagnosis.stats import wilson
+
+    least = parse_expect({"outcome": "diverged", "trials": 10, "rate_at_least": 0.5}, "s")
+    assert least.is_rate and "trials=10 rate_at_least=0.5" in least.describe()
+    assert least.judge_rate(7, 10, wilson(7, 10)) == []  # the 0.5.19 waiting timeout
+    assert least.judge_rate(2, 10, wilson(2, 10)) == []  # [0.06, 0.51]: not refuted
+    assert least.judge_rate(1, 10, wilson(1, 10))  # [0.02, 0.40]: below 0.5
+    most = parse_expect({"outcome": "diverged", "trials": 10, "rate_at_most": 0.0}, "s")
+    assert most.judge_rate(0, 10, wilson(0, 10)) == []  # the fixed release
+    assert most.judge_rate(1, 10, wilson(1, 10))  # one divergence refutes "never"
