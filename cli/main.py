@@ -52,9 +52,9 @@ def _root(
 
 def _register() -> None:
     # Imported here so that `--help` lists every command and each module stays self-contained.
-    from hicache_diag.cli import bisect, export, report, run, sources, timeline, triage
+    from hicache_diag.cli import bisect, export, hunt, report, run, sources, timeline, triage
 
-    for module in (run, triage, bisect, report, timeline, sources, export):
+    for module in (run, triage, bisect, report, timeline, sources, export, hunt):
         module.register(app)
     bisect.add_run_flags_to_help(app)
 

@@ -1,0 +1,188 @@
+"""Running the hunt: each candidate's variants in order (natural first), N trials each as bisect
+runs them (own process, run dir and seed), until one diverges; a divergence is confirmed by a
+fresh rerun of its seed and exported. A budget in trials or seconds stops it with a partial
+report, and so does Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hicache_diag import evidence as ev
+from hicache_diag.diagnosis.stats import wilson
+from hicache_diag.errors import UsageError
+from hicache_diag.harness.bisect import BisectConfig, run_bisect
+from hicache_diag.hunt.model import HuntReport, TriggerResult
+from hicache_diag.run_options import RunOptions
+from hicache_diag.verdict import Outcome
+
+if TYPE_CHECKING:
+    from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
+    from hicache_diag.hunt.plan import Candidate
+    from hicache_diag.hunt.triggers import Variant
+
+_NOT_DECIDED = {Outcome.UNDECIDED.value, Outcome.INTERRUPTED.value}
+
+
+@dataclass(frozen=True, slots=True)
+class HuntConfig:
+    base: RunOptions  # the pass-through run options every trial starts from
+    trials: int = 3  # per variant
+    budget_trials: int | None = None
+    budget_s: float | None = None
+    out: Path = Path("runs/hunt")
+
+
+class _Budget:
+    def __init__(self, cfg: HuntConfig) -> None:
+        self.cfg, self.used, self.t0 = cfg, 0, time.monotonic()
+
+    def left(self) -> int:
+        """Trials that may still start (0: spent)."""
+        if self.cfg.budget_s is not None and time.monotonic() - self.t0 >= self.cfg.budget_s:
+            return 0
+        if self.cfg.budget_trials is None:
+            return self.cfg.trials
+        return max(0, min(self.cfg.trials, self.cfg.budget_trials - self.used))
+
+
+def variant_options(base: RunOptions, variant: Variant) -> RunOptions:
+    """`base` with the variant's options and fault (UsageError: the engine cannot take it)."""
+    options = base
+    for name, value in variant.flags.items():
+        values = value if isinstance(value, list) else [value]
+        for one in values:
+            options = options.with_value(name, str(one), f"hunt trigger --{name}")
+    if variant.fault is not None:
+        options = options.with_value("faults", variant.fault, "hunt trigger --fault")
+    return options
+
+
+def _trials(cell: Any, n: int, seed: int, out: Path, on_result: Callable | None):
+    timeout = type(cell.options).trial_timeout_s
+    plan = BisectConfig((), n, 1, seed, out, (), timeout, cells=(cell.cfg,))
+    table = run_bisect(plan, on_result)
+    return table.cells[0].results, table.interrupted
+
+
+@dataclass(frozen=True, slots=True)
+class _Cell:
+    options: RunOptions
+    cfg: Any  # the engine's config
+
+
+def _verdict(res: TrialResult) -> dict[str, Any] | None:
+    try:
+        return json.loads((Path(res.run_dir) / ev.VERDICT).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _tally(result: TriggerResult, runs: list[TrialResult]) -> None:
+    for res in runs:
+        verdict = _verdict(res)
+        outcome = (verdict or {}).get("outcome")
+        if outcome is None or outcome in _NOT_DECIDED:
+            result.undecided += 1
+            continue
+        result.trials += 1
+        if outcome == Outcome.OK.value:
+            continue
+        result.failures += 1
+        form = verdict.get("form") or outcome
+        result.forms[form] = result.forms.get(form, 0) + 1
+        if result.first_failure is None:
+            result.first_failure = res.run_dir
+            result.first_divergence = verdict.get("first_divergence")
+    result.interval = wilson(result.failures, result.trials)
+
+
+def _export(run_dir: str, out: Path) -> str:
+    from hicache_diag.errors import HicacheDiagError
+    from hicache_diag.export.export import export_run
+
+    try:
+        return str(export_run(Path(run_dir), out).out)
+    except (HicacheDiagError, OSError) as exc:
+        return f"no export: {exc}"
+
+
+def _first_seed(result: TriggerResult) -> int:
+    manifest = json.loads((Path(result.first_failure) / ev.MANIFEST).read_text())
+    return int(manifest.get("seed", 0))
+
+
+def _confirm(result: TriggerResult, cell: _Cell, out: Path) -> bool:
+    """A fresh rerun of the first failing seed; True when it fails again."""
+    runs, interrupted = _trials(cell, 1, _first_seed(result), out / "confirm", None)
+    if interrupted:
+        raise KeyboardInterrupt
+    outcome = (_verdict(runs[0]) or {}).get("outcome") if runs else None
+    return outcome not in (None, Outcome.OK.value, *_NOT_DECIDED)
+
+
+def _try_variant(
+    result: TriggerResult, cell: _Cell, n: int, seed: int, out: Path, on_result: Callable | None
+) -> bool:
+    """Run one variant; True when it is the one that diverged (and so the last tried)."""
+    runs, interrupted = _trials(cell, n, seed, out, on_result)
+    _tally(result, runs)
+    if interrupted:
+        raise KeyboardInterrupt
+    if not result.failures:
+        return False
+    result.confirmed = _confirm(result, cell, out)
+    result.export = _export(result.first_failure, out / "export")
+    return True
+
+
+def _hunt_one(
+    cand: Candidate, result: TriggerResult, cfg: HuntConfig, budget: _Budget, on_result
+) -> None:
+    from hicache_diag.engines import build
+
+    for i, variant in enumerate(cand.trigger.variants):
+        if not budget.left():
+            result.skipped.append(f"{variant.fault or 'natural'}: budget spent")
+            continue
+        try:
+            options = variant_options(cfg.base, variant)
+            cell = _Cell(options, build(options))
+        except UsageError as exc:
+            result.skipped.append(f"{variant.fault or 'natural'}: {exc}")
+            continue
+        result.fault, result.natural = variant.fault, variant.fault is None
+        n = budget.left()
+        budget.used += n
+        out = cfg.out / cand.trigger.name / f"variant{i}"
+        if _try_variant(result, cell, n, options.seed, out, on_result):
+            break
+
+
+def run_hunt(
+    cfg: HuntConfig,
+    candidates: list[Candidate],
+    release: str,
+    on_result: Callable[[Cell, TrialResult], None] | None = None,
+) -> HuntReport:
+    report = HuntReport(release)
+    budget = _Budget(cfg)
+    try:
+        for cand in candidates:
+            if not budget.left():
+                report.stopped = "budget"
+                break
+            result = TriggerResult(cand.trigger.name, cand.trigger.what, cand.sources)
+            report.results.append(result)  # kept, partial, on Ctrl-C
+            _hunt_one(cand, result, cfg, budget, on_result)
+    except KeyboardInterrupt:
+        report.stopped = "interrupted"
+    report.trials_run = budget.used
+    return report
+
+
+__all__ = ["HuntConfig", "run_hunt", "variant_options"]

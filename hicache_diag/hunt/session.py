@@ -1,0 +1,70 @@
+"""One hunt from the command line's run options: check, scan the release, plan, run, save."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hicache_diag.errors import UsageError
+from hicache_diag.hunt.model import HuntReport
+from hicache_diag.hunt.plan import Candidate, plan_hunt
+from hicache_diag.hunt.run import HuntConfig, run_hunt
+from hicache_diag.limits import check_int
+from hicache_diag.run_options import RunOptions
+
+MAX_TRIALS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class HuntSession:
+    cfg: HuntConfig
+    release: str
+    candidates: tuple[Candidate, ...]
+    unmapped: tuple[str, ...]
+
+    @property
+    def planned_trials(self) -> int:
+        """The most trials it may run (each candidate's first variant), for the progress bar."""
+        most = self.cfg.trials * len(self.candidates)
+        return min(most, self.cfg.budget_trials) if self.cfg.budget_trials else most
+
+    def run(self, on_result: Callable | None = None) -> HuntReport:
+        report = run_hunt(self.cfg, list(self.candidates), self.release, on_result)
+        report.unmapped = list(self.unmapped)
+        return report
+
+
+def plan_session(
+    base: RunOptions, trials: int, budget_trials: int | None, budget_s: float | None, out: Path
+) -> HuntSession:
+    """Every check before a trial starts, then the release's inventory and the plan."""
+    from hicache_diag.engines import engine
+    from hicache_diag.harness.rundir import check_writable
+    from hicache_diag.sources.scan import scan_tree
+
+    check_int("--trials", trials, 1, MAX_TRIALS)
+    if budget_trials is not None:
+        check_int("--budget", budget_trials, 1, MAX_TRIALS * 100)
+    if base.out is not None:
+        raise UsageError("give --out to hunt itself (the parent of every trial's run dir)")
+    check_writable(str(out))
+    tree = engine(base.engine).sources(None, getattr(base, "sglang_python", None))
+    inventory = scan_tree(tree.root, tree.engine, tree.version)
+    candidates, unmapped = plan_hunt(inventory.sources)
+    cfg = HuntConfig(base, trials, budget_trials, budget_s, out)
+    release = f"{tree.engine} {tree.version}"
+    return HuntSession(cfg, release, tuple(candidates), tuple(unmapped))
+
+
+def save_report(report: HuntReport, out: Path) -> Path:
+    """hunt.json beside the trials' run dirs, written whole (temporary file, then rename)."""
+    import json
+    import os
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "hunt.json"
+    tmp = out / ".hunt.json.tmp"
+    tmp.write_text(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
