@@ -1,0 +1,114 @@
+"""Where one real-engine trial's time goes, phase by phase (issue: trials in seconds).
+
+Each trial is a fresh `hicache-diag run --engine sglang --json` CLI process. The phases come from
+the run dir's own clocks: the manifest's `started_at` (checks done, launch begins), SGLang's
+server.log (`Load weight begin/end`, second resolution), launcher.json (`startup_s`: launch to
+ready; `workload_s`; `shutdown_s`; `ended_at`) and verdict.json's write time. Printed as a table
+per trial and the median; never asserts on time. Ends with the one line
+`fresh trial F s, warm trial W s` (W is `n/a` until a warm server exists).
+Usage: python bench/sglang_trial_cost.py [--trials 1] [--sglang-python PY] [-- run flags]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+CLI = [sys.executable, "-m", "hicache_diag.cli.main", "run", "--engine", "sglang", "--json"]
+PHASES = (
+    ("checks", "CLI start -> launch: flags, release probe, tiny model, plugin bundle"),
+    ("server_imports", "launch -> first `Load weight begin`: interpreters, imports, dist init"),
+    ("model_load", "`Load weight begin` -> last `Load weight end`"),
+    ("kv_and_ready", "weights loaded -> /health_generate answers (KV pools, HTTP server)"),
+    ("requests", "the workload over HTTP (our plugin records each step meanwhile)"),
+    ("teardown", "reaping SGLang's process tree"),
+    ("evidence", "per-rank logs, the transformers reference for answered requests"),
+    ("classification", "launcher.json -> verdict.json (reading the run dir, judging)"),
+)
+_LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^\]]*\] Load weight (begin|end)")
+
+
+def _ts(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def _weights(log: Path) -> tuple[float | None, float | None]:
+    """(first `Load weight begin`, last `Load weight end`) as epoch seconds (UTC log stamps)."""
+    begins, ends = [], []
+    for line in log.read_text(errors="replace").splitlines():
+        m = _LOG_TIME.match(line)
+        if m:
+            stamp = datetime.fromisoformat(m.group(1) + "+00:00").timestamp()
+            (begins if m.group(2) == "begin" else ends).append(stamp)
+    return (min(begins) if begins else None), (max(ends) if ends else None)
+
+
+def phases(run: Path, t_cli: float, t_end: float) -> dict[str, float | None]:
+    manifest = json.loads((run / "manifest.json").read_text())
+    launcher = json.loads((run / "launcher.json").read_text())
+    timings = launcher.get("timings", {})
+    launch = _ts(manifest["started_at"])
+    ready = launch + timings.get("startup_s", 0.0)
+    begin, end = _weights(run / "server.log")
+    work_end = ready + timings.get("workload_s", 0.0)
+    ended = _ts(launcher["ended_at"])
+    verdict_at = (run / "verdict.json").stat().st_mtime
+    out = {
+        "checks": launch - t_cli,
+        "server_imports": None if begin is None else begin - launch,
+        "model_load": None if begin is None or end is None else end - begin,
+        "kv_and_ready": None if end is None else ready - end,
+        "requests": timings.get("workload_s"),
+        "teardown": timings.get("shutdown_s"),
+        "evidence": ended - work_end - timings.get("shutdown_s", 0.0),
+        "classification": verdict_at - ended,
+        "total": t_end - t_cli,
+    }
+    return {k: None if v is None else round(v, 2) for k, v in out.items()}
+
+
+def one_trial(out: Path, extra: list[str]) -> dict[str, float | None]:
+    t_cli = time.time()
+    proc = subprocess.run([*CLI, "--out", str(out), *extra], capture_output=True, text=True)
+    t_end = time.time()
+    if not (out / "launcher.json").is_file():
+        raise SystemExit(f"the trial left no launcher.json: {proc.stderr[-2000:]}")
+    row = phases(out, t_cli, t_end)
+    row["outcome"] = json.loads(proc.stdout).get("outcome") if proc.stdout.strip() else None
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=1)
+    parser.add_argument("--sglang-python")
+    parser.add_argument("run_args", nargs="*")
+    args = parser.parse_args()
+    extra = list(args.run_args) + (
+        ["--sglang-python", args.sglang_python] if args.sglang_python else []
+    )
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.trials):
+            rows.append(one_trial(Path(tmp) / f"t{i}", extra))
+            print(f"trial {i}: outcome {rows[-1]['outcome']}, {rows[-1]['total']} s")
+    print(f"\n{'phase':16s} {'median s':>9s}  what")
+    for name, what in (*PHASES, ("total", "CLI start -> CLI exit")):
+        values = [r[name] for r in rows if r.get(name) is not None]
+        median = f"{statistics.median(values):9.2f}" if values else "      n/a"
+        print(f"{name:16s} {median}  {what}")
+    fresh = statistics.median(r["total"] for r in rows)
+    print(f"\nfresh trial {fresh:.1f} s, warm trial n/a s (no warm server: see the README)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
