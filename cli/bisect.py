@@ -333,6 +333,11 @@ def plan_bisect(req: BisectRequest, quiet: bool = False) -> tuple[BisectConfig, 
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(req.out) if req.out is not None else Path("runs") / f"bisect-{stamp}"
     axes, base, (pythons, versions) = _matrix(req, options_from_argv(req.run_args))
+    if base.check:
+        raise UsageError(
+            "--check does nothing in bisect (it tabulates rates; no verdict is checked): "
+            "use run --check on one scenario, or [expect] trials for a rate"
+        )
     cfg = BisectConfig(axes, req.trials, req.jobs, req.seed, out, tuple(req.run_args))
     if not axes:
         raise UsageError(

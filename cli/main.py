@@ -48,6 +48,9 @@ def _root(
     ),
 ) -> None:
     _state["verbose"] = verbose
+    from hicache_diag.env_vars import check_environment
+
+    check_environment()  # a variable the tool cannot use: one line, exit 2, before any work
 
 
 def _register() -> None:

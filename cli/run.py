@@ -164,6 +164,8 @@ def run(
         scenario_file = load_scenario_file(scenario)
         expect = _expectation(scenario_file) if check else None
         options = parse_run_options(ctx.params, scenario_file)
+        if expect is not None:
+            expect.check_ranks(options.world_size, f"scenario {scenario!r}")
         cfg = build(options)
     if expect is not None and expect.is_rate:
         raise typer.Exit(_check_rate_and_render(cfg, options, expect, json_))

@@ -44,6 +44,14 @@ class Expectation:
     rate_at_least: float | None = None
     rate_at_most: float | None = None
 
+    def check_ranks(self, world_size: int, where: str) -> None:
+        """An expected culprit outside the run's ranks can never match: bad input."""
+        if self.culprit_rank is not None and self.culprit_rank >= world_size:
+            raise UsageError(
+                f"{where}: [expect] culprit_rank = {self.culprit_rank}, but the run has ranks "
+                f"0-{world_size - 1}"
+            )
+
     @property
     def is_rate(self) -> bool:
         return self.rate_at_least is not None or self.rate_at_most is not None

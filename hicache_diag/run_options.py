@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from hicache_diag.errors import UsageError
 from hicache_diag.limits import check_async_depth, check_int, check_seconds, check_seed
+from hicache_diag.no_effect import refuse_no_effect
 from hicache_diag.sizes import parse_size
 
 WORKLOADS = ("shared-prefix", "random", "long-prompt", "idle")
@@ -27,9 +28,6 @@ STORAGE_BACKENDS = ("none", "file")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
 DEVICES = ("cpu", "cuda")
 
-_NO_L3 = "does nothing without --hicache-storage-backend file"
-# Faults that act only at the L3 storage hook points (faults/*.py POINTS).
-L3_FAULTS = ("l3-partial-hit", "prefetch-alloc-fail")
 
 
 def _scenario_kind(*types: type) -> dict[str, tuple[type, ...]]:
@@ -84,6 +82,7 @@ class RunOptions:
                 raise UsageError(f"{self.how(name)} must be > 0 (got {getattr(self, name)})")
         check_seconds(self.how("hang_timeout"), self.hang_timeout)
         check_seed(self.seed, self.how("seed"))
+        refuse_no_effect(self)  # inputs that would do nothing or contradict (no_effect.py)
 
     def _check_pools(self) -> None:
         ratio = self.hicache_ratio
@@ -93,11 +92,6 @@ class RunOptions:
             )
         if self.host_bytes < 0:
             raise UsageError(f"{self.how('hicache_size')} must be >= 0 (got {self.hicache_size})")
-        if self.host_bytes and "hicache_ratio" in self.given:
-            raise UsageError(
-                "--hicache-size and --hicache-ratio both set: a size fixes the host pool and the "
-                "ratio does nothing; give one of them"
-            )
 
     def _check_choices(self) -> None:
         for name, what, valid in (
@@ -115,16 +109,6 @@ class RunOptions:
         where = self.hicache_storage_dir
         if where is not None and not str(where).strip():
             raise UsageError(f"{self.how('hicache_storage_dir')} '' is empty; give a path")
-        if self.storage:
-            return
-        if where:
-            raise UsageError(f"{self.how('hicache_storage_dir')} {_NO_L3}")
-        if "hicache_storage_prefetch_policy" in self.given:
-            raise UsageError(f"{self.how('hicache_storage_prefetch_policy')} {_NO_L3}")
-        for spec in self.faults:
-            name = spec.split(":", 1)[0].strip()
-            if name in L3_FAULTS:
-                raise UsageError(f"fault {name!r} acts on L3 storage and {_NO_L3}")
 
     def how(self, name: str) -> str:
         """How the user wrote option `name` (the flag by default)."""

@@ -48,6 +48,11 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
     (["run", "--device", "tpu"], 2, "unknown device 'tpu'"),
     # flag combinations that do nothing
     (["run", "--storage-dir", "{root}/l3"], 2, "does nothing without --hicache-storage-backend"),
+    (["run", "--pp", "1", "--fault", "p2p-delay:ms=5"], 2, "does nothing with --pp 1"),
+    (["run", "--fix", "ack-count=local", "--fix", "ack-count=leader"], 2, "contradict"),
+    (["run", "--fault", "dma-delay:ms=5,p=0"], 2, "never fires: p=0"),
+    (["run", "--scenario", "{root}/far_culprit.toml", "--check"], 2, "the run has ranks 0-1"),
+    (["bisect", "--switch", "ack-count=local,leader", "--check"], 2, "--check does nothing in bisect"),
     # scenario files: types, unknown keys, missing file
     (["run", "--scenario", "{root}/pp_two.toml"], 2, "pp must be an integer, not 'two'"),
     (["run", "--scenario", "{root}/unknown_key.toml"], 2, "unknown key 'bogus'; valid keys:"),
@@ -315,6 +320,7 @@ def make_files(root: Path) -> None:
     (root / "pp_two.toml").write_text('pp = "two"\n')
     (root / "unknown_key.toml").write_text("pp = 2\nbogus = 1\n")
     (root / "fix_str.toml").write_text('fix = "ack-count=leader"\n')
+    (root / "far_culprit.toml").write_text("pp = 2\n[expect]\nculprit_rank = 5\n")
     (root / "env_bool.toml").write_text('engine = "sglang"\nsglang_env = {X = true}\n')
     (root / "env_builtin.toml").write_text('sglang_env = {SGLANG_X = "1"}\n')
     for name in ("list_verdict", "list_launcher"):

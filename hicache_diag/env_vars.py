@@ -1,0 +1,74 @@
+"""Every environment variable the tool reads, in one table, checked once when a command starts:
+a value the tool cannot use is one line and exit 2 naming the variable and what it takes, never
+a silent default and never a rank that dies of it later (the ranks read some of these too)."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from hicache_diag.errors import UsageError
+
+_ON, _OFF = ("1", "on", "true", "yes"), ("0", "off", "false", "no")
+
+
+def _choice(*valid: str) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        return None if value in valid else f"one of {', '.join(valid)}"
+
+    return check
+
+
+def _seconds(value: str) -> str | None:
+    try:
+        number = float(value)
+    except ValueError:
+        return "a number of seconds > 0"
+    return None if math.isfinite(number) and number > 0 else "a number of seconds > 0"
+
+
+def _switch(value: str) -> str | None:
+    return None if value.strip().lower() in _ON + _OFF else f"one of {', '.join(_ON + _OFF)}"
+
+
+def _directory(value: str) -> str | None:
+    return "a directory (this path is a file)" if os.path.isfile(value) else None
+
+
+@dataclass(frozen=True, slots=True)
+class EnvVar:
+    name: str
+    what: str
+    check: Callable[[str], str | None]  # None: usable; else what it takes
+
+
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar("HICACHE_DIAG_RANK_START", "how builtin ranks start", _choice("fork", "spawn")),
+    EnvVar("HICACHE_DIAG_TRIAL_START", "how bisect trials start", _choice("fork", "spawn")),
+    EnvVar("HICACHE_DIAG_RECORD", "whether ranks record their steps", _switch),
+    EnvVar("HICACHE_DIAG_SGLANG_READY_TIMEOUT", "seconds SGLang may take to serve", _seconds),
+    EnvVar("HICACHE_DIAG_SGLANG_VENVS", "one venv per SGLang release", _directory),
+    EnvVar("HICACHE_DIAG_SGLANG_RELEASES", "unzipped SGLang wheels by version", _directory),
+    EnvVar("HICACHE_DIAG_CACHE", "the tool's cache", _directory),
+)
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Each set variable of the table, checked; the first unusable one is a UsageError."""
+    environ = os.environ if environ is None else environ
+    for var in ENV_VARS:
+        value = environ.get(var.name)
+        if not value:  # unset and empty read alike everywhere
+            continue
+        want = var.check(value)
+        if want:
+            raise UsageError(f"{var.name}={value!r} ({var.what}) must be {want}")
+
+
+def switch_on(value: str | None, default: bool = True) -> bool:
+    """A checked on/off variable's value."""
+    if value is None or not value.strip():
+        return default
+    return value.strip().lower() in _ON
