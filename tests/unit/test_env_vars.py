@@ -68,4 +68,6 @@ def test_the_table_names_each_variable_the_code_reads():
             continue
         read |= set(re.findall(r'"(HICACHE_DIAG_[A-Z_]+)"', path.read_text()))
     internal = {"HICACHE_DIAG_LAUNCHER_PID", "HICACHE_DIAG_LAUNCHED_AT"}  # set by us for ranks
-    assert read - internal <= {v.name for v in ENV_VARS}, read - internal - {v.name for v in ENV_VARS}
+    assert read - internal <= {v.name for v in ENV_VARS}, (
+        read - internal - {v.name for v in ENV_VARS}
+    )
