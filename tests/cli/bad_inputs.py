@@ -52,7 +52,7 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
     (["run", "--fix", "ack-count=local", "--fix", "ack-count=leader"], 2, "contradict"),
     (["run", "--fault", "dma-delay:ms=5,p=0"], 2, "never fires: p=0"),
     (["run", "--scenario", "{root}/far_culprit.toml", "--check"], 2, "the run has ranks 0-1"),
-    (["bisect", "--switch", "ack-count=local,leader", "--check"], 2, "--check does nothing in bisect"),
+    (["bisect", "--switch", "ack-count=local,leader", "--check"], 2, "does nothing in bisect"),
     # scenario files: types, unknown keys, missing file
     (["run", "--scenario", "{root}/pp_two.toml"], 2, "pp must be an integer, not 'two'"),
     (["run", "--scenario", "{root}/unknown_key.toml"], 2, "unknown key 'bogus'; valid keys:"),
