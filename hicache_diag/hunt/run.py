@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.stats import wilson
 from hicache_diag.errors import UsageError
-from hicache_diag.harness.bisect import BisectConfig, run_bisect
+from hicache_diag.harness.trials import run_trials, trial_verdict
 from hicache_diag.hunt.model import HuntReport, TriggerResult
 from hicache_diag.run_options import RunOptions
 from hicache_diag.verdict import Outcome
@@ -63,10 +63,7 @@ def variant_options(base: RunOptions, variant: Variant) -> RunOptions:
 
 
 def _trials(cell: Any, n: int, seed: int, out: Path, on_result: Callable | None):
-    timeout = type(cell.options).trial_timeout_s
-    plan = BisectConfig((), n, 1, seed, out, (), timeout, cells=(cell.cfg,))
-    table = run_bisect(plan, on_result)
-    return table.cells[0].results, table.interrupted
+    return run_trials(cell.cfg, n, seed, out, type(cell.options).trial_timeout_s, on_result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +73,7 @@ class _Cell:
 
 
 def _verdict(res: TrialResult) -> dict[str, Any] | None:
-    try:
-        return json.loads((Path(res.run_dir) / ev.VERDICT).read_text())
-    except (OSError, ValueError):
-        return None
+    return trial_verdict(res)
 
 
 def _tally(result: TriggerResult, runs: list[TrialResult]) -> None:

@@ -1,0 +1,41 @@
+"""N trials of one engine config, as bisect runs them (each in its own process group and run
+dir, seeds `seed + j`, the engine's trial timeout): the unit the rate check, the hunt and the
+shrinker repeat."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hicache_diag import evidence as ev
+from hicache_diag.harness.bisect import BisectConfig, run_bisect
+
+if TYPE_CHECKING:
+    from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
+    from hicache_diag.harness.engine import EngineConfig
+
+OnResult = Callable[["Cell", "TrialResult"], None]
+
+
+def run_trials(
+    cfg: EngineConfig,
+    trials: int,
+    seed: int,
+    out: Path,
+    trial_timeout_s: float,
+    on_result: OnResult | None = None,
+) -> tuple[list[TrialResult], bool]:
+    """(each trial's result in order, whether Ctrl-C cut them short)."""
+    plan = BisectConfig((), trials, 1, seed, out, (), trial_timeout_s, cells=(cfg,))
+    table = run_bisect(plan, on_result)
+    return table.cells[0].results, table.interrupted
+
+
+def trial_verdict(result: TrialResult) -> dict[str, Any] | None:
+    """The trial's verdict.json as written, or None when it left none."""
+    try:
+        return json.loads((Path(result.run_dir) / ev.VERDICT).read_text())
+    except (OSError, ValueError):
+        return None
