@@ -86,7 +86,6 @@ LAYER_ALLOW: dict[str, str] = {
 
 # Files over MAX_FILE_LINES and functions (`path::qualname`) over MAX_FUNCTION_LINES today.
 FILE_ALLOW: dict[str, str] = {
-    "hicache_diag/sglang/install.py": _MINE,
     "hicache_diag/sglang/server.py": _LEAD,
     "hicache_diag/sglang_plugin/hook_points.py": _MINE,
     "hicache_diag/triage/lines.py": _OTHER,
@@ -94,7 +93,6 @@ FILE_ALLOW: dict[str, str] = {
 }
 FUNCTION_ALLOW: dict[str, str] = {
     "hicache_diag/export/report.py::render": _MINE,
-    "hicache_diag/sglang/install.py::install_cpu": _MINE,
     "hicache_diag/sources/dynamic.py::_source": _OTHER,
     "hicache_diag/triage/classify.py::classify": _OTHER,
     "hicache_diag/triage/log_blocks.py::read_block": _OTHER,
