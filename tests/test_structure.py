@@ -87,7 +87,6 @@ LAYER_ALLOW: dict[str, str] = {
 # Files over MAX_FILE_LINES and functions (`path::qualname`) over MAX_FUNCTION_LINES today.
 FILE_ALLOW: dict[str, str] = {
     "hicache_diag/sglang/server.py": _LEAD,
-    "hicache_diag/sglang_plugin/hook_points.py": _MINE,
     "hicache_diag/triage/lines.py": _OTHER,
     "hicache_diag/triage/logs.py": _OTHER,
 }
