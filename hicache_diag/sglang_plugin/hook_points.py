@@ -9,6 +9,7 @@ builtin runtime's, so `faults/` installs unchanged into either engine.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from hicache_diag.link_delay import message
 from hicache_diag.sglang_plugin.dma_points import wrap_layer_wait, wrap_start
@@ -147,58 +148,58 @@ def _on(module: str, owner: str | None, name: str, make) -> None:
     when_imported(module, patch)
 
 
+_CC = "sglang.srt.managers.cache_controller"
+_MEM = "sglang.srt.mem_cache."
+_TREES = (
+    (_MEM + "unified_radix_cache", "UnifiedRadixCache"),
+    (_MEM + "hiradix_cache", "HiRadixCache"),
+)
+_TREE_POINTS = (
+    ("evict_host", wrap_evict_host),
+    ("load_back", wrap_load_back),
+    ("_pp_sync", _wrap_pp_sync),
+    ("_finish_write_through_ack", wrap_finish_write_ack),
+)
+
+
+def _points() -> list[tuple[str, str | None, str, Any]]:
+    """(module, owner or None for a module function, name, wrapper maker) of every hook point,
+    in install order; targets.py names the same symbols for the scan before launch."""
+    clock = (_MEM + "unified_cache.components.base", None, "get_and_increase_time_counter")
+    return [
+        (_CC, "HiCacheController", "start_writing", wrap_start("write", "ack_write_queue")),
+        (_CC, "HiCacheController", "start_loading", wrap_start("load", "ack_load_queue")),
+        (_CC, "LayerLoadingEvent", "wait", wrap_layer_wait),
+        (_MEM + "pool_host.base", "HostKVCache", "alloc", wrap_host_alloc),
+        (_MEM + "memory_pool_host", "HostKVCache", "alloc", wrap_host_alloc),
+        (*clock, _wrap_time_counter),
+        *((module, tree, name, make) for module, tree in _TREES for name, make in _TREE_POINTS),
+        (*_TREES[0], "_execute_kv_backup", wrap_backup(need_execute)),
+        (*_TREES[1], "write_backup", wrap_backup(need_write_backup)),
+        (_MEM + "hicache_storage", "HiCacheStorage", "batch_exists", _wrap_batch_exists),
+        (_MEM + "hicache_storage", "HiCacheFile", "get", _wrap_file_get),
+        ("sglang.srt.utils.common", None, "point_to_point_pyobj", _wrap_pyobj_send),
+        (
+            "sglang.srt.distributed.parallel_state",
+            "GroupCoordinator",
+            "send_tensor_dict",
+            _wrap_tensor_dict_send,
+        ),
+        (
+            "sglang.srt.session.session_controller",
+            "SessionController",
+            "maybe_reap",
+            _wrap_maybe_reap,
+        ),
+        (
+            "sglang.srt.managers.scheduler_components.flush_wrapper",
+            "SchedulerFlushWrapper",
+            "handle",
+            _wrap_flush_handle,
+        ),
+    ]
+
+
 def install_hook_points() -> None:
-    cc = "sglang.srt.managers.cache_controller"
-    _on(cc, "HiCacheController", "start_writing", wrap_start("write", "ack_write_queue"))
-    _on(cc, "HiCacheController", "start_loading", wrap_start("load", "ack_load_queue"))
-    _on(cc, "LayerLoadingEvent", "wait", wrap_layer_wait)
-    _on("sglang.srt.mem_cache.pool_host.base", "HostKVCache", "alloc", wrap_host_alloc)
-    _on("sglang.srt.mem_cache.memory_pool_host", "HostKVCache", "alloc", wrap_host_alloc)
-    _on(
-        "sglang.srt.mem_cache.unified_cache.components.base",
-        None,
-        "get_and_increase_time_counter",
-        _wrap_time_counter,
-    )
-    for module, tree in (
-        ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"),
-        ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache"),
-    ):
-        _on(module, tree, "evict_host", wrap_evict_host)
-        _on(module, tree, "load_back", wrap_load_back)
-        _on(module, tree, "_pp_sync", _wrap_pp_sync)
-        _on(module, tree, "_finish_write_through_ack", wrap_finish_write_ack)
-    _on(
-        "sglang.srt.mem_cache.unified_radix_cache",
-        "UnifiedRadixCache",
-        "_execute_kv_backup",
-        wrap_backup(need_execute),
-    )
-    _on(
-        "sglang.srt.mem_cache.hiradix_cache",
-        "HiRadixCache",
-        "write_backup",
-        wrap_backup(need_write_backup),
-    )
-    storage = "sglang.srt.mem_cache.hicache_storage"
-    _on(storage, "HiCacheStorage", "batch_exists", _wrap_batch_exists)
-    _on(storage, "HiCacheFile", "get", _wrap_file_get)
-    _on("sglang.srt.utils.common", None, "point_to_point_pyobj", _wrap_pyobj_send)
-    _on(
-        "sglang.srt.distributed.parallel_state",
-        "GroupCoordinator",
-        "send_tensor_dict",
-        _wrap_tensor_dict_send,
-    )
-    _on(
-        "sglang.srt.session.session_controller",
-        "SessionController",
-        "maybe_reap",
-        _wrap_maybe_reap,
-    )
-    _on(
-        "sglang.srt.managers.scheduler_components.flush_wrapper",
-        "SchedulerFlushWrapper",
-        "handle",
-        _wrap_flush_handle,
-    )
+    for module, owner, name, make in _points():
+        _on(module, owner, name, make)
