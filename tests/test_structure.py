@@ -91,7 +91,6 @@ FILE_ALLOW: dict[str, str] = {
     "hicache_diag/triage/logs.py": _OTHER,
 }
 FUNCTION_ALLOW: dict[str, str] = {
-    "hicache_diag/export/report.py::render": _MINE,
     "hicache_diag/sources/dynamic.py::_source": _OTHER,
     "hicache_diag/triage/classify.py::classify": _OTHER,
     "hicache_diag/triage/log_blocks.py::read_block": _OTHER,
