@@ -60,7 +60,6 @@ WALLS: dict[tuple[str, str], str] = {
 
 _LEAD = "being split in issue 30 (owner: lead)"
 _OTHER = "being split in issue 30 (owner: lead or the issue-30 helper on that package)"
-_MINE = "being split in issue 30 (owner: issue-30s helper)"
 
 # Edges `importer -> imported` (module names under hicache_diag) that break a layer or a wall
 # today.
