@@ -182,14 +182,19 @@ def test_an_input_older_than_the_lookback_still_explains_the_divergence():
     assert d.culprit_rank == 1
 
 
-def test_divergence_module_never_reads_faults_fired():
+def test_divergence_modules_never_read_faults_fired():
     import inspect
 
-    from hicache_diag.diagnosis import divergence
-
-    assert "faults_fired" not in inspect.getsource(divergence).replace(
-        "(`faults_fired` is the injection", ""
+    from hicache_diag.diagnosis import (
+        attribution,
+        divergence,
+        divergence_values,
+        host_attribution,
     )
+
+    for module in (divergence, attribution, host_attribution, divergence_values):
+        source = inspect.getsource(module).replace("(`faults_fired` is the injection", "")
+        assert "faults_fired" not in source, module.__name__
 
 
 def test_dma_culprit_is_the_rank_with_the_old_pending_ack_not_the_one_that_polled_early():

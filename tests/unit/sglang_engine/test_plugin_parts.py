@@ -12,7 +12,8 @@ import pytest
 
 from hicache_diag.hooks import Hooks
 from hicache_diag.sglang.trial import split_rank_logs
-from hicache_diag.sglang_plugin import hook_points
+from hicache_diag.sglang_plugin import dma_points, hook_points, pool_points
+from hicache_diag.sglang_plugin.hook_state import apply_hook
 from hicache_diag.sglang_plugin.post_import import patch_attr, when_imported
 from hicache_diag.sglang_plugin.recorder import StepRecorder
 
@@ -38,12 +39,12 @@ def test_patch_lands_before_anyone_imports_the_name(fake_module):
 
 def test_hook_points_do_nothing_until_a_rank_is_armed():
     hook_points.reset()
-    assert hook_points._apply("host_alloc", True, num_tokens=8) is True
+    assert apply_hook("host_alloc", True, num_tokens=8) is True
     hooks = Hooks(rank=1, pp_rank=1)
     hooks.register("host_alloc", lambda ok, ctx: False)
     hook_points.STATE.hooks = hooks
     try:
-        alloc = hook_points._wrap_host_alloc(lambda self, n: f"slots:{n}")
+        alloc = pool_points.wrap_host_alloc(lambda self, n: f"slots:{n}")
         assert alloc(None, 8) is None  # what the pool returns when it is short
     finally:
         hook_points.reset()
@@ -56,7 +57,7 @@ def test_every_empty_host_alloc_is_counted_faulted_or_short(tmp_path):
     rec = StepRecorder(str(tmp_path / "rank1.jsonl"), 1, 1, 0, hooks)
     hook_points.STATE.hooks, hook_points.STATE.recorder = hooks, rec
     try:
-        alloc = hook_points._wrap_host_alloc(lambda self, n: None if n > 100 else f"slots:{n}")
+        alloc = pool_points.wrap_host_alloc(lambda self, n: None if n > 100 else f"slots:{n}")
         assert [alloc(None, n) for n in (8, 4, 200)] == ["slots:8", None, None]
         rec.begin_step()
         rec.end_step(_scheduler(), None)
@@ -139,13 +140,13 @@ def test_dma_delay_makes_the_completion_late_for_the_ack_and_the_forward_alike(t
 
     try:
         cc = Controller()
-        assert hook_points._wrap_start("load", "ack_load_queue")(Controller.start_loading)(cc) == 1
+        assert dma_points.wrap_start("load", "ack_load_queue")(Controller.start_loading)(cc) == 1
         ack_event = cc.ack_load_queue[0].finish_event
         assert not ack_event.query() and not handed["load"].query()
         layer = cc.layer_done_counter.events[1]
         assert not layer.load_events[-1].query()  # update_producer's assert would see it
         assert cc.layer_done_counter.events[0].load_events[0].query()  # other producers: on time
-        wait = hook_points._wrap_layer_wait(Layer.wait)
+        wait = dma_points.wrap_layer_wait(Layer.wait)
         t0 = time.monotonic()
         wait(layer, 0)  # the forward's wait on layer 0 blocks until the copy is done
         assert time.monotonic() - t0 >= 0.15 and ack_event.query()

@@ -1,0 +1,307 @@
+"""The house's walls, read from the source with `ast` (style.md §5, docs/structure.md).
+
+Three checks over `hicache_diag/`, `cli/` (hicache_diag.cli) and `faults/` (hicache_diag.faults):
+- no import circle in the runtime import graph;
+- every import points down the layers (`LAYERS`), and no import crosses a `WALLS` pair;
+- no file over 400 lines, no function over 50 lines (def line to last line, decorators left out).
+Each check has an allow-list with a reason per entry: today's offenders, being fixed in parallel
+in issue 30; the lead empties the lists at merge. An allow-listed entry that no longer offends
+fails too, so the lists only shrink.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Where each installed package lives in the tree (pyproject's package-dir).
+PACKAGE_DIRS = {
+    "hicache_diag": "hicache_diag",
+    "cli": "hicache_diag.cli",
+    "faults": "hicache_diag.faults",
+}
+
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 50
+
+# The layers, top to bottom, by unit: `cli`, `faults`, or the name right under hicache_diag
+# (a package or a module; "__init__" is hicache_diag/__init__.py). An import may only point to a
+# strictly lower layer: units on one layer are peers and never import each other (the two
+# engines, style.md §17). Derived from style.md §5 (§10, §16, §17) and docs/structure.md.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("cli",),  # parse, call one function, render
+    ("engines",),  # the registry the CLI reads, above both engines
+    ("sglang", "builtin", "export"),  # the engines as peers; export reads a run into a repro
+    ("harness",),  # the one engine-blind trial loop, the Engine base, bisect
+    ("diagnosis", "sources"),  # a run directory read back; the divergence-source inventory
+    ("triage",),  # live and offline triage; its parsers also read a run's stacks and logs
+    ("rules", "runtime", "sglang_plugin", "parse_options"),  # rule book; our compact SGLang
+    ("faults", "probes", "workloads", "storage_dir"),
+    ("run_options", "side_pool", "link_delay", "paths"),
+    ("limits", "sizes", "hooks"),  # hooks: the fault points both engines call (§16)
+    ("evidence", "ranks", "verdict", "registry"),
+    ("errors", "__init__"),
+)
+
+# Pairs (importer unit, imported unit) kept apart even though the import would point down.
+WALLS: dict[tuple[str, str], str] = {
+    ("sglang", "runtime"): "runtime/ is the builtin engine's compact SGLang (style.md §17)",
+    ("diagnosis", "runtime"): "diagnosis reads only a run directory (style.md §10)",
+    ("export", "runtime"): "export reads only a run directory and a release's source",
+    ("cli", "runtime"): "the CLI reaches the runtime only through an engine",
+    ("engines", "runtime"): "the registry names engines; the builtin engine adapts the runtime",
+    ("harness", "runtime"): "the trial loop is engine-blind (style.md §16)",
+}
+
+_LEAD = "being split in issue 30 (owner: lead)"
+_OTHER = "being split in issue 30 (owner: lead or the issue-30 helper on that package)"
+
+# Edges `importer -> imported` (module names under hicache_diag) that break a layer or a wall
+# today.
+LAYER_ALLOW: dict[str, str] = {
+    "engines -> runtime.protocol": _LEAD + ": --fix switches, via the builtin engine",
+    "harness.bisect -> runtime.protocol": _LEAD + ": --fix switches",
+    "harness.launcher -> runtime.server_args": _LEAD + ": the builtin launcher",
+    "harness.rank_main -> runtime.distributed.parallel_state": _LEAD + ": the builtin rank",
+    "harness.rank_main -> runtime.managers.scheduler": _LEAD + ": the builtin rank",
+    "harness.rank_main -> runtime.mem_cache.kv_cache_builder": _LEAD + ": the builtin rank",
+    "harness.reference -> runtime.model_executor.forward_batch_info": _LEAD + ": builtin reference",
+    "harness.reference -> runtime.model_executor.models.tiny_llama": _LEAD + ": builtin reference",
+    "harness.reference -> runtime.server_args": _LEAD + ": the builtin reference",
+    "harness.rundir -> runtime.protocol": _LEAD + ": manifest fields",
+    "harness.rundir -> runtime.server_args": _LEAD + ": manifest fields",
+    "ranks -> rules.rank_labels": _OTHER + ": the rank-token grammar",
+    "rules.culprit -> triage.dumps": _OTHER + ": rules -> triage",
+    "rules.wait_sites -> triage.dumps": _OTHER + ": rules -> triage",
+    "sglang_plugin.recorder -> sources.probes": _OTHER + ": probe constants belong below both",
+    "sglang_plugin.source_probes -> sources.probes": _OTHER + ": probe constants belong below",
+    "sources.locate -> sglang.install": _OTHER + ": finding a release belongs below sources",
+}
+
+# Files over MAX_FILE_LINES and functions (`path::qualname`) over MAX_FUNCTION_LINES today.
+FILE_ALLOW: dict[str, str] = {
+    "hicache_diag/sglang/server.py": _LEAD,
+    "hicache_diag/triage/lines.py": _OTHER,
+    "hicache_diag/triage/logs.py": _OTHER,
+}
+FUNCTION_ALLOW: dict[str, str] = {
+    "hicache_diag/sources/dynamic.py::_source": _OTHER,
+    "hicache_diag/triage/classify.py::classify": _OTHER,
+    "hicache_diag/triage/log_blocks.py::read_block": _OTHER,
+    "cli/render/sources.py::render_run_sources": _LEAD,
+    "cli/report.py::register": _LEAD,
+    "cli/report.py::register.report": _LEAD,
+    "cli/sources.py::register": _LEAD,
+    "cli/sources.py::register.sources": _LEAD,
+    "cli/triage.py::register": _LEAD,
+    "cli/triage.py::register._triage": _LEAD,
+}
+
+
+def _module_files() -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for folder, package in PACKAGE_DIRS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            mods[".".join([package, *parts])] = path
+    return mods
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", None)
+    return name == "TYPE_CHECKING"
+
+
+def _imports(body: list[ast.stmt], runtime_only: bool) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements in `body`. With runtime_only, those that run when the module is
+    imported: not under `if TYPE_CHECKING:` (annotations only) and not in a function body (runs
+    when called, after every module is loaded). Class bodies, try and plain ifs do run."""
+    for stmt in body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            yield stmt
+            continue
+        if runtime_only and isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if runtime_only and isinstance(stmt, ast.If) and _is_type_checking(stmt.test):
+            yield from _imports(stmt.orelse, runtime_only)
+            continue
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            sub = getattr(stmt, field, None)
+            if isinstance(sub, list):
+                yield from _imports(sub, runtime_only)
+
+
+def _targets(name: str, path: Path, stmt: ast.Import | ast.ImportFrom, mods: dict) -> set[str]:
+    """Our modules one import statement names. `from pkg import mod` names pkg.mod; the parent
+    packages Python loads on the way are not edges (a package's __init__ re-exporting its
+    children would otherwise make every package a circle)."""
+    if isinstance(stmt, ast.Import):
+        return {a.name for a in stmt.names} & mods.keys()
+    base = stmt.module or ""
+    if stmt.level:
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        package = package[: len(package) - (stmt.level - 1)]
+        base = ".".join([*package, base] if base else package)
+    found = set()
+    for alias in stmt.names:
+        child = f"{base}.{alias.name}"
+        found.add(child if child in mods else base)
+    return found & mods.keys()
+
+
+@cache
+def _graph(runtime_only: bool) -> dict[str, frozenset[str]]:
+    mods = _module_files()
+    graph = {}
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        edges: set[str] = set()
+        for stmt in _imports(tree.body, runtime_only):
+            edges |= _targets(name, path, stmt, mods)
+        graph[name] = frozenset(edges - {name})
+    return graph
+
+
+def _circles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while not component or component[-1] != node:
+                        component.append(stack.pop())
+                        on_stack.discard(component[-1])
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _short(module: str) -> str:
+    return module.removeprefix("hicache_diag.")
+
+
+def _layer_breaks(graph: dict[str, frozenset[str]]) -> dict[str, str]:
+    """Every import (module level, function bodies and TYPE_CHECKING alike: a dependency is a
+    dependency) that points up or sideways, or crosses a wall; edge -> why."""
+    layer = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}
+    breaks = {}
+    for importer, imported in sorted(graph.items()):
+        for target in sorted(imported):
+            src, dst = _unit(importer), _unit(target)
+            edge = f"{_short(importer)} -> {_short(target)}"
+            if src == dst:
+                continue
+            if layer[dst] <= layer[src]:
+                breaks[edge] = f"{src} (layer {layer[src]}) imports {dst} (layer {layer[dst]})"
+            elif (src, dst) in WALLS:
+                breaks[edge] = f"wall {src} -> {dst}: {WALLS[(src, dst)]}"
+    return breaks
+
+
+def _function_lengths(path: Path) -> Iterator[tuple[str, int]]:
+    def walk(node: ast.AST, prefix: str) -> Iterator[tuple[str, int]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield prefix + child.name, child.end_lineno - child.lineno + 1
+                yield from walk(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, f"{prefix}{child.name}.")
+            else:
+                yield from walk(child, prefix)
+
+    yield from walk(ast.parse(path.read_text(), filename=str(path)), "")
+
+
+def _check_allow_list(found: dict[str, str], allowed: dict[str, str], what: str) -> None:
+    new = {k: v for k, v in found.items() if k not in allowed}
+    stale = sorted(set(allowed) - set(found))
+    lines = [f"{what}: {k} ({v})" for k, v in new.items()]
+    lines += [f"allow-listed but fixed, remove from the list: {k}" for k in stale]
+    if lines:
+        pytest.fail("\n".join(lines), pytrace=False)
+
+
+def test_every_unit_has_a_layer() -> None:
+    layered = {unit for units in LAYERS for unit in units}
+    missing = sorted({_unit(m) for m in _module_files()} - layered)
+    assert not missing, f"units with no layer in LAYERS: {missing}"
+
+
+def test_no_import_circles() -> None:
+    mods = _module_files()
+    circles = _circles(_graph(runtime_only=True))
+    listing = [" <-> ".join(str(mods[m].relative_to(ROOT)) for m in circle) for circle in circles]
+    assert not circles, "import circles:\n" + "\n".join(listing)
+
+
+def test_imports_point_down_the_layers() -> None:
+    breaks = _layer_breaks(_graph(runtime_only=False))
+    _check_allow_list(breaks, LAYER_ALLOW, "import against the layers")
+
+
+def test_no_long_files() -> None:
+    found = {}
+    for path in _module_files().values():
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_FILE_LINES:
+            found[str(path.relative_to(ROOT))] = f"{lines} lines"
+    _check_allow_list(found, FILE_ALLOW, f"file over {MAX_FILE_LINES} lines")
+
+
+def test_no_long_functions() -> None:
+    found = {}
+    for path in _module_files().values():
+        for qualname, lines in _function_lengths(path):
+            if lines > MAX_FUNCTION_LINES:
+                found[f"{path.relative_to(ROOT)}::{qualname}"] = f"{lines} lines"
+    _check_allow_list(found, FUNCTION_ALLOW, f"function over {MAX_FUNCTION_LINES} lines")
+
+
+def test_the_checker_sees_a_circle_and_a_layer_break() -> None:
+    """The checks can fail: a two-module circle is found, a TYPE_CHECKING import is not an
+    edge, and an upward import from the runtime into the harness is a break."""
+    graph = {"a": frozenset({"b"}), "b": frozenset({"a"}), "c": frozenset({"a"})}
+    assert _circles(graph) == [["a", "b"]]
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\nimport y\n"
+    names = [a.name for s in _imports(ast.parse(source).body, True) for a in s.names]
+    assert names == ["TYPE_CHECKING", "y"]
+    up = {"hicache_diag.runtime.m": frozenset({"hicache_diag.harness.n", "hicache_diag.hooks"})}
+    assert list(_layer_breaks(up)) == ["runtime.m -> harness.n"]
+    walled = {"hicache_diag.diagnosis.m": frozenset({"hicache_diag.runtime.n"})}
+    assert _layer_breaks(walled)["diagnosis.m -> runtime.n"].startswith("wall diagnosis -> runtime")
