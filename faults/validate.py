@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hicache_diag.errors import UsageError
 from hicache_diag.faults.spec import validate_faults
 
-if TYPE_CHECKING:
-    from hicache_diag.run_options import RunOptions
+
+class _Run(Protocol):
+    """What this needs of the run options (hicache_diag/run_options.py, a layer above)."""
+
+    engine: str
+    faults: tuple[str, ...]
+    pp: int
+    tp: int
 
 
-def validated_faults(options: RunOptions) -> tuple[str, ...]:
+def validated_faults(options: _Run) -> tuple[str, ...]:
     """The options' fault specs, parsed, checked against the topology and refused where the
     engine lacks the fault's mechanism (SGLang's, per release, at its probe); canonical text."""
     if not options.faults:

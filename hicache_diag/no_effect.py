@@ -4,15 +4,29 @@ options as built and `given`, how the user wrote each one, so it names what was 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from hicache_diag.errors import UsageError
 
 if TYPE_CHECKING:
     from hicache_diag.faults.base import Fault
-    from hicache_diag.run_options import RunOptions
+
+
+class RunOptions(Protocol):
+    """What the rules read of the run options (run_options.py, the layer above, calls them)."""
+
+    given: Mapping[str, str]
+    faults: tuple[str, ...]
+    pp: int
+    hicache_storage_dir: str | None
+
+    @property
+    def host_bytes(self) -> int: ...
+    @property
+    def storage(self) -> bool: ...
+    def how(self, name: str) -> str: ...
 
 NO_L3 = "does nothing without --hicache-storage-backend file"
 L3_FAULTS = ("l3-partial-hit", "prefetch-alloc-fail")  # act only at the L3 storage hook points

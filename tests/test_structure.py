@@ -35,14 +35,17 @@ MAX_FUNCTION_LINES = 50
 # engines, style.md §17). Derived from style.md §5 (§10, §16, §17) and docs/structure.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),  # parse, call one function, render
+    ("hunt", "shrink"),  # loops over whole trials: above the engines they build
     ("engines",),  # the registry the CLI reads, above both engines
     ("sglang", "builtin", "export"),  # the engines as peers; export reads a run into a repro
     ("harness",),  # the one engine-blind trial loop, the Engine base, bisect
     ("diagnosis", "sources"),  # a run directory read back; the divergence-source inventory
     ("triage",),  # live and offline triage; its parsers also read a run's stacks and logs
     ("rules", "runtime", "sglang_plugin", "parse_options"),  # rule book; our compact SGLang
-    ("faults", "probes", "workloads", "storage_dir"),
-    ("run_options", "side_pool", "link_delay", "paths"),
+    ("probes", "workloads", "storage_dir"),
+    ("run_options",),  # the run vocabulary both engines speak
+    ("no_effect", "env_vars"),  # the tables of inputs refused before anything starts
+    ("faults", "side_pool", "link_delay", "paths"),
     ("limits", "sizes", "hooks"),  # hooks: the fault points both engines call (§16)
     ("evidence", "ranks", "verdict", "registry"),
     ("errors", "__init__"),
@@ -85,7 +88,6 @@ LAYER_ALLOW: dict[str, str] = {
 
 # Files over MAX_FILE_LINES and functions (`path::qualname`) over MAX_FUNCTION_LINES today.
 FILE_ALLOW: dict[str, str] = {
-    "hicache_diag/sglang/server.py": _LEAD,
     "hicache_diag/triage/lines.py": _OTHER,
     "hicache_diag/triage/logs.py": _OTHER,
 }

@@ -9,6 +9,10 @@ from pathlib import Path
 from hicache_diag.run_options import SglangOptions
 
 _DEFAULT = SglangOptions()  # the defaults are the run options' (one home)
+# reference/sglang-on-cpu.md: the CPU platform, its attention backend, and the HiCache copy path
+# that needs no CUDA kernel.
+CPU_ARGS = ["--device", "cpu", "--attention-backend", "torch_native", "--disable-cuda-graph"]
+CPU_ARGS += ["--hicache-io-backend", "direct", "--hicache-mem-layout", "layer_first"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,33 +35,26 @@ class LaunchSpec:
     env: tuple[tuple[str, str], ...] = ()  # SGLang's own switches (--sglang-consensus-checker)
 
     def argv(self, python: str, port: int) -> list[str]:
-        args = [
-            python,
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            str(self.model),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--pp-size",
-            str(self.pp_size),
-            "--tp-size",
-            str(self.tp_size),
-            "--page-size",
-            str(self.page_size),
-            "--max-total-tokens",
-            str(self.max_total_tokens),
-            "--enable-hierarchical-cache",
-            "--hicache-write-policy",
-            self.hicache_write_policy,
-            "--skip-server-warmup",
-        ]
+        args = [python, "-m", "sglang.launch_server", "--model-path", str(self.model)]
+        args += ["--host", "127.0.0.1", "--port", str(port)]
+        args += ["--pp-size", str(self.pp_size), "--tp-size", str(self.tp_size)]
+        args += ["--page-size", str(self.page_size)]
+        args += ["--max-total-tokens", str(self.max_total_tokens)]
+        args += ["--enable-hierarchical-cache", "--hicache-write-policy", self.hicache_write_policy]
+        args += ["--skip-server-warmup", *self._host_pool_args(), *self._storage_args()]
+        if self.cpu:
+            args += CPU_ARGS
+        return args + list(self.extra_args)
+
+    def _host_pool_args(self) -> list[str]:
         if self.hicache_size_gb:
-            args += ["--hicache-size", str(self.hicache_size_gb)]
-        elif self.hicache_ratio is not None:
-            args += ["--hicache-ratio", str(self.hicache_ratio)]
+            return ["--hicache-size", str(self.hicache_size_gb)]
+        if self.hicache_ratio is not None:
+            return ["--hicache-ratio", str(self.hicache_ratio)]
+        return []
+
+    def _storage_args(self) -> list[str]:
+        args = []
         if self.hicache_storage_backend:
             args += ["--hicache-storage-backend", self.hicache_storage_backend]
             if "--hicache-storage-backend-extra-config" not in self.extra_args:
@@ -67,21 +64,7 @@ class LaunchSpec:
                 args += ["--hicache-storage-backend-extra-config", threshold]
         if self.hicache_storage_prefetch_policy:
             args += ["--hicache-storage-prefetch-policy", self.hicache_storage_prefetch_policy]
-        if self.cpu:
-            # reference/sglang-on-cpu.md: the CPU platform, its attention backend, and the
-            # HiCache copy path that needs no CUDA kernel.
-            args += [
-                "--device",
-                "cpu",
-                "--attention-backend",
-                "torch_native",
-                "--disable-cuda-graph",
-                "--hicache-io-backend",
-                "direct",
-                "--hicache-mem-layout",
-                "layer_first",
-            ]
-        return args + list(self.extra_args)
+        return args
 
 
 __all__ = ["LaunchSpec"]
