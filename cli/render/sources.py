@@ -182,26 +182,32 @@ def render_run_sources(result, console: Console | None = None) -> None:
             if view is not None:
                 console.print(f"{s.name}, {label} at step {view.step}: {_per_rank(view)}")
     if result.release is not None:
-        rel = result.release
-        r = Table(title=f"Where {rel['engine']} {rel['version']} reads them (static)",
-                  title_justify="left")  # fmt: skip
-        for col in ("source", "file:line", "function", "decision", "alignment", "PP"):
-            r.add_column(col, overflow="fold")
-        for s in result.sources:
-            groups: dict[tuple, list[dict]] = {}  # reads of one function that agree: one row
-            for row in s.static:
-                key = (row["file"], row["function"], tuple(row["decisions"]), row["alignment"],
-                       row["covers_pp"])  # fmt: skip
-                groups.setdefault(key, []).append(row)
-            if not groups:
-                r.add_row(s.name, "not found", "", "", "", "")
-            for (file, function, decisions, alignment, covers_pp), rows in groups.items():
-                more = f" (+{len(rows) - 1})" if len(rows) > 1 else ""
-                r.add_row(s.name, f"{file}:{rows[0]['line']}{more}", function,
-                          ", ".join(decisions), alignment, _pp(covers_pp))  # fmt: skip
-        console.print(r)
+        console.print(_static_table(result))
     armed = sorted({a for names in result.armed.values() for a in names})
     console.print(f"armed on this release: {', '.join(armed) or 'none'}; "
                   f"last step per rank: {result.last_step}")  # fmt: skip
     for note in result.notes:
         console.print(f"note: {note}")
+
+
+def _static_table(result) -> Table:
+    """`--run` with a tree named: where the release reads each probed source."""
+    rel = result.release
+    r = Table(
+        title=f"Where {rel['engine']} {rel['version']} reads them (static)", title_justify="left"
+    )
+    for col in ("source", "file:line", "function", "decision", "alignment", "PP"):
+        r.add_column(col, overflow="fold")
+    for s in result.sources:
+        groups: dict[tuple, list[dict]] = {}  # reads of one function that agree: one row
+        for row in s.static:
+            decisions = tuple(row["decisions"])
+            key = (row["file"], row["function"], decisions, row["alignment"], row["covers_pp"])
+            groups.setdefault(key, []).append(row)
+        if not groups:
+            r.add_row(s.name, "not found", "", "", "", "")
+        for (file, function, decisions, alignment, covers_pp), rows in groups.items():
+            more = f" (+{len(rows) - 1})" if len(rows) > 1 else ""
+            where = f"{file}:{rows[0]['line']}{more}"
+            r.add_row(s.name, where, function, ", ".join(decisions), alignment, _pp(covers_pp))
+    return r
