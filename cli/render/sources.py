@@ -46,7 +46,7 @@ def _rows(table: Table, sources, show_all: bool) -> int:
             s.kind,
             s.classic or "",
             ", ".join(s.decisions),
-            a.mechanism,
+            a.mechanism + (" *" if s.modes else ""),
             _pp(a.covers_pp),
             str(raw) if raw else "",
         )
@@ -76,9 +76,48 @@ def render_inventory(inv, show_all: bool = False, console: Console | None = None
         "alignment: how ranks agree on the value at its nearest aligned decision; "
         "PP: whether that covers the PP stages; raw: decisions taken on the unaligned value."
     )
+    _modes(inv.sources, console)
+    _logical(inv.logical, show_all, console)
     _classic_summary(inv, console)
     for note in inv.notes:
         console.print(f"note: {note}")
+
+
+def _modes(sources, console: Console) -> None:
+    """`*` in the table: a read aligned one way in one code branch and another way in the
+    other (`if buffer_only and pp_size > 1: MIN over TP, else: MIN + PP relay`)."""
+    rows = [(s, m) for s in sources if s.known for m in s.modes]
+    if not rows:
+        return
+    t = Table(title="* Alignment per code branch", title_justify="left")
+    for col in ("read", "branch at", "selected by", "then", "PP", "else", "PP"):
+        t.add_column(col, overflow="fold")
+    for s, m in rows:
+        t.add_row(
+            f"{s.file}:{s.line} {s.function}",
+            f"{m.file}:{m.line}",
+            m.selector,
+            m.then.mechanism,
+            _pp(m.then.covers_pp),
+            m.orelse.mechanism,
+            _pp(m.orelse.covers_pp),
+        )
+    console.print(t)
+
+
+def _logical(logical, show_all: bool, console: Console) -> None:
+    """Logical per-rank state: equal on every rank while every input is, so not a source."""
+    groups = _groups(logical, show_all)
+    if not groups:
+        return
+    t = Table(title="Logical per-rank state (not divergence sources)", title_justify="left")
+    for col in ("file:line", "function", "kind", "decision"):
+        t.add_column(col, overflow="fold")
+    for group in groups:
+        s = group[0]
+        more = f" (+{len(group) - 1})" if len(group) > 1 else ""
+        t.add_row(f"{s.file}:{s.line}{more}", s.function, s.kind, ", ".join(s.decisions))
+    console.print(t)
 
 
 def _classic_summary(inv, console: Console) -> None:
