@@ -155,9 +155,13 @@ class Source:
         raw value anyway are counted apart (`raw_uses`)."""
         if not self.uses:
             return Alignment("unknown")
-        aligned = [u for u in self.uses if u.alignment.mechanism not in ("none", "unknown")]
+        # Only uses in the nearest decisions' categories count: a MAX over TP in another
+        # decision the walk reaches farther on (PD decode's offload) does not align this one.
+        decided = set(self.decisions)
+        uses = [u for u in self.uses if u.decision in decided] or list(self.uses)
+        aligned = [u for u in uses if u.alignment.mechanism not in ("none", "unknown")]
         if not aligned:
-            return min((u.alignment for u in self.uses), key=_strength)
+            return min((u.alignment for u in uses), key=_strength)
         depth = min(u.depth for u in aligned)
         return max((u.alignment for u in aligned if u.depth == depth), key=_strength)
 
