@@ -56,22 +56,47 @@ def in_place_use(fn: Function, line: int, decisions: Decisions) -> Use:
     return Use(fn.file, line, fn.qualname, decision, where, NONE, "in-place", 0)
 
 
-def link_backend_checks(backend: list[Source], sources: list[Source]) -> list[Source]:
+def link_backend_checks(
+    backend: list[tuple[Function, Source]], sources: list[Source], index: SourceIndex
+) -> list[Source]:
     """A backend's existence check (`HiCacheFile.exists`: its metadata cache, the file system)
     answers the controller's `storage_backend.batch_exists(...)`: it feeds the decisions that
-    call does, aligned as that call's result is (the MIN-voted hit)."""
-    voted = [s for s in sources if s.kind == "storage-exists" and _calls_backend_exists(s)]
-    votes = [u for s in voted for u in s.uses]
+    call does, aligned as that call's result is (the MIN-voted hit). Matched by the backend
+    methods the check serves (`exists` also serves the base class's `batch_exists`)."""
     linked = []
-    for s in backend:
-        uses = tuple(dataclasses.replace(u, depth=u.depth + 1) for u in votes)
+    for fn, s in backend:
+        served = _served(fn, index)
+        voted = [v for v in sources if v.kind == "storage-exists" and _calls(v, served)]
+        uses = tuple(dataclasses.replace(u, depth=u.depth + 1) for v in voted for u in v.uses)
         if uses:
             linked.append(dataclasses.replace(s, uses=uses))
     return linked
 
 
-def _calls_backend_exists(s: Source) -> bool:
-    return any(f".{name}(" in s.expr for name in STORAGE_EXISTS_METHODS)
+def _served(fn: Function, index: SourceIndex) -> set[str]:
+    """The backend methods (`exists`, `batch_exists*`) whose `self.` calls reach fn within its
+    class and the classes it derives from."""
+    family = {fn.cls, *index.ancestors(fn.cls)}
+    served: set[str] = set()
+    todo, seen = [fn.name], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in STORAGE_EXISTS_METHODS:
+            served.add(name)
+        for caller, call in index.calls_to.get(name, ()):
+            f = call.func
+            if isinstance(f, ast.Attribute) and ast.unparse(f.value) == "self" and (
+                caller.cls in family
+            ):
+                todo.append(caller.name)
+    return served
+
+
+def _calls(s: Source, methods: set[str]) -> bool:
+    return any(f".{name}(" in s.expr for name in methods)
 
 
 def branch_modes(branches: list[tuple], index: SourceIndex) -> tuple[BranchMode, ...]:

@@ -155,10 +155,14 @@ class Source:
         raw value anyway are counted apart (`raw_uses`)."""
         if not self.uses:
             return Alignment("unknown")
-        # Only uses in the nearest decisions' categories count: a MAX over TP in another
-        # decision the walk reaches farther on (PD decode's offload) does not align this one.
-        decided = set(self.decisions)
-        uses = [u for u in self.uses if u.decision in decided] or list(self.uses)
+        # What aligns the value on its way to its nearest decisions: a collective no deeper
+        # than them (the controller thread's MIN before the scheduler decides), or in their
+        # categories. A MAX over TP in another decision the walk reaches farther on (PD
+        # decode's offload, from HiCacheController.write's alloc) does not align this one.
+        nearest = self.nearest
+        near = nearest[0].depth if nearest else 0
+        decided = {u.decision for u in nearest}
+        uses = [u for u in self.uses if u.depth <= near or u.decision in decided]
         aligned = [u for u in uses if u.alignment.mechanism not in ("none", "unknown")]
         if not aligned:
             return min((u.alignment for u in uses), key=_strength)

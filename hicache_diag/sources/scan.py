@@ -47,7 +47,8 @@ def scan_index(index: SourceIndex, release: Release, notes: tuple[str, ...] = ()
     decisions = Decisions(index)
     tracer = Tracer(index, SyncSummaries(index), decisions)
     keys = sort_keys(index)
-    found: dict[str, list[Source]] = {"physical": [], "logical": [], "backend": []}
+    found: dict[str, list[Source]] = {"physical": [], "logical": []}
+    backend: list[tuple[Function, Source]] = []
     dropped = 0
     for fn in index.functions:
         for read in find_reads(fn):
@@ -57,15 +58,16 @@ def scan_index(index: SourceIndex, release: Release, notes: tuple[str, ...] = ()
                 extra.append(in_place_use(fn, read.node.lineno, decisions))
             trace.uses.extend(extra)
             src = _source(fn, read, trace, index)
-            group = "backend" if read.backend else _group(read.kind)
-            if not trace.uses and group != "backend":
+            if read.backend:
+                backend.append((fn, src))
+            elif trace.uses:
+                found[_group(read.kind)].append(src)
+            else:
                 dropped += 1
-                continue
-            found[group].append(src)
         for assign, call in lru_stamps(fn):
             found["physical"].append(_stamp_source(tracer, index, fn, assign, call))
     physical = found["physical"]
-    physical += link_backend_checks(found["backend"], physical)
+    physical += link_backend_checks(backend, physical, index)
     return Inventory(
         release, tuple(index.files), _ordered(physical), dropped, notes, _ordered(found["logical"])
     )

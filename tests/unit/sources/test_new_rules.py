@@ -95,7 +95,14 @@ def test_the_scope_widens_to_what_a_decision_file_imports(tmp_path):
 STORAGE = """
 import os
 
-class HiCacheFile:
+class HiCacheStorage:
+    def batch_exists(self, keys):
+        for i, key in enumerate(keys):
+            if not self.exists(key):
+                return i
+        return len(keys)
+
+class HiCacheFile(HiCacheStorage):
     def exists(self, key):
         if self.metadata_cache is not None and self.metadata_cache.contains(key):
             return True
@@ -119,6 +126,8 @@ class HiCacheController:
 
 
 def test_a_backend_existence_cache_feeds_the_voted_hit(tmp_path):
+    # the check serves `exists`, which the base class's `batch_exists` (the controller's call)
+    # calls: it takes that call's uses, after the MIN over TP and PP
     files = {"mem_cache/hicache_storage.py": STORAGE, "managers/cache_controller.py": CONTROLLER}
     inv = scan(tmp_path, files)
     checks = [s for s in inv.sources if s.function == "HiCacheFile.exists"]
