@@ -4,6 +4,7 @@ in a real-engine run (`--run`, dynamic)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +21,59 @@ Examples:
 
 Exit: 0 inventory printed, 2 bad input (no such tree, a Python without SGLang, a run
 dir with no recorded source reads), 1 internal error."""
+
+SourceOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--source",
+        metavar="DIR",
+        help="An unzipped SGLang wheel or sglang package dir to scan.",
+        show_default=False,
+    ),
+]
+PythonOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sglang-python",
+        metavar="PY",
+        help="Scan the SGLang this Python has (found without importing it).",
+        show_default=False,
+    ),
+]
+EngineOpt = Annotated[
+    str, typer.Option("--engine", metavar="NAME", help="sglang, or builtin (our runtime).")
+]
+DiffOpt = Annotated[
+    tuple[str, str] | None,
+    typer.Option(
+        "--diff",
+        metavar="A B",
+        help="Compare two trees (dirs, Pythons or 'builtin').",
+        show_default=False,
+    ),
+]
+AllOpt = Annotated[bool, typer.Option("--all", help="Also list reads whose decision is unknown.")]
+RunOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--run",
+        metavar="RUN_DIR",
+        help="Dynamic: which recorded reads differed across ranks in this sglang run.",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print only the JSON.")]
+
+
+@dataclass(frozen=True, slots=True)
+class SourcesArgs:
+    source: Path | None
+    python: str | None
+    engine: str
+    diff: tuple[str, str] | None
+    show_all: bool
+    run: Path | None
+
 
 def _tree(source: Path | None, python: str | None, engine: str):
     from hicache_diag.engines import ENGINES
@@ -38,100 +92,75 @@ def _scan(tree):
     return scan_tree(tree.root, tree.engine, tree.version)
 
 
+def _run_sources(a: SourcesArgs):
+    if a.diff is not None:
+        raise UsageError("--run reads one run dir: drop --diff")
+    if a.engine != "sglang":
+        raise UsageError("--run reads what the sglang plugin recorded: drop --engine")
+    from hicache_diag.sources.dynamic import analyze_run, with_inventory
+
+    result = analyze_run(a.run)
+    if a.source is not None or a.python is not None:  # file:line of each read
+        result = with_inventory(result, _scan(_tree(a.source, a.python, a.engine)))
+    return result
+
+
+def _diff_sources(a: SourcesArgs):
+    if a.source is not None or a.python is not None:
+        raise UsageError("--diff names both trees: drop --source/--sglang-python")
+    from hicache_diag.sources.diff import diff_inventories
+    from hicache_diag.sources.locate import any_tree
+
+    old, new = (_scan(any_tree(spec)) for spec in a.diff)
+    return diff_inventories(old, new)
+
+
+def compute(a: SourcesArgs):
+    """What the command prints: a run's per-source comparison, a diff, or an inventory."""
+    if a.run is not None:
+        return _run_sources(a)
+    if a.diff is not None:
+        return _diff_sources(a)
+    return _scan(_tree(a.source, a.python, a.engine))
+
+
+def render(a: SourcesArgs, result) -> None:
+    from hicache_diag.cli.render import sources as r
+
+    if a.run is not None:
+        r.render_run_sources(result)
+    elif a.diff is not None:
+        r.render_diff(result, show_all=a.show_all)
+    else:
+        r.render_inventory(result, show_all=a.show_all)
+
+
 def register(app: typer.Typer) -> None:
     @app.command(
         "sources", epilog=EXAMPLES, short_help="List the per-rank reads that feed decisions."
     )
     def sources(
-        source: Annotated[
-            Path | None,
-            typer.Option(
-                "--source",
-                metavar="DIR",
-                help="An unzipped SGLang wheel or sglang package dir to scan.",
-                show_default=False,
-            ),
-        ] = None,
-        sglang_python: Annotated[
-            str | None,
-            typer.Option(
-                "--sglang-python",
-                metavar="PY",
-                help="Scan the SGLang this Python has (found without importing it).",
-                show_default=False,
-            ),
-        ] = None,
-        engine: Annotated[
-            str,
-            typer.Option("--engine", metavar="NAME", help="sglang, or builtin (our runtime)."),
-        ] = "sglang",
-        diff: Annotated[
-            tuple[str, str] | None,
-            typer.Option(
-                "--diff",
-                metavar="A B",
-                help="Compare two trees (dirs, Pythons or 'builtin').",
-                show_default=False,
-            ),
-        ] = None,
-        show_all: Annotated[
-            bool, typer.Option("--all", help="Also list reads whose decision is unknown.")
-        ] = False,
-        run: Annotated[
-            Path | None,
-            typer.Option(
-                "--run",
-                metavar="RUN_DIR",
-                help="Dynamic: which recorded reads differed across ranks in this sglang run.",
-                show_default=False,
-            ),
-        ] = None,
-        json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON.")] = False,
+        source: SourceOpt = None,
+        sglang_python: PythonOpt = None,
+        engine: EngineOpt = "sglang",
+        diff: DiffOpt = None,
+        show_all: AllOpt = False,
+        run: RunOpt = None,
+        json_out: JsonOpt = False,
     ) -> None:
         """Inventory the reads of per-rank physical quantities (clocks, event readiness, queue
-        and pool sizes, allocation results, storage reads) in SGLang's scheduler, cache,
-        controller and session code: the decision each feeds and how ranks are aligned on it.
-        With no tree named, the SGLang of the current Python. Static; heuristic rules in
+        and pool sizes, allocation results, storage reads, random draws) in SGLang's
+        scheduler, cache, controller and session code and the modules they import: the
+        decision each feeds and how ranks are aligned on it (per code branch where it
+        differs). Logical per-rank state (queue lengths, idle checks) is listed apart. With
+        no tree named, the SGLang of the current Python. Static; heuristic rules in
         docs/sources.md. With --run, the dynamic half: per source, the steps where the ranks
         read different values and whether the decision it feeds acted there (with --source or
         --sglang-python naming the run's release: each read's file:line and alignment)."""
-        if run is not None:
-            if diff is not None:
-                raise UsageError("--run reads one run dir: drop --diff")
-            if engine != "sglang":
-                raise UsageError("--run reads what the sglang plugin recorded: drop --engine")
-            from hicache_diag.sources.dynamic import analyze_run, with_inventory
-
-            result = analyze_run(run)
-            if source is not None or sglang_python is not None:  # file:line of each read
-                result = with_inventory(result, _scan(_tree(source, sglang_python, engine)))
-            if json_out:
-                print_json(result.to_json())
-            else:
-                from hicache_diag.cli.render.sources import render_run_sources
-
-                render_run_sources(result)
-            raise typer.Exit(0)
-        if diff is not None:
-            if source is not None or sglang_python is not None:
-                raise UsageError("--diff names both trees: drop --source/--sglang-python")
-            from hicache_diag.sources.diff import diff_inventories
-            from hicache_diag.sources.locate import any_tree
-
-            a, b = (_scan(any_tree(spec)) for spec in diff)
-            result = diff_inventories(a, b)
-            if json_out:
-                print_json(result.to_json())
-            else:
-                from hicache_diag.cli.render.sources import render_diff
-
-                render_diff(result, show_all=show_all)
-            raise typer.Exit(0)
-        inventory = _scan(_tree(source, sglang_python, engine))
+        args = SourcesArgs(source, sglang_python, engine, diff, show_all, run)
+        result = compute(args)
         if json_out:
-            print_json(inventory.to_json())
+            print_json(result.to_json())
         else:
-            from hicache_diag.cli.render.sources import render_inventory
-
-            render_inventory(inventory, show_all=show_all)
+            render(args, result)
         raise typer.Exit(0)

@@ -46,7 +46,7 @@ def _rows(table: Table, sources, show_all: bool) -> int:
             s.kind,
             s.classic or "",
             ", ".join(s.decisions),
-            a.mechanism,
+            a.mechanism + (" *" if s.modes else ""),
             _pp(a.covers_pp),
             str(raw) if raw else "",
         )
@@ -76,9 +76,48 @@ def render_inventory(inv, show_all: bool = False, console: Console | None = None
         "alignment: how ranks agree on the value at its nearest aligned decision; "
         "PP: whether that covers the PP stages; raw: decisions taken on the unaligned value."
     )
+    _modes(inv.sources, console)
+    _logical(inv.logical, show_all, console)
     _classic_summary(inv, console)
     for note in inv.notes:
         console.print(f"note: {note}")
+
+
+def _modes(sources, console: Console) -> None:
+    """`*` in the table: a read aligned one way in one code branch and another way in the
+    other (`if buffer_only and pp_size > 1: MIN over TP, else: MIN + PP relay`)."""
+    rows = [(s, m) for s in sources if s.known for m in s.modes]
+    if not rows:
+        return
+    t = Table(title="* Alignment per code branch", title_justify="left")
+    for col in ("read", "branch at", "selected by", "then", "PP", "else", "PP"):
+        t.add_column(col, overflow="fold")
+    for s, m in rows:
+        t.add_row(
+            f"{s.file}:{s.line} {s.function}",
+            f"{m.file}:{m.line}",
+            m.selector,
+            m.then.mechanism,
+            _pp(m.then.covers_pp),
+            m.orelse.mechanism,
+            _pp(m.orelse.covers_pp),
+        )
+    console.print(t)
+
+
+def _logical(logical, show_all: bool, console: Console) -> None:
+    """Logical per-rank state: equal on every rank while every input is, so not a source."""
+    groups = _groups(logical, show_all)
+    if not groups:
+        return
+    t = Table(title="Logical per-rank state (not divergence sources)", title_justify="left")
+    for col in ("file:line", "function", "kind", "decision"):
+        t.add_column(col, overflow="fold")
+    for group in groups:
+        s = group[0]
+        more = f" (+{len(group) - 1})" if len(group) > 1 else ""
+        t.add_row(f"{s.file}:{s.line}{more}", s.function, s.kind, ", ".join(s.decisions))
+    console.print(t)
 
 
 def _classic_summary(inv, console: Console) -> None:
@@ -182,26 +221,32 @@ def render_run_sources(result, console: Console | None = None) -> None:
             if view is not None:
                 console.print(f"{s.name}, {label} at step {view.step}: {_per_rank(view)}")
     if result.release is not None:
-        rel = result.release
-        r = Table(title=f"Where {rel['engine']} {rel['version']} reads them (static)",
-                  title_justify="left")  # fmt: skip
-        for col in ("source", "file:line", "function", "decision", "alignment", "PP"):
-            r.add_column(col, overflow="fold")
-        for s in result.sources:
-            groups: dict[tuple, list[dict]] = {}  # reads of one function that agree: one row
-            for row in s.static:
-                key = (row["file"], row["function"], tuple(row["decisions"]), row["alignment"],
-                       row["covers_pp"])  # fmt: skip
-                groups.setdefault(key, []).append(row)
-            if not groups:
-                r.add_row(s.name, "not found", "", "", "", "")
-            for (file, function, decisions, alignment, covers_pp), rows in groups.items():
-                more = f" (+{len(rows) - 1})" if len(rows) > 1 else ""
-                r.add_row(s.name, f"{file}:{rows[0]['line']}{more}", function,
-                          ", ".join(decisions), alignment, _pp(covers_pp))  # fmt: skip
-        console.print(r)
+        console.print(_static_table(result))
     armed = sorted({a for names in result.armed.values() for a in names})
     console.print(f"armed on this release: {', '.join(armed) or 'none'}; "
                   f"last step per rank: {result.last_step}")  # fmt: skip
     for note in result.notes:
         console.print(f"note: {note}")
+
+
+def _static_table(result) -> Table:
+    """`--run` with a tree named: where the release reads each probed source."""
+    rel = result.release
+    r = Table(
+        title=f"Where {rel['engine']} {rel['version']} reads them (static)", title_justify="left"
+    )
+    for col in ("source", "file:line", "function", "decision", "alignment", "PP"):
+        r.add_column(col, overflow="fold")
+    for s in result.sources:
+        groups: dict[tuple, list[dict]] = {}  # reads of one function that agree: one row
+        for row in s.static:
+            decisions = tuple(row["decisions"])
+            key = (row["file"], row["function"], decisions, row["alignment"], row["covers_pp"])
+            groups.setdefault(key, []).append(row)
+        if not groups:
+            r.add_row(s.name, "not found", "", "", "", "")
+        for (file, function, decisions, alignment, covers_pp), rows in groups.items():
+            more = f" (+{len(rows) - 1})" if len(rows) > 1 else ""
+            where = f"{file}:{rows[0]['line']}{more}"
+            r.add_row(s.name, where, function, ", ".join(decisions), alignment, _pp(covers_pp))
+    return r

@@ -224,6 +224,22 @@ def _record(line: dict | None, name: str) -> dict | None:
     return rec if isinstance(rec, dict) else None
 
 
+def _step_view(name: str, step: int, ranks: dict[int, _Rank], read_by: set[int]) -> StepView:
+    """What each rank read at `step` and what its decision did; adds the readers to read_by."""
+    values: dict[int, list | None] = {}
+    outcomes: dict[int, list] = {}
+    for r, rank in ranks.items():
+        if step > rank.last:
+            continue  # never got there (died, or the run ended first)
+        rec = _record(rank.lines.get(step), name)
+        was_read = rec is not None and bool(rec.get("n"))  # a decision alone reads nothing
+        values[r] = list(rec.get("v") or []) if was_read else None
+        outcomes[r] = list(rec.get("d") or []) if rec is not None else []
+        if was_read:
+            read_by.add(r)
+    return StepView(step, values, outcomes)
+
+
 def _source(name: str, ranks: dict[int, _Rank]) -> SourceRun:
     steps = sorted(
         {s for rank in ranks.values() for s, line in rank.lines.items() if _record(line, name)}
@@ -232,18 +248,8 @@ def _source(name: str, ranks: dict[int, _Rank]) -> SourceRun:
     counts = dict.fromkeys(("read", "compared", "differed", "decided", "marked", "apart"), 0)
     first: dict[str, StepView | None] = dict.fromkeys(("differed", "marked", "apart"))
     for step in steps:
-        values: dict[int, list | None] = {}
-        outcomes: dict[int, list] = {}
-        for r, rank in ranks.items():
-            if step > rank.last:
-                continue  # never got there (died, or the run ended first)
-            rec = _record(rank.lines.get(step), name)
-            was_read = rec is not None and bool(rec.get("n"))  # a decision alone reads nothing
-            values[r] = list(rec.get("v") or []) if was_read else None
-            outcomes[r] = list(rec.get("d") or []) if rec is not None else []
-            if was_read:
-                read_by.add(r)
-        view = StepView(step, values, outcomes)
+        view = _step_view(name, step, ranks, read_by)
+        values, outcomes = view.values, view.outcomes
         read = [v for v in values.values() if v is not None]
         differed = len(read) >= 2 and any(v != read[0] for v in read[1:])
         apart = len(outcomes) >= 2 and any(

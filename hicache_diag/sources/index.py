@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import builtins
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,10 @@ class SourceIndex:
     bases: dict[str, list[str]] = field(default_factory=dict)
     # file -> {name: the file it is imported from}, for `from sglang.srt.x import name`
     imports: dict[str, dict[str, str]] = field(default_factory=dict)
+    # file -> names bound by `import torch` / `import numpy as np` of a module outside scope:
+    # `torch.tensor(...)` is that module's, never an in-scope function that happens to share
+    # the name (the widened scope holds many)
+    external: dict[str, set[str]] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     unparsable: list[str] = field(default_factory=list)
 
@@ -105,6 +110,13 @@ class SourceIndex:
             for node in ast.walk(tree)
             if isinstance(node, ast.ImportFrom) and node.module
             for alias in node.names
+        }
+        self.external[rel] = {
+            (alias.asname or alias.name).split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+            if not alias.name.startswith(("sglang", "hicache_diag"))
         }
         # `from x import HiCacheController as BaseHiCacheController`: bases by their own name
         renamed = {
@@ -158,6 +170,8 @@ class SourceIndex:
             return None
         cands = self.by_name.get(name, [])
         f = call.func
+        if _root_name(f) in self.external.get(caller.file, ()):
+            return None
         if isinstance(f, ast.Attribute) and ast.unparse(f.value) in ("self", "cls"):
             same = [c for c in cands if c.cls == caller.cls and c.file == caller.file]
             if same:
@@ -177,6 +191,9 @@ class SourceIndex:
             imported = [c for c in cands if c.cls is None and c.file == source]
             if imported:
                 return imported[0]
+            if hasattr(builtins, name):  # `list(...)`, `max(...)`: never a method in scope
+                return None
+            cands = [c for c in cands if c.cls is None]  # a bare name is no method
         if len(cands) == 1:
             return cands[0]
         named = [c for c in cands if receiver_names_class(call, c.cls)]
@@ -213,6 +230,15 @@ class SourceIndex:
             elif (unique or receiver_names_class(call, fn.cls)) and caller is not fn:
                 out.append((caller, call))
         return out
+
+
+def _root_name(f: ast.expr) -> str | None:
+    """`torch` for `torch.distributed.all_reduce`; None for a bare name or `self.x`."""
+    if not isinstance(f, ast.Attribute):
+        return None
+    while isinstance(f, ast.Attribute):
+        f = f.value
+    return f.id if isinstance(f, ast.Name) else None
 
 
 def build_index(root: Path, patterns: tuple[str, ...], display_base: Path) -> SourceIndex:

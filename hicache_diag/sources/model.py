@@ -89,6 +89,33 @@ class Use:
 
 
 @dataclass(frozen=True, slots=True)
+class BranchMode:
+    """An `if`/`else` whose branches align the value differently: each mode's alignment, and
+    the flags (or the test's text) that select the `if` branch."""
+
+    file: str
+    line: int
+    condition: str  # the `if` test as written
+    flags: tuple[str, ...]  # server flags the test reads (`--hicache-host-memory-mode buffer_only`)
+    then: Alignment
+    orelse: Alignment
+
+    @property
+    def selector(self) -> str:
+        return ", ".join(self.flags) or self.condition
+
+    def to_json(self) -> dict:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "condition": self.condition,
+            "flags": list(self.flags),
+            "then": self.then.to_json(),
+            "else": self.orelse.to_json(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Source:
     """One read of a per-rank quantity that reaches at least one decision."""
 
@@ -99,6 +126,7 @@ class Source:
     expr: str
     classic: str | None  # dma-ack-count | l3-hit | l3-progress | host-alloc | lru-clock | None
     uses: tuple[Use, ...]
+    modes: tuple[BranchMode, ...] = ()  # alignment per code branch, where it differs
 
     @property
     def key(self) -> str:
@@ -127,9 +155,17 @@ class Source:
         raw value anyway are counted apart (`raw_uses`)."""
         if not self.uses:
             return Alignment("unknown")
-        aligned = [u for u in self.uses if u.alignment.mechanism not in ("none", "unknown")]
+        # What aligns the value on its way to its nearest decisions: a collective no deeper
+        # than them (the controller thread's MIN before the scheduler decides), or in their
+        # categories. A MAX over TP in another decision the walk reaches farther on (PD
+        # decode's offload, from HiCacheController.write's alloc) does not align this one.
+        nearest = self.nearest
+        near = nearest[0].depth if nearest else 0
+        decided = {u.decision for u in nearest}
+        uses = [u for u in self.uses if u.depth <= near or u.decision in decided]
+        aligned = [u for u in uses if u.alignment.mechanism not in ("none", "unknown")]
         if not aligned:
-            return min((u.alignment for u in self.uses), key=_strength)
+            return min((u.alignment for u in uses), key=_strength)
         depth = min(u.depth for u in aligned)
         return max((u.alignment for u in aligned if u.depth == depth), key=_strength)
 
@@ -157,6 +193,7 @@ class Source:
             "all_decisions": sorted({u.decision for u in self.uses}),
             "alignment": self.alignment.to_json(),
             "raw_uses": self.raw_uses,
+            "modes": [m.to_json() for m in self.modes],
             "uses": [u.to_json() for u in self.uses],
         }
 
@@ -190,6 +227,8 @@ class Inventory:
     sources: tuple[Source, ...]
     reads_without_decision: int  # reads seen whose value reached no decision (metrics, logs)
     notes: tuple[str, ...] = field(default=())
+    # logical per-rank state (rules.LOGICAL_KINDS) that reaches a decision: not sources
+    logical: tuple[Source, ...] = field(default=())
 
     def to_json(self) -> dict:
         return {
@@ -199,4 +238,5 @@ class Inventory:
             "reads_without_decision": self.reads_without_decision,
             "notes": list(self.notes),
             "sources": [s.to_json() for s in self.sources],
+            "logical_state": [s.to_json() for s in self.logical],
         }

@@ -10,8 +10,11 @@ from hicache_diag.sources.index import Function, callee_name, receiver_text
 from hicache_diag.sources.rules import (
     ALLOC_METHODS,
     CLOCK_FUNCS,
+    EXISTS_CHECKS,
+    EXISTS_FUNCS,
     LRU_STAMP_ATTRS,
     POOL_SIZE_METHODS,
+    RANDOM_RECEIVERS,
     READY_METHODS,
     STORAGE_EXISTS_METHODS,
     STORAGE_FUNCS,
@@ -29,6 +32,7 @@ class Read:
     node: ast.expr  # the expression whose value is per-rank
     kind: str
     text: str
+    backend: bool = False  # inside a storage backend's own existence check
 
 
 def _storage_receiver(call: ast.Call) -> bool:
@@ -48,6 +52,8 @@ def kind_of_call(call: ast.Call) -> str | None:
         recv = receiver_text(call)
         if name in CLOCK_FUNCS and recv == "time":
             return "clock"
+        if recv in RANDOM_RECEIVERS:
+            return "random"
         if name in READY_METHODS and not call.args and not call.keywords:
             return "event-ready"
         if name == "qsize":
@@ -70,8 +76,17 @@ def kind_of_call(call: ast.Call) -> str | None:
     if name in STORAGE_FUNCS:
         return "storage-read"
     if name == "len" and call.args and "queue" in ast.unparse(call.args[0]).lower():
-        return "queue-size"
+        # A queue.Queue has no len(): this is a list the scheduler thread fills itself.
+        return "logical-state"
     return None
+
+
+def _exists_check(call: ast.Call, fn: Function) -> bool:
+    """In a backend's existence check, what it consults (`os.path.exists(p)`,
+    `self.metadata_cache.contains(k)`); its own `self.exists(k)` is the check, not a read."""
+    if not any(h in fn.name for h in EXISTS_FUNCS) or callee_name(call) not in EXISTS_CHECKS:
+        return False
+    return isinstance(call.func, ast.Attribute) and receiver_text(call) not in ("self", "cls")
 
 
 def _nonblocking(call: ast.Call) -> bool:
@@ -90,10 +105,14 @@ _IMPLEMENTS = {"pool-size": POOL_SIZE_METHODS, "alloc-result": ALLOC_METHODS | P
 def find_reads(fn: Function) -> Iterator[Read]:
     implemented = {k for k, names in _IMPLEMENTS.items() if fn.name in names}
     for sub in _walk_own(fn.node):
-        if isinstance(sub, ast.Call) and (kind := kind_of_call(sub)):
+        if not isinstance(sub, ast.Call):
+            continue
+        if kind := kind_of_call(sub):
             if kind in implemented or (kind == "pool-size" and fn.name in ALLOC_METHODS):
                 continue
             yield Read(sub, kind, ast.unparse(sub))
+        elif _exists_check(sub, fn):
+            yield Read(sub, "storage-exists", ast.unparse(sub), backend=True)
 
 
 def lru_stamps(fn: Function) -> Iterator[tuple[ast.Assign, ast.Call]]:

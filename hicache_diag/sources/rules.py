@@ -18,6 +18,12 @@ READ_KINDS = {
     "storage-read": "what an L3 backend read back (get / batch_get on a storage backend)",
     "thread-value": "an item taken from a queue without blocking (get_nowait, get(block=False))",
     "lru-stamp": "a last_access_time stamp (physical when a clock, logical when a counter)",
+    "random": "a draw from a random generator (random.shuffle, random.random, np.random.*)",
+}
+# Per-rank state that is logical, not physical: a scheduler list's length (`len(waiting_queue)`,
+# the idle checks). Equal on every rank while every input is; listed apart, never a source.
+LOGICAL_KINDS = {
+    "logical-state": "the length of a list the scheduler thread itself fills (len(*queue*))",
 }
 
 CLOCK_FUNCS = frozenset({
@@ -35,6 +41,16 @@ STORAGE_READ_METHODS = frozenset({"batch_get", "batch_get_v1", "batch_get_v2", "
 # backend (`self.storage_backend`, `self.storage`), not merely mention one (`_storage_wait`).
 STORAGE_RECEIVER_SUFFIXES = ("backend", "storage")
 STORAGE_FUNCS = frozenset({"page_get_func"})  # a bound read function kept in an attribute
+# Inside a backend's own existence check (`HiCacheFile.exists`), what it consults: the file
+# system and its own cache of positive lookups (a TTL'd metadata cache), both per rank.
+EXISTS_CHECKS = frozenset({"exists", "contains", "isfile"})
+EXISTS_FUNCS = ("exist",)  # a function whose name has this is an existence check
+# Random draws: `random.shuffle(q)` (in place: the shuffled argument is the value),
+# `random.random()`, `np.random.rand(...)`.
+RANDOM_RECEIVERS = frozenset({"random", "np.random", "numpy.random"})
+RANDOM_IN_PLACE = frozenset({"shuffle"})
+# Sort keys: a stored clock that a sort key reads orders what the sort decides.
+SORT_CALLS = frozenset({"sort", "sorted", "min", "max", "nsmallest", "nlargest"})
 # The attribute LRU priorities are read from (evict_policy.py's get_priority).
 LRU_STAMP_ATTRS = frozenset({"last_access_time"})
 
@@ -161,6 +177,9 @@ SGLANG_SCOPE = (
     "srt/mem_cache/allocator/*.py",
     "srt/session/*.py",
 )
+# Widened by one level of imports: every sglang.srt module that a file defining a decision
+# function imports from (observability/req_time_stats.py's stamps, the storage backends).
+WIDEN_BY_IMPORTS = True
 BUILTIN_SCOPE = (
     "managers/*.py",
     "mem_cache/*.py",

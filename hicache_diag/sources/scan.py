@@ -8,10 +8,26 @@ from pathlib import Path
 
 from hicache_diag.sources.decisions import Decisions
 from hicache_diag.sources.flow import Trace, Tracer
-from hicache_diag.sources.index import Function, SourceIndex, build_index
+from hicache_diag.sources.index import Function, SourceIndex, build_index, callee_name
+from hicache_diag.sources.links import (
+    branch_modes,
+    imported_modules,
+    in_place_use,
+    link_backend_checks,
+    sort_key_uses,
+    sort_keys,
+)
 from hicache_diag.sources.model import LOGICAL, NONE, Alignment, Inventory, Release, Source, Use
 from hicache_diag.sources.reads import Read, find_reads, lru_stamps, reads_clock
-from hicache_diag.sources.rules import BUILTIN_SCOPE, CLASSIC, LRU_STAMP_ATTRS, SGLANG_SCOPE
+from hicache_diag.sources.rules import (
+    BUILTIN_SCOPE,
+    CLASSIC,
+    LOGICAL_KINDS,
+    LRU_STAMP_ATTRS,
+    RANDOM_IN_PLACE,
+    SGLANG_SCOPE,
+    WIDEN_BY_IMPORTS,
+)
 from hicache_diag.sources.sync import SyncSummaries
 
 
@@ -20,28 +36,52 @@ def scan_tree(root: Path, engine: str = "sglang", version: str = "unknown") -> I
     patterns = SGLANG_SCOPE if engine == "sglang" else BUILTIN_SCOPE
     base = root / "srt" if engine == "sglang" and (root / "srt").is_dir() else root
     index = build_index(root, patterns, base)
+    if engine == "sglang" and WIDEN_BY_IMPORTS:
+        extra = imported_modules(index, Decisions(index), base)
+        prefix = base.relative_to(root).as_posix()
+        index = build_index(root, (*patterns, *(f"{prefix}/{rel}" for rel in extra)), base)
     return scan_index(index, Release(engine, version, str(root)), _notes(root, index))
 
 
 def scan_index(index: SourceIndex, release: Release, notes: tuple[str, ...] = ()) -> Inventory:
-    tracer = Tracer(index, SyncSummaries(index), Decisions(index))
-    sources: list[Source] = []
+    decisions = Decisions(index)
+    tracer = Tracer(index, SyncSummaries(index), decisions)
+    keys = sort_keys(index)
+    found: dict[str, list[Source]] = {"physical": [], "logical": []}
+    backend: list[tuple[Function, Source]] = []
     dropped = 0
     for fn in index.functions:
         for read in find_reads(fn):
             trace = tracer.follow(fn, read.node)
-            if not trace.uses:
+            extra = sort_key_uses(trace.attrs, keys, decisions)
+            if read.kind == "random" and callee_name(read.node) in RANDOM_IN_PLACE:
+                extra.append(in_place_use(fn, read.node.lineno, decisions))
+            trace.uses.extend(extra)
+            src = _source(fn, read, trace, index)
+            if read.backend:
+                backend.append((fn, src))
+            elif trace.uses:
+                found[_group(read.kind)].append(src)
+            else:
                 dropped += 1
-                continue
-            sources.append(_source(fn, read, trace))
         for assign, call in lru_stamps(fn):
-            sources.append(_stamp_source(tracer, index, fn, assign, call))
-    sources = [s for s in sources if s.uses]
-    sources.sort(key=lambda s: (s.file, s.line, s.kind))
-    return Inventory(release, tuple(index.files), tuple(sources), dropped, notes)
+            found["physical"].append(_stamp_source(tracer, index, fn, assign, call))
+    physical = found["physical"]
+    physical += link_backend_checks(backend, physical, index)
+    return Inventory(
+        release, tuple(index.files), _ordered(physical), dropped, notes, _ordered(found["logical"])
+    )
 
 
-def _source(fn: Function, read: Read, trace: Trace) -> Source:
+def _group(kind: str) -> str:
+    return "logical" if kind in LOGICAL_KINDS else "physical"
+
+
+def _ordered(sources: list[Source]) -> tuple[Source, ...]:
+    return tuple(sorted((s for s in sources if s.uses), key=lambda s: (s.file, s.line, s.kind)))
+
+
+def _source(fn: Function, read: Read, trace: Trace, index: SourceIndex) -> Source:
     classic = _classic(read.kind, read.text, fn, trace)
     uses = _dedupe(trace.uses)
     if classic == "lru-clock":
@@ -50,7 +90,10 @@ def _source(fn: Function, read: Read, trace: Trace) -> Source:
         uses = tuple(
             dataclasses.replace(u, alignment=NONE) for u in uses if u.decision == "eviction"
         )
-    return Source(fn.file, read.node.lineno, fn.qualname, read.kind, read.text, classic, uses)
+    modes = branch_modes(trace.branches, index)
+    return Source(
+        fn.file, read.node.lineno, fn.qualname, read.kind, read.text, classic, uses, modes
+    )
 
 
 def _stamp_source(tracer: Tracer, index: SourceIndex, fn, assign: ast.Assign, call) -> Source:

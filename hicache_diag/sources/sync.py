@@ -96,6 +96,8 @@ class SyncSummaries:
         """(group names, None), or ((), parameter) when the caller passes the groups."""
         arg = _kw(call, "group")
         if arg is None:
+            arg = _positional_group(call)
+        if arg is None:
             recv = receiver_text(call)
             if recv in ("torch.distributed", "dist", ""):
                 return ("world",), None
@@ -202,6 +204,17 @@ def _ordered(groups: set[str]) -> tuple[str, ...]:
     return (*known, *sorted(groups - set(known)))
 
 
+def _positional_group(call: ast.Call) -> ast.expr | None:
+    """`broadcast_pyobj(data, rank, world_group.cpu_group, src=0)`: the group passed by
+    position, named by the group it is a handle of (`world_group`)."""
+    for arg in call.args:
+        if isinstance(arg, ast.Attribute) and arg.attr in _GROUP_HANDLES:
+            arg = arg.value
+        if isinstance(arg, ast.Attribute | ast.Name) and _ref_name(arg).endswith("_group"):
+            return arg
+    return None
+
+
 def _kw(call: ast.Call, name: str) -> ast.expr | None:
     for kw in call.keywords:
         if kw.arg == name:
@@ -236,12 +249,17 @@ def alignment_of(steps: tuple[SyncStep, ...]) -> Alignment:
         return NONE
     ops = sorted({s.op.lower() for s in steps if s.kind == "all_reduce" and s.op})
     has_reduce = any(s.kind == "all_reduce" for s in steps)
-    relay = any(s.kind in ("pp_relay", "broadcast") and _pp(s.groups) for s in steps)
+    # A broadcast over PP or over the world group hands every stage the source rank's value
+    # (dynamic_chunk_sizer's `broadcast_pyobj(..., world_group, src=0)`): a leader's relay.
+    relay = any(
+        s.kind in ("pp_relay", "broadcast") and (_pp(s.groups) or "world" in s.groups)
+        for s in steps
+    )
     gather = any(s.kind == "gather" for s in steps)
     base = "+".join(ops) or ("all-reduce" if has_reduce else "")
     if gather:
         base = "+".join(filter(None, (base, "gather")))
-    if any(s.kind == "broadcast" and not _pp(s.groups) for s in steps):
+    if any(s.kind == "broadcast" and not (_pp(s.groups) or "world" in s.groups) for s in steps):
         base = "+".join(filter(None, (base, "broadcast")))
     mechanism = "+".join(filter(None, (base, "leader-relay" if relay else "")))
     covers_pp = relay or any(_pp(s.groups) or "world" in s.groups for s in steps)

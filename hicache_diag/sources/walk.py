@@ -26,7 +26,13 @@ from hicache_diag.sources.sync import alignment_of
 class Trace:
     uses: list[Use] = field(default_factory=list)
     attrs: set[str] = field(default_factory=set)  # attributes the value was stored into
+    # if/else whose branches align the value differently: (function, the `if`, then, else)
+    branches: list[tuple] = field(default_factory=list)
     walks: int = 0  # function bodies walked, a callee once per call site
+
+
+# `samples.append(latency)`: the local list carries the value (dynamic_chunk_sizer's profile).
+_COLLECTS = frozenset({"append", "extend", "insert", "appendleft"})
 
 
 def _weaker(a: State | None, b: State | None) -> State | None:
@@ -158,8 +164,7 @@ class FunctionWalk:
                 self.bind(s.target, st)
         elif isinstance(s, ast.If):
             self.branch(s, s.test, s.body + s.orelse, loop)
-            self.block(s.body, loop)
-            self.block(s.orelse, loop)
+            self.if_else(s, loop)
         elif isinstance(s, ast.While):
             self.branch(s, s.test, s.body, None)
             self.loop_body(s)
@@ -179,6 +184,26 @@ class FunctionWalk:
             for t in s.targets:
                 if (st := self.taint(t)) is not None:
                     self.use(s.lineno, st, "count-loop")
+
+    def if_else(self, s: ast.If, loop) -> None:
+        """Each branch from the state before the `if`. Where both bind a value through
+        different alignments (`if buffer_only and pp_size > 1: MIN over TP, else: MIN + PP
+        relay`), the walk goes on with the else (the default mode) and records the pair."""
+        before = dict(self.env)
+        self.block(s.body, loop)
+        if not s.orelse:
+            return
+        then_env, self.env = self.env, dict(before)
+        self.block(s.orelse, loop)
+        for name, then_state in then_env.items():
+            else_state, was = self.env.get(name), before.get(name)
+            if else_state is None:
+                self.env[name] = then_state
+            elif was is not None and then_state != else_state and not self.replay:
+                if then_state[: len(was)] == was == else_state[: len(was)] and {
+                    then_state, else_state
+                }.isdisjoint({was}):  # both branches aligned the value, each its own way
+                    self.out.branches.append((self.fn, s, then_state, else_state))
 
     def loop_body(self, loop: ast.For | ast.While) -> None:
         """Twice: a name tainted late in the body taints its reads early in the next turn. The
@@ -238,6 +263,10 @@ class FunctionWalk:
 
     def into_call(self, call: ast.Call, tainted, state: State) -> None:
         name = callee_name(call) or ""
+        if name in _COLLECTS and isinstance(call.func, ast.Attribute):
+            if isinstance(holder := call.func.value, ast.Name):  # a local list now holds it
+                self.env[holder.id] = _weaker(self.env.get(holder.id), state)
+                return
         if self.replay:
             return
         if name == "put" and isinstance(call.func, ast.Attribute):

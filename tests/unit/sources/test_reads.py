@@ -24,7 +24,10 @@ def _kind(expr: str) -> str | None:
         ("fut.done()", "event-ready"),
         ("self.stop_event.is_set()", "event-ready"),
         ("self.q.qsize()", "queue-size"),
-        ("len(self.waiting_queue)", "queue-size"),
+        ("len(self.waiting_queue)", "logical-state"),  # a list the scheduler fills itself
+        ("random.shuffle(waiting_queue)", "random"),
+        ("random.random()", "random"),
+        ("np.random.randint(0, 10)", "random"),
         ("self.pool_host.available_size()", "pool-size"),
         ("self.pool_host.alloc(8)", "alloc-result"),
         ("self.storage_backend.batch_exists(keys)", "storage-exists"),
@@ -49,6 +52,8 @@ def test_reads_of_per_rank_quantities(expr, kind):
         "event.query(timeout)",  # readiness takes no arguments
         "len(self.requests)",  # not a queue
         "self.exists(path)",  # not on a backend
+        "os.path.exists(path)",  # outside a backend's existence check (find_reads decides)
+        "self.rng_seed.random_state()",  # not the random module
     ],
 )
 def test_lookalikes_are_not_reads(expr):
