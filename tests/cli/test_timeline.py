@@ -51,7 +51,7 @@ def test_table_output_and_kept_run_dir(tmp_path, no_leftover_processes):
     [
         (["--pp", "0"], "--pp must be >= 1"),
         (["--async-depth", "-1"], "--async-depth must be between 0 and 8"),
-        (["--requests", "2"], "--requests must be >= 4"),
+        (["--requests", "2"], "--requests must be >= 6"),
         (["--pp", "9"], "exceeds the model's"),
     ],
 )
