@@ -60,11 +60,14 @@ def evidence_file(path: str | os.PathLike) -> bool:
     return _evidence_here(p) or (p.is_symlink() and _evidence_here(p.resolve()))
 
 
-def _refuse_evidence(flag: str, path: Path) -> None:
-    if evidence_file(path):
+def _refuse_evidence(flag: str, path: Path, name: str | None = None) -> None:
+    """`name`: the file inside the folder `path` that would be written."""
+    target = path if name is None else path / name
+    if evidence_file(target):
+        what = f"{str(path)!r} is" if name is None else f"{str(path)!r} would overwrite {name},"
         raise UsageError(
-            f"{flag} {str(path)!r} is a run directory's evidence; it is never "
-            "overwritten (not even with --force): give another path"
+            f"{flag} {what} a run directory's evidence; it is never overwritten (not even "
+            "with --force): give another path"
         )
 
 
@@ -94,7 +97,8 @@ def claim_file(flag: str, path: str | os.PathLike | None, force: bool = False) -
                 f"{flag} {str(path)!r} exists; give a new path, or --force to replace it"
             )
     _read_only(flag, p.parent)
-    _parent_writable(flag, p)
+    # Probe the folder: the replacement is a new file there, renamed over the old one.
+    _parent_writable(flag, p.parent if p.exists() or p.is_symlink() else p)
     return p
 
 
@@ -118,7 +122,7 @@ def claim_dir(
         raise UsageError(f"{flag} {str(path)!r} is not empty; a run directory is written once")
     for name in names:
         target = p / name
-        _refuse_evidence(flag, target)
+        _refuse_evidence(flag, p, name)
         if (target.exists() or target.is_symlink()) and not force:
             raise UsageError(
                 f"{flag} {str(path)!r} already holds {name}; give a new "

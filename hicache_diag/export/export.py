@@ -59,6 +59,9 @@ def export_run(run_dir: Path, out: Path, force: bool = False) -> Exported:
     from hicache_diag.output_paths import claim_dir, write_atomic
 
     case = load_case(run_dir)
+    known = ["launch.sh", "send_requests.py", "requests.json", "REPORT.md"]
+    known += ["model_config.json"] if case.model_config else []
+    claim_dir("--out", out, tuple(known), force)  # before any interpreter is probed
     package = run_release(case.version, case.python)
     recipe = _recipe(case, package)
     files = {recipe.test_file: test_source(case, recipe), **launch.contents(case, recipe.title)}
@@ -66,7 +69,7 @@ def export_run(run_dir: Path, out: Path, force: bool = False) -> Exported:
         files["model_config.json"] = json.dumps(case.model_config, indent=2) + "\n"
     names = {"test": recipe.test_file, "launch": "launch.sh", "requests": "requests.json"}
     files["REPORT.md"] = report.render(case, recipe, package, releases(), names)
-    claim_dir("--out", out, tuple(files), force)
+    claim_dir("--out", out, tuple(files), force)  # and the recipe's test file
     written = [write_atomic(out / name, text) for name, text in files.items()]
     (out / "launch.sh").chmod(0o755)
     return Exported(out, recipe, out / recipe.test_file, tuple(written), case.version, package)
