@@ -118,6 +118,7 @@ def claim_dir(
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise UsageError(f"{flag} {str(path)!r} is {_kind(p.stat().st_mode)}; give a directory")
+    _refuse_evidence(flag, p)  # a run dir's stacks/ is evidence as a whole
     if fresh and p.is_dir() and any(p.iterdir()):
         raise UsageError(f"{flag} {str(path)!r} is not empty; a run directory is written once")
     for name in names:
