@@ -129,10 +129,9 @@ Examples:
   hicache-diag report runs/20261201T030000.000000-0
   hicache-diag report samples/runs/form_a --plots /tmp/plots
   hicache-diag report samples/runs/form_a --html /tmp/form_a.html
-  hicache-diag report samples/runs/form_c --json
 
 Outputs are written only where nothing exists yet, or with --force; a run's
-evidence (manifest.json, rank*.jsonl, verdict.json, ...) never.
+evidence (manifest.json, rank*.jsonl, verdict.json and the rest) never.
 
 Exit: 0 rendered, 3 the run dir cannot decide (never finished or stepped),
 2 bad input (not a run directory, a damaged file, a bad or taken output path),

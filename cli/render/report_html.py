@@ -15,7 +15,8 @@ from hicache_diag.cli.render.report import _cell, _verdict_lines, ranks_frame
 from hicache_diag.diagnosis.report import RunReport
 
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 64em; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; padding: 0 1.5em; max-width: 64em;
+       color: #222; }
 h1 { font-size: 1.3em; } h2 { font-size: 1.1em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: .5em 0; }
 td, th { border: 1px solid #ccc; padding: .2em .6em; text-align: right; }
