@@ -21,15 +21,21 @@ h1 { font-size: 1.3em; } h2 { font-size: 1.1em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: .5em 0; }
 td, th { border: 1px solid #ccc; padding: .2em .6em; text-align: right; }
 th { background: #f4f4f4; } .verdict { font-size: 1.05em; } code { background: #f4f4f4; }
-img { max-width: 100%; display: block; margin: .8em 0; }
+td.t { text-align: left; } img { max-width: 100%; display: block; margin: .8em 0; }
 """
+
+
+def _td(value) -> str:
+    text = _cell(value)
+    left = isinstance(value, str) and text != "-"  # words read from the left, numbers right
+    return f'<td class="t">{html.escape(text)}</td>' if left else f"<td>{html.escape(text)}</td>"
 
 
 def _table(df: pd.DataFrame, index_name: str) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in [index_name, *df.columns])
     rows = []
     for idx, row in df.iterrows():
-        cells = "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row)
+        cells = "".join(_td(v) for v in row)
         rows.append(f"<tr><th>{html.escape(str(idx))}</th>{cells}</tr>")
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
