@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
-from hicache_diag.paths import _kind, _parent_writable, not_empty
+from hicache_diag.paths import kind_of, not_empty, parent_writable
 
 # Every name of docs/evidence.md's layout: what a run dir holds as evidence.
 EVIDENCE_NAMES = frozenset(
@@ -91,14 +91,14 @@ def claim_file(flag: str, path: str | os.PathLike | None, force: bool = False) -
     if p.exists() or p.is_symlink():
         mode = p.stat().st_mode if p.exists() else stat.S_IFREG
         if not stat.S_ISREG(mode):
-            raise UsageError(f"{flag} {str(path)!r} is {_kind(mode)}; give a file name")
+            raise UsageError(f"{flag} {str(path)!r} is {kind_of(mode)}; give a file name")
         if not force:
             raise UsageError(
                 f"{flag} {str(path)!r} exists; give a new path, or --force to replace it"
             )
     _read_only(flag, p.parent)
     # Probe the folder: the replacement is a new file there, renamed over the old one.
-    _parent_writable(flag, p.parent if p.exists() or p.is_symlink() else p)
+    parent_writable(flag, p.parent if p.exists() or p.is_symlink() else p)
     return p
 
 
@@ -117,7 +117,7 @@ def claim_dir(
     not_empty(flag, path)
     p = Path(path)
     if p.exists() and not p.is_dir():
-        raise UsageError(f"{flag} {str(path)!r} is {_kind(p.stat().st_mode)}; give a directory")
+        raise UsageError(f"{flag} {str(path)!r} is {kind_of(p.stat().st_mode)}; give a directory")
     _refuse_evidence(flag, p)  # a run dir's stacks/ is evidence as a whole
     if fresh and p.is_dir() and any(p.iterdir()):
         raise UsageError(f"{flag} {str(path)!r} is not empty; a run directory is written once")
@@ -132,7 +132,7 @@ def claim_dir(
         if target.is_dir() and not target.is_symlink():
             raise UsageError(f"{flag} {str(path)!r} holds a directory {name}; give another path")
     _read_only(flag, p)
-    _parent_writable(flag, p)
+    parent_writable(flag, p)
     return p
 
 
