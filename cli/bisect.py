@@ -194,10 +194,11 @@ Versions = Annotated[
 def _save_table(table, out: Path) -> None:
     """table.json (hicache-diag/bisect/v1) and table.md beside the trials' run dirs."""
     from hicache_diag.cli.render.bisect import table_markdown
+    from hicache_diag.output_paths import write_atomic
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.json").write_text(json.dumps(table.to_json(), indent=2, sort_keys=True) + "\n")
-    (out / "table.md").write_text(table_markdown(table))
+    # --out was claimed fresh (check_writable), so these names are ours; written atomically.
+    write_atomic(out / "table.json", json.dumps(table.to_json(), indent=2, sort_keys=True) + "\n")
+    write_atomic(out / "table.md", table_markdown(table))
 
 
 def _render(table, json_out: bool) -> None:

@@ -15,8 +15,10 @@ Examples:
   hicache-diag export samples/runs/sglang-0.5.23-form-b
   hicache-diag export runs/20261201T054025.031000-0 --out /tmp/repro
 
+Files --out already holds are replaced only with --force; a run's evidence never.
+
 Exit: 0 exported, 2 bad input (not a run directory, not a real-SGLang crash, a crash
-export has no test for, an unwritable --out), 1 internal error."""
+export has no test for, an unwritable or taken --out), 1 internal error."""
 
 
 def register(app: typer.Typer) -> None:
@@ -35,6 +37,10 @@ def register(app: typer.Typer) -> None:
             typer.Option("--out", metavar="DIR",
                          help=with_default("Where to write.", "export-<RUN_DIR name> here")),
         ] = None,  # fmt: skip
+        force: Annotated[
+            bool,
+            typer.Option("--force", help="Replace files --out already holds (never evidence)."),
+        ] = False,
     ) -> None:
         """Turn a real-SGLang crash into what a maintainer can run without hicache-diag: a unit
         test in SGLang's test style driving the release's real code through the branch the run
@@ -43,12 +49,13 @@ def register(app: typer.Typer) -> None:
         upstream threads, release range). docs/export.md."""
         from hicache_diag.cli.render.console import err_console
         from hicache_diag.export.export import export_run
-        from hicache_diag.paths import input_dir, output_dir
+        from hicache_diag.output_paths import claim_dir
+        from hicache_diag.paths import input_dir
 
         input_dir("RUN_DIR", run_dir)
-        output_dir("--out", out)
+        claim_dir("--out", out)  # its kind and mode now; the files once the recipe names them
         target = Path(out) if out is not None else Path(f"export-{Path(run_dir).resolve().name}")
-        done = export_run(Path(run_dir), target)
+        done = export_run(Path(run_dir), target, force)
         err_console.print(f"export: {done.recipe.title} (SGLang {done.version})")
         if done.lines_from is None:
             err_console.print(f"note: no SGLang {done.version} source found here; REPORT.md "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -11,28 +12,129 @@ import typer
 from hicache_diag.cli.options import with_default
 from hicache_diag.cli.render.console import print_json
 
+RunDir = Annotated[
+    str,
+    typer.Argument(
+        metavar="RUN_DIR", help="A run directory (runs/<utc>-<seed>/).", show_default=False
+    ),
+]
+Plots = Annotated[
+    str | None,
+    typer.Option(
+        "--plots", metavar="DIR", help="Write the timeline PNGs, report.md and report.html here."
+    ),
+]
+Summary = Annotated[
+    str | None,
+    typer.Option(
+        "--summary", metavar="FILE", help=with_default("Markdown summary file.", "PLOTS/report.md")
+    ),
+]
+Html = Annotated[
+    str | None,
+    typer.Option(
+        "--html",
+        metavar="FILE",
+        help=with_default("One self-contained HTML report, plots inline.", "PLOTS/report.html"),
+    ),
+]
+Force = Annotated[
+    bool,
+    typer.Option("--force", help="Replace existing output files (never a run's evidence)."),
+]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")]
+Reclassify = Annotated[
+    bool, typer.Option("--reclassify", help="Ignore verdict.json; classify afresh.")
+]
 
-def _render(report, summary: Path | None) -> None:
+
+@dataclass(frozen=True, slots=True)
+class ReportOutputs:
+    """Where this report writes, claimed (output_paths.py) before the run dir is read."""
+
+    plots: Path | None
+    summary: Path | None
+    html: Path | None
+
+    @property
+    def drawing(self) -> bool:
+        return self.plots is not None or self.html is not None
+
+
+def claim_outputs(
+    plots: str | None, summary: str | None, html: str | None, force: bool
+) -> ReportOutputs:
+    from hicache_diag.diagnosis.plots import PLOT_NAMES
+    from hicache_diag.errors import UsageError
+    from hicache_diag.output_paths import claim_dir, claim_file
+
+    names = list(PLOT_NAMES)
+    names += ["report.md"] if summary is None else []
+    names += ["report.html"] if html is None else []
+    folder = claim_dir("--plots", plots, tuple(names), force)
+    md = claim_file("--summary", summary, force)
+    page = claim_file("--html", html, force)
+    if folder is not None:
+        md = md or folder / "report.md"
+        page = page or folder / "report.html"
+    targets = [p.resolve() for p in (md, page) if p is not None]
+    targets += [(folder / n).resolve() for n in PLOT_NAMES] if folder is not None else []
+    if len(set(targets)) != len(targets):
+        raise UsageError(f"--summary and --html name the same file or a plot ({md}, {page})")
+    return ReportOutputs(folder, md, page)
+
+
+def make_report(run_dir: Path, outs: ReportOutputs, reclassify: bool, quiet: bool):
+    """Read and classify the run dir, then write what `outs` names, atomically."""
+    from hicache_diag.cli.render.console import err_console
+    from hicache_diag.cli.render.report import markdown_summary
+    from hicache_diag.cli.render.report_html import html_report
+    from hicache_diag.cli.render.status import reading_status
+    from hicache_diag.diagnosis.report import build_report  # pandas only when used
+    from hicache_diag.output_paths import write_atomic
+
+    with reading_status(err_console, run_dir.glob("rank*.*"), quiet=quiet):
+        result = build_report(run_dir, outs.drawing, reclassify)
+    if result.reclassified is not None:  # say so: the recorded verdict is not what is shown
+        sys.stderr.write(
+            f"note: --reclassify: {result.reclassified}; classified afresh from the evidence\n"
+        )
+    pngs = [] if outs.plots is None else [(outs.plots / p.name, p.png) for p in result.images]
+    files = [p for p, _ in pngs] + [p for p in (outs.html, outs.summary) if p is not None]
+    for path, png in pngs:
+        write_atomic(path, png)
+    if outs.html is not None:
+        write_atomic(outs.html, html_report(result, outs.html, files))
+    if outs.summary is not None:
+        write_atomic(outs.summary, markdown_summary(result, outs.summary, files))
+    result.written = files
+    return result
+
+
+def _render(report, json_out: bool) -> None:
+    if json_out:
+        print_json(report.verdict.to_json())
+        return
     from rich.console import Console
 
-    from hicache_diag.cli.render.report import markdown_summary, render_report
+    from hicache_diag.cli.render.report import render_report
 
     # Piped output gets wide tables instead of rich's 80-column truncation.
     width = None if sys.stdout.isatty() else 140
     render_report(report, Console(highlight=False, width=width))
-    if summary is not None:
-        markdown_summary(report, summary)
-        typer.echo(f"summary: {summary}")
 
 
 EXAMPLES = """\b
 Examples:
   hicache-diag report runs/20261201T030000.000000-0
   hicache-diag report samples/runs/form_a --plots /tmp/plots
-  hicache-diag report samples/runs/form_c --json
+  hicache-diag report samples/runs/form_a --html /tmp/form_a.html
+
+Outputs are written only where nothing exists yet, or with --force; a run's
+evidence (manifest.json, rank*.jsonl, verdict.json and the rest) never.
 
 Exit: 0 rendered, 3 the run dir cannot decide (never finished or stepped),
-2 bad input (not a run directory, a damaged file, a bad output path),
+2 bad input (not a run directory, a damaged file, a bad or taken output path),
 1 internal error."""
 
 
@@ -41,60 +143,22 @@ def register(app: typer.Typer) -> None:
         "report", epilog=EXAMPLES, short_help="Render a run directory: verdict, divergence, plots."
     )
     def report(
-        run_dir: Annotated[
-            str,
-            typer.Argument(
-                metavar="RUN_DIR", help="A run directory (runs/<utc>-<seed>/).", show_default=False
-            ),
-        ],
-        plots: Annotated[
-            str | None,
-            typer.Option("--plots", metavar="DIR", help="Write per-rank timeline PNGs here."),
-        ] = None,
-        summary: Annotated[
-            str | None,
-            typer.Option(
-                "--summary",
-                metavar="FILE",
-                help=with_default("Markdown summary file.", "PLOTS/report.md"),
-            ),
-        ] = None,
-        json_out: Annotated[
-            bool, typer.Option("--json", help="Print the verdict as JSON.")
-        ] = False,
-        reclassify: Annotated[
-            bool, typer.Option("--reclassify", help="Ignore verdict.json; classify afresh.")
-        ] = False,
+        run_dir: RunDir,
+        plots: Plots = None,
+        summary: Summary = None,
+        html: Html = None,
+        force: Force = False,
+        json_out: JsonOut = False,
+        reclassify: Reclassify = False,
     ) -> None:
         """Render a run directory: verdict, first divergence, per-rank timelines and plots."""
-        from hicache_diag.cli.render.console import err_console
-        from hicache_diag.cli.render.status import reading_status
-        from hicache_diag.diagnosis.report import build_report  # pandas only when used
-        from hicache_diag.paths import input_dir, output_dir, output_file
+        from hicache_diag.paths import input_dir
         from hicache_diag.verdict import ExitCode
 
         input_dir("RUN_DIR", run_dir)
-        output_dir("--plots", plots)
-        output_file("--summary", summary)
-        plots_dir = None if plots is None else Path(plots)
-        summary_file = None if summary is None else Path(summary)
-        if summary_file is None and plots_dir is not None:
-            output_file("--summary", plots_dir / "report.md")
-        with reading_status(err_console, Path(run_dir).glob("rank*.*"), quiet=json_out):
-            result = build_report(Path(run_dir), plots_dir, reclassify)
-        if result.reclassified is not None:  # say so: the recorded verdict is not what is shown
-            sys.stderr.write(f"note: --reclassify: {result.reclassified}; classified afresh "
-                             "from the evidence\n")  # fmt: skip
-        if summary_file is None and plots_dir is not None:
-            summary_file = plots_dir / "report.md"
-        if json_out:
-            if summary_file is not None:
-                from hicache_diag.cli.render.report import markdown_summary
-
-                markdown_summary(result, summary_file)
-            print_json(result.verdict.to_json())
-        else:
-            _render(result, summary_file)
+        outs = claim_outputs(plots, summary, html, force)
+        result = make_report(Path(run_dir), outs, reclassify, quiet=json_out)
+        _render(result, json_out)
         # A run dir that cannot decide (never finished, never stepped) says so in the status.
         undecided = result.verdict.exit_code is ExitCode.UNDECIDED
         raise typer.Exit(int(ExitCode.UNDECIDED) if undecided else 0)

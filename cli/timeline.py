@@ -24,13 +24,20 @@ from hicache_diag.parse_options import parse_run_options
 # `host-alloc=two-phase` writes would wait for a vote and show that delay instead.
 DEVICE_TOKENS = 128
 PROTOCOL = "l2"
+# shared-prefix cycles 4 prefixes (harness/workload.py): requests 0-3 all miss, the 5th is the
+# first that can hit the host; the 6th is a second sample when a busy machine delays the
+# first's write copy past the run's end. Fewer can never measure anything: refused up front.
+MIN_REQUESTS = 6
 
 
 def build_config(pp: int, async_depth: int, requests: int, seed: int,
                  out: Path | None) -> EngineConfig:  # fmt: skip
     """The measuring run: a `run` request of the builtin engine, built (and checked) by it."""
-    if requests < 4:
-        raise UsageError(f"--requests must be >= 4 to produce host hits (got {requests})")
+    if requests < MIN_REQUESTS:
+        raise UsageError(
+            f"--requests must be >= {MIN_REQUESTS} to produce host hits (got {requests}): the "
+            "workload's first 4 requests have 4 different prefixes"
+        )
     flags = {"pp": pp, "async_depth": async_depth,
              "max_total_tokens": DEVICE_TOKENS, "protocol": PROTOCOL, "workload": "shared-prefix",
              "requests": requests, "max_new_tokens": 1, "seed": seed,

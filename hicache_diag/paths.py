@@ -1,6 +1,7 @@
 """Path arguments checked at the boundary (CLI, run dir), before anything reads or starts: input
 files must be regular files (a device or a FIFO would be read forever), folders must be folders,
-outputs must be creatable. Each refusal is one line, exit 2."""
+outputs must be creatable (and never overwrite what a user owns: output_paths.py). Each refusal
+is one line, exit 2."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from hicache_diag.errors import UsageError
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "a file"
     if stat.S_ISDIR(mode):
@@ -45,7 +46,7 @@ def input_file(flag: str, path: str | os.PathLike | None, allow_stdin: bool = Fa
     except OSError as exc:
         raise UsageError(f"{flag} {str(path)!r} cannot be read: {exc.strerror}") from None
     if not stat.S_ISREG(mode):
-        raise UsageError(f"{flag} {str(path)!r} is {_kind(mode)}; give a regular file")
+        raise UsageError(f"{flag} {str(path)!r} is {kind_of(mode)}; give a regular file")
     if not os.access(path, os.R_OK):
         raise UsageError(f"{flag} {str(path)!r} is not readable")
 
@@ -59,13 +60,13 @@ def input_dir(flag: str, path: str | os.PathLike | None) -> None:
     if not p.exists():
         raise UsageError(f"{flag} {str(path)!r} does not exist")
     if not p.is_dir():
-        kind = _kind(p.stat().st_mode)
+        kind = kind_of(p.stat().st_mode)
         raise UsageError(f"{flag} {str(path)!r} is {kind}; give a directory")
     if not os.access(p, os.R_OK | os.X_OK):
         raise UsageError(f"{flag} {str(path)!r} is not readable")
 
 
-def _parent_writable(flag: str, path: Path) -> None:
+def parent_writable(flag: str, path: Path) -> None:
     probe = path
     while not probe.exists():
         if probe == probe.parent:
@@ -81,31 +82,13 @@ def _parent_writable(flag: str, path: Path) -> None:
 
 
 def output_dir(flag: str, path: str | os.PathLike | None) -> None:
-    """A directory that exists or can be created, and can be written."""
+    """A directory that exists or can be created, and can be written (a working folder such
+    as the L3 storage dir; what a command writes for the user goes through output_paths.py)."""
     if path is None:
         return
     not_empty(flag, path)
     p = Path(path)
     if p.exists() and not p.is_dir():
-        kind = _kind(p.stat().st_mode)
+        kind = kind_of(p.stat().st_mode)
         raise UsageError(f"{flag} {str(path)!r} is {kind}; give a directory")
-    _parent_writable(flag, p)
-
-
-def output_file(flag: str, path: str | os.PathLike | None) -> None:
-    """A regular file that exists or can be created, and can be written."""
-    if path is None:
-        return
-    not_empty(flag, path)
-    p = Path(path)
-    if p.exists():
-        mode = p.stat().st_mode
-        if not stat.S_ISREG(mode):
-            raise UsageError(f"{flag} {str(path)!r} is {_kind(mode)}; give a file name")
-        try:
-            with open(p, "a"):
-                pass
-        except OSError as exc:
-            raise UsageError(f"{flag} {str(path)!r} is not writable: {exc.strerror}") from None
-        return
-    _parent_writable(flag, p)
+    parent_writable(flag, p)

@@ -33,9 +33,15 @@ def _verdict_lines(v: Verdict) -> list[str]:
     lines = [f"verdict: {_headline(v)}"]
     if v.signature:
         lines.append(f"signature: {v.signature}")
-    lines.append(f"failed rank: {v.failed_rank}    culprit rank: {v.culprit_rank}")
-    lines.append(f"seed: {v.seed}    steps: {v.steps}    duration: {v.duration_s:.2f}s")
+    lines.append(f"failed rank: {_cell(v.failed_rank)}    culprit rank: {_cell(v.culprit_rank)}")
+    duration = "-" if v.duration_s is None else f"{v.duration_s:.2f}s"
+    lines.append(f"seed: {_cell(v.seed)}    steps: {_cell(v.steps)}    duration: {duration}")
     return lines
+
+
+def divergence_values(values: dict) -> str:
+    """`rank 0: 16, rank 1: 12`: never a Python dict (or None) in the text."""
+    return ", ".join(f"rank {rank}: {_cell(value)}" for rank, value in values.items())
 
 
 def _cell(value: Any) -> str:
@@ -80,8 +86,10 @@ def render_report(report: RunReport, console: Console) -> None:
     console.print(Panel("\n".join(_verdict_lines(v)), title=f"{report.run.run_dir} ({source})"))
     fd = v.first_divergence
     if fd is not None:
-        console.print(f"first divergence: step {fd.step}, field {fd.field}, source "
-                      f"{fd.source.value}, values {fd.values}")  # fmt: skip
+        console.print(
+            f"first divergence: step {fd.step}, field {fd.field}, source {fd.source.value}, "
+            f"values {divergence_values(fd.values)}"
+        )
         if not report.window.empty:
             title = f"{fd.field} around step {fd.step}"
             console.print(_frame_table(report.window, title, "step", "rank "))
@@ -93,8 +101,8 @@ def render_report(report: RunReport, console: Console) -> None:
         console.print(f"  - {line}", markup=False)
     for note in report.notes:
         console.print(f"note: {note}", markup=False)
-    for path in report.plots:
-        console.print(f"plot: {path}")
+    for path in report.written:
+        console.print(f"wrote: {path}", markup=False)
 
 
 def _md_table(df: pd.DataFrame, index_name: str) -> list[str]:
@@ -105,8 +113,17 @@ def _md_table(df: pd.DataFrame, index_name: str) -> list[str]:
     return out
 
 
-def markdown_summary(report: RunReport, path: Path) -> str:
-    """One page: verdict, first divergence, ranks, evidence, and links to the plots."""
+def ranks_frame(v: Verdict) -> pd.DataFrame:
+    return pd.DataFrame(
+        [[r.pp, r.tp, r.pid, r.state, r.where] for r in v.ranks],
+        index=[r.rank for r in v.ranks],
+        columns=["pp", "tp", "pid", "state", "where"],
+    )
+
+
+def markdown_summary(report: RunReport, path: Path, files: list[Path]) -> str:
+    """One page: verdict, first divergence, ranks, evidence, the plots, and `files`: every
+    file this report writes (this one included), exactly."""
     v = report.verdict
     md = [f"# hicache-diag report: `{report.run.run_dir}`", ""]
     md += [f"- {line}" for line in _verdict_lines(v)] + [""]
@@ -115,20 +132,13 @@ def markdown_summary(report: RunReport, path: Path) -> str:
         md += [f"## First divergence: step {fd.step}, `{fd.field}` ({fd.source.value})", ""]
         if not report.window.empty:
             md += _md_table(report.window.rename(columns=lambda r: f"rank {r}"), "step") + [""]
-    ranks = pd.DataFrame([[r.pp, r.tp, r.pid, r.state, r.where] for r in v.ranks],
-                         index=[r.rank for r in v.ranks],
-                         columns=["pp", "tp", "pid", "state", "where"])  # fmt: skip
-    md += ["## Ranks", ""] + _md_table(ranks, "rank") + ["", "## Evidence", ""]
+    md += ["## Ranks", ""] + _md_table(ranks_frame(v), "rank") + ["", "## Evidence", ""]
     md += [f"- {line}" for line in v.evidence] + [""]
     if report.notes:
         md += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
-    if report.plots:
-        md += ["## Timelines", ""]
-        for plot in report.plots:
-            rel = os.path.relpath(plot, path.parent)
-            md.append(f"![{plot.stem}]({rel})")
-        md.append("")
-    text = "\n".join(md)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return text
+    rel = [os.path.relpath(f, path.parent) for f in files]
+    plots = [(f, r) for f, r in zip(files, rel, strict=True) if f.suffix == ".png"]
+    if plots:
+        md += ["## Timelines", ""] + [f"![{f.stem}]({r})" for f, r in plots] + [""]
+    md += ["## Files", ""] + [f"- [{r}]({r})" for r in rel] + [""]
+    return "\n".join(md)

@@ -92,7 +92,7 @@ def _load_frames(run_dir: Path) -> tuple[pd.DataFrame, int]:
     bad = 0
     for path in sorted(run_dir.glob("rank*.jsonl")):
         m = _RANK_FILE.match(path.name)
-        if m:
+        if m and _present(path):  # a folder named rank0.jsonl is damage, named in one line
             got, nbad = _read_jsonl(path, int(m.group(1)))
             rows.extend(got)
             bad += nbad
@@ -110,7 +110,7 @@ def _load_rank_files(directory: Path, pattern: re.Pattern[str]) -> dict[int, Pat
         return found
     for path in sorted(directory.iterdir()):
         m = pattern.match(path.name)
-        if not m or path.stat().st_size == 0:
+        if not m or not _present(path) or path.stat().st_size == 0:
             continue  # an empty faulthandler file: that rank was never signalled
         # py-spy JSON wins over the faulthandler text fallback when both exist
         if int(m.group(1)) not in found or path.suffix == ".json":
@@ -135,7 +135,7 @@ def _load_logs(run_dir: Path) -> dict[int, str]:
     logs = {}
     for path in sorted(run_dir.glob("rank*.log")):
         m = _RANK_FILE.match(path.name)
-        if m:
+        if m and _present(path):
             logs[int(m.group(1))] = path.read_text(errors="replace")
     return logs
 

@@ -23,7 +23,8 @@ class RunReport:
     recorded: bool  # the verdict came from verdict.json rather than a fresh classification
     window: pd.DataFrame  # the diverging field, step x rank, around the first divergence
     timelines: pd.DataFrame
-    plots: list[Path] = field(default_factory=list)
+    images: list = field(default_factory=list)  # diagnosis.plots.Plot, rendered in memory
+    written: list[Path] = field(default_factory=list)  # every file this report wrote
     notes: list[str] = field(default_factory=list)  # what an old or partial run lacks
     reclassified: str | None = None  # --reclassify: what the recorded verdict.json said
 
@@ -73,8 +74,8 @@ def _notes(run: RunData) -> list[str]:
     return notes
 
 
-def build_report(run_dir: Path, plots_dir: Path | None = None, reclassify: bool = False):
-    """Load and analyse `run_dir`; write plots into `plots_dir` when given."""
+def build_report(run_dir: Path, plots: bool = False, reclassify: bool = False) -> RunReport:
+    """Load and analyse `run_dir`; `plots`: draw the timeline plots (in memory, not written)."""
     run = load_run(run_dir)
     recorded = None if reclassify else _recorded_verdict(run)
     verdict = recorded or verdict_from(run)
@@ -90,8 +91,8 @@ def build_report(run_dir: Path, plots_dir: Path | None = None, reclassify: bool 
     report.notes = _notes(run)
     if reclassify:
         report.reclassified = _reclassified_line(run)
-    if plots_dir is not None:
-        from hicache_diag.diagnosis.plots import write_plots  # matplotlib only when asked
+    if plots:
+        from hicache_diag.diagnosis.plots import render_plots  # matplotlib only when asked
 
-        report.plots = write_plots(run.frames, plots_dir, fd.step if fd else None)
+        report.images = render_plots(run.frames, fd.step if fd else None)
     return report

@@ -53,20 +53,23 @@ def test_source(case: Case, recipe: Recipe) -> str:
     return Template((TEMPLATES / recipe.template).read_text()).substitute(values)
 
 
-def export_run(run_dir: Path, out: Path) -> Exported:
+def export_run(run_dir: Path, out: Path, force: bool = False) -> Exported:
+    """Every file is claimed (output_paths.py: nothing existing replaced without `force`, a run's
+    evidence never) before the first is written, each written atomically."""
+    from hicache_diag.output_paths import claim_dir, write_atomic
+
     case = load_case(run_dir)
+    known = ["launch.sh", "send_requests.py", "requests.json", "REPORT.md"]
+    known += ["model_config.json"] if case.model_config else []
+    claim_dir("--out", out, tuple(known), force)  # before any interpreter is probed
     package = run_release(case.version, case.python)
     recipe = _recipe(case, package)
-    out.mkdir(parents=True, exist_ok=True)
-    test = out / recipe.test_file
-    test.write_text(test_source(case, recipe))
-    written = [test, *launch.write(case, out, recipe.title)]
+    files = {recipe.test_file: test_source(case, recipe), **launch.contents(case, recipe.title)}
     if case.model_config:
-        cfg = out / "model_config.json"
-        cfg.write_text(json.dumps(case.model_config, indent=2) + "\n")
-        written.append(cfg)
-    names = {"test": test.name, "launch": "launch.sh", "requests": "requests.json"}
-    md = out / "REPORT.md"
-    md.write_text(report.render(case, recipe, package, releases(), names))
-    written.append(md)
-    return Exported(out, recipe, test, tuple(written), case.version, package)
+        files["model_config.json"] = json.dumps(case.model_config, indent=2) + "\n"
+    names = {"test": recipe.test_file, "launch": "launch.sh", "requests": "requests.json"}
+    files["REPORT.md"] = report.render(case, recipe, package, releases(), names)
+    claim_dir("--out", out, tuple(files), force)  # and the recipe's test file
+    written = [write_atomic(out / name, text) for name, text in files.items()]
+    (out / "launch.sh").chmod(0o755)
+    return Exported(out, recipe, out / recipe.test_file, tuple(written), case.version, package)

@@ -122,12 +122,11 @@ def script(case: Case, title: str) -> str:
     return "\n".join(lines)
 
 
-def write(case: Case, out: Path, title: str) -> list[Path]:
-    reqs = out / "requests.json"
-    reqs.write_text(json.dumps(requests(case), indent=None) + "\n")
-    sh = out / "launch.sh"
-    sh.write_text(script(case, title))
-    sh.chmod(0o755)
-    sender = out / "send_requests.py"
-    sender.write_text((Path(__file__).parent / "templates" / "send_requests.py.tmpl").read_text())
-    return [sh, sender, reqs]
+def contents(case: Case, title: str) -> dict[str, str]:
+    """File name -> text of the launch script, its request sender and the requests."""
+    sender = (Path(__file__).parent / "templates" / "send_requests.py.tmpl").read_text()
+    return {
+        "launch.sh": script(case, title),
+        "send_requests.py": sender,
+        "requests.json": json.dumps(requests(case), indent=None) + "\n",
+    }

@@ -46,11 +46,9 @@ def _refuse_non_empty(path: Path) -> None:
 
 def check_writable(out: str | None, flag: str = "--out") -> None:
     """Validate --out without leaving anything behind (bad input must not start anything)."""
-    from hicache_diag.paths import output_dir
+    from hicache_diag.output_paths import claim_dir
 
-    if out is not None and str(out).strip():
-        _refuse_non_empty(Path(out))
-    output_dir(flag, out)
+    claim_dir(flag, out, fresh=True)  # the one rule of every output path (output_paths.py)
 
 
 def config_to_dict(cfg: RunConfig) -> dict[str, Any]:

@@ -100,3 +100,46 @@ def test_report_renders_every_committed_sample_run(run_dir, tmp_path):
     assert result.exit_code == 0, result.output
     assert "verdict:" in result.output
     assert list(plots.glob("*.png")) and (plots / "report.md").is_file()
+
+
+def test_the_file_list_in_report_md_is_what_was_written(form_a_run, tmp_path):
+    plots = tmp_path / "plots"
+    assert run_cli(["report", str(form_a_run), "--plots", str(plots)]) == 0
+    md = (plots / "report.md").read_text()
+    listed = md.split("## Files\n", 1)[1].split()
+    listed = sorted(item.split("](")[1].rstrip(")") for item in listed if item.startswith("["))
+    assert listed == sorted(p.name for p in plots.iterdir())
+    assert "report.html" in listed and "report.md" in listed
+
+
+def test_a_second_report_into_the_same_folder_needs_force(form_a_run, tmp_path, capsys):
+    plots = tmp_path / "plots"
+    assert run_cli(["report", str(form_a_run), "--plots", str(plots)]) == 0
+    before = {p.name: p.read_bytes() for p in plots.iterdir()}
+    capsys.readouterr()
+    assert run_cli(["report", str(form_a_run), "--plots", str(plots)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "already holds" in err[0] and "--force" in err[0]
+    assert {p.name: p.read_bytes() for p in plots.iterdir()} == before
+    assert run_cli(["report", str(form_a_run), "--plots", str(plots), "--force"]) == 0
+    assert not list(plots.glob(".*")), "no temporary file left behind"
+
+
+@pytest.mark.parametrize("name", ["rank0.jsonl", "rank1.log", "stacks/rank0.json"])
+def test_a_rank_file_that_is_a_directory_is_one_line_exit_2(form_a_run, capsys, name):
+    target = form_a_run / name
+    if target.exists():
+        target.unlink()
+    target.mkdir(parents=True)
+    (target / "x").write_text("a directory where a file belongs\n")
+    assert run_cli(["report", str(form_a_run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{name} is damaged: it is not a regular file" in err[0], err
+
+
+@pytest.mark.parametrize("run_dir", SAMPLE_RUNS, ids=lambda p: p.name)
+def test_no_none_in_any_report_text(run_dir, tmp_path, capsys):
+    summary = tmp_path / "report.md"
+    assert run_cli(["report", str(run_dir), "--summary", str(summary)]) in (0, 3)
+    assert "None" not in capsys.readouterr().out
+    assert "None" not in summary.read_text()

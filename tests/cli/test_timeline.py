@@ -51,7 +51,10 @@ def test_table_output_and_kept_run_dir(tmp_path, no_leftover_processes):
     [
         (["--pp", "0"], "--pp must be >= 1"),
         (["--async-depth", "-1"], "--async-depth must be between 0 and 8"),
-        (["--requests", "2"], "--requests must be >= 4"),
+        (["--requests", "2"], "--requests must be >= 6"),
+        # 4 and 5 passed this check, then found no host hit and exited 1 (issue 29)
+        (["--requests", "4"], "the workload's first 4 requests have 4 different prefixes"),
+        (["--requests", "5"], "--requests must be >= 6"),
         (["--pp", "9"], "exceeds the model's"),
     ],
 )
@@ -59,3 +62,14 @@ def test_bad_input_is_one_line_exit_2(capsys, args, needle, no_leftover_processe
     assert run_cli(["timeline", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_smallest_accepted_request_count_measures(seed, capsys, no_leftover_processes):
+    from hicache_diag.cli.timeline import MIN_REQUESTS
+
+    args = ["timeline", "--requests", str(MIN_REQUESTS), "--seed", str(seed), "--json"]
+    assert run_cli(args) == 0, capsys.readouterr().err
+    table = json.loads(capsys.readouterr().out)
+    assert table["samples"] >= 1 and table["formula"] == {"load": 1, "write": 3}
