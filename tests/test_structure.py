@@ -45,7 +45,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("probes", "workloads", "storage_dir"),
     ("run_options",),  # the run vocabulary both engines speak
     ("no_effect", "env_vars"),  # the tables of inputs refused before anything starts
-    ("faults", "side_pool", "link_delay", "paths"),
+    ("faults", "side_pool", "link_delay", "output_paths"),
+    ("paths",),
     ("limits", "sizes", "hooks"),  # hooks: the fault points both engines call (§16)
     ("evidence", "ranks", "verdict", "registry"),
     ("errors", "__init__"),
@@ -92,14 +93,8 @@ FILE_ALLOW: dict[str, str] = {
     "hicache_diag/triage/logs.py": _OTHER,
 }
 FUNCTION_ALLOW: dict[str, str] = {
-    "hicache_diag/sources/dynamic.py::_source": _OTHER,
     "hicache_diag/triage/classify.py::classify": _OTHER,
     "hicache_diag/triage/log_blocks.py::read_block": _OTHER,
-    "cli/render/sources.py::render_run_sources": _LEAD,
-    "cli/report.py::register": _LEAD,
-    "cli/report.py::register.report": _LEAD,
-    "cli/sources.py::register": _LEAD,
-    "cli/sources.py::register.sources": _LEAD,
     "cli/triage.py::register": _LEAD,
     "cli/triage.py::register._triage": _LEAD,
 }
