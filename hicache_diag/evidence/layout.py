@@ -25,21 +25,21 @@ RANK_LOG_GLOB = "rank*.log"
 RANK_FILE_RE = re.compile(r"^rank(\d+)\.(jsonl|log|json|txt)$")
 
 
-def rank_jsonl(run_dir: Path, rank: int) -> Path:
+def rank_jsonl(run_dir: Path | str, rank: int) -> Path:
     """One line per scheduler step, flushed per line."""
     return Path(run_dir) / f"rank{rank}.jsonl"
 
 
-def rank_log(run_dir: Path, rank: int) -> Path:
+def rank_log(run_dir: Path | str, rank: int) -> Path:
     return Path(run_dir) / f"rank{rank}.log"
 
 
-def stack_json(run_dir: Path, rank: int) -> Path:
+def stack_json(run_dir: Path | str, rank: int) -> Path:
     """py-spy dump --json of a rank, taken on a hang."""
     return Path(run_dir) / STACKS / f"rank{rank}.json"
 
 
-def stack_txt(run_dir: Path, rank: int) -> Path:
+def stack_txt(run_dir: Path | str, rank: int) -> Path:
     """The rank's own faulthandler dump (SIGUSR1), when py-spy could not dump it."""
     return Path(run_dir) / STACKS / f"rank{rank}.txt"
 
@@ -50,7 +50,7 @@ def rank_of(path: Path | str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def rank_files(run_dir: Path, pattern: str) -> dict[int, Path]:
+def rank_files(run_dir: Path | str, pattern: str) -> dict[int, Path]:
     """rank -> path of every `rank{r}.<ext>` in `run_dir` matching `pattern`, by rank."""
     found = {}
     for path in sorted(Path(run_dir).glob(pattern)):
