@@ -72,6 +72,9 @@ class StepRecord(Record):
     write_backs: int | None = None
     write_acked_nodes: list[Any] | None = None
     inflight_sends: int | None = None
+    tp_allreduce_skipped: int | None = None
+    num_waiting: int | None = None
+    num_running: int | None = None
     clock: float | None = None
     clock_regressions: int | None = None
     tree_digest: str | None = None

@@ -29,7 +29,7 @@ from hicache_diag.harness.reference import compare_outputs
 from hicache_diag.harness.rundir import prepare_run_dir, utc_now, write_json, write_manifest
 from hicache_diag.harness.signals import restore_sigterm, trap_sigterm
 from hicache_diag.rules.signatures import Context, crash_form
-from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict, write_json_atomic
+from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict
 
 STACK_DEADLINE_S = 4.0  # py-spy attaches in well under a second; a stuck one is killed
 FAULTHANDLER_WAIT_S = 1.0
@@ -81,7 +81,7 @@ def run_engine_trial(engine: Engine, cfg: EngineConfig, argv: list[str] | None =
     verdict = engine.amend(_classify(run_dir), watch)
     verdict.duration_s = round(time.time() - t0, 3)
     verdict.run_dir = str(run_dir)
-    write_json_atomic(run_dir / ev.VERDICT, verdict.to_json())
+    verdict.write(run_dir / ev.VERDICT)
     return TrialResult(verdict, run_dir)
 
 
