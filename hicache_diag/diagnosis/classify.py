@@ -119,10 +119,15 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
     if run.budget is not None:
         # Whatever followed (requests without output, a stage left waiting) is our limit's doing.
         b = run.budget
-        line = (f"step budget exhausted after {b.steps} steps (--max-steps "
-                f"{b.max_steps}; {b.unfinished_requests} request(s) unfinished)")
-        return checks.Finding(Outcome.UNDECIDED, signature=line, evidence=[
-            line, "raise --max-steps to let the run finish; nothing here is a verdict"])
+        line = (
+            f"step budget exhausted after {b.steps} steps (--max-steps "
+            f"{b.max_steps}; {b.unfinished_requests} request(s) unfinished)"
+        )
+        return checks.Finding(
+            Outcome.UNDECIDED,
+            signature=line,
+            evidence=[line, "raise --max-steps to let the run finish; nothing here is a verdict"],
+        )
     if found.outcome is not Outcome.OK:
         return found
     reasons = []

@@ -29,9 +29,7 @@ def stopped_ranks(hang: ev.HangRecord | None) -> list[int]:
     return sorted(found)
 
 
-def launcher_fates(
-    launcher: ev.LauncherRecord | None, hang: ev.HangRecord
-) -> dict[int, RankFate]:
+def launcher_fates(launcher: ev.LauncherRecord | None, hang: ev.HangRecord) -> dict[int, RankFate]:
     """launcher.json and its hang record -> each launched rank's fate when the hang was
     declared: stopped, gone before it (ended on its own and not among the stalled ranks), else
     alive."""

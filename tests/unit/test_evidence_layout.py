@@ -62,8 +62,8 @@ def _section(title: str) -> str:
 def _step_sections() -> str:
     """What the doc says of a step line: its own section and the sglang engine's bullet."""
     sglang = DOC.split("## `--engine sglang` run directories", 1)[1]
-    return _section("rank{r}.jsonl (one line per step; a step is one micro-batch slot of "
-                    "`event_loop_pp`)") + sglang.split("- `manifest.json`", 1)[0]
+    title = "rank{r}.jsonl (one line per step; a step is one micro-batch slot of `event_loop_pp`)"
+    return _section(title) + sglang.split("- `manifest.json`", 1)[0]
 
 
 @pytest.mark.parametrize(
