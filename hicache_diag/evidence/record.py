@@ -47,10 +47,6 @@ class Record:
         out.update(self.extra)
         return out
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """A key this record does not type (an engine's own, a newer writer's), as written."""
-        return self.extra.get(key, default)
-
 
 def _read(kind: type[Record] | None, value: Any) -> Any:
     if kind is None or value is None:
