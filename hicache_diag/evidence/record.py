@@ -10,6 +10,7 @@ a writer has nothing absent: every key is written (a key is never dropped).
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -31,21 +32,39 @@ class Record:
     @classmethod
     def keys(cls) -> tuple[str, ...]:
         """The JSON keys this record knows, in field order."""
-        return tuple(f.name for f in fields(cls) if f.name not in _BOOKKEEPING)
+        return _keys(cls)
 
     @classmethod
     def from_json(cls: type[R], data: dict[str, Any] | None) -> R:
         """Every key of `data` kept: known ones typed, the rest in `extra`."""
-        data = dict(data or {})
-        known = cls.keys()
-        kwargs = {k: _read(cls.nested.get(k), data.pop(k)) for k in known if k in data}
-        absent = frozenset(k for k in known if k not in kwargs)
-        return cls(**kwargs, extra=data, absent=absent)
+        known, nested = _key_set(cls), cls.nested
+        kwargs, extra = {}, {}
+        for k, v in (data or {}).items():
+            if k not in known:
+                extra[k] = v
+            else:
+                kwargs[k] = _read(nested[k], v) if k in nested else v
+        return cls(**kwargs, extra=extra, absent=known.difference(kwargs))
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: _write(getattr(self, k)) for k in self.keys() if k not in self.absent}
+        nested, absent = self.nested, self.absent
+        out = {
+            k: _write(getattr(self, k)) if k in nested else getattr(self, k)
+            for k in _keys(type(self))
+            if k not in absent
+        }
         out.update(self.extra)
         return out
+
+
+@functools.cache
+def _keys(cls: type[Record]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.name not in _BOOKKEEPING)
+
+
+@functools.cache
+def _key_set(cls: type[Record]) -> frozenset[str]:
+    return frozenset(_keys(cls))
 
 
 def _read(kind: type[Record] | None, value: Any) -> Any:
