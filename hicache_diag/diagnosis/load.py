@@ -74,13 +74,18 @@ def read_step_records(path: Path, rank: int) -> tuple[list[ev.StepRecord], int]:
         if rec is None:
             bad.append(i)
         else:
-            records.append(rec if rec.rank is not None else replace(rec, rank=rank))
+            records.append(rec if rec.rank is not None else _with_rank(rec, rank))
     if bad and bad != [total - 1]:
         raise RunDirError(
             f"{path} is damaged: {len(bad)} of {total} line(s) are not JSON objects "
             f"(first at line {bad[0] + 1}); only a rank's last line may be torn"
         )
     return records, len(bad)
+
+
+def _with_rank(rec: ev.StepRecord, rank: int) -> ev.StepRecord:
+    """A line that does not say who wrote it (an old run's) gets its file's rank."""
+    return replace(rec, rank=rank, absent=rec.absent - {"rank"})
 
 
 def _load_frames(run_dir: Path) -> tuple[pd.DataFrame, int]:

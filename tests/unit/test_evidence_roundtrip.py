@@ -116,3 +116,11 @@ def test_every_sample_run_reclassifies_to_its_committed_verdict(run):
     assert differ == list(drift), {k: (getattr(fresh, k), getattr(committed, k)) for k in differ}
     assert fresh.exit_code == committed.exit_code
     assert [(r.rank, r.state) for r in fresh.ranks] == [(r.rank, r.state) for r in committed.ranks]
+
+
+def test_a_line_without_its_rank_is_read_as_its_files(tmp_path):
+    """An old run's line that does not say who wrote it: its rank is the file's, in the frame."""
+    (tmp_path / ev.MANIFEST).write_text("{}")
+    ev.rank_jsonl(tmp_path, 3).write_text('{"step": 0, "t": 1.0}\n{"step": 1, "t": 2.0}\n')
+    frames = load_run(tmp_path).frames
+    assert frames["rank"].tolist() == [3, 3] and frames["step"].tolist() == [0, 1]
