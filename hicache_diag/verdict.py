@@ -6,7 +6,7 @@ import enum
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +118,11 @@ class Verdict:
     cache: dict[str, dict[str, int]] = field(default_factory=dict)
     # Per rank (str key): steps whose evidence line the recorder could not build.
     recorder_errors: dict[str, int] = field(default_factory=dict)
+    # Read from a file (`from_json`): its keys this record does not type (a newer writer's),
+    # and the record's own keys that file lacked (an older writer's), so that writing it back
+    # gives the file as it was (evidence/record.py does the same for every run-dir record).
+    extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    absent: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -125,17 +130,23 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        for key in ("extra", "absent", *self.absent):
+            data.pop(key, None)
         data["schema"] = VERDICT_SCHEMA
         data["outcome"] = self.outcome.value
         data["form"] = self.form.value if self.form else None
         if self.first_divergence is not None:
             data["first_divergence"]["source"] = self.first_divergence.source.value
         data["exit_code"] = int(self.exit_code)
+        data.update(self.extra)
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Verdict:
+        """The one reader of verdict.json; KeyError / ValueError / TypeError: not a verdict."""
         fd = data.get("first_divergence")
+        own = [f.name for f in fields(cls) if f.name not in ("extra", "absent")]
+        derived = ("schema", "exit_code")  # written from the record, never read into it
         return cls(
             outcome=Outcome(data["outcome"]),
             form=CrashForm(data["form"]) if data.get("form") else None,
@@ -160,7 +171,22 @@ class Verdict:
             run_dir=data.get("run_dir"),
             cache=dict(data.get("cache") or {}),
             recorder_errors=dict(data.get("recorder_errors") or {}),
+            extra={k: v for k, v in data.items() if k not in own and k not in derived},
+            absent=frozenset(k for k in own if k not in data),
         )
+
+    @classmethod
+    def read(cls, path: Path) -> Verdict:
+        """verdict.json read back; OSError, ValueError (not JSON) or KeyError / TypeError (not a
+        verdict) are the caller's to word."""
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, dict):
+            raise TypeError(f"it holds a JSON {type(data).__name__}, not an object")
+        return cls.from_json(data)
+
+    def write(self, path: Path) -> None:
+        """verdict.json, the one writer: last, atomically (docs/evidence.md)."""
+        write_json_atomic(path, self.to_json())
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

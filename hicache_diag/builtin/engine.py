@@ -61,7 +61,7 @@ class BuiltinEngine(Engine):
 
         workload = Workload(self.cfg.workload, self.cfg.server_args)
         reference = compute_reference(self.cfg.server_args.model, workload.requests)
-        write_json(self.run_dir / "reference.json", reference)
+        write_json(self.run_dir / ev.REFERENCE, reference)
 
     def running(self) -> bool:
         return bool(self.launcher.alive())
@@ -71,7 +71,7 @@ class BuiltinEngine(Engine):
 
         return [
             Failure(
-                ev.FirstFailure(p.rank, p.ended_at, p.pid, p.exitcode, p.signal).to_json(),
+                ev.FirstFailure(p.rank, p.ended_at, p.pid, p.exitcode, p.signal),
                 CASCADE_GRACE_S,
             )
             for p in self.launcher.poll()

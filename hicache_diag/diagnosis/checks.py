@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from hicache_diag import evidence as ev
 from hicache_diag.diagnosis import rank_facts as facts
 from hicache_diag.diagnosis import stacks as stk
 from hicache_diag.diagnosis.divergence import Divergence, first_divergence
@@ -33,13 +34,13 @@ class Finding:
 
 
 def _exited_cleanly(run: RunData) -> set[int]:
-    ranks = (run.launcher or {}).get("ranks") or []
+    ranks = run.launcher.ranks if run.launcher is not None else []
     # "finished": a real SGLang scheduler still serving when the workload completed (the
     # harness stops it then; it never exits by itself).
     return {
-        int(r["rank"])
+        int(r.rank)
         for r in ranks
-        if (r.get("state") == "exited" and r.get("exitcode") == 0) or r.get("state") == "finished"
+        if (r.state == "exited" and r.exitcode == 0) or r.state == "finished"
     }
 
 
@@ -62,27 +63,34 @@ def _stage(run: RunData, rank: int) -> int | None:
     rows = run.rank_frames(rank)
     if not rows.empty and "pp" in rows.columns:
         return int(rows["pp"].iloc[0])
-    for entry in run.manifest.get("topology", {}).get("ranks", []) or []:
-        if int(entry.get("rank", -1)) == rank:
-            return int(entry.get("pp", 0))
+    for entry in run.manifest.topology_ranks:
+        if int(entry.rank) == rank:
+            return int(entry.pp)
     return None
 
 
-def crash_record(run: RunData, rank: int) -> dict | None:
+def crash_record(run: RunData, rank: int) -> ev.StepRecord | None:
     """The partial line a rank wrote for the step that raised (`crashed: true`), if any."""
     rows = run.rank_frames(rank)
     if rows.empty or "crashed" not in rows.columns:
         return None
     hit = rows[rows["crashed"].map(lambda v: v is True)]
-    return None if hit.empty else hit.iloc[-1].to_dict()
+    if hit.empty:
+        return None
+    row = hit.iloc[-1].to_dict()  # the frame's NaN: a key this line did not have
+    return ev.StepRecord.from_json({k: v for k, v in row.items() if not _nan(v)})
+
+
+def _nan(value: object) -> bool:
+    return isinstance(value, float) and value != value
 
 
 def received_other_count(run: RunData, rank: int) -> tuple[int, int] | None:
     """(own extend tokens, tokens received from upstream) when they differ at the crash step."""
     rec = crash_record(run, rank)
-    if not rec or not _present_int(rec.get("proxy_tokens")):
+    if rec is None or not _present_int(rec.proxy_tokens):
         return None
-    mine, got = int(rec.get("extend_num_tokens") or 0), int(rec["proxy_tokens"])
+    mine, got = int(rec.extend_num_tokens or 0), int(rec.proxy_tokens)
     return (mine, got) if mine != got else None
 
 
@@ -107,9 +115,9 @@ def _tokens_disagree_with_upstream(run: RunData, rank: int) -> bool:
 
 
 def _crash_time(run: RunData, crash: RankCrash, order: int) -> tuple[float, int]:
-    first = (run.launcher or {}).get("first_failure") or {}
-    if first.get("rank") == crash.rank and first.get("t") is not None:
-        return float(first["t"]), order
+    first = run.launcher.first_failure if run.launcher is not None else None
+    if first is not None and first.rank == crash.rank and first.t is not None:
+        return float(first.t), order
     if crash.t is not None:
         return crash.t, order
     rows = run.rank_frames(crash.rank)
@@ -214,10 +222,10 @@ class HangCulprit(NamedTuple):
 
 
 def _tp_size(run: RunData) -> int:
-    return int((run.manifest.get("topology") or {}).get("tp") or 1)
+    return run.manifest.tp_size
 
 
-def hang_rank(run: RunData, hang: dict) -> HangCulprit:
+def hang_rank(run: RunData, hang: ev.HangRecord) -> HangCulprit:
     """The rank the others wait for, from evidence only: the rule book's culprit
     (rules/culprit.py, the rule triage applies to the same stacks and process facts); when it
     names none, the rank that stopped progressing first; on a tie the one blocked receiving
@@ -229,7 +237,7 @@ def hang_rank(run: RunData, hang: dict) -> HangCulprit:
         rank = found.culprit.flat(tp_size)
         return HangCulprit(rank, _held_at(run, rank, found.reason), found.by_process_fact,
                            found.reason)  # fmt: skip
-    progress = {int(r): float(t) for r, t in (hang.get("last_progress") or {}).items()}
+    progress = {int(r): float(t) for r, t in (hang.last_progress or {}).items()}
     if progress:
         first = min(progress.values())
         earliest = sorted(r for r, t in progress.items() if t == first)
@@ -237,7 +245,7 @@ def hang_rank(run: RunData, hang: dict) -> HangCulprit:
             return HangCulprit(earliest[0], None, False)
         receiving = [r for r in earliest if r in run.stacks and stk.is_receiving(run.stacks[r])]
         return HangCulprit((receiving or earliest)[0], None, False)
-    stalled = hang.get("stalled_ranks") or []
+    stalled = hang.stalled_ranks or []
     return HangCulprit(int(stalled[0]) if stalled else None, None, False)
 
 
@@ -256,23 +264,23 @@ def _held_at(run: RunData, rank: int, reason: Reason) -> str | None:
 
 def _stack_tool_lines(run: RunData) -> list[str]:
     """Say how the stacks were taken, and why py-spy was not enough when it was not."""
-    tool = (run.launcher or {}).get("stacks") or {}
-    error = tool.get("error") or "reason not recorded"
+    tool = run.launcher.stacks if run.launcher is not None else ev.StacksRecord()
+    error = tool.error or "reason not recorded"
     if not run.stacks:
         return [f"no stacks were saved ({error})"]
-    if tool.get("tool") == "faulthandler":
+    if tool.tool == "faulthandler":
         return [f"py-spy could not dump every rank ({error}); stacks/rank*.txt are the ranks' "
                 "own faulthandler dumps (SIGUSR1), main thread first"]  # fmt: skip
     return []
 
 
 def check_hang(run: RunData) -> Finding | None:
-    hang = (run.launcher or {}).get("hang")
-    if not hang:
+    hang = run.launcher.hang if run.launcher is not None else None
+    if hang is None:
         return None
     rank, site, by_fact, reason = hang_rank(run, hang)
     stopped = facts.stopped_ranks(hang)
-    lines = [f"no progress from ranks {hang.get('stalled_ranks')} (hang detected)"]
+    lines = [f"no progress from ranks {hang.stalled_ranks} (hang detected)"]
     lines += facts.stop_lines(hang, stopped)
     gone = reason is Reason.EXITED
     if gone:
@@ -297,7 +305,7 @@ def check_divergence(run: RunData) -> Divergence | None:
 
 
 def check_wrong_output(run: RunData) -> Finding | None:
-    mismatches = compare_outputs(run.outputs, run.reference, run.manifest.get("engine"))
+    mismatches = compare_outputs(run.outputs, run.reference, run.engine)
     if not mismatches:
         return None
     lines = [f"{len(mismatches)} request(s) differ from the no-cache reference"]

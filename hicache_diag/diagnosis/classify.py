@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hicache_diag import evidence as ev
 from hicache_diag.diagnosis import checks, rank_facts
 from hicache_diag.diagnosis import stacks as stk
 from hicache_diag.diagnosis.consensus import consensus_lines
@@ -31,20 +32,22 @@ def _safe(name: str, check: Callable[[RunData], Any], run: RunData, notes: list[
         return None
 
 
-def _rank_entries(run: RunData) -> list[dict[str, Any]]:
-    launched = (run.launcher or {}).get("ranks") or []
-    if launched:
-        return launched
-    topo = run.manifest.get("topology", {}).get("ranks") or []
-    return topo or [{"rank": r, "pp": r, "tp": 0} for r in run.ranks]
+def _rank_entries(run: RunData) -> list[ev.RankProcess]:
+    """The launched processes; without launcher.json, the manifest's topology (or one stage a
+    rank), each as a process that exited."""
+    if run.launcher is not None and run.launcher.ranks:
+        return run.launcher.ranks
+    topo = [ev.RankProcess(t.rank, t.pp, t.tp) for t in run.manifest.topology_ranks]
+    return topo or [ev.RankProcess(r, r, 0) for r in run.ranks]
 
 
 def _rank_states(run: RunData, crashes: dict) -> list[RankState]:
     states = []
-    stopped = set(rank_facts.stopped_ranks((run.launcher or {}).get("hang") or {}))
+    hang = run.launcher.hang if run.launcher is not None else None
+    stopped = set(rank_facts.stopped_ranks(hang))
     for entry in _rank_entries(run):
-        rank = int(entry["rank"])
-        state = _LAUNCH_STATE.get(entry.get("state", ""), entry.get("state") or "exited")
+        rank = int(entry.rank)
+        state = _LAUNCH_STATE.get(entry.state or "", entry.state or "exited")
         crash = crashes.get(rank)
         where = crash.where if crash else None
         if rank in run.stacks:
@@ -53,18 +56,9 @@ def _rank_states(run: RunData, crashes: dict) -> list[RankState]:
             state = "crashed"
         if rank in stopped:
             state, where = "stopped", "kernel state T (SIGSTOP or a debugger)"
-        elif entry.get("state") == "crashed" and entry.get("signal") and not crash:
-            state, where = "killed", f"by {rank_facts.signal_label(entry['signal'])}"
-        states.append(
-            RankState(
-                rank,
-                int(entry.get("pp", 0)),
-                int(entry.get("tp", 0)),
-                entry.get("pid"),
-                state,
-                where,
-            )
-        )
+        elif entry.state == "crashed" and entry.signal and not crash:
+            state, where = "killed", f"by {rank_facts.signal_label(entry.signal)}"
+        states.append(RankState(rank, int(entry.pp), int(entry.tp), entry.pid, state, where))
     return states
 
 
@@ -81,8 +75,8 @@ def _epoch(value: Any) -> float | None:
 
 
 def _duration(run: RunData) -> float:
-    launcher = run.launcher or {}
-    start, end = _epoch(launcher.get("started_at")), _epoch(launcher.get("ended_at"))
+    launcher = run.launcher or ev.LauncherRecord()
+    start, end = _epoch(launcher.started_at), _epoch(launcher.ended_at)
     if start is not None and end is not None:
         return max(0.0, end - start)
     frames = run.frames
@@ -115,8 +109,7 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
     """An interrupted run is `interrupted` whatever it had shown so far; `ok` needs a run that
     finished: launcher.json written, steps recorded, outputs saved. Anything less cannot
     decide (a CLI killed mid-run, a run that never stepped, a torn copy of a run dir)."""
-    launcher = run.launcher or {}
-    if launcher.get("interrupted"):
+    if run.launcher is not None and run.launcher.interrupted:
         seen = "no failure" if found.outcome is Outcome.OK else found.outcome.value
         lines = [f"interrupted by the user (SIGINT/SIGTERM); every rank reaped; so far: {seen}"]
         stalled = _stalled_at_interrupt(run)
@@ -126,10 +119,15 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
     if run.budget is not None:
         # Whatever followed (requests without output, a stage left waiting) is our limit's doing.
         b = run.budget
-        line = (f"step budget exhausted after {b.get('steps')} steps (--max-steps "
-                f"{b.get('max_steps')}; {b.get('unfinished_requests')} request(s) unfinished)")
-        return checks.Finding(Outcome.UNDECIDED, signature=line, evidence=[
-            line, "raise --max-steps to let the run finish; nothing here is a verdict"])
+        line = (
+            f"step budget exhausted after {b.steps} steps (--max-steps "
+            f"{b.max_steps}; {b.unfinished_requests} request(s) unfinished)"
+        )
+        return checks.Finding(
+            Outcome.UNDECIDED,
+            signature=line,
+            evidence=[line, "raise --max-steps to let the run finish; nothing here is a verdict"],
+        )
     if found.outcome is not Outcome.OK:
         return found
     reasons = []
@@ -143,7 +141,7 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
     if isinstance(errors, dict) and errors:
         rid, why = next(iter(sorted(errors.items())))
         reasons.append(f"{len(errors)} request(s) got no answer from the server ({rid}: {why})")
-    if run.manifest.get("engine") == "sglang":  # our own runtime records its own steps
+    if run.engine == "sglang":  # our own runtime records its own steps
         blind = blind_recorder_reason(run.frames, run.ranks, run.outputs)
         if blind:
             reasons.append(blind)
@@ -166,13 +164,13 @@ def _with_aborts(run: RunData, found: checks.Finding) -> checks.Finding:
 def _stalled_at_interrupt(run: RunData) -> str | None:
     """The rank the others were waiting for when the user pressed Ctrl-C on a run that had
     stopped stepping (harness/trial.py takes the stacks then, as for a hang)."""
-    stall = (run.launcher or {}).get("interrupt_stall")
-    if not isinstance(stall, dict):
+    stall = run.launcher.interrupt_stall if run.launcher is not None else None
+    if stall is None:
         return None
     rank, site, _, _ = checks.hang_rank(run, stall)
     if rank is None:
         return None
-    idle = (stall.get("idle_s") or {}).get(str(rank))
+    idle = (stall.idle_s or {}).get(str(rank))
     since = f"no step for {idle:.1f} s" if isinstance(idle, (int, float)) else "no new step"
     at = f"; it was in {site}" if site else ""
     return f"rank {rank} had stopped stepping ({since} when interrupted){at}"
@@ -180,7 +178,7 @@ def _stalled_at_interrupt(run: RunData) -> str | None:
 
 def _faults_line(run: RunData) -> list[str]:
     """The injected faults, beside the verdict for context; never used to pick a rank."""
-    faults = run.manifest.get("faults") or []
+    faults = run.manifest.faults or []
     return [f"faults injected: {', '.join(map(str, faults))}"] if faults else []
 
 
@@ -250,7 +248,7 @@ def verdict_from(run: RunData) -> Verdict:
         first_divergence=div.first if div else None,
         ranks=_safe("ranks", lambda r: _rank_states(r, crashes), run, notes) or [],
         evidence=evidence + notes + [f"missing: {m}" for m in run.missing],
-        seed=run.manifest.get("seed"),
+        seed=run.manifest.seed,
         steps=int(run.frames["step"].max()) + 1 if not run.frames.empty else 0,
         duration_s=round(_duration(run), 3),
         run_dir=str(run.run_dir),

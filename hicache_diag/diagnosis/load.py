@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +12,7 @@ from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.logged_facts import with_logged_crashes
 from hicache_diag.errors import RunDirError
 from hicache_diag.triage.dumps import RankDump, parse_dump_text
-
-_RANK_FILE = re.compile(r"^rank(\d+)\.(jsonl|log)$")
-_STACK_FILE = re.compile(r"^rank(\d+)\.(json|txt)$")
+from hicache_diag.verdict import Verdict
 
 
 @dataclass(slots=True)
@@ -24,17 +20,17 @@ class RunData:
     """Everything a run directory holds; absent optional files are listed in `missing`."""
 
     run_dir: Path
-    manifest: dict[str, Any]
+    manifest: ev.Manifest  # an empty one when manifest.json is missing (listed in `missing`)
     frames: pd.DataFrame  # one row per (rank, step), sorted by step then rank
-    launcher: dict[str, Any] | None = None  # sglang: with the facts its log adds (logged_facts)
+    launcher: ev.LauncherRecord | None = None  # sglang: with the facts its log adds
     logs: dict[int, str] = field(default_factory=dict)
     stacks: dict[int, RankDump] = field(default_factory=dict)  # rank -> its saved stack dump
     outputs: Any = None
     reference: Any = None
-    verdict: dict[str, Any] | None = None
+    verdict: Verdict | None = None
     requests: dict[str, Any] | None = None  # requests.json (real SGLang): per-request errors
-    verdict_error: str | None = None  # verdict.json is there but unreadable or not an object
-    budget: dict[str, Any] | None = None  # budget.json: PP0 stopped on --max-steps, work left
+    verdict_error: str | None = None  # verdict.json is there but is not a verdict: why
+    budget: ev.Budget | None = None  # budget.json: PP0 stopped on --max-steps, work left
     missing: list[str] = field(default_factory=list)
     bad_lines: int = 0  # jsonl lines that did not parse (a torn last line of a killed rank)
 
@@ -43,13 +39,17 @@ class RunData:
         found = set(self.logs) | set(self.stacks)
         if not self.frames.empty:
             found |= {int(r) for r in self.frames["rank"].unique()}
-        for entry in self.manifest.get("topology", {}).get("ranks", []) or []:
-            found.add(int(entry["rank"]))
+        found |= {int(entry.rank) for entry in self.manifest.topology_ranks}
         return sorted(found)
 
     @property
     def evidence_version(self) -> int:
-        return int(self.manifest.get("evidence_version", 0) or 0)
+        return int(self.manifest.evidence_version or 0)
+
+    @property
+    def engine(self) -> str | None:
+        """`sglang`, or None for the builtin runtime (its manifest names no engine)."""
+        return self.manifest.engine
 
     def rank_frames(self, rank: int) -> pd.DataFrame:
         if self.frames.empty:
@@ -59,43 +59,44 @@ class RunData:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return ev.read_json(path)
     except (OSError, ValueError) as exc:
         raise RunDirError(f"{path} is unreadable: {exc}") from None
 
 
-def _read_jsonl(path: Path, rank: int) -> tuple[list[dict[str, Any]], int]:
-    """The rows; a torn last line (a rank killed mid-write) is skipped and counted. Any other
-    line that is not a JSON object means the file is damaged, not torn: say so."""
-    rows, bad, lines = [], [], [ln for ln in path.read_text(errors="replace").splitlines()
-                                if ln.strip()]  # fmt: skip
-    for i, line in enumerate(lines):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            row = None
-        if not isinstance(row, dict):
+def read_step_records(path: Path, rank: int) -> tuple[list[ev.StepRecord], int]:
+    """The lines as records (a line without `rank` gets its file's); a torn last line (a rank
+    killed mid-write) is skipped and counted. Any other line that is not a JSON object means
+    the file is damaged, not torn: say so."""
+    records, bad, total = [], [], 0
+    for i, rec in ev.read_steps(path):
+        total = i + 1
+        if rec is None:
             bad.append(i)
-            continue
-        row.setdefault("rank", rank)
-        rows.append(row)
-    if bad and bad != [len(lines) - 1]:
+        else:
+            records.append(rec if rec.rank is not None else _with_rank(rec, rank))
+    if bad and bad != [total - 1]:
         raise RunDirError(
-            f"{path} is damaged: {len(bad)} of {len(lines)} line(s) are not JSON objects "
+            f"{path} is damaged: {len(bad)} of {total} line(s) are not JSON objects "
             f"(first at line {bad[0] + 1}); only a rank's last line may be torn"
         )
-    return rows, len(bad)
+    return records, len(bad)
+
+
+def _with_rank(rec: ev.StepRecord, rank: int) -> ev.StepRecord:
+    """A line that does not say who wrote it (an old run's) gets its file's rank."""
+    return replace(rec, rank=rank, absent=rec.absent - {"rank"})
 
 
 def _load_frames(run_dir: Path) -> tuple[pd.DataFrame, int]:
     rows: list[dict[str, Any]] = []
     bad = 0
-    for path in sorted(run_dir.glob("rank*.jsonl")):
-        m = _RANK_FILE.match(path.name)
-        if m and _present(path):  # a folder named rank0.jsonl is damage, named in one line
-            got, nbad = _read_jsonl(path, int(m.group(1)))
-            rows.extend(got)
-            bad += nbad
+    for rank, path in ev.rank_files(run_dir, ev.RANK_JSONL_GLOB).items():
+        if not _present(path):  # a folder named rank0.jsonl is damage, named in one line
+            continue
+        got, nbad = read_step_records(path, rank)
+        rows.extend(rec.to_json() for rec in got)
+        bad += nbad
     if not rows:
         return pd.DataFrame(columns=["rank", "step"]), bad
     df = pd.DataFrame(rows)
@@ -104,17 +105,17 @@ def _load_frames(run_dir: Path) -> tuple[pd.DataFrame, int]:
     return df.sort_values(["step", "rank"], kind="stable").reset_index(drop=True), bad
 
 
-def _load_rank_files(directory: Path, pattern: re.Pattern[str]) -> dict[int, Path]:
+def _load_rank_files(directory: Path) -> dict[int, Path]:
     found: dict[int, Path] = {}
     if not directory.is_dir():
         return found
     for path in sorted(directory.iterdir()):
-        m = pattern.match(path.name)
-        if not m or not _present(path) or path.stat().st_size == 0:
+        rank = ev.rank_of(path) if path.suffix in (".json", ".txt") else None
+        if rank is None or not _present(path) or path.stat().st_size == 0:
             continue  # an empty faulthandler file: that rank was never signalled
         # py-spy JSON wins over the faulthandler text fallback when both exist
-        if int(m.group(1)) not in found or path.suffix == ".json":
-            found[int(m.group(1))] = path
+        if rank not in found or path.suffix == ".json":
+            found[rank] = path
     return found
 
 
@@ -122,7 +123,7 @@ def _load_stacks(run_dir: Path) -> dict[int, RankDump]:
     """py-spy JSON or faulthandler text, parsed as triage parses them; a file that holds no
     readable stack still counts (an empty dump: "an unreadable stack")."""
     stacks: dict[int, RankDump] = {}
-    for rank, path in _load_rank_files(run_dir / "stacks", _STACK_FILE).items():
+    for rank, path in _load_rank_files(run_dir / ev.STACKS).items():
         text = path.read_text(errors="replace")
         if not text.strip():
             continue  # the faulthandler file every rank opens at start, never written
@@ -132,12 +133,11 @@ def _load_stacks(run_dir: Path) -> dict[int, RankDump]:
 
 
 def _load_logs(run_dir: Path) -> dict[int, str]:
-    logs = {}
-    for path in sorted(run_dir.glob("rank*.log")):
-        m = _RANK_FILE.match(path.name)
-        if m and _present(path):
-            logs[int(m.group(1))] = path.read_text(errors="replace")
-    return logs
+    return {
+        rank: path.read_text(errors="replace")
+        for rank, path in ev.rank_files(run_dir, ev.RANK_LOG_GLOB).items()
+        if _present(path)
+    }
 
 
 def _object(path: Path) -> dict[str, Any]:
@@ -175,33 +175,48 @@ def load_run(run_dir: Path | str) -> RunData:
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir} is not a directory")
     missing: list[str] = []
-    manifest = _optional(run_dir, "manifest.json", missing, obj=True) or {}
+    manifest = _optional(run_dir, ev.MANIFEST, missing, obj=True)
     frames, bad = _load_frames(run_dir)
     logs = _load_logs(run_dir)
     if not manifest and frames.empty and not logs:
         raise RunDirError(
-            f"{run_dir} is not a run directory: missing manifest.json, rank*.jsonl and rank*.log"
+            f"{run_dir} is not a run directory: missing {ev.MANIFEST}, {ev.RANK_JSONL_GLOB} "
+            f"and {ev.RANK_LOG_GLOB}"
         )
     if frames.empty:
-        missing.append("rank*.jsonl")
-    data = RunData(run_dir=run_dir, manifest=manifest, frames=frames, logs=logs, bad_lines=bad)
-    data.launcher = _optional(run_dir, "launcher.json", missing, obj=True)
-    data.outputs = _optional(run_dir, "outputs.json", missing)
-    data.reference = _optional(run_dir, "reference.json", missing)
-    rpath = run_dir / "requests.json"  # only the sglang engine's client writes it
+        missing.append(ev.RANK_JSONL_GLOB)
+    data = RunData(run_dir, ev.Manifest.from_json(manifest), frames, logs=logs, bad_lines=bad)
+    launcher = _optional(run_dir, ev.LAUNCHER, missing, obj=True)
+    data.launcher = ev.LauncherRecord.from_json(launcher) if launcher is not None else None
+    data.outputs = _optional(run_dir, ev.OUTPUTS, missing)
+    data.reference = _optional(run_dir, ev.REFERENCE, missing)
+    rpath = run_dir / ev.REQUESTS  # only the sglang engine's client writes it
     data.requests = _object(rpath) if _present(rpath) else None
-    bpath = run_dir / "budget.json"  # only written when the step budget ran out
-    data.budget = _object(bpath) if _present(bpath) else None
-    vpath = run_dir / "verdict.json"
-    try:  # a damaged verdict is the report's to name (or to ignore, with --reclassify)
-        data.verdict = _object(vpath) if _present(vpath) else None
-    except RunDirError as exc:
-        data.verdict_error = str(exc).removeprefix(f"{vpath} is ").removeprefix("damaged: ")
+    bpath = run_dir / ev.BUDGET  # only written when the step budget ran out
+    data.budget = ev.Budget.from_json(_object(bpath)) if _present(bpath) else None
+    data.verdict, data.verdict_error = _read_verdict(run_dir / ev.VERDICT)
     data.stacks = _load_stacks(run_dir)
     data.missing = missing
-    if manifest.get("engine") == "sglang":  # the facts its log adds, read here, not by the runner
+    if data.engine == "sglang":  # the facts its log adds, read here, not by the runner
         data.launcher = with_logged_crashes(data.launcher, logs, _text(run_dir / ev.SERVER_LOG))
     return data
+
+
+def _read_verdict(path: Path) -> tuple[Verdict | None, str | None]:
+    """verdict.json as its record, or why it is not one: a damaged verdict is the report's to
+    name (or to ignore, with --reclassify)."""
+    try:
+        data = _object(path) if _present(path) else None
+    except RunDirError as exc:
+        return None, str(exc).removeprefix(f"{path} is ").removeprefix("damaged: ")
+    if data is None:
+        return None, None
+    if "outcome" not in data:
+        return None, "it has no outcome"
+    try:
+        return Verdict.from_json(data), None
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def _text(path: Path) -> str:

@@ -13,45 +13,48 @@ the hang, every death after it was its teardown and the runner recorded that alr
 
 from __future__ import annotations
 
-import copy
 import signal
-from typing import Any
+from dataclasses import replace
 
-from hicache_diag.diagnosis.tracebacks import parse_crash
+from hicache_diag import evidence as ev
+from hicache_diag.diagnosis.tracebacks import RankCrash, parse_crash
 from hicache_diag.rules.signatures import LAUNCHER_TEARDOWN_RE
 
 
 def with_logged_crashes(
-    launcher: dict[str, Any] | None, logs: dict[int, str], server_log: str
-) -> dict[str, Any] | None:
-    """A copy of an sglang run's launcher.json with its rank states and first failure as the
-    rank logs' tracebacks and the server log's teardown line show them."""
-    if not launcher or (launcher.get("hang") or {}).get("detected_by") == "sglang-watchdog":
+    launcher: ev.LauncherRecord | None, logs: dict[int, str], server_log: str
+) -> ev.LauncherRecord | None:
+    """An sglang run's launcher.json with its rank states and first failure as the rank
+    logs' tracebacks and the server log's teardown line show them (a new record)."""
+    if launcher is None or (launcher.hang and launcher.hang.detected_by == "sglang-watchdog"):
         return launcher
-    out = copy.deepcopy(launcher)
-    entries = [e for e in out.get("ranks") or [] if isinstance(e, dict) and "rank" in e]
     crashes = {}
     for rank, text in logs.items():
         crash = parse_crash(rank, text)
         if crash is not None and crash.fatal:
             crashes[rank] = crash
-    for e in entries:
-        if int(e["rank"]) in crashes and e.get("state") in ("exited", "crashed"):
-            e["state"] = "crashed"
+    entries = [
+        replace(e, state="crashed") if e.rank in crashes and e.state in ("exited", "crashed") else e
+        for e in launcher.ranks
+    ]
     primary = [c for c in crashes.values() if c.kind != "secondary"]
     if not primary or not LAUNCHER_TEARDOWN_RE.search(server_log):
-        return out  # only cascades: a death without a traceback may be the root (SIGKILL)
+        # only cascades: a death without a traceback may be the root (SIGKILL)
+        return replace(launcher, ranks=entries)
     first = min(primary, key=lambda c: (c.t or 0.0, c.rank))
-    for e in entries:
-        # Log times have whole seconds: a SIGKILL from the same second on is the teardown.
-        ended = e.get("ended_at")
-        after = first.t is None or ended is None or ended >= first.t
-        sigkilled = e.get("state") == "crashed" and e.get("signal") == signal.SIGKILL
-        if int(e["rank"]) not in crashes and sigkilled and after:
-            e["state"] = "killed"
-    e = next((e for e in entries if int(e["rank"]) == first.rank), None)
-    if e is not None:
-        out["first_failure"] = {"rank": e["rank"], "t": first.t or e.get("ended_at"),
-                                "pid": e.get("pid"), "exitcode": e.get("exitcode"),
-                                "signal": e.get("signal")}  # fmt: skip
-    return out
+    entries = [_teardown(e, first, crashes) for e in entries]
+    e = next((e for e in entries if e.rank == first.rank), None)
+    if e is None:
+        return replace(launcher, ranks=entries)
+    ff = ev.FirstFailure(e.rank, first.t or e.ended_at, e.pid, e.exitcode, e.signal)
+    return replace(launcher, ranks=entries, first_failure=ff)
+
+
+def _teardown(e: ev.RankProcess, first: RankCrash, crashes: dict) -> ev.RankProcess:
+    """A SIGKILL death of a rank without a traceback, from the first raise on: the launcher's
+    teardown (`killed`). Log times have whole seconds: a SIGKILL from the same second counts."""
+    after = first.t is None or e.ended_at is None or e.ended_at >= first.t
+    sigkilled = e.state == "crashed" and e.signal == signal.SIGKILL
+    if e.rank not in crashes and sigkilled and after:
+        return replace(e, state="killed")
+    return e

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
-from typing import Any
 
+from hicache_diag import evidence as ev
 from hicache_diag.ranks import RankId, unflat_rank
 from hicache_diag.rules.culprit import RankView, view_of
 from hicache_diag.rules.rank_fate import RankFate, launcher_fates
@@ -50,48 +50,48 @@ class RankDeath:
         return f"was killed by {name}"
 
 
-def _launched(launcher: dict[str, Any] | None) -> list[dict[str, Any]]:
-    return list((launcher or {}).get("ranks") or [])
-
-
-def rank_deaths(launcher: dict[str, Any] | None, with_traceback: set[int]) -> dict[int, RankDeath]:
+def rank_deaths(
+    launcher: ev.LauncherRecord | None, with_traceback: set[int]
+) -> dict[int, RankDeath]:
     """Ranks the launcher saw end badly on their own (state `crashed`: not killed or reaped by
     us), minus those whose log holds a traceback (the traceback says more)."""
-    oom = bool((launcher or {}).get("oom_kills"))
+    if launcher is None:
+        return {}
+    oom = bool(launcher.oom_kills)
     deaths = {}
-    for entry in _launched(launcher):
-        rank = int(entry["rank"])
-        if entry.get("state") != "crashed" or rank in with_traceback:
+    for entry in launcher.ranks:
+        rank = int(entry.rank)
+        if entry.state != "crashed" or rank in with_traceback:
             continue
-        sig, rc = entry.get("signal"), entry.get("exitcode")
+        sig, rc = entry.signal, entry.exitcode
         if sig is None and isinstance(rc, int) and rc < 0:
             sig = -rc
-        if sig is None and not rc and not entry.get("vanished"):
+        if sig is None and not rc and not entry.vanished:
             continue
         deaths[rank] = RankDeath(rank, sig, rc, oom and sig == signal.SIGKILL)
     return deaths
 
 
-def first_failed_rank(launcher: dict[str, Any] | None) -> int | None:
-    first = (launcher or {}).get("first_failure") or {}
-    return int(first["rank"]) if first.get("rank") is not None else None
+def first_failed_rank(launcher: ev.LauncherRecord | None) -> int | None:
+    first = launcher.first_failure if launcher is not None else None
+    return int(first.rank) if first is not None and first.rank is not None else None
 
 
-def stop_lines(hang: dict[str, Any], stopped: list[int]) -> list[str]:
+def stop_lines(hang: ev.HangRecord, stopped: list[int]) -> list[str]:
     lines = []
     for r in stopped:
         lines.append(
             f"rank {r} was stopped (kernel state T: SIGSTOP or a debugger) while its peers "
             "waited for it"
         )
-    if hang.get("during_startup"):
+    if hang.during_startup:
         lines.append("the hang came during start-up: no rank had written its first step")
     return lines
 
 
 def rank_views(
-    launcher: dict[str, Any] | None,
-    hang: dict[str, Any],
+    launcher: ev.LauncherRecord | None,
+    hang: ev.HangRecord,
     stacks: dict[int, RankDump],
     tp_size: int,
 ) -> dict[int, RankView]:

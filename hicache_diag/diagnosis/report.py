@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.classify import verdict_from
 from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.diagnosis.series import around, timelines
 from hicache_diag.errors import RunDirError
 from hicache_diag.verdict import Outcome, Verdict
 
-EVIDENCE_VERSION = 1  # docs/evidence.md
+EVIDENCE_VERSION = ev.EVIDENCE_VERSION  # docs/evidence.md
 
 
 @dataclass(slots=True)
@@ -32,34 +33,20 @@ class RunReport:
 def _recorded_verdict(run: RunData) -> Verdict | None:
     """verdict.json as written; a file that is not a verdict is damaged (exit 2), never
     silently replaced by a fresh classification (that is what --reclassify asks for)."""
-    if run.verdict is None and run.verdict_error is None:
-        return None
-    why = run.verdict_error or _verdict_damage(run.verdict)
-    if why is not None:
+    if run.verdict_error is not None:
         raise RunDirError(
-            f"{run.run_dir / 'verdict.json'} is damaged: {why}; "
+            f"{run.run_dir / ev.VERDICT} is damaged: {run.verdict_error}; "
             "`report --reclassify` classifies the evidence afresh"
         )
-    return Verdict.from_json(run.verdict)
-
-
-def _verdict_damage(data: dict) -> str | None:
-    if "outcome" not in data:
-        return "it has no outcome"
-    try:
-        Verdict.from_json(data)
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
+    return run.verdict
 
 
 def _reclassified_line(run: RunData) -> str:
-    if run.verdict is None and run.verdict_error is None:
+    if run.verdict_error is not None:
+        return f"the recorded verdict.json was damaged ({run.verdict_error})"
+    if run.verdict is None:
         return "no verdict.json was recorded"
-    why = run.verdict_error or _verdict_damage(run.verdict)
-    if why is not None:
-        return f"the recorded verdict.json was damaged ({why})"
-    return f"the recorded verdict.json said {run.verdict['outcome']}"
+    return f"the recorded verdict.json said {run.verdict.outcome.value}"
 
 
 def _notes(run: RunData) -> list[str]:

@@ -10,12 +10,12 @@ beside the measurement, never used for it.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hicache_diag import evidence
 from hicache_diag.errors import HicacheDiagError, RunDirError
 
 SCHEMA = "hicache-diag/timeline/v1"
@@ -84,22 +84,20 @@ class TimelineTable:
         }
 
 
-def load_rank_records(run_dir: Path, rank: int) -> list[dict[str, Any]]:
-    path = Path(run_dir) / f"rank{rank}.jsonl"
+def load_rank_records(run_dir: Path, rank: int) -> list[evidence.StepRecord]:
+    path = evidence.rank_jsonl(run_dir, rank)
     if not path.is_file():
         raise RunDirError(f"{path} is missing; not a run directory of a finished run")
     rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a killed rank may leave a torn last line
-    return sorted(rows, key=lambda r: r["step"])
+    for _, rec in evidence.read_steps(path):
+        if rec is None:
+            break  # a killed rank may leave a torn last line
+        rows.append(rec)
+    return sorted(rows, key=lambda r: r.step)
 
 
-def _flat_events(rows: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
-    return [(row["step"], ev) for row in rows for ev in row.get("events") or []]
+def _flat_events(rows: list[evidence.StepRecord]) -> list[tuple[int, dict[str, Any]]]:
+    return [(row.step, e) for row in rows for e in row.events or []]
 
 
 def _first(events, kind: str, phase: str, since: int, match) -> tuple[int, dict] | None:
@@ -128,13 +126,13 @@ def _lifecycle(events, kind: str, launch: int, match) -> TimelineEvent | None:
 Sample = tuple[int, str, tuple[TimelineEvent, ...]]
 
 
-def measure_rank(rows: list[dict[str, Any]]) -> list[Sample]:
+def measure_rank(rows: list[evidence.StepRecord]) -> list[Sample]:
     """(launch step, rid, (load, write)) of every host-hit prefill seen to completion."""
     events = _flat_events(rows)
     samples = []
     for row in rows:
-        hits = {rid: n for rid, n in (row.get("host_hit_len") or {}).items() if n > 0}
-        launch = row["step"]
+        hits = {rid: n for rid, n in (row.host_hit_len or {}).items() if n > 0}
+        launch = row.step
         issued = _first(events, "load", "issued", launch, lambda ev: ev.get("node_ids"))
         if not hits or issued is None or issued[0] != launch:
             continue
@@ -164,14 +162,15 @@ def compute_timeline(run_dir: Path, pp: int, async_depth: int, rank: int = 0) ->
     samples = measure_rank(load_rank_records(run_dir, rank))
     if not samples:
         raise HicacheDiagError(
-            f"no prefill with a host hit and a consumed load and write ack in {run_dir}/rank{rank}"
-            ".jsonl; the workload produced no host hits (try more --requests)"
+            f"no prefill with a host hit and a consumed load and write ack in "
+            f"{evidence.rank_jsonl(run_dir, rank)}; the workload produced no host hits (try more "
+            "--requests)"
         )
     launch, rid, events = _earliest(samples)
     others = [
         [_delays(s) for s in measure_rank(load_rank_records(run_dir, r))]
         for r in range(pp)
-        if r != rank and (Path(run_dir) / f"rank{r}.jsonl").is_file()
+        if r != rank and evidence.rank_jsonl(run_dir, r).is_file()
     ]
     mine = [_delays(s) for s in samples]
     observed = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from hicache_diag import evidence as ev
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.crash import crash_form
 from hicache_diag.triage.logs import LogException, parse_log_lines
@@ -47,7 +48,7 @@ def parse_crash(rank: int, log: str) -> RankCrash | None:
     """The crash a rank's log shows, or None when it holds no traceback. A chained exception
     counts from its first traceback (where the failure began, and when) to its last (what the
     rank died of)."""
-    parsed = parse_log_lines(log.splitlines(), f"rank{rank}.log")
+    parsed = parse_log_lines(log.splitlines(), ev.rank_log(".", rank).name)
     excs = [e for e in parsed.exceptions if e.frames]  # tracebacks; fatal one-liners carry none
     if not excs:
         return None

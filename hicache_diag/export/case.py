@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.errors import RunDirError
+from hicache_diag.verdict import Outcome
 
 _SITE = re.compile(r'File "[^"]*?/((?:sglang|torch)/[^"]*)')
 _WHERE = re.compile(r"^(?P<fn>[\w.<>]+) \((?P<file>[\w.]+):(?P<line>\d+)\)$")
@@ -93,12 +95,12 @@ def _numbers(data: RunData, failed_rank: int) -> dict[str, int]:
     return out
 
 
-def _model_config(manifest: dict[str, Any]) -> dict[str, Any] | None:
+def _model_config(manifest: ev.Manifest) -> dict[str, Any] | None:
     """The model's config as the run recorded it, else as its directory still holds it."""
-    recorded = (manifest.get("config") or {}).get("model_config")
+    recorded = manifest.config.get("model_config")
     if recorded:
         return recorded
-    model = (manifest.get("config", {}).get("spec", {}) or {}).get("model")
+    model = (manifest.config.get("spec", {}) or {}).get("model")  # the sglang engine's options
     if not model:
         return None
     try:
@@ -110,44 +112,44 @@ def _model_config(manifest: dict[str, Any]) -> dict[str, Any] | None:
 def load_case(run_dir: Path) -> Case:
     data = load_run(run_dir)
     manifest = data.manifest
-    if manifest.get("engine") != "sglang":
-        raise RunDirError(f"{run_dir}: a run of the {manifest.get('engine') or 'builtin'} "
+    if manifest.engine != "sglang":
+        raise RunDirError(f"{run_dir}: a run of the {manifest.engine or 'builtin'} "
                           "engine; export writes tests for SGLang's own code (run with "
                           "--engine sglang)")  # fmt: skip
     verdict = data.verdict
-    if not verdict:
+    if verdict is None:
         raise RunDirError(f"{run_dir}: no verdict.json (the run never finished); rerun it or "
                           "`hicache-diag report --reclassify` it first")  # fmt: skip
-    if verdict.get("outcome") not in ("crash", "hang") or verdict.get("failed_rank") is None:
-        raise RunDirError(f"{run_dir}: outcome {verdict.get('outcome')!r}, not a crash or "
+    if verdict.outcome not in (Outcome.CRASH, Outcome.HANG) or verdict.failed_rank is None:
+        raise RunDirError(f"{run_dir}: outcome {verdict.outcome.value!r}, not a crash or "
                           "hang of one rank: export writes a test for the branch a failing "
                           "rank took")  # fmt: skip
-    rank = int(verdict["failed_rank"])
-    entry = next((r for r in verdict.get("ranks", []) if r.get("rank") == rank), {})
-    traceback = _traceback(data.logs.get(rank, ""), verdict.get("signature"))
+    rank = int(verdict.failed_rank)
+    entry = next((r for r in verdict.ranks if r.rank == rank), None)
+    traceback = _traceback(data.logs.get(rank, ""), verdict.signature)
     # `where` names the rank's Python frame; when it names a native one instead (a py-spy dump
     # of the dying process during SGLang's SIGQUIT teardown), the traceback's raising frame.
-    m = _WHERE.match(entry.get("where") or "")
+    m = _WHERE.match((entry.where if entry else None) or "")
     if m is None or not m["file"].endswith(".py"):
         m = _raising_frame(traceback) or m
-    sglang = manifest.get("sglang", {}) or {}
+    sglang = manifest.sglang or {}  # the release, as the sglang engine wrote it
     argv = list(sglang.get("argv") or [])
     return Case(
         run_dir=run_dir,
         version=str(sglang.get("version") or "unknown"),
         python=sglang.get("python"),
         server_argv=argv,
-        workload=dict(manifest.get("config", {}).get("workload", {}) or {}),
-        faults=list(manifest.get("faults") or []),
-        form=verdict.get("form"),
-        signature=verdict.get("signature"),
+        workload=dict(manifest.config.get("workload", {}) or {}),
+        faults=list(manifest.faults or []),
+        form=verdict.form.value if verdict.form else None,
+        signature=verdict.signature,
         failed_rank=rank,
-        failed_pp=int(entry.get("pp", 0) or 0),
+        failed_pp=int(entry.pp if entry else 0),
         function=m["fn"] if m else None,
         file=m["file"] if m else None,
         line=int(m["line"]) if m else None,
-        duration_s=verdict.get("duration_s"),
-        evidence=[str(e) for e in verdict.get("evidence", [])],
+        duration_s=verdict.duration_s,
+        evidence=[str(e) for e in verdict.evidence],
         traceback=traceback,
         last_rows={r: data.rank_frames(r).tail(3).to_dict("records") for r in data.ranks},
         model_config=_model_config(manifest),

@@ -8,6 +8,7 @@ import json
 import shlex
 from pathlib import Path
 
+from hicache_diag import evidence as ev
 from hicache_diag.export.case import Case
 
 # Flags the harness adds for a CPU host (docs/sglang-engine.md); a GPU host drops them.
@@ -58,8 +59,8 @@ def requests(case: Case) -> list[dict]:
 def _spec(case: Case) -> dict:
     """The run's launch spec from its manifest ({} when the manifest lacks one)."""
     try:
-        spec = json.loads((case.run_dir / "manifest.json").read_text())["config"]["spec"]
-    except (OSError, ValueError, KeyError, TypeError):
+        spec = ev.read_record(ev.Manifest, case.run_dir / ev.MANIFEST).config.get("spec")
+    except (OSError, ValueError, AttributeError):
         return {}
     return spec if isinstance(spec, dict) else {}
 

@@ -4,7 +4,6 @@ is called in a fork of the warm trial server (harness/trial_server.py) or a spaw
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -54,7 +53,7 @@ def _last_line(path: Path) -> str:
 def read_verdict(run_dir: Path) -> Verdict | None:
     """The trial's verdict.json (written last, atomically); None when it was never written."""
     try:
-        return Verdict.from_json(json.loads((run_dir / ev.VERDICT).read_text()))
+        return Verdict.read(run_dir / ev.VERDICT)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

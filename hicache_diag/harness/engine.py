@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hicache_diag import evidence as ev
 from hicache_diag.harness.hang_watch import HangWatch
 from hicache_diag.harness.proc_facts import StopWatch
 
@@ -22,12 +23,12 @@ Progress = Callable[[dict[str, Any]], None]
 class TrialWatch:
     """What the loop saw; launcher.json is written from it (and the engine's process records)."""
 
-    first_failure: dict[str, Any] | None = None
-    hang: dict[str, Any] | None = None
-    stacks: dict[str, Any] | None = None
+    first_failure: ev.FirstFailure | None = None
+    hang: ev.HangRecord | None = None
+    stacks: ev.StacksRecord | None = None
     interrupted: bool = False
     interrupted_at: float | None = None
-    interrupt_stall: dict[str, Any] | None = None  # the stalled ranks' facts at a Ctrl-C
+    interrupt_stall: ev.HangRecord | None = None  # the stalled ranks' facts at a Ctrl-C
     hang_watch: HangWatch | None = None
     stops: StopWatch = field(default_factory=StopWatch)
     oom_kills_before: int | None = None
@@ -56,7 +57,7 @@ class Failure:
     """A rank (or the engine's own server: rank None) that ended badly, as the engine saw it;
     the survivors get `grace_s` to log their cascade before the loop stops the engine."""
 
-    record: dict[str, Any]
+    record: ev.FirstFailure
     grace_s: float
 
 

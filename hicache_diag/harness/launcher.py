@@ -26,6 +26,7 @@ from typing import IO, Any
 
 import torch.distributed as dist
 
+from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.forked_process import ForkedProcess, fork_module, preload
 from hicache_diag.runtime.server_args import ServerArgs
@@ -167,7 +168,7 @@ class Launcher:
         }
 
     def _open_log(self, rank: int) -> IO[Any]:
-        return open(self.run_dir / f"rank{rank}.log", "ab")  # noqa: SIM115
+        return open(ev.rank_log(self.run_dir, rank), "ab")  # noqa: SIM115
 
     def _add(self, rank: int, proc: subprocess.Popen | ForkedProcess, log: IO[Any]) -> None:
         pp, tp = divmod(rank, self.server_args.tp_size)
@@ -186,7 +187,7 @@ class Launcher:
 
     def _log_mtime(self, p: RankProcess) -> int:
         try:
-            return (self.run_dir / f"rank{p.rank}.log").stat().st_mtime_ns
+            return ev.rank_log(self.run_dir, p.rank).stat().st_mtime_ns
         except OSError:
             return 0
 

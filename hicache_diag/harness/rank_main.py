@@ -22,6 +22,7 @@ from pathlib import Path
 
 import setproctitle
 
+from hicache_diag import evidence as ev
 from hicache_diag.harness.rundir import write_json
 
 _T0 = time.time()  # this module is running: start-up phases after `launch` count from here
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     setproctitle.setproctitle(f"hicache-diag::scheduler_PP{pp}_TP{tp}")
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the launcher, which reaps
-    stacks = open(args.run_dir / "stacks" / f"rank{rank}.txt", "w")  # noqa: SIM115
+    stacks = open(ev.stack_txt(args.run_dir, rank), "w")  # noqa: SIM115
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     _setup_logging(pp, tp)
     port = args.store_port if args.store_fd is None else _read_port(args.store_fd)
@@ -143,7 +144,7 @@ def run_rank(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port: int | 
     state["recorder"].close()
     state["bundle"].shutdown()
     if rank == 0:
-        write_json(run_dir / "outputs.json", scheduler.finished_outputs)
+        write_json(run_dir / ev.OUTPUTS, scheduler.finished_outputs)
     logging.info("rank %d done after %d steps", rank, scheduler.step)
     _shutdown()
     return 0
@@ -167,7 +168,7 @@ def _make_scheduler(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port,
     l3_dir = str(run_dir / "hicache-storage")  # without --hicache-storage-dir: this run's own
     state["bundle"] = bundle = build_kv_cache(sa, cfg.protocol, comm, hooks, pp, tp, l3_dir)
     storage = sa.hicache_storage_backend != "none"
-    path = run_dir / f"rank{rank}.jsonl"
+    path = ev.rank_jsonl(run_dir, rank)
     state["recorder"] = recorder = StepRecorder(
         path, rank, pp, tp, protocol=cfg.protocol, storage=storage
     )
@@ -189,10 +190,7 @@ def _make_scheduler(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port,
 
 def _write_budget(run_dir: Path, budget: int, steps: int, unfinished: int) -> None:
     """budget.json: PP0 stopped on the step budget with requests left (docs/evidence.md)."""
-    write_json(
-        run_dir / "budget.json",
-        {"max_steps": budget, "steps": steps, "unfinished_requests": unfinished},
-    )
+    write_json(run_dir / ev.BUDGET, ev.Budget(budget, steps, unfinished))
 
 
 def _shutdown() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,7 +28,7 @@ def prepare_run_dir(out: str | None, seed: int) -> Path:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%f")
         path = Path("runs") / f"{stamp}-{seed}"
     try:
-        (path / "stacks").mkdir(parents=True, exist_ok=True)
+        (path / ev.STACKS).mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".probe"):
             pass
     except OSError as exc:
@@ -74,13 +73,12 @@ def topology(sa: ServerArgs) -> dict[str, Any]:
     return ranks.topology(sa.pp_size, sa.tp_size)
 
 
-def write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+write_json = ev.write_json  # every run-dir JSON file, one format (evidence/record.py)
 
 
 def manifest_head(argv: list[str]) -> dict[str, Any]:
     """The manifest fields every engine's run dir has (docs/evidence.md)."""
-    return ev.ManifestHead.now(argv, __version__).to_json()
+    return ev.Manifest.head(argv, __version__).to_json()
 
 
 def manifest_fields(cfg: RunConfig, argv: list[str], torch_version: str) -> dict[str, Any]:
@@ -96,9 +94,17 @@ def manifest_fields(cfg: RunConfig, argv: list[str], torch_version: str) -> dict
     }
 
 
-def write_manifest(run_dir: Path, cfg: RunConfig, argv: list[str], torch_version: str) -> None:
-    write_json(run_dir / ev.MANIFEST, manifest_fields(cfg, argv, torch_version))
+def write_manifest(run_dir: Path, manifest: dict[str, Any] | ev.Manifest) -> None:
+    """manifest.json, the one writer (harness/trial.py): what an engine's `manifest()` gave,
+    through the one record."""
+    if not isinstance(manifest, ev.Manifest):
+        manifest = ev.Manifest.from_json(manifest)
+    write_json(run_dir / ev.MANIFEST, manifest)
+
+
+def read_manifest(run_dir: Path) -> ev.Manifest:
+    return ev.read_record(ev.Manifest, run_dir / ev.MANIFEST)
 
 
 def load_config(run_dir: Path) -> RunConfig:
-    return config_from_dict(json.loads((run_dir / ev.MANIFEST).read_text())["config"])
+    return config_from_dict(read_manifest(run_dir).config)

@@ -10,7 +10,6 @@ peer`), then are reaped.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -27,10 +26,10 @@ from hicache_diag.harness.engine import Engine, EngineConfig, RankRecord, TrialW
 from hicache_diag.harness.hang_watch import HangWatch
 from hicache_diag.harness.proc_facts import StopWatch, oom_kill_count
 from hicache_diag.harness.reference import compare_outputs
-from hicache_diag.harness.rundir import prepare_run_dir, utc_now, write_json
+from hicache_diag.harness.rundir import prepare_run_dir, utc_now, write_json, write_manifest
 from hicache_diag.harness.signals import restore_sigterm, trap_sigterm
 from hicache_diag.rules.signatures import Context, crash_form
-from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict, write_json_atomic
+from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict
 
 STACK_DEADLINE_S = 4.0  # py-spy attaches in well under a second; a stuck one is killed
 FAULTHANDLER_WAIT_S = 1.0
@@ -51,7 +50,7 @@ def run_engine_trial(engine: Engine, cfg: EngineConfig, argv: list[str] | None =
     torch.set_num_threads(1)  # the reference shares 2 cores with the ranks; threads only thrash
     run_dir = prepare_run_dir(cfg.out, cfg.seed)
     engine.prepare(run_dir)
-    write_json(run_dir / ev.MANIFEST, engine.manifest(argv or []))
+    write_manifest(run_dir, engine.manifest(argv or []))
     started, t0 = utc_now(), time.time()
     watch = TrialWatch(oom_kills_before=oom_kill_count())
     old = trap_sigterm()
@@ -82,7 +81,7 @@ def run_engine_trial(engine: Engine, cfg: EngineConfig, argv: list[str] | None =
     verdict = engine.amend(_classify(run_dir), watch)
     verdict.duration_s = round(time.time() - t0, 3)
     verdict.run_dir = str(run_dir)
-    write_json_atomic(run_dir / ev.VERDICT, verdict.to_json())
+    verdict.write(run_dir / ev.VERDICT)
     return TrialResult(verdict, run_dir)
 
 
@@ -98,7 +97,7 @@ def _watch_loop(engine: Engine, cfg: EngineConfig, run_dir: Path, watch: TrialWa
         now = time.time()
         for failure in engine.poll(now):
             if watch.first_failure is None:
-                watch.first_failure = failure.record
+                watch.first_failure = _first_failure(failure.record)
                 grace_until = now + failure.grace_s
         hang.poll(now)
         hang.note_activity(engine.activity())
@@ -149,7 +148,7 @@ def _note_interrupt_stall(engine: Engine, run_dir: Path, watch: TrialWatch) -> N
         proc_status={str(r): s for r, s in watch.stops.last_status.items()},
         stopped_ranks=sorted(stopped), last_steps=hang.last_steps() if hang else {},
         idle_s={r: round(now - t, 3) for r, t in last.items()},
-    ).to_json()  # fmt: skip
+    )  # fmt: skip
     watch.stacks = dump_rank_stacks(engine, run_dir, skip=stopped, fallback=engine.faulthandler)
 
 
@@ -164,13 +163,13 @@ def _handle_hang(engine: Engine, hang: HangWatch, run_dir: Path, watch: TrialWat
         last_steps=hang.last_steps(),
         detected_at=now,
         during_startup=not hang.stepped,
-    ).to_json()
+    )
     watch.stacks = dump_rank_stacks(engine, run_dir, skip=stopped, fallback=engine.faulthandler)
     engine.stop("hung")
 
 
 def dump_rank_stacks(ranks: Any, run_dir: Path, skip: set[int] | None = None,
-                     fallback: bool = True) -> dict:  # fmt: skip
+                     fallback: bool = True) -> ev.StacksRecord:  # fmt: skip
     """py-spy every live rank (`ranks.alive()`) in parallel under one deadline (a hung py-spy is
     killed); when any rank could not be dumped and the ranks have a faulthandler (`fallback`;
     SGLang's schedulers do not), fall back to it (SIGUSR1 -> stacks/rank{r}.txt) and record why,
@@ -179,14 +178,14 @@ def dump_rank_stacks(ranks: Any, run_dir: Path, skip: set[int] | None = None,
     alive = [p for p in ranks.alive() if p.rank not in (skip or set())]
     error = _pyspy_dumps(alive, run_dir)
     if error is None or not fallback:
-        return ev.StacksRecord("py-spy", error).to_json()
+        return ev.StacksRecord("py-spy", error)
     for p in alive:
         try:
             os.kill(p.pid, signal.SIGUSR1)
         except ProcessLookupError:
             pass
     _wait_for_faulthandler(alive, run_dir)
-    return ev.StacksRecord("faulthandler", error).to_json()
+    return ev.StacksRecord("faulthandler", error)
 
 
 def _pyspy_dumps(alive: list[RankRecord], run_dir: Path) -> str | None:
@@ -243,10 +242,10 @@ def write_launcher_json(run_dir: Path, engine: Engine, watch: TrialWatch, starte
     if watch.oom_kills_before is not None and oom_after is not None:
         oom = oom_after - watch.oom_kills_before  # OOM kills in our cgroup during this run
     record = ev.LauncherRecord(
-        ranks=[p.to_json() for p in engine.ranks()],
-        first_failure=watch.first_failure,
+        ranks=[ev.RankProcess.from_json(p.to_json()) for p in engine.ranks()],
+        first_failure=_first_failure(watch.first_failure),
         hang=watch.hang,
-        stacks=watch.stacks or ev.StacksRecord().to_json(),
+        stacks=watch.stacks or ev.StacksRecord(),
         interrupted=watch.interrupted,
         interrupted_at=watch.interrupted_at,
         interrupt_stall=watch.interrupt_stall,
@@ -258,8 +257,14 @@ def write_launcher_json(run_dir: Path, engine: Engine, watch: TrialWatch, starte
         last_steps=hang.last_steps() if hang else {},
         started_at=started,
         ended_at=ev.utc_now(),
+        extra=engine.launcher_extra(),
     )  # fmt: skip
-    write_json(run_dir / ev.LAUNCHER, {**engine.launcher_extra(), **record.to_json()})
+    write_json(run_dir / ev.LAUNCHER, record)
+
+
+def _first_failure(record: ev.FirstFailure | None) -> ev.FirstFailure | None:
+    """An engine's failure record (typed: harness/engine.py `Failure`)."""
+    return record
 
 
 def _classify(run_dir: Path) -> Verdict:
@@ -277,9 +282,17 @@ def _classify(run_dir: Path) -> Verdict:
 
 def _read_json(path: Path, default: Any = None) -> Any:
     try:
-        return json.loads(path.read_text())
+        return ev.read_json(path)
     except (OSError, ValueError):
         return default
+
+
+def _read_record(kind: type[ev.Record], path: Path) -> Any:
+    """The file's record; an empty one when it is missing or torn (the fallback's best)."""
+    try:
+        return ev.read_record(kind, path)
+    except (OSError, ValueError):
+        return kind()
 
 
 def _last_error_line(log: Path) -> str | None:
@@ -301,24 +314,21 @@ def _count_steps(run_dir: Path) -> int:
 
 def fallback_verdict(run_dir: Path) -> Verdict:
     """Minimal classification: hang / crash (A, B by signature) / wrong-output / ok."""
-    launcher = _read_json(run_dir / ev.LAUNCHER, {})
-    manifest = _read_json(run_dir / ev.MANIFEST, {})
-    ranks = [
-        RankState(r["rank"], r["pp"], r["tp"], r["pid"], r["state"])
-        for r in launcher.get("ranks", [])
-    ]
-    v = Verdict(Outcome.OK, ranks=ranks, seed=manifest.get("seed"), steps=_count_steps(run_dir))
-    if launcher.get("first_failure"):
-        rank = launcher["first_failure"]["rank"]
+    launcher = _read_record(ev.LauncherRecord, run_dir / ev.LAUNCHER)
+    manifest = _read_record(ev.Manifest, run_dir / ev.MANIFEST)
+    ranks = [RankState(r.rank, r.pp, r.tp, r.pid, r.state) for r in launcher.ranks]
+    v = Verdict(Outcome.OK, ranks=ranks, seed=manifest.seed, steps=_count_steps(run_dir))
+    if launcher.first_failure:
+        rank = launcher.first_failure.rank
         sig = _last_error_line(ev.rank_log(run_dir, rank))
         v.outcome, v.failed_rank, v.culprit_rank, v.signature = Outcome.CRASH, rank, rank, sig
         # The rule book (rules.signatures); our runtime is always a PP pipeline with HiCache.
         form = crash_form(sig, (), Context(pp=True, hicache=True)) if sig else None
         v.form = CrashForm(form) if form else None
         v.evidence.append(f"rank {rank} failed first: {sig}")
-    elif launcher.get("hang"):
+    elif launcher.hang:
         v.outcome, v.form = Outcome.HANG, CrashForm.C
-        v.evidence.append(f"no rank progressed; stalled: {launcher['hang']['stalled_ranks']}")
+        v.evidence.append(f"no rank progressed; stalled: {launcher.hang.stalled_ranks}")
     else:
         outputs = _read_json(run_dir / ev.OUTPUTS, {})
         problems = compare_outputs(outputs, _read_json(run_dir / ev.REFERENCE, {}))

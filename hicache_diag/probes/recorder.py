@@ -1,4 +1,4 @@
-"""rank{r}.jsonl writer (ours): one object per scheduler step, flushed per line.
+"""rank{r}.jsonl writer (ours): one evidence.StepRecord per scheduler step, flushed per line.
 
 Keys follow docs/evidence.md; `tree_cache.probe_stats()` is merged over our defaults so the cache
 tiers can add or refine fields without touching the scheduler.
@@ -12,14 +12,13 @@ give wrong outputs or pass, but it can show no divergence.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 from hicache_diag.evidence import BATCH_KEYS as CRASH_KEYS  # a crash record: the batch only
-from hicache_diag.evidence import MUST_AGREE, MUST_AGREE_HOST, MUST_AGREE_L3
+from hicache_diag.evidence import MUST_AGREE, MUST_AGREE_HOST, MUST_AGREE_L3, StepRecord
 
 # Per-rank inputs a crash record adds beside the batch (not must-agree: see record_crash).
 CRASH_INPUTS = ("acks_ready", "ack_pending_ms", "acks_consumed", "sync_received",
@@ -131,7 +130,7 @@ class StepRecorder:
         rec["must_agree"] = self.must_agree
         rec["t"] = time.time()
         rec["record_s"] = self._record_s  # what recording the previous line cost (probe cost)
-        self._fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
+        self._write(rec)
         self._record_s = round(time.perf_counter() - started, 6)
         return rec
 
@@ -142,9 +141,16 @@ class StepRecorder:
         take = getattr(comm, "take_sync_seconds", None)
         if take is not None:
             take()
-        rec = {"rank": self.rank, "pp": self.pp, "tp": self.tp, "step": step, "slot": slot,
-               "t": time.time(), "recorded": False}  # fmt: skip
-        self._fh.write(json.dumps(rec) + "\n")
+        rec = {
+            "rank": self.rank,
+            "pp": self.pp,
+            "tp": self.tp,
+            "step": step,
+            "slot": slot,
+            "t": time.time(),
+            "recorded": False,
+        }
+        self._write(rec)
         return rec
 
     def _head(self, step: int, slot: int, batch: Any) -> dict[str, Any]:
@@ -176,7 +182,7 @@ class StepRecorder:
             "t": time.time(),
         }
         rec.update(self._crash_inputs(tree_cache))
-        self._fh.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
+        self._write(rec)
         return rec
 
     def _crash_inputs(self, tree_cache: Any) -> dict[str, Any]:
@@ -190,6 +196,10 @@ class StepRecorder:
         except Exception:  # noqa: BLE001 - evidence for a dying rank must never mask its error
             return {}
         return {k: stats[k] for k in CRASH_INPUTS if k in stats}
+
+    def _write(self, rec: dict[str, Any]) -> None:
+        """The one step-line writer (evidence.StepRecord), shared with the SGLang plugin."""
+        self._fh.write(StepRecord.from_json(rec).line() + "\n")
 
     def close(self) -> None:
         self._fh.close()

@@ -5,7 +5,8 @@ same facts through `launcher_fates`."""
 from __future__ import annotations
 
 import enum
-from typing import Any
+
+from hicache_diag import evidence as ev
 
 
 class RankFate(str, enum.Enum):
@@ -19,24 +20,26 @@ _GONE = frozenset({"gone", "zombie", "dead"})  # psutil's, and harness/proc_fact
 _ENDED = frozenset({"exited", "crashed"})  # launcher.json: it ended on its own
 
 
-def stopped_ranks(hang: dict[str, Any]) -> list[int]:
+def stopped_ranks(hang: ev.HangRecord | None) -> list[int]:
     """Ranks the kernel showed stopped (`T`) when the hang was declared."""
-    found = {int(r) for r in hang.get("stopped_ranks") or ()}
-    found |= {int(r) for r, s in (hang.get("proc_status") or {}).items() if s in _STOPPED}
+    if hang is None:
+        return []
+    found = {int(r) for r in hang.stopped_ranks or ()}
+    found |= {int(r) for r, s in (hang.proc_status or {}).items() if s in _STOPPED}
     return sorted(found)
 
 
-def launcher_fates(launcher: dict[str, Any] | None, hang: dict[str, Any]) -> dict[int, RankFate]:
+def launcher_fates(launcher: ev.LauncherRecord | None, hang: ev.HangRecord) -> dict[int, RankFate]:
     """launcher.json and its hang record -> each launched rank's fate when the hang was
     declared: stopped, gone before it (ended on its own and not among the stalled ranks), else
     alive."""
-    entries = list((launcher or {}).get("ranks") or [])
+    entries = launcher.ranks if launcher is not None else []
     stopped = set(stopped_ranks(hang))
-    status = hang.get("proc_status") or {}
-    stalled = {int(r) for r in hang.get("stalled_ranks") or ()}
+    status = hang.proc_status or {}
+    stalled = {int(r) for r in hang.stalled_ranks or ()}
     fates = {}
-    for rank in sorted({int(e["rank"]) for e in entries} | stalled | stopped):
-        ended = any(int(e["rank"]) == rank and e.get("state") in _ENDED for e in entries)
+    for rank in sorted({int(e.rank) for e in entries} | stalled | stopped):
+        ended = any(int(e.rank) == rank and e.state in _ENDED for e in entries)
         if rank in stopped:
             fates[rank] = RankFate.STOPPED
         elif status.get(str(rank)) in _GONE or (ended and rank not in stalled):

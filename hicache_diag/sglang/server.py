@@ -24,6 +24,7 @@ from typing import IO, Any
 
 import psutil
 
+from hicache_diag import evidence as ev
 from hicache_diag.errors import EngineStartError
 from hicache_diag.ranks import RankId, parse_rank_tokens
 from hicache_diag.sglang import build_locks
@@ -138,7 +139,7 @@ class SglangServer:
 
     @property
     def log_path(self) -> Path:
-        return self.run_dir / "server.log"
+        return self.run_dir / ev.SERVER_LOG
 
     @property
     def url(self) -> str:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from hicache_diag import evidence as ev
 from hicache_diag.ranks import RankId, parse_rank_tokens
 
 _WATCHDOG_RE = re.compile(
@@ -59,8 +60,8 @@ def harvest_pyspy_dumps(text: str, ranks_by_pid: dict[int, int], stacks_dir: Pat
         rank = ranks_by_pid.get(pid)
         if rank is None or not any(ln.strip() for ln in lines):
             continue
-        path = stacks_dir / f"rank{rank}.txt"
-        if path.exists() or (stacks_dir / f"rank{rank}.json").exists():
+        path = ev.stack_txt(stacks_dir.parent, rank)
+        if path.exists() or ev.stack_json(stacks_dir.parent, rank).exists():
             continue
         stacks_dir.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines).strip() + "\n")

@@ -150,14 +150,14 @@ class SglangEngine(Engine):
         serving), then the server itself gone with no scheduler to blame."""
         server = self.server
         failures = [
-            Failure(ev.FirstFailure(s.rank, s.ended_at, s.pid, s.exitcode, s.signal).to_json(),
+            Failure(ev.FirstFailure(s.rank, s.ended_at, s.pid, s.exitcode, s.signal),
                     CASCADE_GRACE_S)
             for s in server.poll()
         ]  # fmt: skip
         if not self._lost and not server.alive():
             self._lost = True
             lost = ev.FirstFailure(None, now, server.popen.pid)  # no scheduler to blame
-            failures.append(Failure(lost.to_json(), 0.0))
+            failures.append(Failure(lost, 0.0))
         return failures
 
     def ranks(self) -> list[Scheduler]:
@@ -288,9 +288,8 @@ def _read_watchdog(text: str, run_dir: Path, server: SglangServer, watch: TrialW
         proc_status={str(r): st for r, st in watch.stops.last_status.items()},
         stopped_ranks=sorted(watch.stops.stopped_for(time.time())),
         detected_by="sglang-watchdog", observed_by=fired.rank, watchdog_line=fired.line,
-    ).to_json()  # fmt: skip
-    watch.stacks = ev.StacksRecord("py-spy (SGLang's watchdog)",
-                                   None if dumped else "none").to_json()  # fmt: skip
+    )  # fmt: skip
+    watch.stacks = ev.StacksRecord("py-spy (SGLang's watchdog)", None if dumped else "none")
 
 
 def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient | None,
@@ -312,7 +311,7 @@ def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient
                                                "aborted": client.result.aborted,
                                                "latency_s": client.result.latency_s})  # fmt: skip
         if getattr(client, "events", None) is not None:  # a scripted workload's own timeline
-            write_json(run_dir / "script.json", client.events)
+            write_json(run_dir / ev.SCRIPT, client.events)
 
 
 def _apply_logged_exit_codes(text: str, server: SglangServer) -> None:

@@ -11,8 +11,6 @@ so that the hang watch still sees a live, idle rank. Keys SGLang does not have a
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import time
 from collections import Counter
 from typing import Any
@@ -248,7 +246,8 @@ class StepRecorder:
         return line
 
     def _write(self, line: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(line, sort_keys=True, default=str) + "\n")
+        """The one step-line writer (evidence.StepRecord), shared with our runtime's recorder."""
+        self._fh.write(ev.StepRecord.from_json(line).line() + "\n")
 
     def write_crash(self, exc: BaseException) -> None:
         """The step a scheduler died in, so the verdict sees how far each rank got, with what
@@ -358,4 +357,4 @@ def _tree_digest(tree: Any) -> str | None:
 
 
 def jsonl_path(run_dir: str, rank: int) -> str:
-    return os.path.join(run_dir, f"rank{rank}.jsonl")
+    return str(ev.rank_jsonl(run_dir, rank))

@@ -9,18 +9,15 @@ where a probed decision acted always has a line, so an idle rank's decision did 
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
+from hicache_diag import evidence as ev
 from hicache_diag.errors import RunDirError
 from hicache_diag.sources.model import Inventory
 from hicache_diag.sources.probes import BY_NAME
 
 RUN_SCHEMA = "hicache-diag/sources-run/v1"
-_RANK_FILE = re.compile(r"rank(\d+)\.jsonl$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +140,7 @@ def with_inventory(result: RunSources, inventory: Inventory) -> RunSources:
 
 @dataclass
 class _Rank:
-    lines: dict[int, dict[str, Any]] = field(default_factory=dict)  # step -> its step line
+    lines: dict[int, ev.StepRecord] = field(default_factory=dict)  # step -> its step line
     last: int = -1
     armed: list[str] | None = None
 
@@ -151,21 +148,18 @@ class _Rank:
 def _read_rank(path: Path) -> _Rank:
     rank = _Rank()
     crashed: list[int] = []
-    for raw in path.read_text(errors="replace").splitlines():
-        try:
-            line = json.loads(raw)
-        except json.JSONDecodeError:
-            continue  # a line cut by a kill: the steps before it still count
-        step = line.get("step") if isinstance(line, dict) else None
+    for _, line in ev.read_steps(path):
+        # None: a line cut by a kill; the steps before it still count
+        step = line.step if line is not None else None
         if not isinstance(step, int):
             continue
-        if "sources_armed" in line and rank.armed is None:
-            rank.armed = list(line["sources_armed"])
-        if line.get("crashed"):
+        if line.sources_armed is not None and rank.armed is None:
+            rank.armed = list(line.sources_armed)
+        if line.crashed:
             crashed.append(step)
             continue
         rank.last = max(rank.last, step)
-        if "recorder_error" not in line:
+        if line.recorder_error is None:
             rank.lines.setdefault(step, line)
     for step in crashed:
         # Died inside a step with no line of its own: it never finished that step's decisions
@@ -177,12 +171,12 @@ def _read_rank(path: Path) -> _Rank:
 def load_ranks(run_dir: Path) -> dict[int, _Rank]:
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: no such run directory")
-    files = {int(m.group(1)): p for p in run_dir.iterdir() if (m := _RANK_FILE.match(p.name))}
+    files = ev.rank_files(run_dir, ev.RANK_JSONL_GLOB)
     if not files:
-        raise RunDirError(f"{run_dir}: no rank*.jsonl (not a run directory?)")
+        raise RunDirError(f"{run_dir}: no {ev.RANK_JSONL_GLOB} (not a run directory?)")
     ranks = {r: _read_rank(files[r]) for r in sorted(files)}
     recorded = any(
-        rank.armed is not None or any("sources" in line for line in rank.lines.values())
+        rank.armed is not None or any(line.sources is not None for line in rank.lines.values())
         for rank in ranks.values()
     )
     if not recorded:
@@ -198,7 +192,7 @@ def analyze_run(run_dir: Path) -> RunSources:
     names: dict[str, None] = {}
     for rank in ranks.values():
         for line in rank.lines.values():
-            names.update(dict.fromkeys(line.get("sources") or {}))
+            names.update(dict.fromkeys(line.sources or {}))
     order = [p for p in BY_NAME if p in names] + sorted(n for n in names if n not in BY_NAME)
     sources = tuple(_source(name, ranks) for name in order)
     notes = []
@@ -217,10 +211,10 @@ def analyze_run(run_dir: Path) -> RunSources:
     )
 
 
-def _record(line: dict | None, name: str) -> dict | None:
+def _record(line: ev.StepRecord | None, name: str) -> dict | None:
     if line is None:
         return None
-    rec = (line.get("sources") or {}).get(name)
+    rec = (line.sources or {}).get(name)
     return rec if isinstance(rec, dict) else None
 
 

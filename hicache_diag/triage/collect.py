@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 
+from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
 from hicache_diag.triage.discover import RankId, describe_pid, parse_rank_tokens, rank_from_title
 from hicache_diag.triage.dumps import RankDump, parse_dump_text, threads_from_json
@@ -124,11 +125,11 @@ def save_samples(ranks: list[RankSamples], folder: Path) -> list[Path]:
 
 
 def _manifest_ranks(folder: Path) -> dict[int, RankId]:
-    for candidate in (folder / "manifest.json", folder.parent / "manifest.json"):
+    for candidate in (folder / ev.MANIFEST, folder.parent / ev.MANIFEST):
         try:
-            topo = json.loads(candidate.read_text())["topology"]["ranks"]
-            return {int(r["rank"]): RankId(pp=int(r["pp"]), tp=int(r["tp"])) for r in topo}
-        except (OSError, ValueError, KeyError, TypeError):
+            topo = ev.read_record(ev.Manifest, candidate).topology_ranks
+            return {int(r.rank): RankId(pp=int(r.pp), tp=int(r.tp)) for r in topo}
+        except (OSError, ValueError, AttributeError, TypeError):
             continue
     return {}
 

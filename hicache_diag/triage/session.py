@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -102,7 +102,7 @@ def run_triage(req: TriageRequest) -> TriageReport:
     declared = False
     for folder in req.dumps:
         # A run directory (manifest.json) also holds each rank's log with its traceback.
-        found = sorted(folder.glob("rank*.log")) if (folder / "manifest.json").is_file() else []
+        found = sorted(folder.glob(ev.RANK_LOG_GLOB)) if (folder / ev.MANIFEST).is_file() else []
         run_logs += found
         try:
             loaded = load_dumps(folder)
@@ -117,12 +117,12 @@ def run_triage(req: TriageRequest) -> TriageReport:
                     hang_declared=declared)  # fmt: skip
 
 
-def _json_object(path: Path) -> dict:
+def _record(kind: type[ev.Record], path: Path) -> Any:
+    """The run-dir file's record; an empty one when it is missing or not a JSON object."""
     try:
-        data = json.loads(path.read_text())
+        return ev.read_record(kind, path)
     except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        return kind()
 
 
 def _apply_run_facts(folder: Path, ranks: list[RankSamples]) -> bool:
@@ -130,11 +130,11 @@ def _apply_run_facts(folder: Path, ranks: list[RankSamples]) -> bool:
     stopped or gone then), the facts `run` judges the same stacks with (rules/culprit.py).
     `folder`: the run directory or its stacks/. Whether it records a hang."""
     run_dir = folder if (folder / ev.MANIFEST).is_file() else folder.parent
-    launcher = _json_object(run_dir / ev.LAUNCHER)
-    hang = launcher.get("hang")
-    if not isinstance(hang, dict) or not (run_dir / ev.MANIFEST).is_file():
+    launcher = _record(ev.LauncherRecord, run_dir / ev.LAUNCHER)
+    hang = launcher.hang
+    if not isinstance(hang, ev.HangRecord) or not (run_dir / ev.MANIFEST).is_file():
         return False
-    tp_size = int((_json_object(run_dir / ev.MANIFEST).get("topology") or {}).get("tp") or 1)
+    tp_size = _record(ev.Manifest, run_dir / ev.MANIFEST).tp_size
     by_rank = {rs.rank: rs for rs in ranks}
     for rank, fate in launcher_fates(launcher, hang).items():
         rid = RankId(*unflat_rank(rank, tp_size))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import re
 from pathlib import Path
 
@@ -13,7 +11,6 @@ from hicache_diag import evidence as ev
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "evidence.md").read_text()
-RUNS = ROOT / "samples" / "runs"
 
 
 def _tree() -> set[str]:
@@ -62,34 +59,41 @@ def _section(title: str) -> str:
     return DOC.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
+def _step_sections() -> str:
+    """What the doc says of a step line: its own section and the sglang engine's bullet."""
+    sglang = DOC.split("## `--engine sglang` run directories", 1)[1]
+    title = "rank{r}.jsonl (one line per step; a step is one micro-batch slot of `event_loop_pp`)"
+    return _section(title) + sglang.split("- `manifest.json`", 1)[0]
+
+
 @pytest.mark.parametrize(
     "record, title",
-    [(ev.ManifestHead, "manifest.json"), (ev.LauncherRecord, "launcher.json"),
-     (ev.FirstFailure, "launcher.json"), (ev.HangRecord, "launcher.json"),
-     (ev.StacksRecord, "launcher.json")],  # fmt: skip
+    [
+        (ev.Manifest, "manifest.json"),
+        (ev.Topology, "manifest.json"),
+        (ev.LauncherRecord, "launcher.json"),
+        (ev.RankProcess, "launcher.json"),
+        (ev.FirstFailure, "launcher.json"),
+        (ev.HangRecord, "launcher.json"),
+        (ev.StacksRecord, "launcher.json"),
+        (ev.Budget, "budget.json"),
+    ],
     ids=lambda x: getattr(x, "__name__", x),
 )
 def test_every_record_field_is_documented(record, title):
     section = _section(title)
-    for f in dataclasses.fields(record):
-        assert re.search(rf"(?<![\w]){f.name}(?![\w])", section), (record.__name__, f.name)
+    for name in record.keys():
+        assert re.search(rf"(?<![\w]){name}(?![\w])", section), (record.__name__, name)
 
 
-@pytest.mark.parametrize("run", sorted(p for p in RUNS.iterdir() if (p / ev.LAUNCHER).is_file()),
-                         ids=lambda p: p.name)  # fmt: skip
-def test_records_read_every_committed_run_and_write_its_keys_back(run):
-    """from_json takes what every committed run wrote; to_json writes those keys back (and may
-    add the ones a newer writer knows)."""
-    launcher = json.loads((run / ev.LAUNCHER).read_text())
-    manifest = json.loads((run / ev.MANIFEST).read_text())
-    written = ev.LauncherRecord.from_json(launcher).to_json()
-    assert set(launcher) - {"engine"} <= set(written)
-    assert all(written[k] == v for k, v in launcher.items() if k in written)
-    records = {"first_failure": ev.FirstFailure, "hang": ev.HangRecord,
-               "interrupt_stall": ev.HangRecord, "stacks": ev.StacksRecord}  # fmt: skip
-    for key, record in records.items():
-        if launcher.get(key):
-            again = record.from_json(launcher[key]).to_json()
-            assert {k: again[k] for k in launcher[key]} == launcher[key], key
-    head = ev.ManifestHead.from_json(manifest).to_json()
-    assert all(manifest[k] == head[k] for k in head if k in manifest)
+def test_every_step_key_is_documented_and_every_documented_key_typed():
+    """StepRecord's fields are the doc's keys, both ways: a key in the table or named in
+    backticks in the sglang engine's bullet is a field, and every field is named there."""
+    text = _step_sections()
+    # a key alone (`rids`) or inside a snippet (`recorded: false`, `{"recorder_error": ...}`)
+    named = {w for span in re.findall(r"`([^`]+)`", text) for w in re.findall(r"\w+", span)}
+    missing = [k for k in ev.StepRecord.keys() if k not in named]
+    assert not missing, f"StepRecord fields docs/evidence.md does not name: {missing}"
+    table = {k for row in re.findall(r"^\| (`[^|]+) \|", text, re.M)
+             for k in re.findall(r"`(\w+)`", row)}  # fmt: skip
+    assert table <= set(ev.StepRecord.keys()), table - set(ev.StepRecord.keys())

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hicache_diag import evidence as ev
 from hicache_diag.diagnosis import classify_run
 from hicache_diag.diagnosis.load import load_run
 from hicache_diag.diagnosis.logged_facts import with_logged_crashes
@@ -58,12 +59,13 @@ def test_the_reading_is_what_names_the_root():
     run = load_run(RUNS / "sglang-0.5.23-form-a")
     raw = _as_recorded(json.loads((run.run_dir / "launcher.json").read_text()))
     raw["first_failure"]["rank"] = 0  # the runner's poll saw PP0 go first
+    recorded = ev.LauncherRecord.from_json(raw)
     server_log = (run.run_dir / "server.log").read_text()
-    assert with_logged_crashes(raw, run.logs, server_log)["first_failure"]["rank"] == 1
+    assert with_logged_crashes(recorded, run.logs, server_log).first_failure.rank == 1
     quiet = "".join(ln for ln in server_log.splitlines(True) if "SIGQUIT received" not in ln)
-    assert with_logged_crashes(raw, run.logs, quiet)["first_failure"]["rank"] == 0
-    assert raw["ranks"][1]["state"] == "exited"  # the copy is amended, the record is not
-    assert with_logged_crashes(raw, run.logs, quiet)["ranks"][1]["state"] == "crashed"
+    assert with_logged_crashes(recorded, run.logs, quiet).first_failure.rank == 0
+    assert recorded.ranks[1].state == "exited"  # a new record is read, the recorded one stays
+    assert with_logged_crashes(recorded, run.logs, quiet).ranks[1].state == "crashed"
 
 
 def test_a_teardown_sigkill_recorded_first_is_not_the_root(tmp_path):
@@ -98,24 +100,24 @@ TEARDOWN = (
 )
 
 
-def _launcher(first: dict, *states) -> dict:
+def _launcher(first: dict | None, *states, hang: dict | None = None) -> ev.LauncherRecord:
     ranks = [
         {"rank": r, "pp": r, "tp": 0, "pid": 100 + r, "state": st, "exitcode": code,
          "signal": sig, "ended_at": LOGGED + 0.5 + r * 4e-5}
         for r, (st, code, sig) in enumerate(states)
     ]  # fmt: skip
-    return {"ranks": ranks, "first_failure": first, "hang": None}
+    return ev.LauncherRecord.from_json({"ranks": ranks, "first_failure": first, "hang": hang})
 
 
-def _states(launcher: dict) -> list[str]:
-    return [e["state"] for e in launcher["ranks"]]
+def _states(launcher: ev.LauncherRecord) -> list[str]:
+    return [e.state for e in launcher.ranks]
 
 
 def test_teardown_sigkills_are_not_the_first_failure():
     killed = ("crashed", None, signal.SIGKILL)
     recorded = _launcher({"rank": 0, "t": 1000.0, "signal": 9}, killed, killed)  # PP0 polled first
     read = with_logged_crashes(recorded, {0: "", 1: PP1_LOG}, PP1_LOG + TEARDOWN)
-    assert _states(read) == ["killed", "crashed"] and read["first_failure"]["rank"] == 1
+    assert _states(read) == ["killed", "crashed"] and read.first_failure.rank == 1
     assert _states(recorded) == ["crashed", "crashed"]  # what the runner recorded stays
 
 
@@ -130,7 +132,7 @@ def test_without_a_logged_exception_a_sigkill_stays_a_death():
     recorded = _launcher({"rank": 1, "t": 1000.0}, ("exited", 0, None),
                          ("crashed", None, signal.SIGKILL))  # fmt: skip
     read = with_logged_crashes(recorded, {0: "", 1: ""}, TEARDOWN)
-    assert _states(read) == ["exited", "crashed"] and read["first_failure"]["rank"] == 1
+    assert _states(read) == ["exited", "crashed"] and read.first_failure.rank == 1
 
 
 def test_a_sigkill_before_only_cascades_stays_the_root():
@@ -146,11 +148,11 @@ def test_a_sigkill_before_only_cascades_stays_the_root():
     recorded = _launcher({"rank": 1, "t": 1000.0, "signal": 9}, ("crashed", 0, None),
                          ("crashed", None, signal.SIGKILL))  # fmt: skip
     read = with_logged_crashes(recorded, {0: pp0, 1: ""}, cascade)
-    assert _states(read) == ["crashed", "crashed"] and read["first_failure"]["rank"] == 1
+    assert _states(read) == ["crashed", "crashed"] and read.first_failure.rank == 1
 
 
 def test_after_sglangs_watchdog_the_record_stands():
     """The watchdog's teardown was recorded by the runner already (sglang/trial.py)."""
-    recorded = _launcher(None, ("killed", None, None), ("killed", None, None))
-    recorded["hang"] = {"detected_by": "sglang-watchdog", "stalled_ranks": [0, 1]}
+    hang = {"detected_by": "sglang-watchdog", "stalled_ranks": [0, 1]}
+    recorded = _launcher(None, ("killed", None, None), ("killed", None, None), hang=hang)
     assert with_logged_crashes(recorded, {0: "", 1: PP1_LOG}, PP1_LOG + TEARDOWN) is recorded

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hicache_diag import evidence as ev
 from hicache_diag.harness import trial
 from hicache_diag.triage import pyspy
 
@@ -84,7 +85,7 @@ def _fake_pyspy(tmp_path: Path, body: str) -> str:
 @pytest.mark.process
 def test_every_rank_is_dumped_by_py_spy(tmp_path, ranks):
     got = trial.dump_rank_stacks(ranks, tmp_path)
-    assert got == {"tool": "py-spy", "error": None}
+    assert got == ev.StacksRecord("py-spy", None)
     for r in (0, 1):
         dump = json.loads((tmp_path / "stacks" / f"rank{r}.json").read_text())
         names = [f["name"] for th in dump for f in th["frames"]]
@@ -102,7 +103,7 @@ def _assert_faulthandler_files(tmp_path: Path) -> None:
 def test_missing_py_spy_falls_back_to_faulthandler(tmp_path, ranks, monkeypatch):
     monkeypatch.setattr(pyspy, "find_pyspy", lambda: None)
     got = trial.dump_rank_stacks(ranks, tmp_path)
-    assert got["tool"] == "faulthandler" and pyspy.NOT_INSTALLED in got["error"]
+    assert got.tool == "faulthandler" and pyspy.NOT_INSTALLED in got.error
     _assert_faulthandler_files(tmp_path)
 
 
@@ -111,7 +112,7 @@ def test_ptrace_denied_is_named_and_falls_back(tmp_path, ranks, monkeypatch):
     fake = _fake_pyspy(tmp_path, 'echo "Error: Operation not permitted (os error 1)" >&2; exit 1')
     monkeypatch.setattr(pyspy, "find_pyspy", lambda: fake)
     got = trial.dump_rank_stacks(ranks, tmp_path)
-    assert got["tool"] == "faulthandler" and "CAP_SYS_PTRACE" in got["error"]
+    assert got.tool == "faulthandler" and "CAP_SYS_PTRACE" in got.error
     _assert_faulthandler_files(tmp_path)
 
 
@@ -123,8 +124,8 @@ def test_a_hung_py_spy_is_killed_at_the_deadline(tmp_path, ranks, monkeypatch):
     started = time.monotonic()
     got = trial.dump_rank_stacks(ranks, tmp_path)
     assert time.monotonic() - started < 1.0 + trial.FAULTHANDLER_WAIT_S + 1.0
-    assert got["tool"] == "faulthandler" and "timed out" in got["error"]
-    assert got["error"].count("timed out") == 2, "both ranks dumped in parallel, both cut off"
+    assert got.tool == "faulthandler" and "timed out" in got.error
+    assert got.error.count("timed out") == 2, "both ranks dumped in parallel, both cut off"
     _assert_faulthandler_files(tmp_path)
 
 

@@ -110,3 +110,25 @@ def test_crash_record_carries_the_steps_inputs_outside_must_agree(tmp_path):
     line = json.loads((tmp_path / "r.jsonl").read_text())
     assert line["crashed"] is True and line["l3_progress_local"] == {"r1": 12}
     assert "tree_digest" not in line and "l3_progress" not in line["must_agree"]
+
+
+def test_every_line_kind_is_a_step_record_written_by_the_one_writer(tmp_path, monkeypatch):
+    """A full step, a crash record and a heartbeat each read back as evidence.StepRecord and
+    write out as the same bytes (the writer both engines' recorders share)."""
+    from hicache_diag import evidence as ev
+
+    _record(tmp_path, build_protocol("full"), extra={"evicted_by_scheduler": 8, "num_waiting": 2})
+    rec = StepRecorder(tmp_path / "r.jsonl", 3, 1, 1, protocol=build_protocol("full"))
+    rec.record_crash(step=5, slot=1, batch=None, proxy=None, error=RuntimeError("boom"))
+    monkeypatch.setenv("HICACHE_DIAG_RECORD", "0")
+    off = StepRecorder(tmp_path / "r.jsonl", 3, 1, 1, protocol=build_protocol("full"))
+    off.record(step=6, slot=0, batch=None, tree_cache=_Tree({}), allocator=None, hooks=Hooks(),
+               comm=SimpleNamespace())  # fmt: skip
+    rec.close()
+    off.close()
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    records = [r for _, r in ev.read_steps(tmp_path / "r.jsonl")]
+    assert [r.line() for r in records] == lines
+    assert [(r.step, r.crashed, r.recorded) for r in records] == [(4, None, None), (5, True, None),
+                                                                   (6, None, False)]  # fmt: skip
+    assert records[0].num_waiting == 2 and records[0].extra == {}

@@ -72,7 +72,7 @@ def test_run_and_triage_name_the_same_culprit(tmp_path, name):
     stacks, facts, want = CASES[name]
     run_dir = _run_dir(tmp_path, stacks, facts)
     run = load_run(run_dir)
-    named = checks.hang_rank(run, run.launcher["hang"])
+    named = checks.hang_rank(run, run.launcher.hang)
     verdict = classify_run(run_dir)
     triaged = run_triage(TriageRequest(dumps=(run_dir,)))
     culprit = triaged.culprit

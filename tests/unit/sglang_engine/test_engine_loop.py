@@ -47,7 +47,7 @@ def test_idle_turns_only_is_a_hang_with_the_stalled_schedulers(tmp_path):
     t0 = time.time()
     _watch_loop(engine, cfg, tmp_path, watch, None)
     assert 0.5 <= time.time() - t0 < 3
-    assert watch.hang["during_startup"] and watch.hang["stalled_ranks"] == [0, 1]
+    assert watch.hang.during_startup and watch.hang.stalled_ranks == [0, 1]
     assert watch.first_failure is None and not engine.running()
 
 
@@ -69,5 +69,5 @@ def test_answered_requests_keep_it_alive_and_a_dead_scheduler_is_the_first_failu
 
     _watch_loop(engine, cfg, tmp_path, watch, progress)
     assert watch.hang is None
-    assert watch.first_failure["rank"] == 1 and watch.first_failure["exitcode"] == 1
+    assert watch.first_failure.rank == 1 and watch.first_failure.exitcode == 1
     assert 1.0 < time.time() - t0 < 4

@@ -1,0 +1,107 @@
+"""The base of every run-dir record (ours): one `to_json` writer and one `from_json` reader,
+lossless both ways, and the one JSON text a run-dir file is written as. Standard library only.
+
+Lossless: a record read from a file writes back exactly what the file held. Keys the record
+does not know are kept in `extra` (a newer writer's, an engine's own); the record's own keys the
+file did not have (an older writer's) are listed in `absent` and stay out when written back, so
+an old run's files are never rewritten with keys their writer did not know. A record built by
+a writer has nothing absent: every key is written (a key is never dropped).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+R = TypeVar("R", bound="Record")
+_BOOKKEEPING = ("extra", "absent")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """`nested` maps a key to the record type its value is read as (a list of them when the
+    value is a list); every other value is kept as JSON gave it."""
+
+    nested: ClassVar[dict[str, type[Record]]] = {}
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
+    absent: frozenset[str] = field(default=frozenset(), kw_only=True, repr=False)
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        """The JSON keys this record knows, in field order."""
+        return _keys(cls)
+
+    @classmethod
+    def from_json(cls: type[R], data: dict[str, Any] | None) -> R:
+        """Every key of `data` kept: known ones typed, the rest in `extra`."""
+        known, nested = _key_set(cls), cls.nested
+        kwargs, extra = {}, {}
+        for k, v in (data or {}).items():
+            if k not in known:
+                extra[k] = v
+            else:
+                kwargs[k] = _read(nested[k], v) if k in nested else v
+        return cls(**kwargs, extra=extra, absent=known.difference(kwargs))
+
+    def to_json(self) -> dict[str, Any]:
+        nested, absent = self.nested, self.absent
+        out = {
+            k: _write(getattr(self, k)) if k in nested else getattr(self, k)
+            for k in _keys(type(self))
+            if k not in absent
+        }
+        out.update(self.extra)
+        return out
+
+
+@functools.cache
+def _keys(cls: type[Record]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.name not in _BOOKKEEPING)
+
+
+@functools.cache
+def _key_set(cls: type[Record]) -> frozenset[str]:
+    return frozenset(_keys(cls))
+
+
+def _read(kind: type[Record] | None, value: Any) -> Any:
+    if kind is None or value is None:
+        return value
+    if isinstance(value, list):
+        return [kind.from_json(v) if isinstance(v, dict) else v for v in value]
+    return kind.from_json(value) if isinstance(value, dict) else value
+
+
+def _write(value: Any) -> Any:
+    if isinstance(value, Record):
+        return value.to_json()
+    if isinstance(value, list):
+        return [v.to_json() if isinstance(v, Record) else v for v in value]
+    return value
+
+
+def json_text(data: Any) -> str:
+    """A run-dir JSON file (a record or plain JSON) as every writer writes it (verdict.json:
+    atomically, by verdict.py's `write_json_atomic`)."""
+    data = data.to_json() if isinstance(data, Record) else data
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def write_json(path: Path, data: Any) -> None:
+    Path(path).write_text(json_text(data))
+
+
+def read_json(path: Path) -> Any:
+    """The parsed file; OSError / ValueError are the caller's to word."""
+    return json.loads(Path(path).read_text())
+
+
+def read_record(kind: type[R], path: Path) -> R:
+    """A run-dir file read as its record; ValueError when it holds no JSON object."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"it holds a JSON {type(data).__name__}, not an object")
+    return kind.from_json(data)
