@@ -178,3 +178,16 @@ class LogEvidence:
     def first_stop(self) -> FateLine | None:
         """The first stop from outside (the operator's SIGTERM, a child killed by SIGTERM)."""
         return next((f for f in self.fates if f.fact.stopped_from_outside), None)
+
+
+@dataclass(slots=True)
+class ReadCtx:
+    """What the log reader holds between lines: the last rank and stamp, and state a block
+    handler leaves for the lines after it."""
+
+    rank: RankId | None = None
+    ts: str | None = None
+    torn_down: bool = False  # a teardown or stop line was seen: later dumps are the teardown's
+    thread: str | None = None  # from `Exception in thread X:`, the line before its traceback
+    noise_next: bool = False  # `Ignore import error ...` logged with its traceback
+
