@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from hicache_diag.rules import signatures as sig
+from hicache_diag.rules.process_fate import pyspy_fate
 from hicache_diag.rules.rank_labels import split_prefix
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.discover import is_component_title
@@ -31,10 +32,6 @@ _FH_BODY = re.compile(
     r'^(?:\s+File "|\s*$|(?:Current thread|Thread) 0x|Extension modules:|  <no Python frame>)'
 )
 _FH_FRAME_IN = re.compile(r'^File "[^"]{0,1000}", line \d+ in (\S{1,200})')
-# py-spy's stderr when it cannot read a process for reasons that say nothing about the target.
-_PYSPY_TOOLING = re.compile(
-    r"not found|No such file|Permission denied|Operation not permitted", re.I
-)
 
 
 
@@ -103,13 +100,12 @@ def on_pyspy_error(
         end += 1
     pid_text = (err and (err["pid"] or err["pid2"])) or (final and final["pid"])
     pid = int(pid_text) if pid_text else None
-    earlier = [f for f in ev.pyspy_failures if f.pid == pid and f.rank == ctx.rank]
-    tooling = bool(_PYSPY_TOOLING.search(text)) or any(
-        _PYSPY_TOOLING.search(f.reason) for f in earlier
-    )
-    stopped = "Failed to suspend" in text or (bool(final) and not tooling)
+    earlier = [f.reason for f in ev.pyspy_failures if f.pid == pid and f.rank == ctx.rank]
+    # py-spy's own words, with those of the earlier attempts on the same pid: a fact about
+    # the process (stopped, gone) or about the tool (rules.process_fate).
+    fate = pyspy_fate(" ".join([*earlier, text]), gave_up=bool(final))
     line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
-    ev.pyspy_failures.append(PyspyFailure(ctx.rank, pid, text.strip(), stopped, line))
+    ev.pyspy_failures.append(PyspyFailure(ctx.rank, pid, text.strip(), fate, line))
     return end
 
 

@@ -21,6 +21,7 @@ from hicache_diag.rules.process_fate import Fate, drain_remaining, read_fate
 from hicache_diag.rules.rank_labels import NCCL_RANK, split_prefix
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.discover import RankId, parse_rank_tokens
+from hicache_diag.triage.emitters import header_kind
 from hicache_diag.triage.lines import Block, normalise_blocks
 from hicache_diag.triage.log_blocks import read_block
 from hicache_diag.triage.log_dumps import on_faulthandler, on_pyspy, on_pyspy_error
@@ -190,9 +191,10 @@ def _consume(
                 ctx.noise_next = False
             return end
     if thread := _THREAD_EXC.search(msg):
-        ctx.thread = thread.group(1) or thread.group(2)
-        ev.recognised += 1
+        _on_thread_header(lines, i, thread.group(1) or thread.group(2), source, ctx, ev)
         return i
+    if kind := header_kind(msg):
+        ctx.header = (i, kind)  # the traceback it announces follows within a few lines
     line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
     if drain_remaining(msg):  # requests still in flight (0: the drain is done)
         ev.keep(ev.drain_reports, line)
@@ -204,7 +206,9 @@ def _consume(
         if fact.fate is not Fate.TEARDOWN and fact.fate is not Fate.NCCL_ABORT:
             ev.recognised += 1
             return i  # a stop or a child's exit is read as a fate; teardown is also a cascade
-    if (kind := sig.watchdog_kind(msg)) or sig.is_timeout(msg):
+    if sig.is_peer_wait(msg):  # vLLM: a worker waiting on its broadcast (a wait, no crash)
+        ev.keep(ev.wait_lines, line)
+    elif (kind := sig.watchdog_kind(msg)) or sig.is_timeout(msg):
         ev.keep(ev.soft_lines if kind == "soft" else ev.hang_lines, line)
     elif sig.is_watchdog_debug(msg):
         ev.keep(ev.debug_lines, line)
@@ -232,15 +236,35 @@ def _on_traceback(
         return tb.end
     thread = _THREAD_EXC.search(msg)
     name = (thread.group(1) or thread.group(2)) if thread else ctx.thread
-    ev.keep(ev.exceptions,
-        LogException(
-            ctx.rank, ctx.ts, source, i + 1, tb.exc_type, tb.message, tb.frames, name,
-            tb.last_frame, tb.files, scheduler="Scheduler hit an exception" in msg,
-        )
+    header = header_kind(msg)
+    if header is None and ctx.header is not None and i - ctx.header[0] <= _HEADER_REACH:
+        header = ctx.header[1]
+    exc = LogException(
+        ctx.rank, ctx.ts, source, i + 1, tb.exc_type, tb.message, tb.frames, name,
+        tb.last_frame, tb.files, scheduler="Scheduler hit an exception" in msg, header=header,
     )  # fmt: skip
+    ev.keep(ev.exceptions, exc)
     ev.context = ev.context | sig.frames_context(tb.frames, tb.files)
-    ctx.thread = None
+    ctx.thread, ctx.header = None, None
     return tb.end
+
+
+# Lines between an announcing line and its traceback (asyncio prints `future: <Task ...>`).
+_HEADER_REACH = 3
+
+
+def _on_thread_header(
+    lines: LineWindow, i: int, name: str, source: str, ctx: ReadCtx, ev: LogEvidence
+) -> None:
+    """`Exception in thread Thread-3 (backup_thread_func):`: its traceback follows, or, cut
+    off, the header alone still says which thread died (recorded as a traceback cut short)."""
+    ev.recognised += 1
+    follows = any(lines.has(k) and _TRACEBACK in lines[k] for k in (i + 1, i + 2))
+    if follows:
+        ctx.thread = name
+        return
+    exc = LogException(ctx.rank, ctx.ts, source, i + 1, "UnknownError", CUT_SHORT, thread=name)
+    ev.keep(ev.exceptions, exc)
 
 
 def _on_terminate(
