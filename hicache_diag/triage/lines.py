@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Iterator
 
 from hicache_diag.triage.carriers import ANY_CARRIER, TRACEBACK, TS, peel, unflatten_traceback
+from hicache_diag.triage.framing import Framing
 
 _TS = TS
 _TRACEBACK = TRACEBACK
@@ -136,14 +137,16 @@ def _clean_line(line: str) -> str:
     return line
 
 
-def _paste_damage(raw: Iterator[str]) -> tuple[Iterator[str], bool]:
+def _paste_damage(raw: Iterator[str], framing: Framing) -> tuple[Iterator[str], bool]:
     """Undo editor numbers and terminal wrap where the first lines show them (a paste is
     numbered or wrapped from its first line). Returns the lines and whether they are cleaned
-    already; a plain log skips both stages and is cleaned in normalise's own loop."""
+    already; a plain log skips both stages and is cleaned in normalise's own loop. `framing`
+    learns the stream's unknown wrappers from the same first lines, before any is read."""
     head = [_clean_line(line) for line in itertools.islice(raw, _WRAP_PROBE)]
     numbered = _numbered(head)
     if numbered:
         head = [h[m.end() :] if (m := _LINE_NO.match(h)) else h for h in head]
+    framing.learn(peel(h)[0] for h in head if not (h[:3] == "[20" and h[11:12] == " "))
     width = _wrap_width(head)
     if not numbered and not width:
         return itertools.chain(head, raw), False
@@ -272,7 +275,7 @@ def normalise_blocks(raw: Iterable[str]) -> Iterator[str | Block]:
     """normalise's lines, with runs of plain SGLang lines handed on as Blocks (the hot path of
     a big log: a busy server's batch lines); every other line goes through each stage."""
     state = _Stages()
-    lines, cleaned = _paste_damage(iter(raw))
+    lines, cleaned = _paste_damage(iter(raw), state.framing)
     while chunk := list(itertools.islice(lines, BLOCK_LINES)):
         if cleaned:
             for line in chunk:
@@ -292,10 +295,11 @@ def normalise_blocks(raw: Iterable[str]) -> Iterator[str | Block]:
 class _Stages:
     """normalise's stages for one line at a time, holding a CRI partial line until its end."""
 
-    __slots__ = ("partial",)
+    __slots__ = ("partial", "framing")
 
     def __init__(self) -> None:
         self.partial = ""
+        self.framing = Framing()  # wrappers no carrier names, learned from this stream
 
     def line(self, line: str, cleaned: bool = False) -> Iterator[str]:
         if len(line) > MAX_LINE:
@@ -319,6 +323,8 @@ class _Stages:
         if self.partial:
             # The joined CRI line may still carry an inner carrier (docker inside CRI).
             line, self.partial = peel(_bounded(self.partial + line))[0], ""
+        if not (line[:3] == "[20" and line[11:12] == " "):
+            line = self.framing.unwrap(line)
         if line.find("[", 1) < 0 and _TRACEBACK not in line:
             yield line
         else:
