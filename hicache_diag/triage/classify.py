@@ -267,7 +267,7 @@ def _annotate(
     report: TriageReport, logs: LogEvidence, ranks: list[RankSamples], reports: list[RankReport]
 ) -> None:
     """Notes, the stack tree and next steps on a decided report."""
-    report.evidence += survived_notes(logs)
+    report.evidence += logs.notes + survived_notes(logs)
     report.evidence += _watchdog_notes(logs, report)
     report.evidence += [
         f"ignored the dump of {d.title.split()[0]} (pid {d.pid}): not a scheduler"

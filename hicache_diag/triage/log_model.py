@@ -141,6 +141,7 @@ class LogEvidence:
     progress_last: dict[str, int] = field(default_factory=dict)  # source -> last progress line
     served: int = 0  # HTTP requests answered (uvicorn access lines)
     dropped: int = 0  # entries not kept (over KEEP)
+    notes: list[str] = field(default_factory=list)  # what reading a file noticed (a cut gzip)
 
     def keep(self, items: list, item: object) -> None:
         """Append unless `items` already holds KEEP entries (counted in `dropped`)."""
@@ -187,6 +188,7 @@ class LogEvidence:
         self.progress_last.update(other.progress_last)
         self.served += other.served
         self.dropped += other.dropped
+        self.notes += other.notes
 
     @property
     def watchdog_fired(self) -> bool:
