@@ -72,6 +72,13 @@ _CLIENT_FILES = (
     "requests/", "urllib3/", "httpx/",
 )  # fmt: skip
 _SERVER_FILES = ("sglang/srt/", "vllm/", "sglang/launch_server")
+# What a benchmark client prints of its own (sglang.bench_serving, vLLM's benchmark_serving):
+# a log with these and no server line is a client's; its tracebacks are the client's.
+CLIENT_STARTS = (
+    "#Input tokens: ", "#Output tokens: ", "Starting initial single prompt test run",
+    "Starting warmup with ", "Warmup completed with ", "benchmark_args=Namespace(",
+    "Namespace(backend=", "============ Serving Benchmark Result", "Initial test run completed",
+)  # fmt: skip
 _TOKENIZER_FILES = ("tokenizer_manager", "detokenizer_manager")
 _SCHEDULER_FUNCS = ("run_scheduler_process", "event_loop", "run_engine_core", "run_busy_loop")
 _LAUNCHER_FILES = ("launch_server", "engine.py", "server_args.py")
@@ -121,7 +128,8 @@ def thread_role(thread: str | None, frames: Sequence[str] = ()) -> ThreadRole:
 
 
 def header_kind(text: str) -> str | None:
-    """'http', 'tok' or 'sched' for a line that announces a traceback, else None."""
+    """'http', 'tok' or 'sched' for a line that announces a traceback, else None ('client' is
+    set by the reader on a log that is a client's own)."""
     m = HEADER.search(text) if "xception" in text or "hit an" in text or "fatal" in text else None
     return next((k for k, v in m.groupdict().items() if v), None) if m else None
 
@@ -147,6 +155,8 @@ def attribute(
         return Attribution(Emitter.SCHEDULER, why="announced as the scheduler's exception")
     if header == "http":
         return Attribution(Emitter.HTTP, why="announced by the HTTP server / asyncio layer")
+    if header == "client" and not _any(files, _SERVER_FILES):
+        return Attribution(Emitter.CLIENT, why="a benchmark client's log, no server line")
     if header == "tok" or (not ranked and _any(files, _TOKENIZER_FILES) and not _http(files)):
         return Attribution(Emitter.TOKENIZER, why="the tokenizer / detokenizer manager")
     if files and not _any(files, _SERVER_FILES) and _any(files, _CLIENT_FILES):

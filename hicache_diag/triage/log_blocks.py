@@ -89,6 +89,7 @@ def read_block(
     progress, served = _progress_and_served(block.raw, text, others, progress, stop)
     block.start = stop
     ev.recognised += stop - start
+    ev.labelled += stop - start
     ev.served += served
     last = dict(zip(insides[: stop - start], range(start, stop), strict=True))  # last wins
     heads = {inside: bracket(inside) for inside in last}

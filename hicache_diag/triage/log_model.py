@@ -142,6 +142,8 @@ class LogEvidence:
     served: int = 0  # HTTP requests answered (uvicorn access lines)
     dropped: int = 0  # entries not kept (over KEEP)
     notes: list[str] = field(default_factory=list)  # what reading a file noticed (a cut gzip)
+    labelled: int = 0  # lines behind SGLang's label: a server's log
+    client_lines: int = 0  # lines a benchmark client prints (triage.emitters.CLIENT_STARTS)
 
     def keep(self, items: list, item: object) -> None:
         """Append unless `items` already holds KEEP entries (counted in `dropped`)."""
@@ -189,6 +191,8 @@ class LogEvidence:
         self.served += other.served
         self.dropped += other.dropped
         self.notes += other.notes
+        self.labelled += other.labelled
+        self.client_lines += other.client_lines
 
     @property
     def watchdog_fired(self) -> bool:

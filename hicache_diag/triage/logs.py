@@ -21,7 +21,7 @@ from hicache_diag.rules.process_fate import Fate, drain_remaining, read_fate
 from hicache_diag.rules.rank_labels import NCCL_RANK, split_prefix
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.discover import RankId, parse_rank_tokens
-from hicache_diag.triage.emitters import header_kind
+from hicache_diag.triage.emitters import CLIENT_STARTS, header_kind
 from hicache_diag.triage.lines import Block, normalise_blocks
 from hicache_diag.triage.log_blocks import read_block
 from hicache_diag.triage.log_dumps import on_faulthandler, on_pyspy, on_pyspy_error
@@ -132,8 +132,12 @@ def parse_log_lines(
             i = nxt
             continue
         msg, prefixed = _split_prefix(raw, ctx, ev)
-        if prefixed and ctx.rank is not None:
-            last_seen[id(ctx.rank)] = (ctx.rank, ctx.ts, i + 1, msg)
+        if prefixed:
+            ev.labelled += 1
+            if ctx.rank is not None:
+                last_seen[id(ctx.rank)] = (ctx.rank, ctx.ts, i + 1, msg)
+        elif msg[:1] in _CLIENT_FIRST and msg.startswith(CLIENT_STARTS):
+            ev.client_lines += 1
         if not ev.context.hicache and has_hicache_word(msg):
             ev.context = ev.context | sig.text_context(msg)
         if fast and _plain(msg, prefixed, i, source, ctx, ev):
@@ -146,7 +150,13 @@ def parse_log_lines(
     for rank, ts, lineno, msg in sorted(last_seen.values(), key=lambda v: v[2]):
         ev.ranks_seen[rank] = LogLine(rank, ts, source, lineno, msg.strip())  # latest wins
     ev.lines = i
+    if ev.client_lines and not ev.labelled:  # a benchmark client's own log: its tracebacks
+        for exc in ev.exceptions:
+            exc.header = exc.header or "client"
     return ev
+
+
+_CLIENT_FIRST = frozenset(s[0] for s in CLIENT_STARTS)
 
 
 def _plain(msg: str, prefixed: bool, i: int, source: str, ctx: ReadCtx, ev: LogEvidence) -> bool:
