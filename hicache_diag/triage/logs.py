@@ -216,6 +216,13 @@ def _consume(
         if fact.fate is not Fate.TEARDOWN and fact.fate is not Fate.NCCL_ABORT:
             ev.recognised += 1
             return i  # a stop or a child's exit is read as a fate; teardown is also a cascade
+    ev.recognised += _one_line(msg, line, ev) or int(prefixed)
+    return i
+
+
+def _one_line(msg: str, line: LogLine, ev: LogEvidence) -> bool:
+    """Record a line that is evidence on its own (a wait, a timeout, the watchdog's output, the
+    cascade, progress, an access line); False when it is none of these."""
     if sig.is_peer_wait(msg):  # vLLM: a worker waiting on its broadcast (a wait, no crash)
         ev.keep(ev.wait_lines, line)
     elif (kind := sig.watchdog_kind(msg)) or sig.is_timeout(msg):
@@ -229,10 +236,8 @@ def _consume(
     elif sig.SERVED.search(msg):
         ev.served += 1
     else:
-        ev.recognised += int(prefixed)
-        return i
-    ev.recognised += 1
-    return i
+        return False
+    return True
 
 
 def _on_traceback(
