@@ -9,7 +9,7 @@ import random
 import re
 from collections.abc import Callable
 
-from hicache_diag.triage.deliveries import Delivery, DeliveryKind, File
+from hicache_diag.triage.deliveries import Delivery, DeliveryKind, File, per_line
 
 _LEVELS = ("ERROR", "INFO", "WARNING", "DEBUG", "E", "I", "err", "info")
 _SEPARATORS = ("] ", "} ", " | ", ": ", "> ", " ")
@@ -91,6 +91,18 @@ def _wrapped_and_cut(seed: int) -> Delivery:
         return [wrap(i) + s for i, s in enumerate(cut)]
 
     return _per_file(both, seed)
+
+
+# Editor line numbers in shapes triage.lines' own stage does not list alone: `  12| ` and
+# `12:` glued to the text, and numbers in front of a collector's prefix.
+EDITOR_NUMBERS = (
+    DeliveryKind("numbered-bar-tight", per_line(lambda i, s: f"{i + 1:>4}| {s}")),
+    DeliveryKind("numbered-colon", per_line(lambda i, s: f"{i + 1}:{s}")),
+    DeliveryKind(
+        "numbered-cri",
+        per_line(lambda i, s: f"{i + 1:>4}| 2026-06-24T17:38:03.{i:09d}Z stdout F {s}"),
+    ),
+)
 
 
 def generated(seeds: range) -> tuple[DeliveryKind, ...]:

@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from hicache_diag.triage.deliveries import DELIVERIES, case_files, triage_case, verdict
-from hicache_diag.triage.generated_deliveries import cut_stamp, generated, random_wrapper
+from hicache_diag.triage.generated_deliveries import (
+    EDITOR_NUMBERS,
+    cut_stamp,
+    generated,
+    random_wrapper,
+)
 
 CORPUS = Path(__file__).resolve().parents[3] / "samples" / "corpus"
 EXPECTED = json.loads((CORPUS / "expected.json").read_text())["cases"]
@@ -46,7 +51,7 @@ def test_teardown_is_offered_to_every_stoppable_case():
 
 
 # Wrappers and damage nobody listed: made up from seeds (triage.generated_deliveries).
-GENERATED = generated(range(3))
+GENERATED = generated(range(3)) + EDITOR_NUMBERS
 GENERATED_PAIRS = [
     (case, d) for case, want in sorted(EXPECTED.items()) if want.get("mode") != "dumps"
     for d in GENERATED
