@@ -94,13 +94,6 @@ class Attribution:
     why: str = ""
 
     @property
-    def serving_loop_needs(self) -> bool:
-        """Its death stops serving: a scheduler's loop, a HiCache thread, the tokenizer."""
-        if self.emitter is Emitter.SCHEDULER_THREAD:
-            return self.role not in (ThreadRole.WATCHDOG, ThreadRole.OTHER, None)
-        return not self.survived
-
-    @property
     def survived(self) -> bool:
         """The server answered this error and went on (a request handler), or it is not the
         server's at all (a client program)."""

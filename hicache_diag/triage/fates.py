@@ -70,8 +70,9 @@ def thread_death(logs: LogEvidence, reports: list[RankReport], hang: bool) -> Tr
         kind, form = "hang", "C"
     else:
         ev.append("expect the scheduler to hang next (a watchdog timeout) unless it is restarted")
+    sign = f"thread {first.thread} died ({what})" if first.is_incomplete else first.text
     return TriageReport(
-        kind, form=form, culprit=culprit, ranks=reports, evidence=ev, signature=first.text,
+        kind, form=form, culprit=culprit, ranks=reports, evidence=ev, signature=sign,
         emitter=who.label,
     )  # fmt: skip
 
