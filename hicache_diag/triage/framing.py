@@ -29,11 +29,14 @@ _DAMAGED_IN = re.compile(
 )
 # Shapes Python prints for a traceback, whatever wraps them.
 _SHAPE = re.compile(
-    r'Traceback \(most recent call last\):|(?<=\s)File "[^"\n]{1,2000}", line \d'
+    r'Traceback \(most recent call last\):|(?<=\s)(?P<file>File) "[^"\n]{1,2000}", line \d'
     r"|During handling of the above exception|The above exception was the direct cause"
     r"|Fatal Python error: |(?:Current thread|Thread) 0x[0-9a-fA-F]{4,16} \(most recent"
     r"|Exception in thread |terminate called after throwing"
     r"|(?<=\s)(?:[A-Za-z_]\w{0,80}\.){0,8}[A-Z]\w{0,80}(?:Error|Exception)(?::\s|$)"
+    # py-spy's text dump: its process and thread headers, its frames (indented 4 blanks).
+    r"|(?<=\s)Process \d{1,10}: |(?<=\s)Thread (?:0x[0-9a-fA-F]{1,16}|\d{1,10}) \([a-z+]{1,20}\)"
+    r"|(?<=\s{5})(?P<frame>[\w<>.]{1,200}) \([^()\s]{1,500}:\d{1,7}\)\s*$"
 )
 # A wrapper found only by a message shape must look like one (a field, a bracket, a figure),
 # not like prose that names an exception (`retrying after ConnectionError: ...`).
@@ -65,9 +68,9 @@ class Framing:
         found = _LABEL.search(head, 1) or _DAMAGED_IN.search(head, 1)
         start = found.start() if found else -1
         if found is None and (shape := _SHAPE.search(head, 1)) is not None:
-            # A frame's `File` is indented two blanks by Python: those are not the wrapper's.
-            indented = shape[0][:4] == "File" and head[: shape.start()].endswith("  ")
-            start = shape.start() - 2 * indented
+            # A frame is indented (Python's `File` by 2, py-spy's by 4): not the wrapper's.
+            indent = 2 if shape["file"] else 4 if shape["frame"] else 0
+            start = shape.start() - (indent if head[: shape.start()].endswith(" " * indent) else 0)
             start = start if _WRAPPERISH.search(line, 0, start) else -1
         if start > 0 and self._learn(line[:start]):
             # A collector we know may sit behind the unknown wrapper (kubectl's stamp).
@@ -101,11 +104,14 @@ class Framing:
 
 
 def _template(wrapper: str) -> re.Pattern[str]:
-    """A wrapper's shape: its digits (times, counters, pids) and its leading blanks vary from
-    line to line, the rest is kept as it is."""
+    """A wrapper's shape: its figures (times, counters, pids, hex ids: any run of letters and
+    digits that holds a digit) and its leading blanks vary from line to line; the rest (field
+    names, brackets, words) is kept as it is."""
     body = wrapper.lstrip(" ")
-    parts = re.split(r"(\d+)", body)
-    pattern = "".join(r"\d+" if p.isdigit() else re.escape(p) for p in parts if p)
+    parts = re.split(r"([0-9A-Za-z]+)", body)
+    pattern = "".join(
+        r"[0-9A-Za-z]+" if any(c.isdigit() for c in p) else re.escape(p) for p in parts if p
+    )
     return re.compile(" *" + pattern)
 
 

@@ -83,3 +83,26 @@ def test_a_cut_stamp_loses_its_front_but_keeps_the_rank_tokens():
     assert len(cuts) > 10
     assert all(c.endswith("PP1 TP0] Decode batch, #running-req: 3") for c in cuts)
     assert all(not c.startswith("[2026") for c in cuts)
+
+
+SAMPLE_LOGS = sorted((CORPUS.parent / "logs").glob("*.log"))
+
+
+@pytest.mark.parametrize("log", SAMPLE_LOGS, ids=lambda p: p.name)
+def test_a_cloud_agents_fields_that_vary_per_line_keep_the_verdict(log, tmp_path):
+    """A logging agent's framing: the severity it picked per line and a hex insert id that
+    changes every line, in front of SGLang's label, a traceback's lines and py-spy's dump."""
+    import random
+
+    from hicache_diag.triage.session import TriageRequest, run_triage
+
+    rng = random.Random(log.name)
+    lines = []
+    for line in log.read_text().splitlines():
+        sev = "ERROR" if line[:1] == " " or "Error" in line else rng.choice(["INFO", "DEFAULT"])
+        ident = f"{rng.getrandbits(40):x}"
+        lines.append(f'[severity: {sev}] {{"insertId": "{ident}", "logName": "stdout"}} {line}')
+    wrapped = tmp_path / log.name
+    wrapped.write_text("\n".join(lines) + "\n")
+    want = verdict(run_triage(TriageRequest(logs=(log,))))
+    assert verdict(run_triage(TriageRequest(logs=(wrapped,)))) == want
