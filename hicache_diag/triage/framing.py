@@ -109,10 +109,16 @@ def _template(wrapper: str) -> re.Pattern[str]:
     names, brackets, words) is kept as it is."""
     body = wrapper.lstrip(" ")
     parts = re.split(r"([0-9A-Za-z]+)", body)
-    pattern = "".join(
-        r"[0-9A-Za-z]+" if any(c.isdigit() for c in p) else re.escape(p) for p in parts if p
-    )
+    pattern = "".join(_shape_of(p) for p in parts if p)
     return re.compile(" *" + pattern)
+
+
+def _shape_of(part: str) -> str:
+    if part.isdigit():
+        return r"\d+"
+    if part.isalnum() and any(c.isdigit() for c in part):
+        return r"[0-9A-Za-z]+"  # a hex id, `pod-7f9c`: letters and figures both vary
+    return re.escape(part)
 
 
 def _restore(line: str) -> str:
