@@ -160,26 +160,34 @@ _READY = "The server is fired up"
 _SCHED = Emitter.SCHEDULER.value
 
 
-def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
+def _logged_hang(logs: LogEvidence, reports: list[RankReport]) -> TriageReport | None:
+    """A timeout or the watchdog's own output in the logs: a hang, with no stacks."""
     timeouts = [e for e in logs.exceptions if e.is_timeout]
-    if logs.hang_signal or timeouts:
-        if timeouts and not logs.hang_lines:
-            t = timeouts[0]
-            first = LogLine(t.rank, t.ts, t.source, t.lineno, t.text)
-        else:
-            first = (logs.hang_lines or logs.debug_lines)[0]
-        ev = [f"{first.source}:{first.lineno}: {first.text}"]
-        if not logs.hang_lines:
-            ev.append(
-                "the scheduler watchdog's own output (its debug block, dump or thread): it fired"
-            )
-        ev.append(
-            "no stacks: run triage live (--discover) or pass the py-spy dumps to name the site"
-        )
-        return TriageReport(
-            "hang", form="C", ranks=reports, evidence=ev, signature=first.text,
-            confidence="medium", emitter=Emitter.SCHEDULER.value,
-        )  # fmt: skip
+    if not (logs.hang_signal or timeouts):
+        return None
+    if timeouts and not logs.hang_lines:
+        t = timeouts[0]
+        first = LogLine(t.rank, t.ts, t.source, t.lineno, t.text)
+    else:
+        first = (logs.hang_lines or logs.debug_lines)[0]
+    ev = [f"{first.source}:{first.lineno}: {first.text}"]
+    if not logs.hang_lines:
+        ev.append("the scheduler watchdog's own output (its debug block, dump or thread): it fired")
+    ev.append("no stacks: run triage live (--discover) or pass the py-spy dumps to name the site")
+    return TriageReport(
+        "hang",
+        form="C",
+        ranks=reports,
+        evidence=ev,
+        signature=first.text,
+        confidence="medium",
+        emitter=Emitter.SCHEDULER.value,
+    )
+
+
+def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
+    if report := _logged_hang(logs, reports):
+        return report
     if report := stalled_drain(logs, reports) or peer_wait(logs, reports):
         return report
     progress = logs.progress_lines
@@ -194,9 +202,7 @@ def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
     if progress and not progress[-1].text.startswith(_READY):
         last = progress[-1]
         ev = [f"{logs.progress_count} batch lines, last: {last.text}"]
-        return TriageReport(
-            "busy", ranks=reports, evidence=ev, confidence="medium", emitter=_SCHED
-        )
+        return TriageReport("busy", ranks=reports, evidence=ev, confidence="medium", emitter=_SCHED)
     if progress:
         ev = ["the server is up and idle"]
         return TriageReport("healthy", ranks=reports, evidence=ev, emitter=_SCHED)

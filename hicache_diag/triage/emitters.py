@@ -67,18 +67,32 @@ HEADER = re.compile(
 # also runs the launcher's warm-up, which is no request handler).
 _HTTP_FILES = ("uvicorn/", "starlette/", "fastapi/")
 _CLIENT_FILES = (
-    "bench_serving", "benchmark_serving", "bench_one_batch_server", "/benchmark/",
-    "openai/_base_client", "openai/resources", "aiohttp/client", "aiohappyeyeballs",
-    "requests/", "urllib3/", "httpx/",
-)  # fmt: skip
+    "bench_serving",
+    "benchmark_serving",
+    "bench_one_batch_server",
+    "/benchmark/",
+    "openai/_base_client",
+    "openai/resources",
+    "aiohttp/client",
+    "aiohappyeyeballs",
+    "requests/",
+    "urllib3/",
+    "httpx/",
+)
 _SERVER_FILES = ("sglang/srt/", "vllm/", "sglang/launch_server")
 # What a benchmark client prints of its own (sglang.bench_serving, vLLM's benchmark_serving):
 # a log with these and no server line is a client's; its tracebacks are the client's.
 CLIENT_STARTS = (
-    "#Input tokens: ", "#Output tokens: ", "Starting initial single prompt test run",
-    "Starting warmup with ", "Warmup completed with ", "benchmark_args=Namespace(",
-    "Namespace(backend=", "============ Serving Benchmark Result", "Initial test run completed",
-)  # fmt: skip
+    "#Input tokens: ",
+    "#Output tokens: ",
+    "Starting initial single prompt test run",
+    "Starting warmup with ",
+    "Warmup completed with ",
+    "benchmark_args=Namespace(",
+    "Namespace(backend=",
+    "============ Serving Benchmark Result",
+    "Initial test run completed",
+)
 _TOKENIZER_FILES = ("tokenizer_manager", "detokenizer_manager")
 _SCHEDULER_FUNCS = ("run_scheduler_process", "event_loop", "run_engine_core", "run_busy_loop")
 _LAUNCHER_FILES = ("launch_server", "engine.py", "server_args.py")

@@ -72,9 +72,14 @@ def thread_death(logs: LogEvidence, reports: list[RankReport], hang: bool) -> Tr
         ev.append("expect the scheduler to hang next (a watchdog timeout) unless it is restarted")
     sign = f"thread {first.thread} died ({what})" if first.is_incomplete else first.text
     return TriageReport(
-        kind, form=form, culprit=culprit, ranks=reports, evidence=ev, signature=sign,
+        kind,
+        form=form,
+        culprit=culprit,
+        ranks=reports,
+        evidence=ev,
+        signature=sign,
         emitter=who.label,
-    )  # fmt: skip
+    )
 
 
 _SUSPEND = (
@@ -94,8 +99,8 @@ def fate_report(
     for rank, pid, reason, fate in facts:
         r = report_for(rank, reports)
         r.pid, r.fate, r.error = r.pid or pid, fate, reason[:200]
-        r.state, r.wait_site = ("blocked", "unreadable") if fate is RankFate.STOPPED else (
-            "exited", None)  # fmt: skip
+        stopped = fate is RankFate.STOPPED
+        r.state, r.wait_site = ("blocked", "unreadable") if stopped else ("exited", None)
     finding = classify_stacks(reports, hang)
     if finding is None or finding.kind not in ("hang", "crash") or not finding.culprits:
         return None
@@ -106,15 +111,26 @@ def fate_report(
         ev.append(_SUSPEND)
         sign = "unreadable (py-spy could not suspend it)"
         return TriageReport(
-            "hang", "C", "straggler", culprit, reports, evidence=ev, signature=sign,
+            "hang",
+            "C",
+            "straggler",
+            culprit,
+            reports,
+            evidence=ev,
+            signature=sign,
             emitter=Emitter.SCHEDULER.value,
-        )  # fmt: skip
+        )
     ev.append(f"py-spy found no process: {rank.label} has exited while its peers live")
     sign = f"{rank.label} exited (py-spy: no such process)"
     return TriageReport(
-        "crash", culprit=culprit, ranks=reports, evidence=ev, signature=sign,
-        confidence="medium", emitter=Emitter.SCHEDULER.value,
-    )  # fmt: skip
+        "crash",
+        culprit=culprit,
+        ranks=reports,
+        evidence=ev,
+        signature=sign,
+        confidence="medium",
+        emitter=Emitter.SCHEDULER.value,
+    )
 
 
 def _pyspy_facts(

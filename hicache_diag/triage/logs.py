@@ -255,9 +255,19 @@ def _on_traceback(
     if header is None and ctx.header is not None and i - ctx.header[0] <= _HEADER_REACH:
         header = ctx.header[1]
     exc = LogException(
-        ctx.rank, ctx.ts, source, i + 1, tb.exc_type, tb.message, tb.frames, name,
-        tb.last_frame, tb.files, scheduler="Scheduler hit an exception" in msg, header=header,
-    )  # fmt: skip
+        ctx.rank,
+        ctx.ts,
+        source,
+        i + 1,
+        tb.exc_type,
+        tb.message,
+        tb.frames,
+        name,
+        tb.last_frame,
+        tb.files,
+        scheduler="Scheduler hit an exception" in msg,
+        header=header,
+    )
     ev.keep(ev.exceptions, exc)
     ev.context = ev.context | sig.frames_context(tb.frames, tb.files)
     ctx.thread, ctx.header = None, None

@@ -58,9 +58,14 @@ def peer_wait(logs: LogEvidence, reports: list[RankReport]) -> TriageReport | No
         "a wait, not a crash: no process died",
     ]
     report = TriageReport(
-        "hang", form="C", ranks=reports, evidence=ev, signature=first.text, confidence="low",
+        "hang",
+        form="C",
+        ranks=reports,
+        evidence=ev,
+        signature=first.text,
+        confidence="low",
         emitter=Emitter.SCHEDULER.value,
-    )  # fmt: skip
+    )
     report.next_steps = [f"to see what each worker waits for, {LIVE_STACKS}"]
     return report
 
@@ -92,9 +97,14 @@ def stalled_drain(logs: LogEvidence, reports: list[RankReport]) -> TriageReport 
         "thin evidence: no watchdog line and no stacks; the ranks' stacks name the site",
     ]  # fmt: skip
     report = TriageReport(
-        "hang", form="C", ranks=reports, evidence=ev, signature=first.text, confidence="low",
+        "hang",
+        form="C",
+        ranks=reports,
+        evidence=ev,
+        signature=first.text,
+        confidence="low",
         emitter=Emitter.SCHEDULER.value,
-    )  # fmt: skip
+    )
     report.next_steps = [f"before stopping a stalled server, {LIVE_STACKS}"]
     return report
 

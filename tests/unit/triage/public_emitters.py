@@ -21,8 +21,11 @@ class PublicCase:
 
 
 HTTP_ASGI_SGLANG = PublicCase(
-    "sgl-project/sglang", 7083, "https://github.com/sgl-project/sglang/issues/7083",
-    "http-server", "unknown",
+    "sgl-project/sglang",
+    7083,
+    "https://github.com/sgl-project/sglang/issues/7083",
+    "http-server",
+    "unknown",
     """\
 [2025-06-11 06:19:30] INFO:     172.20.0.1:40106 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error
 [2025-06-11 06:19:30] ERROR:    Exception in ASGI application
@@ -31,11 +34,14 @@ Traceback (most recent call last):
   File "/root/anaconda3/envs/sglang/lib/python3.12/site-packages/uvicorn/middleware/proxy_headers.py", line 60, in __call__
 """,
     "the excerpt ends inside the traceback",
-)  # fmt: skip
+)
 
 HTTP_ASGI_UVICORN = PublicCase(
-    "sgl-project/sglang", 499, "https://github.com/sgl-project/sglang/issues/499",
-    "http-server", "unknown",
+    "sgl-project/sglang",
+    499,
+    "https://github.com/sgl-project/sglang/issues/499",
+    "http-server",
+    "unknown",
     """\
 ERROR:    Exception in ASGI application
 Traceback (most recent call last):
@@ -49,11 +55,14 @@ Traceback (most recent call last):
   File "/usr/local/lib/python3.10/dist-packages/starlette/_exception_handler.py", line 64, in wrapped_app
 """,
     "uvicorn's own format, no SGLang prefix; the excerpt ends inside the traceback",
-)  # fmt: skip
+)
 
 SERVED_ON_SGLANG = PublicCase(
-    "sgl-project/sglang", 2431, "https://github.com/sgl-project/sglang/issues/2431",
-    "scheduler", "healthy",
+    "sgl-project/sglang",
+    2431,
+    "https://github.com/sgl-project/sglang/issues/2431",
+    "scheduler",
+    "healthy",
     """\
 [2024-12-10 21:23:37 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=20.45 GB
 [2024-12-10 21:23:37 TP0] Memory pool end. avail mem=1.66 GB
@@ -72,11 +81,14 @@ SERVED_ON_SGLANG = PublicCase(
 [2024-12-10 21:23:44] ERR
 """,
     "the OpenAI adapter answered 500 and the server served on; the excerpt ends mid-line",
-)  # fmt: skip
+)
 
 DETOKENIZER_SGLANG = PublicCase(
-    "sgl-project/sglang", 9329, "https://github.com/sgl-project/sglang/issues/9329",
-    "tokenizer", "crash",
+    "sgl-project/sglang",
+    9329,
+    "https://github.com/sgl-project/sglang/issues/9329",
+    "tokenizer",
+    "crash",
     """\
 2025-08-15 14:25:48] DetokenizerManager hit an exception: Traceback (most recent call last):
   File "/nvme1/zhouxinyu/miniconda3/envs/sglang-intern/lib/python3.10/site-packages/sglang/srt/managers/detokenizer_manager.py", line 275, in run_detokenizer_process
@@ -84,11 +96,14 @@ DETOKENIZER_SGLANG = PublicCase(
   File "/nvme1/zhouxinyu/miniconda3/envs/sglang-intern/lib/python3.10/site-packages/sglang/utils.py", line 479, in __call__
 """,
     "the paste lost the stamp's `[`; the excerpt ends inside the traceback",
-)  # fmt: skip
+)
 
 BENCH_CLIENT_CUT = PublicCase(
-    "sgl-project/sglang", 4161, "https://github.com/sgl-project/sglang/issues/4161",
-    "client", "unknown",
+    "sgl-project/sglang",
+    4161,
+    "https://github.com/sgl-project/sglang/issues/4161",
+    "client",
+    "unknown",
     """\
 #Input tokens: 468000
 #Output tokens: 216000
@@ -97,11 +112,14 @@ Traceback (most recent call last):
   File "<frozen r
 """,
     "sglang.bench_serving's output (its Namespace line left out); the excerpt ends mid-frame",
-)  # fmt: skip
+)
 
 BENCH_CLIENT_FRAMES = PublicCase(
-    "sgl-project/sglang", 6497, "https://github.com/sgl-project/sglang/issues/6497",
-    "client", "unknown",
+    "sgl-project/sglang",
+    6497,
+    "https://github.com/sgl-project/sglang/issues/6497",
+    "client",
+    "unknown",
     """\
 #Input tokens: 964
 #Output tokens: 40
@@ -112,20 +130,26 @@ Traceback (most recent call last):
   File "/sgl-workspace/sglang/./python/sglang/bench_serving.py", line 2503, in <module>
 """,
     "the excerpt ends inside the traceback",
-)  # fmt: skip
+)
 
 VLLM_SHM_WAIT = PublicCase(
-    "vllm-project/vllm", 27313, "https://github.com/vllm-project/vllm/issues/27313",
-    "scheduler", "hang",
+    "vllm-project/vllm",
+    27313,
+    "https://github.com/vllm-project/vllm/issues/27313",
+    "scheduler",
+    "hang",
     """\
 (EngineCore_DP0 pid=77352) INFO 10-22 09:43:49 [shm_broadcast.py:466] No available shared memory broadcast block found in 60 seconds. This typically happens when some processes are hanging or d
 """,
     "the line as the issue's title quotes it (cut at GitHub's title length)",
-)  # fmt: skip
+)
 
 VLLM_SHM_WAIT_SERVING = PublicCase(
-    "vllm-project/vllm-omni", 2928, "https://github.com/vllm-project/vllm-omni/issues/2928",
-    "scheduler", "hang",
+    "vllm-project/vllm-omni",
+    2928,
+    "https://github.com/vllm-project/vllm-omni/issues/2928",
+    "scheduler",
+    "hang",
     """\
 (APIServer pid=81599) INFO:     127.0.0.1:56038 - "GET /v1/videos/video_gen_de253511289c4d00ab6fd40c7e341522 HTTP/1.1" 200 OK
 (APIServer pid=81599) INFO 04-18 01:08:52 [shm_broadcast.py:681] No available shared memory broadcast block found in 60 seconds. This typically happens when some processes are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization).
@@ -134,11 +158,14 @@ VLLM_SHM_WAIT_SERVING = PublicCase(
 (APIServer pid=81599) INFO:     127.0.0.1:56038 - "GET /v1/videos/video_gen_de253511289c4d00ab6fd40c7e341522 HTTP/1.1" 200 OK
 """,
     "after a 14 h run: the status polls are answered while the work waits",
-)  # fmt: skip
+)
 
 VLLM_RPC_TIMEOUT = PublicCase(
-    "vllm-project/vllm", 21899, "https://github.com/vllm-project/vllm/issues/21899",
-    "scheduler", "hang",
+    "vllm-project/vllm",
+    21899,
+    "https://github.com/vllm-project/vllm/issues/21899",
+    "scheduler",
+    "hang",
     """\
 ERROR 08-28 06:06:54 [core.py:502]   File "/home/user/miniconda/envs/vlm/lib/python3.10/site-packages/vllm/v1/engine/core.py", line 207, in execute_model     
 RROR 08-28 06:06:54 [core.py:502]   File "/home/user/miniconda/envs/vlm/lib/python3.10/site-packages/vllm/v1/executor/multiproc_executor.py", line 158, in ex
@@ -150,18 +177,21 @@ Process EngineCore_0:
 Traceback (most r
 """,
     "terminal-wrapped and padded as pasted, one level name cut to `RROR`",
-)  # fmt: skip
+)
 
 VLLM_ENGINE_CORE_FATAL = PublicCase(
-    "vllm-project/vllm", 19668, "https://github.com/vllm-project/vllm/issues/19668",
-    "scheduler", "crash",
+    "vllm-project/vllm",
+    19668,
+    "https://github.com/vllm-project/vllm/issues/19668",
+    "scheduler",
+    "crash",
     """\
 ERROR 06-15 13:57:57 [core.py:517] EngineCore encountered a fatal error.
 ERROR 06-15 13:57:57 [core.py:517] Traceback (most recent call last):
 ERROR 06-15 13:57:57 [core.py:517]   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/multiproc_executor.py", line 220, in collective_rpc
 """,
     "the excerpt ends inside the traceback",
-)  # fmt: skip
+)
 
 # SGLang's HiCache thread as py-spy named it in a public dump (sglang#12076: `Thread 12814
 # (idle): "Thread-8 (backup_thread_func)"`); no public thread shows its death, so the header
@@ -169,7 +199,14 @@ ERROR 06-15 13:57:57 [core.py:517]   File "/usr/local/lib/python3.12/dist-packag
 BACKUP_THREAD_NAME = "Thread-8 (backup_thread_func)"
 
 CASES = (
-    HTTP_ASGI_SGLANG, HTTP_ASGI_UVICORN, SERVED_ON_SGLANG, DETOKENIZER_SGLANG, BENCH_CLIENT_CUT,
-    BENCH_CLIENT_FRAMES, VLLM_SHM_WAIT, VLLM_SHM_WAIT_SERVING, VLLM_RPC_TIMEOUT,
+    HTTP_ASGI_SGLANG,
+    HTTP_ASGI_UVICORN,
+    SERVED_ON_SGLANG,
+    DETOKENIZER_SGLANG,
+    BENCH_CLIENT_CUT,
+    BENCH_CLIENT_FRAMES,
+    VLLM_SHM_WAIT,
+    VLLM_SHM_WAIT_SERVING,
+    VLLM_RPC_TIMEOUT,
     VLLM_ENGINE_CORE_FATAL,
-)  # fmt: skip
+)

@@ -53,9 +53,11 @@ def test_teardown_is_offered_to_every_stoppable_case():
 # Wrappers and damage nobody listed: made up from seeds (triage.generated_deliveries).
 GENERATED = generated(range(3)) + EDITOR_NUMBERS
 GENERATED_PAIRS = [
-    (case, d) for case, want in sorted(EXPECTED.items()) if want.get("mode") != "dumps"
+    (case, d)
+    for case, want in sorted(EXPECTED.items())
+    if want.get("mode") != "dumps"
     for d in GENERATED
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
