@@ -99,8 +99,29 @@ def main() -> int:
     print("per emitter (who printed the deciding evidence; kind, form and culprit right):")
     for emitter, (cases, right) in sorted(per_emitter.items()):
         print(f"  {emitter:18} {right}/{cases} = {100 * right / cases:.0f}%")
+    public_emitters()
     delivery_table(expected)
     return 0
+
+
+def public_emitters() -> None:
+    """The per-emitter cases from public SGLang / vLLM threads the corpus does not cite
+    (tests/unit/triage/public_emitters.py, provenance there): emitter and kind named right."""
+    sys.path.insert(0, "tests/unit/triage")
+    from public_emitters import CASES  # test data, read for this table only
+
+    from hicache_diag.triage.classify import classify
+    from hicache_diag.triage.logs import parse_log_lines
+
+    tally: dict[str, list[int]] = {}
+    for case in CASES:
+        report = classify([], parse_log_lines(case.text.splitlines(), case.url))
+        right = _emitter_kind(report.emitter) == case.emitter and report.kind == case.kind
+        t = tally.setdefault(case.emitter, [0, 0])
+        t[0], t[1] = t[0] + 1, t[1] + right
+    print(f"public threads per emitter ({len(CASES)} cases; emitter and kind right):")
+    for emitter, (cases, right) in sorted(tally.items()):
+        print(f"  {emitter:18} {right}/{cases}")
 
 
 def delivery_table(expected: dict) -> None:
