@@ -4,7 +4,10 @@ Run from the project root:  python bench/triage_accuracy.py
 Each case is triaged offline through the same entry point as `hicache-diag triage --logs`
 (a folder case passes every file in it, as logs from several nodes); the expected verdicts and
 their provenance are in samples/corpus/expected.json and samples/corpus/README.md. Prints one
-line per case and the scores, then the case x delivery table (triage.deliveries: each
+line per case and the scores, the score per emitter (who printed the evidence that decided the
+verdict, triage.emitters: scheduler, a scheduler thread, tokenizer, http-server, client,
+launcher; `unknown` when the text does not tell, `none` when nothing decided), then the case x
+delivery table (triage.deliveries: each
 collector prefix, ANSI, CRLF, editor numbers, terminal wrap, the operator's teardown, per-node
 files, a head cut off, gzip), where `.` is the verdict kept, `X` changed, blank not applicable.
 Exits 0 (the scores are figures, not a test: tests/unit/rules/test_corpus.py and
@@ -49,7 +52,16 @@ def triage_case(path: Path, mode: str) -> dict:
         "form": data["form"],
         "culprit": culprit,
         "exit": data["exit_code"],
+        "emitter": _emitter_kind(data.get("emitter")),
     }
+
+
+def _emitter_kind(emitter: str | None) -> str:
+    """The emitter's kind (triage.emitters.Emitter): `scheduler thread X (backup)` ->
+    `scheduler-thread`; none named (logs that decide nothing) -> `none`."""
+    if not emitter:
+        return "none"
+    return "scheduler-thread" if emitter.startswith("scheduler thread") else emitter
 
 
 def main() -> int:
@@ -61,6 +73,7 @@ def main() -> int:
         return 2
     expected = json.loads((CORPUS / "expected.json").read_text())["cases"]
     scores = {"kind": 0, "form": 0, "culprit": 0, "exit": 0}
+    per_emitter: dict[str, list[int]] = {}  # emitter -> [cases, all three right]
     named = named_right = 0
     t0 = time.perf_counter()
     for name, want in sorted(expected.items()):
@@ -71,6 +84,9 @@ def main() -> int:
         if want["culprit"] is not None:
             named += 1
             named_right += marks["culprit"]
+        tally = per_emitter.setdefault(got["emitter"], [0, 0])
+        tally[0] += 1
+        tally[1] += marks["kind"] and marks["form"] and marks["culprit"]
         flag = "ok  " if all(marks.values()) else "MISS"
         print(f"{flag} {name:48} kind={got['kind']:7} form={got['form']!s:4} "
               f"culprit={got['culprit']!s:14} exit={got['exit']}")  # fmt: skip
@@ -80,8 +96,32 @@ def main() -> int:
     for k, v in scores.items():
         print(f"{k:8} {v}/{n} = {100 * v / n:.0f}%")
     print(f"culprit where the text names one: {named_right}/{named}")
+    print("per emitter (who printed the deciding evidence; kind, form and culprit right):")
+    for emitter, (cases, right) in sorted(per_emitter.items()):
+        print(f"  {emitter:18} {right}/{cases} = {100 * right / cases:.0f}%")
+    public_emitters()
     delivery_table(expected)
     return 0
+
+
+def public_emitters() -> None:
+    """The per-emitter cases from public SGLang / vLLM threads the corpus does not cite
+    (tests/unit/triage/public_emitters.py, provenance there): emitter and kind named right."""
+    sys.path.insert(0, "tests/unit/triage")
+    from public_emitters import CASES  # test data, read for this table only
+
+    from hicache_diag.triage.classify import classify
+    from hicache_diag.triage.logs import parse_log_lines
+
+    tally: dict[str, list[int]] = {}
+    for case in CASES:
+        report = classify([], parse_log_lines(case.text.splitlines(), case.url))
+        right = _emitter_kind(report.emitter) == case.emitter and report.kind == case.kind
+        t = tally.setdefault(case.emitter, [0, 0])
+        t[0], t[1] = t[0] + 1, t[1] + right
+    print(f"public threads per emitter ({len(CASES)} cases; emitter and kind right):")
+    for emitter, (cases, right) in sorted(tally.items()):
+        print(f"  {emitter:18} {right}/{cases}")
 
 
 def delivery_table(expected: dict) -> None:

@@ -105,83 +105,90 @@ def _check_request(req: TriageRequest) -> None:
         )
 
 
+Interval = Annotated[
+    float,
+    typer.Option("--interval", metavar="SECONDS", help="Seconds between live samples."),
+]
+Samples = Annotated[
+    int,
+    typer.Option(
+        "--samples", metavar="N", help="Live samples per rank (>= 2 tells progress from a wedge)."
+    ),
+]
+Native = Annotated[bool, typer.Option("--native", help="Add a py-spy --native pass.")]
+Deadline = Annotated[
+    float,
+    typer.Option("--deadline", metavar="SECONDS", help="Seconds allowed per dump pass."),
+]
+NumHeads = Annotated[
+    int | None,
+    typer.Option(
+        "--num-heads", metavar="N", help="Local attention heads, to decode form A's sizes."
+    ),
+]
+PpSize = Annotated[
+    int | None,
+    typer.Option(
+        "--pp-size",
+        metavar="N",
+        help="The deployment's PP size, when the logs do not show PP prefixes.",
+    ),
+]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print hicache-diag/triage/v1.")]
+MoreLogs = Annotated[
+    list[str] | None,
+    typer.Argument(help="Log files, as with --logs.", metavar="LOG", show_default=False),
+]
+
+
 def register(app: typer.Typer) -> None:
-    @app.command(
+    app.command(
         "triage",
         epilog=EXAMPLES,
         short_help="Classify a hung or crashed cluster, name the culprit.",
+    )(triage)
+
+
+def triage(
+    pid: Pids = None,
+    discover: Discover = False,
+    parent: Parent = None,
+    dumps: Dumps = None,
+    logs: Logs = None,
+    save: Save = None,
+    interval: Interval = 0.5,
+    samples: Samples = 2,
+    native: Native = False,
+    deadline: Deadline = 5.0,
+    num_heads: NumHeads = None,
+    pp_size: PpSize = None,
+    json_out: JsonOut = False,
+    more_logs: MoreLogs = None,
+) -> None:
+    """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits."""
+    all_logs = [*(logs or []), *(more_logs or [])]
+    _check_paths(dumps or [], all_logs, save)
+    progress = None if json_out else LogReadProgress(err_console)  # --json: quiet
+    request = TriageRequest(
+        pids=tuple(pid or ()),
+        discover=discover,
+        parent=parent,
+        dumps=tuple(map(Path, dumps or ())),
+        logs=tuple(map(Path, all_logs)),
+        save=None if save is None else Path(save),
+        samples=samples,
+        interval=interval,
+        deadline_s=deadline,
+        native=native,
+        num_heads=num_heads,
+        pp_size=pp_size,
+        progress=progress,
     )
-    def _triage(
-        pid: Pids = None,
-        discover: Discover = False,
-        parent: Parent = None,
-        dumps: Dumps = None,
-        logs: Logs = None,
-        save: Save = None,
-        interval: Annotated[
-            float,
-            typer.Option("--interval", metavar="SECONDS", help="Seconds between live samples."),
-        ] = 0.5,
-        samples: Annotated[
-            int,
-            typer.Option(
-                "--samples",
-                metavar="N",
-                help="Live samples per rank (>= 2 tells progress from a wedge).",
-            ),
-        ] = 2,  # fmt: skip
-        native: Annotated[
-            bool, typer.Option("--native", help="Add a py-spy --native pass.")
-        ] = False,
-        deadline: Annotated[
-            float,
-            typer.Option("--deadline", metavar="SECONDS", help="Seconds allowed per dump pass."),
-        ] = 5.0,
-        num_heads: Annotated[
-            int | None,
-            typer.Option(
-                "--num-heads", metavar="N", help="Local attention heads, to decode form A's sizes."
-            ),
-        ] = None,
-        pp_size: Annotated[
-            int | None,
-            typer.Option(
-                "--pp-size",
-                metavar="N",
-                help="The deployment's PP size, when the logs do not show PP prefixes.",
-            ),
-        ] = None,
-        json_out: Annotated[bool, typer.Option("--json", help="Print hicache-diag/triage/v1.")] = (
-            False
-        ),
-        more_logs: Annotated[
-            list[str] | None,
-            typer.Argument(help="Log files, as with --logs.", metavar="LOG", show_default=False),
-        ] = None,
-    ) -> None:
-        """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits."""
-        _check_paths(dumps or [], [*(logs or []), *(more_logs or [])], save)
-        progress = None if json_out else LogReadProgress(err_console)  # --json: quiet
-        request = TriageRequest(
-            pids=tuple(pid or ()),
-            discover=discover,
-            parent=parent,
-            dumps=tuple(map(Path, dumps or ())),
-            logs=tuple(map(Path, [*(logs or []), *(more_logs or [])])),
-            save=None if save is None else Path(save),
-            samples=samples,
-            interval=interval,
-            deadline_s=deadline,
-            native=native,
-            num_heads=num_heads,
-            pp_size=pp_size,
-            progress=progress,
-        )
-        _check_request(request)
-        with progress or contextlib.nullcontext():
-            report = run_triage(request)
-        if json_out:
-            print_json(report.to_json())
-        else:
-            render_triage(report)
-        raise typer.Exit(int(report.exit_code))
+    _check_request(request)
+    with progress or contextlib.nullcontext():
+        report = run_triage(request)
+    if json_out:
+        print_json(report.to_json())
+    else:
+        render_triage(report)
+    raise typer.Exit(int(report.exit_code))

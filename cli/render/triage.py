@@ -78,6 +78,8 @@ def render_triage(report: TriageReport, console: Console | None = None) -> None:
         console.print(Text(f"confidence: {report.confidence}", style="yellow"))
     if report.signature:
         console.print(Text(f"signature: {report.signature}"))
+    if report.emitter:  # who printed the evidence that decided it (triage.emitters)
+        console.print(Text(f"printed by: {report.emitter}"))
     if report.reason:
         console.print(Text(f"reason: {report.reason}"))
     if report.ranks:

@@ -16,6 +16,8 @@ import enum
 import re
 from dataclasses import dataclass
 
+from hicache_diag.rules.rank_fate import RankFate
+
 
 class Fate(str, enum.Enum):
     OPERATOR_STOP = "operator-stop"  # SIGTERM / SIGINT from outside: someone stopped the server
@@ -102,3 +104,30 @@ def drain_remaining(text: str) -> int | None:
     line is no drain report."""
     m = _DRAIN_REPORT.search(text) if "Gracefully" in text else None
     return int(m[1]) if m else None
+
+
+# py-spy's own words about the process it could not read (its stderr, or SGLang's `Pyspy
+# failed ... Error: ...` line quoting it): the process is gone (`No such process`, ESRCH from
+# ptrace / waitpid), or it is stopped (`Failed to suspend process`, a waitpid status naming
+# SIGSTOP, `Stopped(Pid(..), SIGSTOP)`). Missing py-spy or ptrace rights say nothing of it.
+_PYSPY_GONE = re.compile(
+    r"No such process|\bESRCH\b|process \d{1,10} (?:has )?(?:exited|gone)", re.I
+)
+_PYSPY_SIGSTOP = re.compile(r"SIGSTOP|Stopped\(Pid|\(stopped\)")
+_PYSPY_TOOLING = re.compile(
+    r"not found|No such file|Permission denied|Operation not permitted|\bEPERM\b", re.I
+)
+
+
+def pyspy_fate(text: str, gave_up: bool = False) -> RankFate | None:
+    """What py-spy's failure says of the process: STOPPED, EXITED, or None (a tool problem or
+    nothing said). A status naming SIGSTOP outranks `No such process` (a thread of a stopped
+    process), which outranks `Failed to suspend process`. `gave_up`: SGLang's `All pyspy dump
+    attempts failed` with no cause of the tool's own, which an unsuspendable process causes."""
+    if _PYSPY_SIGSTOP.search(text):
+        return RankFate.STOPPED
+    if _PYSPY_GONE.search(text):
+        return RankFate.EXITED
+    if "Failed to suspend" in text or (gave_up and not _PYSPY_TOOLING.search(text)):
+        return RankFate.STOPPED
+    return None

@@ -33,15 +33,28 @@ NCCL_RANK = re.compile(r"\[(?:PG [^\]\[]{0,80}?)?Rank (\d+)\]|^\[rank(\d+)\]")
 
 
 _INSIDE = re.compile(rf"^(?:(?P<ts>{_STAMP})\s?)?(?P<tokens>(?:{_DIM}\s?){{0,12}})$")
+# A stamp that lost its first characters (a paste cut, a collector that ate them): its tail,
+# then the tokens. Read as a prefix without a stamp when tokens follow, or when the tail
+# still holds `:MM` (a time); triage.framing restores the `[` a cut took with it.
+_DAMAGED_INSIDE = re.compile(rf"^(?P<tail>[\d:.,T -]{{0,24}}?)(?P<tokens>(?: ?{_DIM}){{0,12}})$")
+_TIME_TAIL = re.compile(r":\d\d(?:[.,]\d+)?$")
 
 
 @functools.lru_cache(maxsize=8192)
 def _inside(inside: str) -> tuple[str | None, str | None] | None:
     """(stamp, tokens) of what a `[...]` prefix holds; None when it is not a prefix."""
     m = _INSIDE.match(inside)
-    if not m or not (m["ts"] or m["tokens"]):
+    if m and (m["ts"] or m["tokens"]):
+        return m["ts"], (m["tokens"].strip() or None)
+    d = _DAMAGED_INSIDE.match(inside) if inside[:1] in "0123456789-:., T" else None
+    if d is None:
         return None
-    return m["ts"], (m["tokens"].strip() or None)
+    tokens = d["tokens"].strip() or None
+    if tokens and (not d["tail"] or d["tail"][-1:] in " 0123456789"):
+        return None, tokens
+    if not tokens and _TIME_TAIL.search(d["tail"].rstrip()):
+        return None, None
+    return None
 
 
 def split_prefix(line: str) -> tuple[str | None, str | None, str] | None:

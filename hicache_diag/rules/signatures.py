@@ -130,7 +130,16 @@ TIMEOUT_PATTERNS = (
     re.compile(r"Some NCCL operations have failed or timed out"),
     re.compile(r"DistBackendError.*(?:timeout|Timed out)", re.I),
     re.compile(r"^Timeout \(\d+:\d\d:\d\d\)!$"),  # faulthandler.dump_traceback_later
+    # vLLM's executor waiting on its workers' answer to an RPC (`collective_rpc`).
+    re.compile(r"RPC call to \w{1,80} timed out"),
 )
+# vLLM: a worker (or the API server) waited this long for the next shared-memory broadcast:
+# a peer hangs, or works long (compilation); progress after it tells which.
+PEER_WAIT = re.compile(r"No available shared memory broadcast block found in \d+ seconds")
+
+
+def is_peer_wait(text: str) -> bool:
+    return "shared memory broadcast" in text and PEER_WAIT.search(text) is not None
 
 
 def watchdog_kind(text: str) -> str | None:

@@ -7,15 +7,18 @@ from dataclasses import replace
 from hicache_diag.rules import signatures as sig
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.advice import next_steps
-from hicache_diag.triage.crash import CrashFinding, crash_form, find_crash
+from hicache_diag.triage.crash import CrashFinding, find_crash
 from hicache_diag.triage.discover import RankId, is_component_title
+from hicache_diag.triage.emitters import Emitter
+from hicache_diag.triage.fates import fate_report, survived, survived_notes, thread_death
 from hicache_diag.triage.hang import HangFinding, RankSamples, analyse_rank, classify_stacks
 from hicache_diag.triage.logs import LogEvidence, LogException, LogLine
-from hicache_diag.triage.report import RankReport, TriageReport
+from hicache_diag.triage.report import RankReport, TriageReport, report_for
 from hicache_diag.triage.stacks import merge_stacks
 from hicache_diag.triage.teardown import set_aside_teardown
 from hicache_diag.triage.thin import (
     one_rank_in_p2p,
+    peer_wait,
     served_only,
     shape_without_pp,
     stalled_drain,
@@ -64,14 +67,6 @@ def _hang_came_first(finding: CrashFinding, logs: LogEvidence) -> bool:
     )
 
 
-def _report_for(rank: RankId | None, reports: list[RankReport]) -> RankReport | None:
-    found = next((r for r in reports if rank is not None and r.rank == rank), None)
-    if found is None and rank is not None:
-        found = RankReport(rank, None, None, "?", "crashed", None)
-        reports.append(found)
-    return found
-
-
 def _silent_rank(logs: LogEvidence) -> RankId | None:
     """The one rank the logs know that neither raised nor complained while its peers report
     the cascade (`Connection reset by peer`): it died without a word (killed, OOM, segfault)."""
@@ -91,15 +86,19 @@ def _handled(exc: LogException, logs: LogEvidence) -> bool:
 
 
 def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int | None):
-    excs = [e for e in logs.exceptions if not e.is_thread_death and not _handled(e, logs)]
+    excs = [
+        e
+        for e in logs.exceptions
+        if not e.is_thread_death and not _handled(e, logs) and not survived(e)
+    ]
     finding = find_crash(excs, num_heads, logs.context)
     if finding is None or _hang_came_first(finding, logs):
         return None
     root = finding.root
-    culprit = None if root.is_cascade else _report_for(root.rank, reports)
+    culprit = None if root.is_cascade else report_for(root.rank, reports)
     evidence = list(finding.evidence)
     if root.is_cascade and (silent := _silent_rank(logs)) is not None:
-        culprit = _report_for(silent, reports)
+        culprit = report_for(silent, reports)
         culprit.state = "exited"
         evidence = [
             f"{silent.label} went silent while its peers report the cascade (connection "
@@ -129,65 +128,8 @@ def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int |
         evidence=evidence,
         signature=signature,
         confidence=confidence,
+        emitter=root.attribution.label,
     )
-
-
-def _thread_death(logs: LogEvidence, reports: list[RankReport], hang: bool):
-    """`Exception in thread X (..._func)`: the thread is dead, the process lives on and its
-    scheduler waits for what that thread no longer delivers."""
-    dead = [e for e in logs.exceptions if e.is_thread_death and not e.is_cascade]
-    others = [e for e in logs.exceptions if not e.is_thread_death and not e.is_signal_exit]
-    if not dead or any(not e.is_cascade and not e.is_timeout for e in others):
-        return None
-    first = dead[0]
-    culprit = _report_for(first.rank, reports)
-    where = first.rank.label if first.rank else "rank ?"
-    ev = [
-        f"thread {first.thread} died on {where}: {first.text} ({first.source}:{first.lineno})",
-        "an exception in a thread ends that thread, not the process: the scheduler lives on "
-        "and waits for what the thread no longer delivers",
-    ]
-    if hang:
-        ev.append("the logs report the wait timing out: the dead thread is the hang's cause")
-        return TriageReport(
-            "hang", form="C", culprit=culprit, ranks=reports, evidence=ev, signature=first.text
-        )
-    form = crash_form(first, logs.context)
-    ev.append("expect the scheduler to hang next (a watchdog timeout) unless it is restarted")
-    return TriageReport(
-        "crash", form=form, culprit=culprit, ranks=reports, evidence=ev, signature=first.text
-    )
-
-
-def _stopped_report(logs: LogEvidence, ranks: list[RankSamples], reports: list[RankReport]):
-    """py-spy could not suspend a rank (`Failed to suspend process`, `All pyspy dump attempts
-    failed`): it is stopped (SIGSTOP, a debugger) or stuck in the kernel, and its peers wait."""
-    stopped: list[tuple[RankId | None, int | None, str]] = []
-    for f in logs.pyspy_failures:
-        if f.stopped:
-            stopped.append((f.rank, f.pid, f.reason))
-    for rs in ranks:
-        if rs.error and "suspend" in rs.error.lower() and not rs.dumps:
-            stopped.append((rs.rank, rs.pid, rs.error))
-    if not stopped:
-        return None
-    rank, pid, reason = stopped[0]
-    dumped = {rs.rank for rs in ranks if rs.dumps}
-    if rank is None or rank in dumped:
-        # SGLang's parent dumps its children by pid: the rank is the one with no stack.
-        missing = [r.rank for r in reports if r.rank not in dumped and r.rank.known]
-        rank = missing[0] if len(missing) == 1 else RankId(anon=0)
-    culprit = _report_for(rank, reports)
-    culprit.pid = culprit.pid or pid
-    culprit.state, culprit.wait_site = "blocked", "unreadable"
-    culprit.error = reason[:200]
-    ev = [
-        f"py-spy could not read {rank.label} (pid {pid}): {reason[:120]}",
-        "a process py-spy cannot suspend is stopped (SIGSTOP, a debugger) or stuck in the "
-        "kernel (D state); its peers wait for it",
-    ]
-    sign = "unreadable (py-spy could not suspend it)"
-    return TriageReport("hang", "C", "straggler", culprit, reports, evidence=ev, signature=sign)
 
 
 def _from_hang(finding: HangFinding, reports: list[RankReport]) -> TriageReport:
@@ -215,29 +157,38 @@ def _from_hang(finding: HangFinding, reports: list[RankReport]) -> TriageReport:
 
 
 _READY = "The server is fired up"
+_SCHED = Emitter.SCHEDULER.value
+
+
+def _logged_hang(logs: LogEvidence, reports: list[RankReport]) -> TriageReport | None:
+    """A timeout or the watchdog's own output in the logs: a hang, with no stacks."""
+    timeouts = [e for e in logs.exceptions if e.is_timeout]
+    if not (logs.hang_signal or timeouts):
+        return None
+    if timeouts and not logs.hang_lines:
+        t = timeouts[0]
+        first = LogLine(t.rank, t.ts, t.source, t.lineno, t.text)
+    else:
+        first = (logs.hang_lines or logs.debug_lines)[0]
+    ev = [f"{first.source}:{first.lineno}: {first.text}"]
+    if not logs.hang_lines:
+        ev.append("the scheduler watchdog's own output (its debug block, dump or thread): it fired")
+    ev.append("no stacks: run triage live (--discover) or pass the py-spy dumps to name the site")
+    return TriageReport(
+        "hang",
+        form="C",
+        ranks=reports,
+        evidence=ev,
+        signature=first.text,
+        confidence="medium",
+        emitter=Emitter.SCHEDULER.value,
+    )
 
 
 def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
-    timeouts = [e for e in logs.exceptions if e.is_timeout]
-    if logs.hang_signal or timeouts:
-        if timeouts and not logs.hang_lines:
-            t = timeouts[0]
-            first = LogLine(t.rank, t.ts, t.source, t.lineno, t.text)
-        else:
-            first = (logs.hang_lines or logs.debug_lines)[0]
-        ev = [f"{first.source}:{first.lineno}: {first.text}"]
-        if not logs.hang_lines:
-            ev.append(
-                "the scheduler watchdog's own output (its debug block, dump or thread): it fired"
-            )
-        ev.append(
-            "no stacks: run triage live (--discover) or pass the py-spy dumps to name the site"
-        )
-        return TriageReport(
-            "hang", form="C", ranks=reports, evidence=ev, signature=first.text,
-            confidence="medium",
-        )  # fmt: skip
-    if report := stalled_drain(logs, reports):
+    if report := _logged_hang(logs, reports):
+        return report
+    if report := stalled_drain(logs, reports) or peer_wait(logs, reports):
         return report
     progress = logs.progress_lines
     if logs.soft_lines and not progress:
@@ -251,11 +202,17 @@ def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
     if progress and not progress[-1].text.startswith(_READY):
         last = progress[-1]
         ev = [f"{logs.progress_count} batch lines, last: {last.text}"]
-        return TriageReport("busy", ranks=reports, evidence=ev, confidence="medium")
+        return TriageReport("busy", ranks=reports, evidence=ev, confidence="medium", emitter=_SCHED)
     if progress:
-        return TriageReport("healthy", ranks=reports, evidence=["the server is up and idle"])
+        ev = ["the server is up and idle"]
+        return TriageReport("healthy", ranks=reports, evidence=ev, emitter=_SCHED)
     if report := served_only(logs, reports):
         return report
+    if notes := survived_notes(logs):  # only errors the server survived, or a client's
+        first = next(e for e in logs.exceptions if survived(e))
+        return TriageReport(
+            "unknown", ranks=reports, reason=notes[0], emitter=first.attribution.label
+        )
     return TriageReport("unknown", ranks=reports, reason="no traceback, timeout or stack found")
 
 
@@ -281,10 +238,24 @@ def classify(
     tp_size = max((r.tp for r in known), default=0) + 1
     reports = [analyse_rank(rs, pp_size, tp_size) for rs in ranks]
     hang_hint = hang_declared or logs.hang_signal or any(e.is_timeout for e in logs.exceptions)
+    report = _decide(logs, ranks, reports, hang_hint, num_heads)
+    report.evidence += teardown.evidence
+    _annotate(report, logs, ranks, reports)
+    return report
+
+
+def _decide(
+    logs: LogEvidence,
+    ranks: list[RankSamples],
+    reports: list[RankReport],
+    hang_hint: bool,
+    num_heads: int | None,
+) -> TriageReport:
+    """The verdict: a thread's death, a crash, a stopped rank, the stacks, then logs alone."""
     report = (
-        _thread_death(logs, reports, hang_hint)
+        thread_death(logs, reports, hang_hint)
         or _crash_report(logs, reports, num_heads)
-        or _stopped_report(logs, ranks, reports)
+        or fate_report(logs, ranks, reports, hang_hint)
     )
     if report is None and (finding := classify_stacks(reports, hang_hint)) is not None:
         report = _from_hang(finding, reports)
@@ -294,9 +265,15 @@ def classify(
         if report.kind == "hang" and logs.hang_lines:
             first = logs.hang_lines[0]
             report.evidence.append(f"log: {first.source}:{first.lineno}: {first.text}")
-    if report is None:
-        report = _logs_only(logs, reports)
-    report.evidence += teardown.evidence
+        report.emitter = report.emitter or Emitter.SCHEDULER.value  # the stacks' processes
+    return report or _logs_only(logs, reports)
+
+
+def _annotate(
+    report: TriageReport, logs: LogEvidence, ranks: list[RankSamples], reports: list[RankReport]
+) -> None:
+    """Notes, the stack tree and next steps on a decided report."""
+    report.evidence += logs.notes + survived_notes(logs)
     report.evidence += _watchdog_notes(logs, report)
     report.evidence += [
         f"ignored the dump of {d.title.split()[0]} (pid {d.pid}): not a scheduler"
@@ -315,7 +292,6 @@ def classify(
         report.kind, report.form, report.cause, site, ctx
     )
     report.ranks.sort(key=lambda r: r.rank.key)
-    return report
 
 
 def _one_rank_only(report: TriageReport, reports: list[RankReport], hang: bool) -> TriageReport:

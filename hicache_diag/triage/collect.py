@@ -15,6 +15,7 @@ from hicache_diag.errors import UsageError
 from hicache_diag.triage.discover import RankId, describe_pid, parse_rank_tokens, rank_from_title
 from hicache_diag.triage.dumps import RankDump, parse_dump_text, threads_from_json
 from hicache_diag.triage.hang import RankSamples
+from hicache_diag.triage.log_files import NotALog, decode_text
 from hicache_diag.triage.pyspy import dump_stacks
 
 _SAMPLE = re.compile(r"_s(\d+)\b")
@@ -154,9 +155,9 @@ def load_dumps(folder: Path) -> list[RankSamples]:
     order: list[tuple[int, RankDump]] = []
     unreadable = 0
     for path in files:
-        try:
-            dumps = parse_dump_text(path.read_text(errors="replace"), str(path))
-        except OSError:
+        try:  # UTF-16 from PowerShell's `>` too; a binary file is skipped as unreadable
+            dumps = parse_dump_text(decode_text(path.read_bytes()), str(path))
+        except (OSError, NotALog):
             unreadable += 1
             continue
         m = _SAMPLE.search(path.stem)

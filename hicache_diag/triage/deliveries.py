@@ -34,7 +34,7 @@ def _text(content: bytes) -> str:
     return content.decode("utf-8", errors="replace")
 
 
-def _per_line(fn: Callable[[int, str], str]) -> Delivery:
+def per_line(fn: Callable[[int, str], str]) -> Delivery:
     """A delivery that rewrites every line of every file on its own."""
 
     def deliver(files: list[File]) -> list[File]:
@@ -149,16 +149,16 @@ _STOPPABLE = frozenset({"hang", "busy", "healthy"})
 _CRI = "2026-06-24T17:38:{s:02d}.{i:09d}Z stderr F "
 _JOURNALD = "Jun 24 17:38:03 gpu-node-3 python3[4242]: "
 DELIVERIES: tuple[DeliveryKind, ...] = (
-    DeliveryKind("cri", _per_line(lambda i, s: _CRI.format(s=i % 60, i=i) + s)),
-    DeliveryKind("compose", _per_line(lambda _i, s: f"sglang-1  | {s}")),
-    DeliveryKind("journald", _per_line(lambda _i, s: _JOURNALD + s)),
-    DeliveryKind("loki", _per_line(lambda i, s: f"{1719250683000000000 + i}\t{s}")),
-    DeliveryKind("kubectl", _per_line(lambda i, s: f"2026-06-24T17:38:03.{i:09d}Z {s}")),
-    DeliveryKind("iso-bracket", _per_line(lambda i, s: f"[2026-06-24T17:38:03.{i:03d}Z] {s}")),
-    DeliveryKind("ansi", _per_line(_ansi)),
+    DeliveryKind("cri", per_line(lambda i, s: _CRI.format(s=i % 60, i=i) + s)),
+    DeliveryKind("compose", per_line(lambda _i, s: f"sglang-1  | {s}")),
+    DeliveryKind("journald", per_line(lambda _i, s: _JOURNALD + s)),
+    DeliveryKind("loki", per_line(lambda i, s: f"{1719250683000000000 + i}\t{s}")),
+    DeliveryKind("kubectl", per_line(lambda i, s: f"2026-06-24T17:38:03.{i:09d}Z {s}")),
+    DeliveryKind("iso-bracket", per_line(lambda i, s: f"[2026-06-24T17:38:03.{i:03d}Z] {s}")),
+    DeliveryKind("ansi", per_line(_ansi)),
     DeliveryKind("crlf", _crlf),
-    DeliveryKind("numbered", _per_line(lambda i, s: f"{i + 1:>6}\t{s}")),
-    DeliveryKind("numbered-bar", _per_line(lambda i, s: f"{i + 1:>4} | {s}")),
+    DeliveryKind("numbered", per_line(lambda i, s: f"{i + 1:>6}\t{s}")),
+    DeliveryKind("numbered-bar", per_line(lambda i, s: f"{i + 1:>4} | {s}")),
     DeliveryKind("wrap80", _wrap(80)),
     DeliveryKind("wrap100", _wrap(100)),
     DeliveryKind("wrap120", _wrap(120)),

@@ -16,49 +16,11 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator
 
-_TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
-# Kubernetes CRI log format: `<RFC3339Nano> <stream> <P|F> <text>`; P = a partial line.
-_CRI = re.compile(rf"^{_TS}\s+(?:stdout|stderr)\s+(?P<tag>[FP])(?: |$)")
-_CARRIERS = (
-    # `kubectl logs --timestamps`, `docker logs -t`: an RFC 3339 stamp and one space.
-    re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s"),
-    # Loki / Grafana exports: an epoch column (s, ms, us or ns), a tab- or space-separated time
-    # column, a `{label="v"}` column.
-    re.compile(r"^\d{10}(?:\d{3}){0,3}(?:\t|\s+(?=\S))"),
-    re.compile(rf"^{_TS}\t"),
-    re.compile(r"^\{[^{}]*=[^{}]*\}\s+"),
-    # log viewers that bracket their own stamp: `[2025-11-06T02:08:27.278Z] `.
-    re.compile(r"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\] ?"),
-    # Python logging in a wrapper: `2025-03-07 23:50:27,531 - __main__ - INFO - `.
-    re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - \S+ - [A-Z]+ - "),
-    # journald / syslog: `Jul 01 18:00:57 host python3[123]: `.
-    re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [^:\s]+(?:\[\d+\])?: "),
-    # docker compose: `sglang-1  | `.
-    re.compile(r"^[\w.-]+\s+\|(?: |$)"),
-    # Ray / vLLM workers: `(SchedulerActor pid=1234, ip=10.0.0.1) `, `(VllmWorker rank=0 pid=9) `.
-    # The key=value pairs are bounded and comma/space-separated, so no pair can split another.
-    re.compile(
-        r"^\((?:[A-Za-z_][\w:.-]{0,80} )?[\w.]{1,40}=[\w.:-]{1,80}(?:,? [\w.]{1,40}="
-        r"[\w.:-]{1,80}){0,8}\)\s"
-    ),  # fmt: skip
-    # torchrun `--tee` / `--log-dir` (`[rank0]: `, `[default0]:`) and mpirun `[1,0]<stderr>:`.
-    re.compile(r"^\[(?:rank|default)\d+\]:\s?"),
-    re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?"),
-    # vLLM / Python logging headers in front of a message.
-    re.compile(
-        r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-        r"\[[^\]]{0,200}\] "
-    ),
-)
-# A dashboard table row: `| 2024-07-01 18:00:57.123 | <line> |` (cells that are only a time,
-# an epoch or a level are dropped).
-_TABLE_CELL = re.compile(
-    rf"^\|?\s*(?:{_TS}|\d{{10,19}}|INFO|WARN(?:ING)?|ERROR|DEBUG|stdout|stderr)\s*\|\s?"
-)
-# Does any carrier start this line? One match instead of a dozen on a plain SGLang log.
-_ANY_CARRIER = re.compile(
-    "|".join(f"(?:{p.pattern})" for p in (_CRI, *_CARRIERS, _TABLE_CELL)) + r"|\|"
-)
+from hicache_diag.triage.carriers import ANY_CARRIER, TRACEBACK, TS, peel, unflatten_traceback
+from hicache_diag.triage.framing import Framing
+
+_TS = TS
+_TRACEBACK = TRACEBACK
 # ANSI SGR colours and other CSI sequences a coloured terminal or `docker logs` leaves in.
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]|\x1b[()][A-Z0-9]")
 # An editor's or `cat -n` / `grep -n` / `nl` line number in front of each line: `  12\t`,
@@ -71,16 +33,6 @@ _LINE_NO = re.compile(
 _GLUED = re.compile(
     r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]{1,8}(?:_[A-Z]{1,8})?\d{1,5}){0,8}\] "
 )
-_TRACEBACK = "Traceback (most recent call last):"
-# Anchored on what precedes the frame (start or a non-space), so a run of blanks is scanned once.
-_FLAT_FRAME = re.compile(r'(?:(?<=\S)|^)\s*(?=File "[^"\n]{1,2000}", line \d)')
-_FLAT_HEAD = re.compile(
-    r'^File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\s*(?P<rest>.*)$'
-)
-_FLAT_EXC = re.compile(
-    r"(?:^|\s)(?P<exc>(?:[A-Za-z_]\w{0,80}\.){0,16}[A-Z]\w{0,120}(?:Error|Exception|Interrupt|Exit)"
-    r"(?::\s.*)?)$"
-)
 # Common terminal widths: a paste whose longest lines are exactly one of these wide, with no
 # line longer, was wrapped there (other widths need more evidence, see _wrap_width).
 WRAP_WIDTHS = (80, 100, 120, 132, 140, 150, 160, 180, 200)
@@ -92,59 +44,6 @@ _RECORD_START = re.compile(
 )
 
 
-def _strip_once(line: str) -> str:
-    if line.startswith("|"):
-        line = line.rstrip().removesuffix("|").rstrip() if line.rstrip().endswith("|") else line
-    line = _TABLE_CELL.sub("", line, count=1) if _TABLE_CELL.match(line) else line
-    for carrier in _CARRIERS:
-        line = carrier.sub("", line, count=1)
-    return line
-
-
-def peel(line: str) -> tuple[str, bool]:
-    """Remove collector prefixes from one line, several stacked in any order (CRI around
-    docker around Loki); True when a CRI layer marked it partial (`P`: continued next line)."""
-    partial = False
-    for _ in range(6):
-        if m := _CRI.match(line):
-            partial = partial or m["tag"] == "P"
-            line = line[m.end() :]
-            continue
-        before, line = line, _strip_once(line)
-        if line == before:
-            break
-    return line, partial
-
-
-def strip_carrier(line: str) -> str:
-    """Remove collector prefixes from one line (several may stack: CRI around docker)."""
-    return peel(line)[0]
-
-
-def unflatten_traceback(line: str) -> list[str]:
-    """`... Traceback (most recent call last): File "a.py", line 3, in f  x() ValueError: y` on
-    one line -> the lines Python printed."""
-    head, sep, rest = line.partition(_TRACEBACK)
-    if not sep or 'File "' not in rest:
-        return [line]
-    if "\\n" in rest:  # a JSON-escaped paste keeps its newlines as `\n`
-        return [head + sep, *rest.replace("\\n", "\n").splitlines()]
-    chunks = [c for c in _FLAT_FRAME.split(rest.strip()) if c.strip()]
-    out = [head + sep]
-    for i, chunk in enumerate(chunks):
-        m = _FLAT_HEAD.match(chunk.strip())
-        if not m:
-            continue
-        out.append(f'  File "{m["file"]}", line {m["line"]}, in {m["func"]}')
-        rest_text = m["rest"]
-        if i == len(chunks) - 1 and (exc := _FLAT_EXC.search(rest_text)):
-            code = rest_text[: exc.start("exc")].strip()
-            if code:
-                out.append(f"    {code}")
-            out.append(exc["exc"].strip())
-        elif rest_text:
-            out.append(f"    {rest_text}")
-    return out
 
 
 def _clean(lines: Iterable[str]) -> Iterator[str]:
@@ -238,14 +137,16 @@ def _clean_line(line: str) -> str:
     return line
 
 
-def _paste_damage(raw: Iterator[str]) -> tuple[Iterator[str], bool]:
+def _paste_damage(raw: Iterator[str], framing: Framing) -> tuple[Iterator[str], bool]:
     """Undo editor numbers and terminal wrap where the first lines show them (a paste is
     numbered or wrapped from its first line). Returns the lines and whether they are cleaned
-    already; a plain log skips both stages and is cleaned in normalise's own loop."""
+    already; a plain log skips both stages and is cleaned in normalise's own loop. `framing`
+    learns the stream's unknown wrappers from the same first lines, before any is read."""
     head = [_clean_line(line) for line in itertools.islice(raw, _WRAP_PROBE)]
     numbered = _numbered(head)
     if numbered:
         head = [h[m.end() :] if (m := _LINE_NO.match(h)) else h for h in head]
+    framing.learn(peel(h)[0] for h in head if not (h[:3] == "[20" and h[11:12] == " "))
     width = _wrap_width(head)
     if not numbered and not width:
         return itertools.chain(head, raw), False
@@ -374,7 +275,7 @@ def normalise_blocks(raw: Iterable[str]) -> Iterator[str | Block]:
     """normalise's lines, with runs of plain SGLang lines handed on as Blocks (the hot path of
     a big log: a busy server's batch lines); every other line goes through each stage."""
     state = _Stages()
-    lines, cleaned = _paste_damage(iter(raw))
+    lines, cleaned = _paste_damage(iter(raw), state.framing)
     while chunk := list(itertools.islice(lines, BLOCK_LINES)):
         if cleaned:
             for line in chunk:
@@ -394,10 +295,11 @@ def normalise_blocks(raw: Iterable[str]) -> Iterator[str | Block]:
 class _Stages:
     """normalise's stages for one line at a time, holding a CRI partial line until its end."""
 
-    __slots__ = ("partial",)
+    __slots__ = ("partial", "framing")
 
     def __init__(self) -> None:
         self.partial = ""
+        self.framing = Framing()  # wrappers no carrier names, learned from this stream
 
     def line(self, line: str, cleaned: bool = False) -> Iterator[str]:
         if len(line) > MAX_LINE:
@@ -409,7 +311,7 @@ class _Stages:
         elif line[-1:] == "\n":
             line = line[:-1]  # the usual line: its newline off without a call
         # `[2026-06-24 15:38:03 ...` is SGLang's prefix, never a carrier: skip the carrier scan.
-        if not (line[:3] == "[20" and line[11:12] == " ") and _ANY_CARRIER.match(line):
+        if not (line[:3] == "[20" and line[11:12] == " ") and ANY_CARRIER.match(line):
             text, continued = peel(line)
             if continued:
                 partial = self.partial
@@ -421,6 +323,8 @@ class _Stages:
         if self.partial:
             # The joined CRI line may still carry an inner carrier (docker inside CRI).
             line, self.partial = peel(_bounded(self.partial + line))[0], ""
+        if not (line[:3] == "[20" and line[11:12] == " "):
+            line = self.framing.unwrap(line)
         if line.find("[", 1) < 0 and _TRACEBACK not in line:
             yield line
         else:

@@ -72,7 +72,7 @@ def read_block(
     block: Block,
     i: int,
     source: str,
-    ctx,  # triage.logs._Ctx: the rank and stamp the reader holds
+    ctx,  # triage.log_model.ReadCtx: the rank and stamp the reader holds
     ev: LogEvidence,
     last_seen: dict,
     bracket: Bracket,
@@ -80,7 +80,40 @@ def read_block(
     """Record block's lines from block.start (stream index i) up to the first that needs the
     full path (a trigger, HiCache words while the context lacks them, a prefix that is not
     one); advance block.start to it and return how many lines were recorded."""
-    raw, start = block.raw, block.start
+    start = block.start
+    insides, progress, others = _scan(block.raw, start, bracket)
+    text = _Text([block.raw[n] for n in others], block.nl)
+    stop = _stop(block, start + len(insides), text, others, ev)
+    if stop == start:
+        return 0
+    progress, served = _progress_and_served(block.raw, text, others, progress, stop)
+    block.start = stop
+    ev.recognised += stop - start
+    ev.labelled += stop - start
+    ev.served += served
+    last = dict(zip(insides[: stop - start], range(start, stop), strict=True))  # last wins
+    heads = {inside: bracket(inside) for inside in last}
+    if not ev.context.pp and any(h[2] for h in heads.values()):  # type: ignore[index]
+        ev.context = ev.context | Context(pp=True)
+    lines = _Lines(block, start, insides, heads, ctx.ts)
+    if ctx.noise_next and any((m := lines.msg(n)) and not m.isspace() for n in range(start, stop)):
+        ctx.noise_next = False
+    by_rank: dict[int, int] = {}
+    for inside, n in last.items():
+        if (rank := heads[inside][1]) is not None:  # type: ignore[index]
+            by_rank[id(rank)] = max(n, by_rank.get(id(rank), n))
+    for n in by_rank.values():
+        rank, stamp = lines.rank_ts(n)
+        last_seen[id(rank)] = (rank, stamp, i + n - start + 1, lines.msg(n))
+    if progress:
+        _add_progress(ev, lines, progress, i, source)
+    ctx.rank, ctx.ts = lines.rank_ts(stop - 1)
+    return stop - start
+
+
+def _scan(raw: list[str], start: int, bracket: Bracket) -> tuple[list[str], list[int], list[int]]:
+    """Each line's prefix inside, up to the first line whose prefix is not one; the lines that
+    are SGLang's batch lines (progress, whatever they hold) and the others."""
     insides: list[str] = []
     progress: list[int] = []  # SGLang's batch lines
     others: list[int] = []  # every other line
@@ -96,23 +129,33 @@ def read_block(
             progress.append(k)
         else:
             others.append(k)
-    stop = start + len(insides)  # the first line whose prefix is not one, or the end
+    return insides, progress, others
+
+
+def _stop(block: Block, stop: int, text: _Text, others: list[int], ev: LogEvidence) -> int:
+    """The first line the full path must read: HiCache's name while the context lacks it, or a
+    trigger among the other lines (before `stop`, where the prefixes end)."""
+    raw, start = block.raw, block.start
     if not ev.context.hicache and block.hicache_words is not False:
         names = _Text(raw[start:stop], block.nl)
         hit = names.first(HICACHE_WORDS, len(names.text))
         block.hicache_words = hit < len(names.text)  # False: none in the rest either
         if block.hicache_words:
             stop = start + names.line_of(hit)
-    text = _Text([raw[n] for n in others], block.nl)
     end = len(text.text)
     if (found := BLOCK_TRIGGER.search(text.text)) is not None:
         end = found.start()
     end = text.first(BLOCK_TRIGGER_WORDS, end)
     if end < len(text.text):
         stop = min(stop, others[text.line_of(end)])
-    if stop == start:
-        return 0
-    # The other lines before the stop: progress by its words, else a request answered.
+    return stop
+
+
+def _progress_and_served(
+    raw: list[str], text: _Text, others: list[int], progress: list[int], stop: int
+) -> tuple[list[int], int]:
+    """The progress lines before the stop (batch lines, and other lines by their words) and
+    the count of requests answered among the other lines."""
     before = bisect.bisect_left(others, stop)
     limit = len(text.text) if before == len(others) else text.start_of(before)
     worded = set()
@@ -126,48 +169,40 @@ def read_block(
     served -= sum(1 for n in worded if sig.SERVED.search(raw[n]))  # progress comes first
     if worded:
         progress = sorted(set(progress) | worded)
-    progress = progress[: bisect.bisect_left(progress, stop)]
-    block.start = stop
-    ev.recognised += stop - start
-    ev.served += served
-    last = dict(zip(insides[: stop - start], range(start, stop), strict=True))  # last wins
-    heads = {inside: bracket(inside) for inside in last}
-    if not ev.context.pp and any(h[2] for h in heads.values()):  # type: ignore[index]
-        ev.context = ev.context | Context(pp=True)
+    return progress[: bisect.bisect_left(progress, stop)], served
 
-    def msg(n: int) -> str:
-        line = block.line(n)
+
+class _Lines:
+    """The recorded lines' messages, ranks and stamps."""
+
+    def __init__(self, block: Block, start: int, insides: list[str], heads: dict, ts) -> None:
+        self.block, self.start, self.insides, self.heads, self.ts = block, start, insides, heads, ts
+
+    def msg(self, n: int) -> str:
+        line = self.block.line(n)
         text = line[line.find("]", 1, 200) + 1 :]
         return text[1:] if text[:1].isspace() else text
 
-    def rank_ts(n: int) -> tuple[RankId | None, str | None]:
+    def rank_ts(self, n: int) -> tuple[RankId | None, str | None]:
         """The rank of line n and the stamp the reader held there (the latest one given)."""
-        for back in range(n, start - 1, -1):
-            if stamp := heads[insides[back - start]][0]:  # type: ignore[index]
-                return heads[insides[n - start]][1], stamp  # type: ignore[index]
-        return heads[insides[n - start]][1], ctx.ts  # type: ignore[index]
+        rank = self.heads[self.insides[n - self.start]][1]
+        for back in range(n, self.start - 1, -1):
+            if stamp := self.heads[self.insides[back - self.start]][0]:
+                return rank, stamp
+        return rank, self.ts
 
-    if ctx.noise_next and any(msg(n) and not msg(n).isspace() for n in range(start, stop)):
-        ctx.noise_next = False
-    by_rank: dict[int, int] = {}
-    for inside, n in last.items():
-        if (rank := heads[inside][1]) is not None:  # type: ignore[index]
-            by_rank[id(rank)] = max(n, by_rank.get(id(rank), n))
-    for n in by_rank.values():
-        rank, stamp = rank_ts(n)
-        last_seen[id(rank)] = (rank, stamp, i + n - start + 1, msg(n))
-    if progress:
-        ev.progress_count += len(progress)
-        ev.progress_last[source] = i + progress[-1] - start + 1
-        recent = ev.recent_progress
-        # What add_progress's trimming (drop the oldest KEEP_PROGRESS past 2 x KEEP_PROGRESS)
-        # leaves after these appends, one at a time: the last `keep` of old and new together.
-        keep = total = len(recent) + len(progress)
-        if total > 2 * KEEP_PROGRESS:
-            keep = KEEP_PROGRESS + 1 + (total - KEEP_PROGRESS - 1) % KEEP_PROGRESS
-        del recent[: max(0, len(recent) - max(0, keep - len(progress)))]
-        for n in progress[-keep:]:
-            rank, stamp = rank_ts(n)
-            recent.append((rank, stamp, source, i + n - start + 1, msg(n)))
-    ctx.rank, ctx.ts = rank_ts(stop - 1)
-    return stop - start
+
+def _add_progress(ev: LogEvidence, lines: _Lines, progress: list[int], i: int, source: str):
+    start = lines.start
+    ev.progress_count += len(progress)
+    ev.progress_last[source] = i + progress[-1] - start + 1
+    recent = ev.recent_progress
+    # What add_progress's trimming (drop the oldest KEEP_PROGRESS past 2 x KEEP_PROGRESS)
+    # leaves after these appends, one at a time: the last `keep` of old and new together.
+    keep = total = len(recent) + len(progress)
+    if total > 2 * KEEP_PROGRESS:
+        keep = KEEP_PROGRESS + 1 + (total - KEEP_PROGRESS - 1) % KEEP_PROGRESS
+    del recent[: max(0, len(recent) - max(0, keep - len(progress)))]
+    for n in progress[-keep:]:
+        rank, stamp = lines.rank_ts(n)
+        recent.append((rank, stamp, source, i + n - start + 1, lines.msg(n)))

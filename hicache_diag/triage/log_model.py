@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 
 from hicache_diag.rules import signatures as sig
 from hicache_diag.rules.process_fate import FateFact
+from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.discover import RankId
 from hicache_diag.triage.dumps import RankDump
+from hicache_diag.triage.emitters import Attribution, attribute
 
 CUT_SHORT = "traceback cut short"
 KEEP = 500  # entries kept per kind of evidence
@@ -33,6 +35,19 @@ class LogException:
     files: list[str] = field(default_factory=list)  # the frames' file names
     fatal_signal: bool = False  # `Fatal Python error` (SIGSEGV/SIGABRT) or a C++ terminate
     scheduler: bool = False  # logged as `Scheduler hit an exception`: the scheduler died of it
+    header: str | None = None  # who announced it (triage.emitters.header_kind): http|tok|sched
+
+    @property
+    def attribution(self) -> Attribution:
+        """Who printed it (triage.emitters), from its framing, thread, frames and files."""
+        return attribute(
+            header=self.header,
+            thread=self.thread,
+            frames=self.frames,
+            files=self.files,
+            ranked=self.rank is not None,
+            scheduler=self.scheduler,
+        )
 
     @property
     def text(self) -> str:
@@ -72,14 +87,20 @@ class LogLine:
 
 @dataclass(slots=True)
 class PyspyFailure:
-    """py-spy could not read a process: `stopped` when it could not suspend it (SIGSTOP, stuck
-    in the kernel), not when py-spy was missing or lacked ptrace rights."""
+    """py-spy could not read a process; `fate` is what its words say of the process
+    (rules.process_fate.pyspy_fate): STOPPED when it could not suspend it (SIGSTOP, stuck in
+    the kernel), EXITED when the process is gone, None when py-spy was missing or lacked
+    ptrace rights (nothing said of the process)."""
 
     rank: RankId | None
     pid: int | None
     reason: str
-    stopped: bool
+    fate: RankFate | None
     line: LogLine
+
+    @property
+    def stopped(self) -> bool:
+        return self.fate is RankFate.STOPPED
 
 
 @dataclass(slots=True)
@@ -100,6 +121,9 @@ class LogEvidence:
     # teardown), a faulthandler dump taken from its thread.
     debug_lines: list[LogLine] = field(default_factory=list)
     cascade_lines: list[LogLine] = field(default_factory=list)
+    # A worker waiting on its peers or driver past a limit and saying so (vLLM's shared-memory
+    # broadcast): a wait, neither a crash nor nothing.
+    wait_lines: list[LogLine] = field(default_factory=list)
     # The last progress lines as (rank, ts, source, lineno, text) tuples: a LogLine per batch
     # line of a million-line log would cost more than reading it (`progress_lines` builds them).
     recent_progress: list[tuple] = field(default_factory=list)
@@ -117,6 +141,9 @@ class LogEvidence:
     progress_last: dict[str, int] = field(default_factory=dict)  # source -> last progress line
     served: int = 0  # HTTP requests answered (uvicorn access lines)
     dropped: int = 0  # entries not kept (over KEEP)
+    notes: list[str] = field(default_factory=list)  # what reading a file noticed (a cut gzip)
+    labelled: int = 0  # lines behind SGLang's label: a server's log
+    client_lines: int = 0  # lines a benchmark client prints (triage.emitters.CLIENT_STARTS)
 
     def keep(self, items: list, item: object) -> None:
         """Append unless `items` already holds KEEP entries (counted in `dropped`)."""
@@ -148,6 +175,7 @@ class LogEvidence:
         self.soft_lines += other.soft_lines
         self.debug_lines += other.debug_lines
         self.cascade_lines += other.cascade_lines
+        self.wait_lines += other.wait_lines
         self.recent_progress += other.recent_progress
         self.pyspy_failures += other.pyspy_failures
         self.dumps += other.dumps
@@ -162,6 +190,9 @@ class LogEvidence:
         self.progress_last.update(other.progress_last)
         self.served += other.served
         self.dropped += other.dropped
+        self.notes += other.notes
+        self.labelled += other.labelled
+        self.client_lines += other.client_lines
 
     @property
     def watchdog_fired(self) -> bool:
@@ -178,3 +209,17 @@ class LogEvidence:
     def first_stop(self) -> FateLine | None:
         """The first stop from outside (the operator's SIGTERM, a child killed by SIGTERM)."""
         return next((f for f in self.fates if f.fact.stopped_from_outside), None)
+
+
+@dataclass(slots=True)
+class ReadCtx:
+    """What the log reader holds between lines: the last rank and stamp, and state a block
+    handler leaves for the lines after it."""
+
+    rank: RankId | None = None
+    ts: str | None = None
+    torn_down: bool = False  # a teardown or stop line was seen: later dumps are the teardown's
+    thread: str | None = None  # from `Exception in thread X:`, the line before its traceback
+    noise_next: bool = False  # `Ignore import error ...` logged with its traceback
+    header: tuple[int, str] | None = None  # (line index, kind) of a traceback's announcer
+

@@ -36,7 +36,16 @@ def _by_first_letter(words: tuple[str, ...]) -> re.Pattern[str]:
 
 
 TRIGGER = _by_first_letter(TRIGGERS)
-_TRIGGER_WORDS = ("atchdog", "freeze_gc", "kill_process", "yspy")
+_TRIGGER_WORDS = (
+    "atchdog",
+    "freeze_gc",
+    "kill_process",
+    "yspy",
+    "hit an exception",
+    "Task exception",
+    "encountered a fatal",
+    "shared memory broadcast",
+)
 # Words that may name HiCache: the reader asks rules.signatures.text_context of a line holding
 # one, while it has not seen HiCache yet.
 HICACHE_WORDS = ("Cache", "adix", "ierarch")

@@ -15,16 +15,16 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from hicache_diag.rules import signatures as sig
 from hicache_diag.rules.process_fate import Fate, drain_remaining, read_fate
 from hicache_diag.rules.rank_labels import NCCL_RANK, split_prefix
 from hicache_diag.rules.signatures import Context
-from hicache_diag.triage.discover import RankId, is_component_title, parse_rank_tokens
-from hicache_diag.triage.dumps import RankDump, parse_faulthandler, parse_pyspy_text
+from hicache_diag.triage.discover import RankId, parse_rank_tokens
+from hicache_diag.triage.emitters import CLIENT_STARTS, header_kind
 from hicache_diag.triage.lines import Block, normalise_blocks
 from hicache_diag.triage.log_blocks import read_block
+from hicache_diag.triage.log_dumps import on_faulthandler, on_pyspy, on_pyspy_error
 from hicache_diag.triage.log_model import (  # noqa: F401 - re-exported for triage's callers
     CUT_SHORT,
     FateLine,
@@ -32,8 +32,9 @@ from hicache_diag.triage.log_model import (  # noqa: F401 - re-exported for tria
     LogException,
     LogLine,
     PyspyFailure,
+    ReadCtx,
 )
-from hicache_diag.triage.log_traceback import MAX_BLOCK, TRACEBACK, read_traceback
+from hicache_diag.triage.log_traceback import MAX_BLOCK, TRACEBACK, read_traceback  # noqa: F401
 from hicache_diag.triage.log_triggers import (
     PROGRESS_HINT,
     SCHEDULER_PROGRESS,
@@ -53,21 +54,6 @@ _WHAT = re.compile(r"^\s*what\(\):\s*(.*)$")
 _THREAD_EXC = re.compile(
     r"Exception in thread ([^:]{1,200}?):\s*$|Exception in thread ([^:]{1,200}?):(?= Traceback)"
 )
-_PYSPY = re.compile(r"Pyspy dump for PID (\d+)")
-_PYSPY_PROCESS = re.compile(r"^Process \d+: ")
-_PYSPY_ERROR = re.compile(
-    r"Pyspy failed (?:\([^)]{0,300}?--pid (?P<pid>\d+)\)|to dump PID (?P<pid2>\d+))"
-)
-_FH_START = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):?")
-_FH_BODY = re.compile(
-    r'^(?:\s+File "|\s*$|(?:Current thread|Thread) 0x|Extension modules:|  <no Python frame>)'
-)
-_FH_FRAME_IN = re.compile(r'^File "[^"]{0,1000}", line \d+ in (\S{1,200})')
-# py-spy's stderr when it cannot read a process for reasons that say nothing about the target.
-_PYSPY_TOOLING = re.compile(
-    r"not found|No such file|Permission denied|Operation not permitted", re.I
-)
-
 PROGRESS = sig.PROGRESS
 # Lines between the tracebacks of one chained exception.
 _CHAIN = re.compile(
@@ -76,16 +62,8 @@ _CHAIN = re.compile(
 )
 
 
-@dataclass(slots=True)
-class _Ctx:
-    rank: RankId | None = None
-    ts: str | None = None
-    torn_down: bool = False  # a teardown or stop line was seen: later dumps are the teardown's
-    thread: str | None = None  # from `Exception in thread X:`, the line before its traceback
-    noise_next: bool = False  # `Ignore import error ...` logged with its traceback
 
-
-def _split_prefix(line: str, ctx: _Ctx, ev: LogEvidence) -> tuple[str, bool]:
+def _split_prefix(line: str, ctx: ReadCtx, ev: LogEvidence) -> tuple[str, bool]:
     """Strip a `[ts PP TP]` prefix, remembering its rank and time for the lines that follow."""
     if line[:1] == "[" and (j := line.find("]", 1, 200)) > 0:
         head = _bracket(line[1:j])  # the usual line: one cached look-up for stamp and rank
@@ -128,24 +106,6 @@ def _bracket(inside: str) -> tuple[str | None, RankId | None, bool] | None:
     return ts, (_rank_of(tokens) if tokens else None), bool(tokens and "PP" in tokens)
 
 
-def _is_prefixed(line: str) -> bool:
-    return (line[:1] == "[" or line[:1].isdigit()) and split_prefix(line) is not None
-
-
-def _read_pyspy(
-    lines: LineWindow, start: int, source: str, ctx: _Ctx
-) -> tuple[list[RankDump], int]:
-    """The py-spy text after `Pyspy dump for PID N:`, up to the next prefixed log line."""
-    end = start + 1
-    while lines.has(end) and not _is_prefixed(lines[end]) and end - start < MAX_BLOCK:
-        end += 1
-    dumps = parse_pyspy_text(lines.slice(start, end), source)
-    for dump in dumps:
-        if dump.rank is None:
-            dump.rank = ctx.rank
-    return dumps, end - 1
-
-
 def parse_log_lines(
     lines: Iterable[str],
     source: str,
@@ -158,7 +118,7 @@ def parse_log_lines(
     False sends every line through every handler (the reference the fast path is tested on)."""
     window = LineWindow(normalise_blocks(lines))
     ev = LogEvidence()
-    ctx = _Ctx()
+    ctx = ReadCtx()
     # Each rank's last line, keyed by the RankId object's identity (one per token string, from
     # _rank_of's cache): a dataclass hash per line would cost more than the line.
     last_seen: dict[int, tuple[RankId, str | None, int, str]] = {}
@@ -172,8 +132,12 @@ def parse_log_lines(
             i = nxt
             continue
         msg, prefixed = _split_prefix(raw, ctx, ev)
-        if prefixed and ctx.rank is not None:
-            last_seen[id(ctx.rank)] = (ctx.rank, ctx.ts, i + 1, msg)
+        if prefixed:
+            ev.labelled += 1
+            if ctx.rank is not None:
+                last_seen[id(ctx.rank)] = (ctx.rank, ctx.ts, i + 1, msg)
+        elif msg[:1] in _CLIENT_FIRST and msg.startswith(CLIENT_STARTS):
+            ev.client_lines += 1
         if not ev.context.hicache and has_hicache_word(msg):
             ev.context = ev.context | sig.text_context(msg)
         if fast and _plain(msg, prefixed, i, source, ctx, ev):
@@ -186,10 +150,16 @@ def parse_log_lines(
     for rank, ts, lineno, msg in sorted(last_seen.values(), key=lambda v: v[2]):
         ev.ranks_seen[rank] = LogLine(rank, ts, source, lineno, msg.strip())  # latest wins
     ev.lines = i
+    if ev.client_lines and not ev.labelled:  # a benchmark client's own log: its tracebacks
+        for exc in ev.exceptions:
+            exc.header = exc.header or "client"
     return ev
 
 
-def _plain(msg: str, prefixed: bool, i: int, source: str, ctx: _Ctx, ev: LogEvidence) -> bool:
+_CLIENT_FIRST = frozenset(s[0] for s in CLIENT_STARTS)
+
+
+def _plain(msg: str, prefixed: bool, i: int, source: str, ctx: ReadCtx, ev: LogEvidence) -> bool:
     """The fast path: record a line that no handler needs (progress, an access line, plain
     text); False sends it down the full path."""
     if prefixed and msg.startswith(SCHEDULER_PROGRESS):
@@ -212,7 +182,7 @@ def _plain(msg: str, prefixed: bool, i: int, source: str, ctx: _Ctx, ev: LogEvid
 
 
 def _consume(
-    lines: LineWindow, i: int, msg: str, prefixed: bool, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, prefixed: bool, source: str, ctx: ReadCtx, ev: LogEvidence
 ) -> int:
     """Record what line i says; return the last line index it used."""
     if sig.is_noise(msg):
@@ -221,7 +191,7 @@ def _consume(
         return i
     if not _CHAIN.match(msg.strip()):
         ctx.noise_next = False  # only the noise's own (chained) traceback follows it
-    handlers = (_on_traceback, _on_terminate, _on_pyspy, _on_pyspy_error, _on_faulthandler,
+    handlers = (_on_traceback, _on_terminate, on_pyspy, on_pyspy_error, on_faulthandler,
                 _on_fatal, _on_bare_exception)  # fmt: skip
     for handler in handlers:
         end = handler(lines, i, msg, source, ctx, ev)
@@ -231,9 +201,10 @@ def _consume(
                 ctx.noise_next = False
             return end
     if thread := _THREAD_EXC.search(msg):
-        ctx.thread = thread.group(1) or thread.group(2)
-        ev.recognised += 1
+        _on_thread_header(lines, i, thread.group(1) or thread.group(2), source, ctx, ev)
         return i
+    if kind := header_kind(msg):
+        ctx.header = (i, kind)  # the traceback it announces follows within a few lines
     line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
     if drain_remaining(msg):  # requests still in flight (0: the drain is done)
         ev.keep(ev.drain_reports, line)
@@ -245,7 +216,16 @@ def _consume(
         if fact.fate is not Fate.TEARDOWN and fact.fate is not Fate.NCCL_ABORT:
             ev.recognised += 1
             return i  # a stop or a child's exit is read as a fate; teardown is also a cascade
-    if (kind := sig.watchdog_kind(msg)) or sig.is_timeout(msg):
+    ev.recognised += _one_line(msg, line, ev) or int(prefixed)
+    return i
+
+
+def _one_line(msg: str, line: LogLine, ev: LogEvidence) -> bool:
+    """Record a line that is evidence on its own (a wait, a timeout, the watchdog's output, the
+    cascade, progress, an access line); False when it is none of these."""
+    if sig.is_peer_wait(msg):  # vLLM: a worker waiting on its broadcast (a wait, no crash)
+        ev.keep(ev.wait_lines, line)
+    elif (kind := sig.watchdog_kind(msg)) or sig.is_timeout(msg):
         ev.keep(ev.soft_lines if kind == "soft" else ev.hang_lines, line)
     elif sig.is_watchdog_debug(msg):
         ev.keep(ev.debug_lines, line)
@@ -256,14 +236,12 @@ def _consume(
     elif sig.SERVED.search(msg):
         ev.served += 1
     else:
-        ev.recognised += int(prefixed)
-        return i
-    ev.recognised += 1
-    return i
+        return False
+    return True
 
 
 def _on_traceback(
-    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: ReadCtx, ev: LogEvidence
 ) -> int | None:
     if _TRACEBACK not in msg:
         return None
@@ -273,19 +251,49 @@ def _on_traceback(
         return tb.end
     thread = _THREAD_EXC.search(msg)
     name = (thread.group(1) or thread.group(2)) if thread else ctx.thread
-    ev.keep(ev.exceptions,
-        LogException(
-            ctx.rank, ctx.ts, source, i + 1, tb.exc_type, tb.message, tb.frames, name,
-            tb.last_frame, tb.files, scheduler="Scheduler hit an exception" in msg,
-        )
-    )  # fmt: skip
+    header = header_kind(msg)
+    if header is None and ctx.header is not None and i - ctx.header[0] <= _HEADER_REACH:
+        header = ctx.header[1]
+    exc = LogException(
+        ctx.rank,
+        ctx.ts,
+        source,
+        i + 1,
+        tb.exc_type,
+        tb.message,
+        tb.frames,
+        name,
+        tb.last_frame,
+        tb.files,
+        scheduler="Scheduler hit an exception" in msg,
+        header=header,
+    )
+    ev.keep(ev.exceptions, exc)
     ev.context = ev.context | sig.frames_context(tb.frames, tb.files)
-    ctx.thread = None
+    ctx.thread, ctx.header = None, None
     return tb.end
 
 
+# Lines between an announcing line and its traceback (asyncio prints `future: <Task ...>`).
+_HEADER_REACH = 3
+
+
+def _on_thread_header(
+    lines: LineWindow, i: int, name: str, source: str, ctx: ReadCtx, ev: LogEvidence
+) -> None:
+    """`Exception in thread Thread-3 (backup_thread_func):`: its traceback follows, or, cut
+    off, the header alone still says which thread died (recorded as a traceback cut short)."""
+    ev.recognised += 1
+    follows = any(lines.has(k) and _TRACEBACK in lines[k] for k in (i + 1, i + 2))
+    if follows:
+        ctx.thread = name
+        return
+    exc = LogException(ctx.rank, ctx.ts, source, i + 1, "UnknownError", CUT_SHORT, thread=name)
+    ev.keep(ev.exceptions, exc)
+
+
 def _on_terminate(
-    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: ReadCtx, ev: LogEvidence
 ) -> int | None:
     """A C++ abort (gloo enforce, NCCL watchdog): no Python traceback, `what():` next line."""
     if not (m := _TERMINATE.search(msg)):
@@ -298,112 +306,8 @@ def _on_terminate(
     return i + 1 if what else i
 
 
-def _on_pyspy(
-    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
-) -> int | None:
-    m = _PYSPY.search(msg)
-    if not m and not _PYSPY_PROCESS.match(msg):
-        return None
-    dumps, end = _read_pyspy(lines, i if not m else i + 1, source, ctx)
-    if not dumps and not m:
-        return None
-    for dump in dumps:
-        dump.pid = dump.pid or (int(m.group(1)) if m else None)
-        dump.lineno = i + 1
-        ev.context = ev.context | _dump_context(dump)
-        # SGLang prints `Pyspy dump for PID` from its watchdog, and (0.5.23) from the launcher's
-        # teardown after a failure: only a scheduler's dump before any teardown is the watchdog's.
-        if m and not ctx.torn_down and not is_component_title(dump.title):
-            ev.keep(ev.debug_lines, LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip()))
-        ev.keep(ev.dumps, dump)
-    return max(end, i)
-
-
-def _dump_context(dump: RankDump) -> Context:
-    main = dump.main_thread()
-    if main is None:
-        return Context()
-    return sig.frames_context([f.name for f in main.frames], [f.filename for f in main.frames])
-
-
-def _on_pyspy_error(
-    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
-) -> int | None:
-    """`Pyspy failed (py-spy dump --pid N). Error: ...` (py-spy's stderr may follow on its own
-    lines) and `All pyspy dump attempts failed for PID N.`"""
-    err = _PYSPY_ERROR.search(msg)
-    final = sig.PYSPY_FAILED.search(msg)
-    if not err and not final:
-        return None
-    end = i
-    text = msg
-    while lines.has(end + 1) and not _is_prefixed(lines[end + 1]) and end - i < 6:
-        nxt = lines[end + 1]
-        if _TRACEBACK in nxt or _PYSPY.search(nxt):
-            break
-        text += " " + nxt.strip()
-        end += 1
-    pid_text = (err and (err["pid"] or err["pid2"])) or (final and final["pid"])
-    pid = int(pid_text) if pid_text else None
-    earlier = [f for f in ev.pyspy_failures if f.pid == pid and f.rank == ctx.rank]
-    tooling = bool(_PYSPY_TOOLING.search(text)) or any(
-        _PYSPY_TOOLING.search(f.reason) for f in earlier
-    )
-    stopped = "Failed to suspend" in text or (bool(final) and not tooling)
-    line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
-    ev.pyspy_failures.append(PyspyFailure(ctx.rank, pid, text.strip(), stopped, line))
-    return end
-
-
-def _on_faulthandler(
-    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
-) -> int | None:
-    """faulthandler's blocks inside a log: after `Fatal Python error`, after
-    `dump_traceback_later`'s `Timeout (0:05:00)!`, or on SIGUSR1."""
-    fatal = sig.FATAL_PYTHON.match(msg.strip())
-    timeout = msg.strip().startswith("Timeout (") and sig.is_timeout(msg.strip())
-    if not (fatal or timeout or _FH_START.match(msg.strip())):
-        return None
-    end = i
-    while (
-        lines.has(end + 1)
-        and end - i < MAX_BLOCK
-        and (_FH_BODY.match(lines[end + 1]) or _FH_START.match(lines[end + 1].strip()))
-    ):
-        end += 1
-    line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
-    if fatal:
-        what = fatal["what"].strip()
-        exc = LogException(ctx.rank, ctx.ts, source, i + 1, "Fatal Python error", what)
-        exc.fatal_signal = True
-        ev.keep(ev.exceptions, exc)
-    elif timeout:
-        ev.hang_lines.append(line)
-    block = [msg.strip()] + lines.slice(i + 1, end + 1)
-    if dump := parse_faulthandler(block, source):
-        dump.rank, dump.lineno = ctx.rank, i + 1
-        ev.keep(ev.dumps, dump)
-        if _taken_by_watchdog(block):
-            ev.keep(ev.debug_lines, line)
-    return end
-
-
-def _taken_by_watchdog(block: list[str]) -> bool:
-    """faulthandler names the thread that took the dump `Current thread`: the watchdog's own
-    thread there (in `watchdog_thread`) means the watchdog dumped the stacks, i.e. it fired."""
-    current = False
-    for raw in block:
-        text = raw.strip()
-        if _FH_START.match(text):
-            current = text.startswith("Current thread")
-        elif current and (m := _FH_FRAME_IN.search(text)):
-            if sig.is_watchdog_thread([m[1]]):
-                return True
-    return False
-
-
 def _on_fatal(
-    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: ReadCtx, ev: LogEvidence
 ) -> int | None:
     if not any(p.search(msg) for p in sig.FATAL_PATTERNS):
         return None
@@ -418,7 +322,7 @@ def _on_fatal(
 
 
 def _on_bare_exception(
-    lines: LineWindow, i: int, msg: str, source: str, ctx: _Ctx, ev: LogEvidence
+    lines: LineWindow, i: int, msg: str, source: str, ctx: ReadCtx, ev: LogEvidence
 ) -> int | None:
     """`RuntimeError: ...` on a line of its own with no `Traceback` header above it."""
     if msg[:1].isspace() or not (m := _BARE_EXC.match(msg.strip())):

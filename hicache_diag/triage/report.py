@@ -67,6 +67,9 @@ class TriageReport:
     reason: str | None = None  # why kind is unknown
     samples: int = 0
     confidence: str = "high"
+    # Who printed the evidence that decided it (triage.emitters): `scheduler`, `scheduler
+    # thread Thread-3 (backup_thread_func) (backup)`, `http-server`, `client`, ...
+    emitter: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS or (self.cause is not None and self.cause not in CAUSES):
@@ -105,5 +108,15 @@ class TriageReport:
             "reason": self.reason,
             "samples": self.samples,
             "confidence": self.confidence,
+            "emitter": self.emitter,
             "exit_code": int(self.exit_code),
         }
+
+
+def report_for(rank: RankId | None, reports: list[RankReport]) -> RankReport | None:
+    """The report of `rank`, added (state crashed) when the evidence names a rank not listed."""
+    found = next((r for r in reports if rank is not None and r.rank == rank), None)
+    if found is None and rank is not None:
+        found = RankReport(rank, None, None, "?", "crashed", None)
+        reports.append(found)
+    return found

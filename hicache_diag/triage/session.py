@@ -17,7 +17,7 @@ from hicache_diag.triage.classify import classify
 from hicache_diag.triage.collect import capture_live, load_dumps, save_samples
 from hicache_diag.triage.discover import discover_schedulers
 from hicache_diag.triage.hang import RankSamples
-from hicache_diag.triage.log_files import Progress, parse_log_file
+from hicache_diag.triage.log_files import NotALog, Progress, parse_log_file
 from hicache_diag.triage.logs import LogEvidence
 from hicache_diag.triage.report import TriageReport
 
@@ -80,6 +80,8 @@ def _read_logs(paths: tuple[Path, ...], progress: Progress | None = None) -> Log
             evidence.extend(parse_log_file(path, progress))
         except OSError as exc:
             raise UsageError(f"--logs {path}: cannot read ({exc.strerror or exc})") from None
+        except NotALog as exc:
+            raise UsageError(f"--logs {path}: {exc}") from None
     # Text with nothing recognisable is undecided (kind unknown, exit 3), not bad input: the
     # file was readable, it just says nothing we know.
     return evidence

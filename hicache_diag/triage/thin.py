@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from hicache_diag.rules.signatures import SHAPE_RE
 from hicache_diag.triage.crash import decode_shape
+from hicache_diag.triage.emitters import Emitter
+from hicache_diag.triage.fates import survived
 from hicache_diag.triage.log_model import LogEvidence, LogException, LogLine
 from hicache_diag.triage.report import RankReport, TriageReport
 
@@ -21,15 +23,50 @@ _RECVS = frozenset({"pp-output-recv", "pp-proxy-recv", "p2p-recv", "hicache-pp-s
 def served_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport | None:
     """Nothing but answered HTTP requests: a server that serves, said with low confidence
     (a health check is answered during a hang too)."""
-    if not logs.served or logs.exceptions or logs.hang_signal or logs.progress_count:
+    errors = [e for e in logs.exceptions if not survived(e)]  # a handler's error: it served
+    if not logs.served or errors or logs.hang_signal or logs.progress_count:
         return None
     ev = [
         f"{logs.served} HTTP request(s) answered with 2xx/3xx and no error, timeout or "
         "watchdog line: the server serves",
         "thin evidence: access lines only; a hang shows as a watchdog timeout or stacks",
     ]
-    report = TriageReport("healthy", ranks=reports, evidence=ev, confidence="low")
+    report = TriageReport(
+        "healthy", ranks=reports, evidence=ev, confidence="low", emitter=Emitter.HTTP.value
+    )
     report.next_steps = [f"if requests do stall, {LIVE_STACKS}"]
+    return report
+
+
+def peer_wait(logs: LogEvidence, reports: list[RankReport]) -> TriageReport | None:
+    """A worker that says it waited past a limit on its peers or driver (vLLM's `No available
+    shared memory broadcast block found in 60 seconds`), with no batch after its last word: a
+    wait that did not end, i.e. a hang (a peer hangs, or works very long: compilation). With a
+    batch after it, the wait ended and the batches decide."""
+    if not logs.wait_lines:
+        return None
+    last_wait = logs.wait_lines[-1]
+    progress = _last_progress(logs)
+    if progress is not None and _after(progress, last_wait):
+        return None
+    first = logs.wait_lines[0]
+    ev = [
+        f"{first.source}:{first.lineno}: {first.text}",
+        f"{len(logs.wait_lines)} such wait report(s), the last at {last_wait.source}:"
+        f"{last_wait.lineno}, and no batch after it: the worker is still waiting on a peer "
+        "(a hang), unless a peer is compiling or quantising for that long",
+        "a wait, not a crash: no process died",
+    ]
+    report = TriageReport(
+        "hang",
+        form="C",
+        ranks=reports,
+        evidence=ev,
+        signature=first.text,
+        confidence="low",
+        emitter=Emitter.SCHEDULER.value,
+    )
+    report.next_steps = [f"to see what each worker waits for, {LIVE_STACKS}"]
     return report
 
 
@@ -60,7 +97,13 @@ def stalled_drain(logs: LogEvidence, reports: list[RankReport]) -> TriageReport 
         "thin evidence: no watchdog line and no stacks; the ranks' stacks name the site",
     ]  # fmt: skip
     report = TriageReport(
-        "hang", form="C", ranks=reports, evidence=ev, signature=first.text, confidence="low"
+        "hang",
+        form="C",
+        ranks=reports,
+        evidence=ev,
+        signature=first.text,
+        confidence="low",
+        emitter=Emitter.SCHEDULER.value,
     )
     report.next_steps = [f"before stopping a stalled server, {LIVE_STACKS}"]
     return report

@@ -291,3 +291,12 @@ def test_live_stopped_rank_is_named_the_culprit(no_leftover_processes):
     assert data["culprit"]["label"] == "PP1 TP0"
     [row] = [r for r in data["ranks"] if r["label"] == "PP1 TP0"]
     assert "could not suspend" in row["error"] and "stopped" in row["error"]
+
+
+def test_a_binary_log_is_one_line_naming_what_it_looks_like(tmp_path, capsys):
+    png = tmp_path / "server.log"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    assert "not a log: a PNG image" in one_line_error(["--logs", str(png)], capsys)
+    elf = tmp_path / "scheduler"
+    elf.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(64))
+    assert "not a log: an ELF binary" in one_line_error([str(elf)], capsys)

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from hicache_diag.cli.main import app
+from hicache_diag.cli.main import app, run_cli
 from hicache_diag.triage.classify import classify
 from hicache_diag.triage.dumps import parse_dump_text
 from hicache_diag.triage.logs import parse_log_lines
@@ -34,11 +34,17 @@ def test_any_mix_of_real_lines_classifies(lines):
     parse_dump_text("\n".join(lines), "fuzz.txt")
 
 
-def test_binary_and_empty_files_are_undecided_not_internal_errors(tmp_path):
+def test_binary_files_are_refused_and_empty_ones_undecided_never_internal_errors(
+    tmp_path, capsys
+):
+    # Issue 29: a binary file is refused in one line naming what it looks like (exit 2), no
+    # longer read as a log that says nothing (exit 3).
     junk = tmp_path / "core.bin"
     junk.write_bytes(bytes(range(256)) * 64)
+    assert run_cli(["triage", "--json", "--logs", str(junk)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a log: binary data" in err and len(err.splitlines()) == 1
     empty = tmp_path / "empty.log"
     empty.write_text("")
-    for path in (junk, empty):
-        result = CliRunner().invoke(app, ["triage", "--json", "--logs", str(path)])
-        assert result.exit_code == 3, result.output
+    result = CliRunner().invoke(app, ["triage", "--json", "--logs", str(empty)])
+    assert result.exit_code == 3, result.output
