@@ -89,14 +89,8 @@ LAYER_ALLOW: dict[str, str] = {
 
 # Files over MAX_FILE_LINES and functions (`path::qualname`) over MAX_FUNCTION_LINES today.
 FILE_ALLOW: dict[str, str] = {
-    "hicache_diag/triage/lines.py": _OTHER,
-    "hicache_diag/triage/logs.py": _OTHER,
 }
 FUNCTION_ALLOW: dict[str, str] = {
-    "hicache_diag/triage/classify.py::classify": _OTHER,
-    "hicache_diag/triage/log_blocks.py::read_block": _OTHER,
-    "cli/triage.py::register": _LEAD,
-    "cli/triage.py::register._triage": _LEAD,
 }
 
 
