@@ -33,7 +33,7 @@ from campaign.score import Scored, by_kind, confusion, summarize, verdict_fields
 
 from hicache_diag.cli.run import options_from_argv
 from hicache_diag.diagnosis.classify import classify_run
-from hicache_diag.engines import build
+from hicache_diag.engines import build, engine
 from hicache_diag.harness.bisect_trials import PlannedTrial, TrialRunner, trial_env
 from hicache_diag.harness.trial_server import TrialServer
 
@@ -69,7 +69,8 @@ def _trial(runner: TrialRunner, plan: TrialPlan, root: Path, cache: dict) -> Sco
 
 def run_campaign(plans: list[TrialPlan], root: Path, jobs: int, timeout_s: float) -> list[Scored]:
     runner = TrialRunner(timeout_s)
-    runner.server = TrialServer.start(root / "trial-server.log", trial_env())
+    modules = engine("builtin").preload
+    runner.server = TrialServer.start(root / "trial-server.log", trial_env(), modules=modules)
     cache: dict[str, str | None] = {}
     try:
         with ThreadPoolExecutor(max_workers=jobs) as pool:

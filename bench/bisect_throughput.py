@@ -31,11 +31,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from hicache_diag.builtin.launcher import RANK_PRELOAD
 from hicache_diag.cli.bisect import with_cell_configs
 from hicache_diag.cli.run import options_from_argv
 from hicache_diag.harness.bisect import BisectConfig, run_bisect
 from hicache_diag.harness.forked_process import fork_module, preload
-from hicache_diag.harness.launcher import RANK_PRELOAD
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
 TINY = ("--requests", "8", "--max-new-tokens", "4")

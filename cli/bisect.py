@@ -44,8 +44,11 @@ def _axes(storage: str | None, size: str | None, switches: list[str]) -> tuple[A
         axes.append(Axis(STORAGE_AXIS, parse_values("--storage-backend", storage)))
     if size is not None:
         axes.append(Axis(HOST_AXIS, parse_values("--hicache-size", size)))
+    from hicache_diag.engines import protocol_switches
+
     options = _run_options() if switches else set()
-    axes += [parse_switch(spec, options) for spec in switches]
+    known = protocol_switches() if switches else {}
+    axes += [parse_switch(spec, options, known) for spec in switches]
     return tuple(axes)
 
 
@@ -118,7 +121,7 @@ def with_cell_configs(
     release is one line and exit 2, not N failed trials. Returns the config holding them, with
     `trial_timeout` (--trial-timeout) or else the cells' engine's own trial timeout, and the
     most ranks any cell runs."""
-    from hicache_diag.engines import build
+    from hicache_diag.engines import build, engine
     from hicache_diag.harness.bisect import matrix
 
     if base.out is not None:
@@ -132,7 +135,9 @@ def with_cell_configs(
     world = max(c.world_size for c in configs)
     if trial_timeout is None:  # each engine's own: real SGLang starts in tens of seconds
         trial_timeout = type(base).trial_timeout_s
-    return replace(cfg, cells=tuple(configs), trial_timeout_s=trial_timeout), world
+    preload = engine(base.engine).preload
+    done = replace(cfg, cells=tuple(configs), trial_timeout_s=trial_timeout, preload=preload)
+    return done, world
 
 
 def _cells(axes: tuple[Axis, ...]) -> int:

@@ -15,7 +15,7 @@ from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.cli.render.progress import LiveProgress
 from hicache_diag.cli.render.status import PhaseStatus
 from hicache_diag.cli.render.verdict import render_check, render_verdict
-from hicache_diag.engines import build, run_trial
+from hicache_diag.engines import build, engine, run_trial
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.engine import EngineConfig
 from hicache_diag.parse_options import parse_run_options
@@ -196,7 +196,8 @@ def _check_rate_and_render(
     out = Path(options.out) if options.out else Path("runs") / f"check-{stamp}"
     progress, on_result = trial_progress(err_console, expect.trials, quiet=json_)
     with progress:
-        check = run_rate_check(cfg, expect, out, type(options).trial_timeout_s, on_result)
+        timeout, preload = type(options).trial_timeout_s, engine(cfg.engine).preload
+        check = run_rate_check(cfg, expect, out, timeout, on_result, preload)
     if json_:
         print_json(check.to_json())
     else:

@@ -29,6 +29,7 @@ class EngineEntry:
     trial: Callable[..., TrialResult]
     source_tree: Callable[[Path | None, str | None], Any]
     switches: Callable[[], Mapping[str, Any]] = field(default=dict)  # its --fix switches
+    preload: tuple[str, ...] = ()  # modules a warm trial server imports for its trials
 
     @property
     def options(self) -> type[RunOptions]:
@@ -43,12 +44,15 @@ ENGINES: Registry[EngineEntry] = Registry("engine")
 
 @ENGINES.register("builtin")
 def _builtin() -> EngineEntry:
-    from hicache_diag.builtin.build import build
+    from hicache_diag.builtin.build import build, protocol_switches
     from hicache_diag.builtin.engine import run_builtin_trial
-    from hicache_diag.runtime.protocol import SWITCHES
+    from hicache_diag.builtin.launcher import RANK_PRELOAD
     from hicache_diag.sources.locate import builtin_engine_tree
 
-    return EngineEntry("builtin", build, run_builtin_trial, builtin_engine_tree, lambda: SWITCHES)
+    preload = ("hicache_diag.builtin.engine", *RANK_PRELOAD)
+    return EngineEntry(
+        "builtin", build, run_builtin_trial, builtin_engine_tree, protocol_switches, preload
+    )
 
 
 @ENGINES.register("sglang")
@@ -57,7 +61,8 @@ def _sglang() -> EngineEntry:
     from hicache_diag.sglang.trial import run_sglang_trial
     from hicache_diag.sources.locate import sglang_engine_tree
 
-    return EngineEntry("sglang", build, run_sglang_trial, sglang_engine_tree)
+    preload = ("hicache_diag.sglang.trial",)
+    return EngineEntry("sglang", build, run_sglang_trial, sglang_engine_tree, preload=preload)
 
 
 def engine(name: str) -> EngineEntry:

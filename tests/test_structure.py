@@ -68,17 +68,6 @@ _OTHER = "being split in issue 30 (owner: lead or the issue-30 helper on that pa
 # Edges `importer -> imported` (module names under hicache_diag) that break a layer or a wall
 # today.
 LAYER_ALLOW: dict[str, str] = {
-    "engines -> runtime.protocol": _LEAD + ": --fix switches, via the builtin engine",
-    "harness.bisect -> runtime.protocol": _LEAD + ": --fix switches",
-    "harness.launcher -> runtime.server_args": _LEAD + ": the builtin launcher",
-    "harness.rank_main -> runtime.distributed.parallel_state": _LEAD + ": the builtin rank",
-    "harness.rank_main -> runtime.managers.scheduler": _LEAD + ": the builtin rank",
-    "harness.rank_main -> runtime.mem_cache.kv_cache_builder": _LEAD + ": the builtin rank",
-    "harness.reference -> runtime.model_executor.forward_batch_info": _LEAD + ": builtin reference",
-    "harness.reference -> runtime.model_executor.models.tiny_llama": _LEAD + ": builtin reference",
-    "harness.reference -> runtime.server_args": _LEAD + ": the builtin reference",
-    "harness.rundir -> runtime.protocol": _LEAD + ": manifest fields",
-    "harness.rundir -> runtime.server_args": _LEAD + ": manifest fields",
     "ranks -> rules.rank_labels": _OTHER + ": the rank-token grammar",
     "rules.culprit -> triage.dumps": _OTHER + ": rules -> triage",
     "rules.wait_sites -> triage.dumps": _OTHER + ": rules -> triage",

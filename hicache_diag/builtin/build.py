@@ -3,7 +3,8 @@ checked before any rank starts (the options' own checks ran when they were built
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from hicache_diag.errors import UsageError
 from hicache_diag.faults.validate import validated_faults
@@ -99,3 +100,10 @@ def build(options: BuiltinOptions) -> RunConfig:
     )
     check_builtin_run(cfg)  # pools, workload and records against this host's memory and disk
     return cfg
+
+
+def protocol_switches() -> Mapping[str, Any]:
+    """The runtime's protocol switches (`--fix NAME=MODE`), by name."""
+    from hicache_diag.runtime.protocol import SWITCHES
+
+    return SWITCHES

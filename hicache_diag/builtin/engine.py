@@ -1,5 +1,5 @@
 """The builtin engine beneath the one trial loop: forked or spawned ranks of our runtime
-(harness/launcher.py) that run their own workload; the no-cache reference is computed here
+(builtin/launcher.py) that run their own workload; the no-cache reference is computed here
 while they run."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hicache_diag import evidence as ev
 from hicache_diag.harness.engine import Engine
 
 if TYPE_CHECKING:
+    from hicache_diag.builtin.launcher import RankProcess
     from hicache_diag.harness.engine import EngineConfig, Failure, Progress, TrialWatch
-    from hicache_diag.harness.launcher import RankProcess
     from hicache_diag.harness.trial import TrialResult
     from hicache_diag.runtime.server_args import RunConfig
 
@@ -23,7 +23,7 @@ CASCADE_GRACE_S = 1.0  # survivors of a crash get this long to log their own err
 
 class BuiltinEngine(Engine):
     """Our runtime beneath the one trial loop (harness/engine.py `Engine`): forked or spawned
-    ranks (harness/launcher.py) that run their own workload; the no-cache reference is computed
+    ranks (builtin/launcher.py) that run their own workload; the no-cache reference is computed
     here while they run."""
 
     poll_s = POLL_S
@@ -33,11 +33,11 @@ class BuiltinEngine(Engine):
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         self.started_at = time.time()
-        self.launcher: Any = None  # harness.launcher.Launcher, made by prepare()
+        self.launcher: Any = None  # builtin.launcher.Launcher, made by prepare()
         self.run_dir: Path | None = None
 
     def prepare(self, run_dir: Path) -> None:
-        from hicache_diag.harness.launcher import Launcher
+        from hicache_diag.builtin.launcher import Launcher
 
         self.run_dir = run_dir
         self.launcher = Launcher(run_dir, self.cfg.server_args)
@@ -45,7 +45,7 @@ class BuiltinEngine(Engine):
     def manifest(self, argv: list[str]) -> dict[str, Any]:
         import torch
 
-        from hicache_diag.harness.rundir import manifest_fields
+        from hicache_diag.builtin.manifest import manifest_fields
 
         return manifest_fields(self.cfg, argv, torch.__version__)
 
@@ -55,7 +55,7 @@ class BuiltinEngine(Engine):
 
     def drive(self) -> None:
         """The ranks run their own workload; the reference is computed meanwhile."""
-        from hicache_diag.harness.reference import compute_reference
+        from hicache_diag.builtin.reference import compute_reference
         from hicache_diag.harness.rundir import write_json
         from hicache_diag.workloads import Workload
 

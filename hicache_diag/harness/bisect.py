@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hicache_diag.diagnosis.bisect_table import (
     HOST_AXIS,
@@ -30,24 +31,24 @@ from hicache_diag.harness.engine import EngineConfig
 from hicache_diag.harness.signals import sigterm_as_interrupt
 from hicache_diag.harness.trial_server import TrialServer
 from hicache_diag.run_options import OPTION_ALIASES, RunOptions
-from hicache_diag.runtime.protocol import SWITCHES
 
 
 @dataclass(frozen=True, slots=True)
 class Axis:
     name: str  # storage-backend | hicache-size | a protocol switch | a run option
     values: tuple[str, ...]
+    switch: str = ""  # a protocol switch's description ("what (upstream)"); "" for an option
 
     def args(self, value: str) -> list[str]:
         """The `run` flags that set this axis to `value` (the trial's reproducing line)."""
-        if self.name in SWITCHES:
+        if self.switch:
             return ["--fix", f"{self.name}={value}"]
         return [f"--{self.name}", value]
 
     def apply(self, options: RunOptions, value: str) -> RunOptions:
         """The cell's options: `options` with this axis at `value`, checked again."""
         how = f"bisect axis {self.name}={value}"
-        if self.name in SWITCHES:
+        if self.switch:
             return options.with_value("fix", f"{self.name}={value}", how)
         name = self.name.replace("-", "_")
         return options.with_value(OPTION_ALIASES.get(name, name), value, how)
@@ -71,6 +72,7 @@ class BisectConfig:
     cells: tuple[EngineConfig, ...] = ()
     # The trial function, "module:function"; tests substitute a stand-in.
     trial: str = TRIAL
+    preload: tuple[str, ...] = ()  # the cells' engines' modules, for the warm trial server
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -88,8 +90,12 @@ def parse_values(flag: str, text: str) -> tuple[str, ...]:
     return values
 
 
-def parse_switch(spec: str, run_options: set[str] | None = None) -> Axis:
-    """`NAME=v1,v2` for a protocol switch (modes checked) or any `run` option (`--NAME`)."""
+def parse_switch(
+    spec: str, run_options: set[str] | None = None, switches: Mapping[str, Any] | None = None
+) -> Axis:
+    """`NAME=v1,v2` for a protocol switch (modes checked; `switches`: the engines' own,
+    engines.protocol_switches()) or any `run` option (`--NAME`)."""
+    SWITCHES = switches or {}  # noqa: N806  (the table's own name)
     name, sep, rest = spec.partition("=")
     name = name.strip().removeprefix("--")
     if not sep or not name:
@@ -103,7 +109,8 @@ def parse_switch(spec: str, run_options: set[str] | None = None) -> Axis:
     elif run_options is not None and name not in run_options:
         valid = ", ".join([*SWITCHES, *sorted(run_options)])
         raise UsageError(f"unknown switch {name!r}; valid: {valid}")
-    return Axis(name, values)
+    sw = SWITCHES.get(name)
+    return Axis(name, values, f"{sw.what} ({sw.upstream})" if sw else "")
 
 
 def matrix(axes: tuple[Axis, ...]) -> list[dict[str, str]]:
@@ -149,9 +156,9 @@ def _plan(cfg: BisectConfig) -> tuple[list[Cell], list[PlannedTrial]]:
     return cells, trials
 
 
-def describe_axis(axis: str) -> str:
-    sw = SWITCHES.get(axis)
-    return f": {sw.what} ({sw.upstream})" if sw else ""
+def _describer(axes: tuple[Axis, ...]) -> Callable[[str], str]:
+    said = {a.name: f": {a.switch}" for a in axes if a.switch}
+    return lambda axis: said.get(axis, "")
 
 
 OnResult = Callable[[Cell, TrialResult], None]
@@ -166,7 +173,7 @@ def run_bisect(cfg: BisectConfig, on_result: OnResult | None = None) -> BisectTa
 
 def _run_bisect(cfg: BisectConfig, on_result: OnResult | None) -> BisectTable:
     cells, trials = _plan(cfg)
-    table = BisectTable([a.name for a in cfg.axes], cells, describe=describe_axis)
+    table = BisectTable([a.name for a in cfg.axes], cells, describe=_describer(cfg.axes))
     runner = TrialRunner(cfg.trial_timeout_s, trial_fn=cfg.trial)
     pool = ThreadPoolExecutor(max_workers=cfg.jobs, thread_name_prefix="bisect-trial")
     futures: dict[Future, PlannedTrial] = {}
@@ -194,7 +201,7 @@ def _run_bisect(cfg: BisectConfig, on_result: OnResult | None) -> BisectTable:
 def _warm_server(cfg: BisectConfig) -> TrialServer | None:
     if os.environ.get(TRIAL_START_ENV, "fork") == "spawn":
         return None
-    return TrialServer.start(cfg.out / "trial-server.log", trial_env())
+    return TrialServer.start(cfg.out / "trial-server.log", trial_env(), modules=cfg.preload)
 
 
 def _collect(res: TrialResult | None, cell: Cell, on_result: OnResult | None) -> None:

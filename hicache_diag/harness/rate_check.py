@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.stats import wilson
-from hicache_diag.harness.bisect import BisectConfig, run_bisect
+from hicache_diag.harness.trials import run_trials
 from hicache_diag.verdict import ExitCode, Outcome, Verdict
 
 if TYPE_CHECKING:
@@ -104,13 +104,15 @@ def run_rate_check(
     out: Path,
     trial_timeout_s: float,
     on_result: Callable[[Cell, TrialResult], None] | None = None,
+    preload: tuple[str, ...] = (),
 ) -> RateCheck:
     """`expect.trials` trials of `cfg` (seeds cfg.seed + j) under `out`, judged."""
-    plan = BisectConfig((), expect.trials, 1, cfg.seed, out, (), trial_timeout_s, cells=(cfg,))
-    table = run_bisect(plan, on_result)
-    trials = tuple(_checked(r, expect) for r in table.cells[0].results)
+    runs, interrupted = run_trials(
+        cfg, expect.trials, cfg.seed, out, trial_timeout_s, on_result, preload
+    )
+    trials = tuple(_checked(r, expect) for r in runs)
     matched = sum(1 for t in trials if t.matched)
     decided = sum(1 for t in trials if t.matched is not None)
     interval = wilson(matched, decided)
     lines = tuple(expect.judge_rate(matched, decided, interval)) if decided else ()
-    return RateCheck(expect.describe(), trials, interval, lines, table.interrupted)
+    return RateCheck(expect.describe(), trials, interval, lines, interrupted)

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hicache_diag import __version__, ranks
+from hicache_diag import __version__
 from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
-from hicache_diag.runtime.protocol import ProtocolConfig
-from hicache_diag.runtime.server_args import ModelConfig, RunConfig, ServerArgs
-from hicache_diag.workloads import WorkloadConfig
 
 EVIDENCE_VERSION = ev.EVIDENCE_VERSION
 utc_now = ev.utc_now
@@ -50,48 +46,12 @@ def check_writable(out: str | None, flag: str = "--out") -> None:
     claim_dir(flag, out, fresh=True)  # the one rule of every output path (output_paths.py)
 
 
-def config_to_dict(cfg: RunConfig) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
-
-
-def config_from_dict(data: dict[str, Any]) -> RunConfig:
-    sa = dict(data["server_args"])
-    sa["model"] = ModelConfig(**sa["model"])
-    return RunConfig(
-        server_args=ServerArgs(**sa),
-        protocol=ProtocolConfig(**data["protocol"]),
-        workload=WorkloadConfig(**data["workload"]),
-        faults=tuple(data.get("faults", ())),
-        seed=data["seed"],
-        out=data.get("out"),
-        hang_timeout=data["hang_timeout"],
-        max_steps=data["max_steps"],
-    )
-
-
-def topology(sa: ServerArgs) -> dict[str, Any]:
-    return ranks.topology(sa.pp_size, sa.tp_size)
-
-
 write_json = ev.write_json  # every run-dir JSON file, one format (evidence/record.py)
 
 
 def manifest_head(argv: list[str]) -> dict[str, Any]:
     """The manifest fields every engine's run dir has (docs/evidence.md)."""
     return ev.Manifest.head(argv, __version__).to_json()
-
-
-def manifest_fields(cfg: RunConfig, argv: list[str], torch_version: str) -> dict[str, Any]:
-    """The builtin engine's manifest."""
-    return {
-        **manifest_head(argv),
-        "torch": torch_version,
-        "seed": cfg.seed,
-        "config": config_to_dict(cfg),
-        "protocol": cfg.protocol.as_dict(),
-        "faults": list(cfg.faults),
-        "topology": topology(cfg.server_args),
-    }
 
 
 def write_manifest(run_dir: Path, manifest: dict[str, Any] | ev.Manifest) -> None:
@@ -104,7 +64,3 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any] | ev.Manifest) -> Non
 
 def read_manifest(run_dir: Path) -> ev.Manifest:
     return ev.read_record(ev.Manifest, run_dir / ev.MANIFEST)
-
-
-def load_config(run_dir: Path) -> RunConfig:
-    return config_from_dict(read_manifest(run_dir).config)

@@ -27,8 +27,14 @@ from typing import IO, Any, NoReturn
 from hicache_diag.harness.forked_process import fork_module, preload
 
 MODULE = "hicache_diag.harness.bisect_child"  # a trial: the trial function, called in a fork
-PRELOAD = ("torch", MODULE, "hicache_diag.engines", "hicache_diag.builtin.engine",
-           "hicache_diag.harness.trial", "hicache_diag.diagnosis.classify")  # fmt: skip
+# What every trial imports; each engine adds its own (engines.py `EngineEntry.preload`).
+PRELOAD = (
+    "torch",
+    MODULE,
+    "hicache_diag.engines",
+    "hicache_diag.harness.trial",
+    "hicache_diag.diagnosis.classify",
+)
 _POLL_S = 0.05  # how late a trial's end may be reported
 KILL_GRACE_S = 20.0  # for a trial to reap its engine on SIGTERM before it is SIGKILLed
 
@@ -105,12 +111,9 @@ def _requests(buf: bytes) -> tuple[list[dict[str, Any]], bytes]:
     return [json.loads(line) for line in lines if line.strip()], rest
 
 
-def serve() -> None:
+def serve(engine_modules: tuple[str, ...] = ()) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Here, not at the top: bisect imports this module, and the CLI must not pay for torch.
-    from hicache_diag.harness.launcher import RANK_PRELOAD
-
-    preload((*PRELOAD, *RANK_PRELOAD))
+    preload((*PRELOAD, *engine_modules))  # here, in the server: the CLI must not pay for torch
     _send({"ready": os.getpid()})
     live: dict[int, Any] = {}  # trial leader pid -> request id
     buf = b""
@@ -164,12 +167,17 @@ class TrialServer:
         self._reader.start()
 
     @classmethod
-    def start(cls, log: Path, env: dict[str, str], timeout_s: float = 60.0) -> TrialServer | None:
-        """None when the server did not come up (bisect then starts each trial itself)."""
+    def start(
+        cls, log: Path, env: dict[str, str], timeout_s: float = 60.0, modules: tuple[str, ...] = ()
+    ) -> TrialServer | None:
+        """None when the server did not come up (bisect then starts each trial itself).
+        `modules`: the trials' engines' own modules, imported once here before any fork."""
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                [sys.executable, "-m", __name__, *modules],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
                 stderr=err, env=env,
             )  # fmt: skip
         server = cls(proc)
@@ -245,5 +253,5 @@ class TrialServer:
 
 
 if __name__ == "__main__":
-    serve()
+    serve(tuple(sys.argv[1:]))
     sys.exit(0)

@@ -26,9 +26,11 @@ def run_trials(
     out: Path,
     trial_timeout_s: float,
     on_result: OnResult | None = None,
+    preload: tuple[str, ...] = (),
 ) -> tuple[list[TrialResult], bool]:
-    """(each trial's result in order, whether Ctrl-C cut them short)."""
-    plan = BisectConfig((), trials, 1, seed, out, (), trial_timeout_s, cells=(cfg,))
+    """(each trial's result in order, whether Ctrl-C cut them short); `preload`: the engine's
+    modules for the warm trial server (engines.py `EngineEntry.preload`)."""
+    plan = BisectConfig((), trials, 1, seed, out, (), trial_timeout_s, (cfg,), preload=preload)
     table = run_bisect(plan, on_result)
     return table.cells[0].results, table.interrupted
 

@@ -63,7 +63,10 @@ def variant_options(base: RunOptions, variant: Variant) -> RunOptions:
 
 
 def _trials(cell: Any, n: int, seed: int, out: Path, on_result: Callable | None):
-    return run_trials(cell.cfg, n, seed, out, type(cell.options).trial_timeout_s, on_result)
+    from hicache_diag.engines import engine
+
+    timeout, preload = type(cell.options).trial_timeout_s, engine(cell.options.engine).preload
+    return run_trials(cell.cfg, n, seed, out, timeout, on_result, preload)
 
 
 @dataclass(frozen=True, slots=True)

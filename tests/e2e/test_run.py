@@ -268,7 +268,7 @@ def test_ranks_start_under_torchrun(tmp_path):
         "--master-port",
         str(port),
         "-m",
-        "hicache_diag.harness.rank_main",
+        "hicache_diag.builtin.rank_main",
         "--run-dir",
         str(out),
     ]

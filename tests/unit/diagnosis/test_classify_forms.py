@@ -92,7 +92,7 @@ DMA_THREAD = (
 SCRIPT_MAIN = (
     "Thread 0x1 (most recent call first):\n"
     '  File "/x/hicache_diag/runtime/distributed/ps.py", line 62 in _recv_bytes\n'
-    '  File "/x/hicache_diag/harness/rank_main.py", line 9 in <module>\n'
+    '  File "/x/hicache_diag/builtin/rank_main.py", line 9 in <module>\n'
 )
 # As a real rank forked from `python -m hicache_diag.cli.main run` writes it: the main thread
 # starts in runpy, not at `<module>`.
@@ -100,7 +100,7 @@ FORKED_MAIN = (
     "Current thread 0x1 (most recent call first):\n"
     '  File "/x/hicache_diag/runtime/distributed/parallel_state.py", line 71 in _recv_bytes\n'
     '  File "/x/hicache_diag/runtime/managers/scheduler.py", line 59 in recv_requests\n'
-    '  File "/x/hicache_diag/harness/rank_main.py", line 194 in <module>\n'
+    '  File "/x/hicache_diag/builtin/rank_main.py", line 194 in <module>\n'
     '  File "<frozen runpy>", line 88 in _run_code\n'
     '  File "/x/cli/main.py", line 95 in <module>\n'
     '  File "<frozen runpy>", line 198 in _run_module_as_main\n'

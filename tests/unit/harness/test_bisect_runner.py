@@ -19,6 +19,7 @@ from hicache_diag.harness.bisect import (
     run_bisect,
     trial_argv,
 )
+from hicache_diag.runtime.protocol import SWITCHES
 from tests.unit.harness.fake_run import FAKE_TRIAL, fake_cells, use_fake
 
 
@@ -36,11 +37,12 @@ def test_parse_values_and_switches():
     for bad in ("", " ", "a,,b", "a,"):
         with pytest.raises(UsageError, match="comma-separated"):
             parse_values("--x", bad)
-    assert parse_switch("ack-count=local,leader") == Axis("ack-count", ("local", "leader"))
+    got = parse_switch("ack-count=local,leader", switches=SWITCHES)
+    assert (got.name, got.values) == ("ack-count", ("local", "leader")) and got.switch
     with pytest.raises(UsageError, match="unknown mode 'nope'.*valid: local, leader-batched"):
-        parse_switch("ack-count=local,nope")
+        parse_switch("ack-count=local,nope", switches=SWITCHES)
     with pytest.raises(UsageError, match="unknown switch 'warp'; valid: ack-count"):
-        parse_switch("warp=1,2", run_options={"async-depth"})
+        parse_switch("warp=1,2", run_options={"async-depth"}, switches=SWITCHES)
     assert parse_switch("async-depth=0,1", {"async-depth"}).values == ("0", "1")
     with pytest.raises(UsageError, match="malformed"):
         parse_switch("ack-count")
@@ -54,7 +56,10 @@ def test_config_rejects_bad_counts(tmp_path):
 
 
 def test_matrix_and_trial_argv(tmp_path):
-    axes = (Axis("storage-backend", ("none", "file")), Axis("ack-count", ("local", "leader")))
+    axes = (
+        Axis("storage-backend", ("none", "file")),
+        Axis("ack-count", ("local", "leader"), "ack counts (#27285)"),
+    )
     assert len(matrix(axes)) == 4
     c = cfg(tmp_path, axes, run_args=("--protocol", "legacy"))
     argv = trial_argv(c, {"storage-backend": "file", "ack-count": "leader"}, 3, tmp_path / "o")
@@ -66,7 +71,10 @@ def test_matrix_and_trial_argv(tmp_path):
 
 @pytest.mark.process
 def test_bisect_over_real_subprocesses(tmp_path):
-    axes = [Axis("hicache-size", ("16MiB", "64MiB")), Axis("ack-count", ("local", "leader"))]
+    axes = [
+        Axis("hicache-size", ("16MiB", "64MiB")),
+        Axis("ack-count", ("local", "leader"), "ack counts (#27285)"),
+    ]
     seen = []
     table = run_bisect(cfg(tmp_path, axes, trials=4, jobs=2), lambda c, r: seen.append(r))
     assert len(seen) == 16

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from hicache_diag.builtin.launcher import RANK_PRELOAD, START_METHOD_ENV, start_method_from_env
 from hicache_diag.cli.main import run_cli
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.forked_process import preload
-from hicache_diag.harness.launcher import RANK_PRELOAD, START_METHOD_ENV, start_method_from_env
 
 
 def test_fork_is_the_default(monkeypatch):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from hicache_diag.harness import rank_main
+from hicache_diag.builtin import rank_main
 from hicache_diag.harness.forked_process import fork_module
 from tests.conftest import assert_no_children
 
@@ -43,7 +43,7 @@ def test_rank_whose_launcher_is_already_gone_exits(tmp_path, monkeypatch):
     """If the launcher died before prctl(PR_SET_PDEATHSIG) ran, no signal ever comes: the rank
     sees it was re-parented and leaves instead of lingering."""
     (tmp_path / "orphan_mod.py").write_text(
-        "from hicache_diag.harness.rank_main import _die_with_parent\n"
+        "from hicache_diag.builtin.rank_main import _die_with_parent\n"
         "_die_with_parent()\n"
         "print('still here')\n"
     )

@@ -7,15 +7,11 @@ import json
 
 import pytest
 
+from hicache_diag.builtin.manifest import config_from_dict, config_to_dict
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.hang_watch import HangWatch
 from hicache_diag.harness.reference import GAP_TOLERANCE, compare_outputs
-from hicache_diag.harness.rundir import (
-    check_writable,
-    config_from_dict,
-    config_to_dict,
-    prepare_run_dir,
-)
+from hicache_diag.harness.rundir import check_writable, prepare_run_dir
 from hicache_diag.runtime.protocol import build_protocol
 from hicache_diag.runtime.server_args import RunConfig, ServerArgs, WorkloadConfig
 from hicache_diag.workloads import Workload

@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from hicache_diag.harness.reference import compare_outputs, compute_reference
+from hicache_diag.builtin.reference import compute_reference
+from hicache_diag.harness.reference import compare_outputs
 from hicache_diag.hooks import Hooks
 from hicache_diag.probes.recorder import StepRecorder
 from hicache_diag.runtime.managers.scheduler import Scheduler

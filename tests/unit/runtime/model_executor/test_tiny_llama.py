@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hicache_diag.harness.reference import _ScratchKVPool
+from hicache_diag.builtin.reference import _ScratchKVPool
 from hicache_diag.runtime.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 from hicache_diag.runtime.model_executor.models.tiny_llama import TinyLlamaForCausalLM
 from hicache_diag.runtime.server_args import ModelConfig, ServerArgs

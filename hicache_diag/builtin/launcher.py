@@ -1,13 +1,13 @@
 """Spawn and reap the pp x tp rank processes (ours; SGLang's launch_server does the same job).
 
 The launcher owns a TCPStore on a free loopback port (port 0: the kernel picks, so parallel runs
-never collide) and starts each rank running `hicache_diag.harness.rank_main`, in one of two ways
+never collide) and starts each rank running `hicache_diag.builtin.rank_main`, in one of two ways
 ($HICACHE_DIAG_RANK_START):
 - `fork` (default): a fork of this process, which has torch imported already, so a rank skips the
   interpreter start and the torch import (most of a short trial's cost). The ranks are forked
   before the store exists (a TCPStore master runs a server thread, and threads do not survive a
   fork) and read its port from a pipe.
-- `spawn`: `python -m hicache_diag.harness.rank_main`, a fresh interpreter per rank.
+- `spawn`: `python -m hicache_diag.builtin.rank_main`, a fresh interpreter per rank.
 Either way each rank is its own process, a child of the launcher, and sets its own title,
 PDEATHSIG and SIGUSR1 faulthandler. Every exit path ends in `kill_all()`; ranks also die with the
 launcher through PR_SET_PDEATHSIG.
@@ -33,7 +33,7 @@ from hicache_diag.runtime.server_args import ServerArgs
 
 START_METHOD_ENV = "HICACHE_DIAG_RANK_START"
 START_METHODS = ("fork", "spawn")
-RANK_MODULE = "hicache_diag.harness.rank_main"
+RANK_MODULE = "hicache_diag.builtin.rank_main"
 # What a rank imports on its way to the first step; imported once here so forks find it loaded.
 RANK_PRELOAD = (
     "setproctitle",

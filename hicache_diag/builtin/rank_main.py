@@ -1,4 +1,4 @@
-"""Per-rank entry (ours): `python -m hicache_diag.harness.rank_main --run-dir DIR [--rank R]`.
+"""Per-rank entry (ours): `python -m hicache_diag.builtin.rank_main --run-dir DIR [--rank R]`.
 
 Started by the launcher, as `python -m` (spawn) or as a fork of the launcher that runs this
 module as __main__ (fork: torch is already imported), with the TCPStore port on --store-port or
@@ -53,7 +53,7 @@ def _setup_logging(pp: int, tp: int) -> None:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="hicache_diag.harness.rank_main")
+    ap = argparse.ArgumentParser(prog="hicache_diag.builtin.rank_main")
     ap.add_argument("--run-dir", required=True, type=Path)
     ap.add_argument("--rank", type=int, default=None)
     ap.add_argument("--store-port", type=int, default=None)
@@ -75,7 +75,7 @@ def _install_faults(hooks, cfg, rank: int, pp: int, tp: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     rank = args.rank if args.rank is not None else int(os.environ["RANK"])
-    from hicache_diag.harness.rundir import load_config
+    from hicache_diag.builtin.manifest import load_config
 
     cfg = load_config(args.run_dir)
     sa = cfg.server_args
