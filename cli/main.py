@@ -55,9 +55,19 @@ def _root(
 
 def _register() -> None:
     # Imported here so that `--help` lists every command and each module stays self-contained.
-    from hicache_diag.cli import bisect, export, hunt, report, run, sources, timeline, triage
+    from hicache_diag.cli import (
+        bisect,
+        export,
+        hunt,
+        report,
+        run,
+        shrink,
+        sources,
+        timeline,
+        triage,
+    )
 
-    for module in (run, triage, bisect, report, timeline, sources, export, hunt):
+    for module in (run, triage, bisect, report, timeline, sources, export, hunt, shrink):
         module.register(app)
     bisect.add_run_flags_to_help(app)
 
