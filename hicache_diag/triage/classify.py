@@ -90,11 +90,18 @@ def _handled(exc: LogException, logs: LogEvidence) -> bool:
     return logs.progress_last.get(exc.source, 0) > exc.lineno
 
 
-def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int | None):
+def _crash_report(
+    logs: LogEvidence,
+    reports: list[RankReport],
+    num_heads: int | None,
+    hang_declared: bool = False,
+):
     excs = [e for e in logs.exceptions if not e.is_thread_death and not _handled(e, logs)]
     finding = find_crash(excs, num_heads, logs.context)
     if finding is None or _hang_came_first(finding, logs):
         return None
+    if hang_declared and finding.root.is_cascade:
+        return None  # a peer lost while the run's own watch reaped the hung ranks: teardown
     root = finding.root
     culprit = None if root.is_cascade else _report_for(root.rank, reports)
     evidence = list(finding.evidence)
@@ -283,7 +290,7 @@ def classify(
     hang_hint = hang_declared or logs.hang_signal or any(e.is_timeout for e in logs.exceptions)
     report = (
         _thread_death(logs, reports, hang_hint)
-        or _crash_report(logs, reports, num_heads)
+        or _crash_report(logs, reports, num_heads, hang_declared)
         or _stopped_report(logs, ranks, reports)
     )
     if report is None and (finding := classify_stacks(reports, hang_hint)) is not None:
