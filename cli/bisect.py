@@ -231,6 +231,7 @@ Examples:
       --trials 4 --pp 2 --hicache-storage-backend file
 
 Exit: 0 completed, whatever it found (table.json and table.md in --out),
+3 no trial finished (each undecided, its cause in the table: nothing concluded),
 130 interrupted (partial table), 2 bad input, 1 internal error."""
 
 
@@ -317,4 +318,4 @@ def register(app: typer.Typer) -> None:
         table.releases = labels
         _save_table(table, out)
         _render(table, json_out)
-        raise typer.Exit(130 if table.interrupted else 0)
+        raise typer.Exit(table.exit_code)
