@@ -113,6 +113,9 @@ def main() -> None:
     if unknown or args.runs < 1:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}" if unknown else "--runs >= 1")
     cores = 0 if args.no_load else os.cpu_count() or 1
+    # Ctrl-C and SIGTERM (a background job ignores SIGINT) both end in the finally below.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     load = start_load(cores)
     rows = []
     try:
