@@ -13,11 +13,13 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
-from hicache_diag.limits import MAX_SECONDS, SEED_MAX
-
 Parser = Callable[[str], Any]
 
 ALL_RANKS = "*"
+# limits.MAX_SECONDS and limits.SEED_MAX (a test keeps them equal), not imported: this module
+# also runs inside SGLang's environment (the plugin bundle), which has no psutil.
+MAX_SECONDS = 86_400.0
+SEED_MAX = 2**32 - 1
 MAX_MS = int(MAX_SECONDS * 1000)  # a delay or offset the tool waits out: one day
 MAX_US = MAX_MS * 1000
 MAX_PPM = 1_000_000  # a clock rate error of 100%: past it the skewed clock runs backwards

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hicache_diag import limits
 from hicache_diag.errors import UsageError
 from hicache_diag.faults import FAULTS, parse_fault_spec, validate_faults
 from hicache_diag.faults import keys as K
@@ -70,6 +71,10 @@ def test_past_the_bound_is_one_line_naming_the_largest(name, key, parse):
 def test_the_named_bound_itself_is_accepted_by_the_type(name, key, parse):
     largest, _ = BOUNDED[parse]
     assert parse(largest) == pytest.approx(float(largest))
+
+
+def test_the_bounds_are_the_tools_own_limits():
+    assert K.MAX_SECONDS == limits.MAX_SECONDS and K.SEED_MAX == limits.SEED_MAX
 
 
 def test_the_reported_overflow_is_refused():
