@@ -230,6 +230,7 @@ Examples:
       --trials 4 --pp 2 --hicache-storage-backend file
 
 Exit: 0 completed, whatever it found (table.json and table.md in --out),
+3 no trial finished (each undecided, its cause in the table: nothing concluded),
 130 interrupted (partial table), 2 bad input, 1 internal error."""
 
 
@@ -291,7 +292,7 @@ def bisect(
     table.releases = labels
     _save_table(table, cfg.out)
     _render(table, json_out)
-    raise typer.Exit(130 if table.interrupted else 0)
+    raise typer.Exit(table.exit_code)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,9 +46,11 @@ class ClockSkew(Fault):
         "never skewed by rank in SGLang"
     )
 
-    offset_ms: float = K.key(0.0, K.real, "constant offset in milliseconds (may be negative)")
-    drift_ppm: float = K.key(0.0, K.real, "rate error in parts per million since first reading")
-    jitter_us: float = K.key(0.0, K.millis, "seeded uniform noise of +-jitter-us microseconds")
+    offset_ms: float = K.key(
+        0.0, K.offset_millis, "constant offset in milliseconds (may be negative)"
+    )
+    drift_ppm: float = K.key(0.0, K.ppm, "rate error in parts per million since first reading")
+    jitter_us: float = K.key(0.0, K.micros, "seeded uniform noise of +-jitter-us microseconds")
 
     def skew(self, value: float, origin: float, noise_us: float) -> float:
         """Seconds to add to a reading `value`, given the first reading `origin`."""

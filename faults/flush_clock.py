@@ -51,7 +51,9 @@ class FlushClock(Fault):
         "(use --engine sglang with a release that has SchedulerFlushWrapper)"
     )
 
-    offset_ms: float = K.key(0.0, K.real, "milliseconds added to this rank's flush deadline")
+    offset_ms: float = K.key(
+        0.0, K.offset_millis, "milliseconds added to this rank's flush deadline"
+    )
 
     def install(self, hooks: Hooks, schedule: Schedule) -> None:
         def on_flush_clock(value: float, ctx: dict[str, Any]) -> float:

@@ -25,7 +25,7 @@ from typing import Any
 
 from hicache_diag.errors import UsageError
 from hicache_diag.faults.expect import Expectation, parse_expect
-from hicache_diag.faults.spec import FaultSpec, make_fault_spec
+from hicache_diag.faults.spec import FaultSpec, check_fault_count, make_fault_spec
 
 try:
     import tomllib
@@ -102,6 +102,7 @@ def load_scenario(path: str | Path) -> Scenario:
     tables = data.pop("fault", [])
     if not isinstance(tables, list):
         raise UsageError(f"scenario {str(path)!r}: 'fault' must be [[fault]] tables")
+    check_fault_count(len(tables), f"scenario {str(path)!r}")
     faults = [
         _fault_from_table(t, f"scenario {str(path)!r}, fault #{i + 1}")
         for i, t in enumerate(tables)

@@ -59,7 +59,7 @@ class SglangStorageInjector(Fault):
     )
 
     failure: float = K.key(0.0, K.probability, "probability that a storage call fails")
-    delay_s: float = K.key(0.0, K.real, "upper bound of a random delay per storage call (s)")
+    delay_s: float = K.key(0.0, K.seconds, "upper bound of a random delay per storage call (s)")
 
     @classmethod
     def refusal(cls, engine: str, version: str | None = None) -> str | None:

@@ -15,6 +15,17 @@ from hicache_diag.faults.base import Fault
 from hicache_diag.faults.registry import FAULTS
 
 GRAMMAR = "NAME[:key=value[,key=value...]]"
+# Every fault installs hooks that every rank runs at each opportunity (a step, an alloc, a DMA);
+# a list longer than this is generated, not a scenario, and would slow every step it touches.
+MAX_FAULTS = 64
+
+
+def check_fault_count(count: int, where: str = "a run") -> None:
+    if count > MAX_FAULTS:
+        raise UsageError(
+            f"{count} faults in {where}; the most is {MAX_FAULTS} per run "
+            "(a fault with several ranks or a wider step window covers more)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +107,8 @@ def validate_faults(
     specs: Iterable[str | FaultSpec], pp_size: int, tp_size: int
 ) -> list[FaultSpec]:
     """Parse and check every spec against the topology before any process starts."""
+    specs = list(specs)
+    check_fault_count(len(specs))
     checked = []
     for spec in specs:
         if isinstance(spec, FaultSpec):  # built by hand, perhaps: check it like text

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hicache_diag.diagnosis.bisect_table import BisectTable, Cell, TrialResult
+from hicache_diag.diagnosis.bisect_table import BisectTable, Cell, TrialResult, causes_text
 
 
 def trial_progress(console: Console, total: int, quiet: bool = False):
@@ -38,35 +38,43 @@ def _fmt_ttf(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}s"
 
 
+def _undecided(data: dict) -> str:
+    """`4 (trial timeout 0.001s: 4)`: trials that decided nothing, and why; `-` for none."""
+    if not data["undecided"]:
+        return "-"
+    return f"{data['undecided']} ({causes_text(data['undecided_causes'])})"
+
+
+COLUMNS = ("trials", "failures", "rate", "95% CI", "forms", "median TTF", "undecided")
+
+
+def _row(table: BisectTable, cell: Cell) -> list[str]:
+    d = cell.to_json()
+    lo, hi = d["ci95"]
+    forms = " ".join(f"{k}:{v}" for k, v in d["forms"].items()) or "-"
+    rate = f"{d['rate']:.0%}" if d["trials"] else "-"  # no finished trial: no rate
+    ci = f"[{lo:.2f}, {hi:.2f}]" if d["trials"] else "-"
+    counts = [str(d["trials"]), str(d["failures"]), rate, ci, forms]
+    return [*_values(table, cell), *counts, _fmt_ttf(d["median_ttf_s"]), _undecided(d)]
+
+
 def bisect_table(table: BisectTable) -> Table:
     view = Table(title="bisect", title_justify="left")
     for name in table.switches:
         view.add_column(name)
-    for col in ("trials", "failures", "rate", "95% CI", "forms", "median TTF", "errors"):
+    for col in COLUMNS:
         view.add_column(col, justify="right")
     for cell in table.cells:
-        data = cell.to_json()
-        lo, hi = data["ci95"]
-        forms = " ".join(f"{k}:{v}" for k, v in data["forms"].items()) or "-"
-        view.add_row(
-            *_values(table, cell), str(data["trials"]), str(data["failures"]),
-            f"{data['rate']:.0%}", f"[{lo:.2f}, {hi:.2f}]", forms, _fmt_ttf(data["median_ttf_s"]),
-            str(len(data["errors"])),
-        )  # fmt: skip
+        view.add_row(*_row(table, cell))
     return view
 
 
 def table_markdown(table: BisectTable) -> str:
     """The same table as markdown (table.md in --out), verdict lines below it."""
-    head = [*table.switches, "trials", "failures", "rate", "95% CI", "forms", "median TTF"]
+    head = [*table.switches, *COLUMNS]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cell in table.cells:
-        d = cell.to_json()
-        lo, hi = d["ci95"]
-        forms = " ".join(f"{k}:{v}" for k, v in d["forms"].items()) or "-"
-        vals = [*_values(table, cell), str(d["trials"]), str(d["failures"]),
-                f"{d['rate']:.0%}", f"[{lo:.2f}, {hi:.2f}]", forms, _fmt_ttf(d["median_ttf_s"])]
-        rows.append("| " + " | ".join(vals) + " |")
+        rows.append("| " + " | ".join(_row(table, cell)) + " |")
     verdict = [f"- {line}" for line in table.verdict()]
     return "\n".join(["# bisect", "", *rows, "", "## Verdict", "", *verdict, ""])
 
@@ -77,4 +85,4 @@ def render_bisect(table: BisectTable, console: Console) -> None:
         console.print(f"verdict: {line}", markup=False)
     for cell in table.cells:
         for err in cell.to_json()["errors"][:3]:
-            console.print(f"error: {err}", markup=False)
+            console.print(f"undecided: {err}", markup=False)

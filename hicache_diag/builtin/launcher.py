@@ -16,6 +16,7 @@ launcher through PR_SET_PDEATHSIG.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -207,8 +208,11 @@ class Launcher:
                 pass
 
     def kill_all(self, state: str = "killed") -> None:
-        """SIGKILL every live rank and wait for it; idempotent. Safe inside a finally."""
+        """SIGKILL every live rank and wait for it; idempotent. Safe inside a finally. Every
+        rank is stopped (SIGSTOP) before any is killed: a rank killed first would be seen going
+        by a peer still running, which logs the lost connection as if a rank had crashed."""
         self.poll()
+        self.signal_all(signal.SIGSTOP)
         for p in self.alive():
             try:
                 p.popen.kill()

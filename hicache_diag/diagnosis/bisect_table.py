@@ -15,18 +15,38 @@ HOST_AXIS = "hicache-size"
 RELEASE_AXIS = "sglang-python"  # one SGLang release per value (its interpreter)
 
 
+UNDECIDED = "undecided"
+
+
 @dataclass(frozen=True, slots=True)
 class TrialResult:
     seed: int
     run_dir: str
-    outcome: str | None  # verdict outcome; None when the trial produced no verdict
+    # The verdict's outcome; "undecided" when the trial decided nothing (`cause`, `error`).
+    outcome: str | None
     form: str | None = None
     duration_s: float | None = None
-    error: str | None = None  # why there is no verdict (timeout, tool error)
+    error: str | None = None  # why it decided nothing, in full (one line)
+    # The short reason shown in every table: the tool's own limit ("trial timeout 300s", "step
+    # budget"), "interrupted" or "no verdict"; never counted as a pass or a failure.
+    cause: str | None = None
+
+    @property
+    def decided(self) -> bool:
+        return self.outcome not in (None, UNDECIDED)
 
     @property
     def failed(self) -> bool:
-        return self.outcome is not None and self.outcome != "ok"
+        return self.decided and self.outcome != "ok"
+
+
+def undecided_trial(seed: int, run_dir: str, cause: str, error: str) -> TrialResult:
+    return TrialResult(seed, run_dir, UNDECIDED, error=error, cause=cause)
+
+
+def causes_text(causes: dict[str, int]) -> str:
+    """`trial timeout 0.001s: 4, step budget: 1`"""
+    return ", ".join(f"{cause}: {n}" for cause, n in causes.items())
 
 
 @dataclass(slots=True)
@@ -36,15 +56,24 @@ class Cell:
 
     @property
     def trials(self) -> int:
-        return sum(1 for r in self.results if r.outcome is not None)
+        """Trials that finished with a verdict: the only ones a rate counts."""
+        return sum(1 for r in self.results if r.decided)
 
     @property
     def failures(self) -> int:
         return sum(1 for r in self.results if r.failed)
 
     @property
+    def undecided(self) -> int:
+        return sum(1 for r in self.results if not r.decided)
+
+    @property
     def rate(self) -> float:
         return self.failures / self.trials if self.trials else 0.0
+
+    def causes(self) -> dict[str, int]:
+        found = Counter(r.cause or "no verdict" for r in self.results if not r.decided)
+        return dict(found.most_common())
 
     def to_json(self) -> dict[str, Any]:
         lo, hi = wilson(self.failures, self.trials)
@@ -53,6 +82,8 @@ class Cell:
             "values": dict(self.values),
             "trials": self.trials,
             "failures": self.failures,
+            "undecided": self.undecided,
+            "undecided_causes": self.causes(),
             "rate": round(self.rate, 4),
             "ci95": [round(lo, 4), round(hi, 4)],
             "forms": dict(sorted(forms.items())),
@@ -198,8 +229,47 @@ class BisectTable:
     def total_trials(self) -> int:
         return sum(c.trials for c in self.cells)
 
+    @property
+    def total_undecided(self) -> int:
+        return sum(c.undecided for c in self.cells)
+
+    def causes(self) -> dict[str, int]:
+        total: Counter[str] = Counter()
+        for c in self.cells:
+            total.update(c.causes())
+        return dict(total.most_common())
+
+    @property
+    def concluded(self) -> bool:
+        """Some trial finished: without one there is nothing to conclude from."""
+        return self.total_trials > 0 or not self.total_undecided
+
+    @property
+    def exit_code(self) -> int:
+        """130 interrupted; 3 (undecided) when no trial finished; else 0, whatever it found."""
+        if self.interrupted:
+            return 130
+        return 0 if self.concluded else 3
+
+    def _undecided_lines(self) -> list[str]:
+        n = self.total_undecided
+        if not n:
+            return []
+        why = causes_text(self.causes())
+        if not self.concluded:
+            return [
+                f"no trial finished: nothing concluded ({n} undecided: {why}); raise "
+                "--trial-timeout (or --max-steps) until trials end with a verdict"
+            ]
+        return [
+            f"{n} of {n + self.total_trials} trials undecided ({why}): the rates count only "
+            f"the {self.total_trials} that finished"
+        ]
+
     def verdict(self) -> list[str]:
-        lines = []
+        lines = self._undecided_lines()
+        if not self.concluded:
+            return lines + (["interrupted: partial table"] if self.interrupted else [])
         failures = sum(c.failures for c in self.cells)
         if failures == 0:
             lines.append(f"no failures in {self.total_trials} trials")
@@ -221,6 +291,9 @@ class BisectTable:
             "switches": list(self.switches),
             "cells": [c.to_json() for c in self.cells],
             "verdict": self.verdict(),
+            "concluded": self.concluded,
+            "undecided": self.total_undecided,
+            "undecided_causes": self.causes(),
             "interrupted": self.interrupted,
             **({"releases": dict(self.releases)} if self.releases else {}),
         }

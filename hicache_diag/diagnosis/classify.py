@@ -208,10 +208,48 @@ def _column(rows: Any, name: str) -> Any:
 _COUNTED = ("evicted", "load_backs", "write_backs")
 
 
+def set_aside_reaping(run: RunData, crashes: dict) -> tuple[RunData, dict, list[str]]:
+    """Once our hang watch declared a hang (no rank had failed before it), the tool dumps and
+    then reaps every rank: a stalled rank that dies then (our SIGKILL, or a py-spy killed at its
+    deadline) and a peer that logs the lost connection are the reaping, never a rank's crash.
+    Returns the run with those ranks marked hung, the tracebacks left, and what was set aside."""
+    launcher = run.launcher or {}
+    hang = launcher.get("hang")
+    if not isinstance(hang, dict) or launcher.get("first_failure"):
+        return run, crashes, []
+    detected = _epoch(hang.get("detected_at"))
+    stalled = {int(r) for r in hang.get("stalled_ranks") or ()}
+    lines, kept = [], {}
+    for rank, crash in sorted(crashes.items()):
+        if crash.kind == "secondary":
+            lines.append(
+                f"rank {rank} logged a lost peer while the tool reaped the hung ranks "
+                f"(reaping, not a crash): {crash.signature}"
+            )
+        else:
+            kept[rank] = crash
+    entries = []
+    for entry in launcher.get("ranks") or []:
+        rank, ended = int(entry["rank"]), _epoch(entry.get("ended_at"))
+        reaped = detected is None or ended is None or ended >= detected
+        if entry.get("state") == "crashed" and rank in stalled and rank not in kept and reaped:
+            how = f"signal {entry.get('signal')}" if entry.get("signal") else "its exit"
+            lines.append(
+                f"rank {rank} ended ({how}) while the tool reaped the hung ranks, after the "
+                "hang was declared: reaping, not a crash"
+            )
+            entry = {**entry, "state": "hung"}
+        entries.append(entry)
+    if not lines:
+        return run, crashes, []
+    return replace(run, launcher={**launcher, "ranks": entries}), kept, lines
+
+
 def verdict_from(run: RunData) -> Verdict:
     notes: list[str] = []
     # Parse the rank logs once; when that failed, check_crash retries and reports it itself.
     parsed = _safe("tracebacks", checks.rank_crashes, run, notes)
+    run, parsed, reaping = set_aside_reaping(run, parsed) if parsed is not None else (run, None, [])
     crashes = parsed or {}
     crash = _safe("crash", lambda r: checks.check_crash(r, parsed), run, notes)
     hang = None if crash else _safe("hang", checks.check_hang, run, notes)
@@ -223,7 +261,7 @@ def verdict_from(run: RunData) -> Verdict:
     if div and div.culprit_rank is not None and found.outcome not in _KEEP_CULPRIT:
         if not found.by_process_fact:
             culprit = div.culprit_rank  # the rank whose local input made the decisions diverge
-    evidence = list(found.evidence) + (div.evidence if div else [])
+    evidence = list(found.evidence) + reaping + (div.evidence if div else [])
     if div is None and found.outcome in (Outcome.CRASH, Outcome.HANG):
         lone = None if found.by_process_fact else lone_local_input(run.frames)
         if lone is not None:

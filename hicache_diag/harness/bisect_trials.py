@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hicache_diag import evidence as ev
-from hicache_diag.diagnosis.bisect_table import TrialResult
+from hicache_diag.diagnosis.bisect_table import TrialResult, undecided_trial
 from hicache_diag.harness.bisect_child import TrialPlan
 from hicache_diag.harness.engine import EngineConfig
 from hicache_diag.harness.trial_server import MODULE, TrialServer, WarmTrial
-from hicache_diag.verdict import ExitCode, Outcome, Verdict
+from hicache_diag.verdict import ExitCode, Outcome, Verdict, write_json_atomic
 
 TRIAL = "hicache_diag.engines:run_trial"  # the trial function, through the engine registry
 
@@ -65,14 +65,39 @@ def _result(trial: PlannedTrial, rc: int, wall_s: float) -> TrialResult:
     verdict = read_verdict(trial.out)
     if verdict is None:
         why = _last_line(trial.log) or "no verdict"
-        return TrialResult(trial.seed, str(trial.out), None, error=f"exit {rc}: {why}")
+        return undecided_trial(trial.seed, str(trial.out), "no verdict", f"exit {rc}: {why}")
     if verdict.outcome in (Outcome.UNDECIDED, Outcome.INTERRUPTED):
-        # Neither a pass nor a failure of the system: listed with the errors, not counted.
+        # Neither a pass nor a failure of the system: shown with its cause, never counted.
         why = f"{verdict.outcome.value}: {verdict.signature}"
-        return TrialResult(trial.seed, str(trial.out), None, error=why)
+        cause = verdict.outcome.value
+        if (verdict.signature or "").startswith("step budget"):
+            cause = "step budget"  # the run's own --max-steps: a limit of the tool's
+        return undecided_trial(trial.seed, str(trial.out), cause, why)
     form = verdict.form.value if verdict.form else None
-    return TrialResult(trial.seed, str(trial.out), verdict.outcome.value, form,
-                       float(verdict.duration_s or wall_s))  # fmt: skip
+    duration = float(verdict.duration_s or wall_s)
+    return TrialResult(trial.seed, str(trial.out), verdict.outcome.value, form, duration)
+
+
+def timed_out(trial: PlannedTrial, timeout_s: float) -> TrialResult:
+    """A trial bisect stopped at --trial-timeout decided nothing, whatever it had written: its
+    run dir's verdict.json says so (undecided, the cause), replacing an `interrupted` one (our
+    SIGINT, not a user's) or none at all, so the trial's own record never reads as a result."""
+    cause = f"trial timeout {timeout_s:g}s"
+    why = f"timed out after {timeout_s:g}s (--trial-timeout): stopped before its verdict"
+    before = read_verdict(trial.out)
+    evidence = [why, "raise --trial-timeout to let the trial finish; nothing here is a verdict"]
+    if before is not None:
+        evidence.append(f"the trial's own record when stopped: {before.outcome.value}")
+    verdict = Verdict(
+        Outcome.UNDECIDED,
+        signature=why,
+        evidence=evidence,
+        seed=trial.seed,
+        duration_s=timeout_s,
+        run_dir=str(trial.out),
+    )
+    write_json_atomic(trial.out / ev.VERDICT, verdict.to_json())
+    return undecided_trial(trial.seed, str(trial.out), cause, why)
 
 
 Trial = subprocess.Popen | WarmTrial
@@ -151,8 +176,7 @@ class TrialRunner:
         except subprocess.TimeoutExpired:
             kill_group(proc)
             proc.wait()
-            why = f"timed out after {self.timeout_s:g}s"
-            return TrialResult(trial.seed, str(trial.out), None, error=why)
+            return timed_out(trial, self.timeout_s)
         finally:
             with self._lock:
                 self._procs.pop(proc.pid, None)

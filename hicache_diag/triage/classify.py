@@ -85,7 +85,12 @@ def _handled(exc: LogException, logs: LogEvidence) -> bool:
     return logs.progress_last.get(exc.source, 0) > exc.lineno
 
 
-def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int | None):
+def _crash_report(
+    logs: LogEvidence,
+    reports: list[RankReport],
+    num_heads: int | None,
+    hang_declared: bool = False,
+):
     excs = [
         e
         for e in logs.exceptions
@@ -94,6 +99,8 @@ def _crash_report(logs: LogEvidence, reports: list[RankReport], num_heads: int |
     finding = find_crash(excs, num_heads, logs.context)
     if finding is None or _hang_came_first(finding, logs):
         return None
+    if hang_declared and finding.root.is_cascade:
+        return None  # a peer lost while the run's own watch reaped the hung ranks: teardown
     root = finding.root
     culprit = None if root.is_cascade else report_for(root.rank, reports)
     evidence = list(finding.evidence)
@@ -238,7 +245,7 @@ def classify(
     tp_size = max((r.tp for r in known), default=0) + 1
     reports = [analyse_rank(rs, pp_size, tp_size) for rs in ranks]
     hang_hint = hang_declared or logs.hang_signal or any(e.is_timeout for e in logs.exceptions)
-    report = _decide(logs, ranks, reports, hang_hint, num_heads)
+    report = _decide(logs, ranks, reports, hang_hint, num_heads, hang_declared)
     report.evidence += teardown.evidence
     _annotate(report, logs, ranks, reports)
     return report
@@ -250,11 +257,12 @@ def _decide(
     reports: list[RankReport],
     hang_hint: bool,
     num_heads: int | None,
+    hang_declared: bool = False,
 ) -> TriageReport:
     """The verdict: a thread's death, a crash, a stopped rank, the stacks, then logs alone."""
     report = (
         thread_death(logs, reports, hang_hint)
-        or _crash_report(logs, reports, num_heads)
+        or _crash_report(logs, reports, num_heads, hang_declared)
         or fate_report(logs, ranks, reports, hang_hint)
     )
     if report is None and (finding := classify_stacks(reports, hang_hint)) is not None:

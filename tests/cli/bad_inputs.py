@@ -44,6 +44,9 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
     (["run", "--fix", "ack-count=nope"], 2, "unknown mode 'nope'"),
     (["run", "--fault", "no-such-fault"], 2, "no-such-fault"),
     (["run", "--fault", "dma-delay:rank=9,ms=5"], 2, "rank"),
+    # past what the tool can act on (a rank's own sleep overflowed): refused, the largest named
+    (["run", "--fault", "rank-stall:rank=1,ms=1e300"], 2, "milliseconds from 0 to 86400000"),
+    (["run", *["--fault", "rank-stall:ms=1"] * 65], 2, "65 faults in a run; the most is 64"),
     (["run", "--storage-backend", "s3"], 2, "unknown storage backend 's3'"),
     (["run", "--device", "tpu"], 2, "unknown device 'tpu'"),
     # flag combinations that do nothing

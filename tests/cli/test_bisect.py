@@ -103,6 +103,21 @@ def test_bisect_saves_its_table_in_out(fake_run, tmp_path, capsys):
     assert "| ack-count | trials |" in md and "| local | 2 | 1 |" in md
 
 
+@pytest.mark.process
+def test_a_trial_timeout_is_undecided_everywhere_and_concludes_nothing(fake_run, tmp_path, capsys):
+    """Issue 29: `--trial-timeout` too small once said "no failures in 0 trials", exit 0."""
+    out = tmp_path / "b"
+    argv = ["bisect", "--switch", "ack-count=local,leader", "--trials", "2"]
+    assert run_cli([*argv, "--trial-timeout", "0.001", "--out", str(out), "--json"]) == 3
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"][0].startswith("no trial finished: nothing concluded (4 undecided")
+    assert not any("no failures" in line for line in data["verdict"])
+    md = (out / "table.md").read_text()
+    assert "| local | 0 | 0 | - | - | - | - | 2 (trial timeout 0.001s: 2) |" in md
+    verdicts = [json.loads(p.read_text()) for p in out.glob("cell*/trial*/verdict.json")]
+    assert len(verdicts) == 4 and {v["outcome"] for v in verdicts} == {"undecided"}
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

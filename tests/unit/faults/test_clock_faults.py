@@ -28,7 +28,7 @@ def _hooks(*specs, rank=1):
     [
         ("session-clock:rank=1", "does nothing without one of: phase-ms"),
         ("session-clock:phase-ms=1000", "not a phase of SGLang's 1000 ms reap tick"),
-        ("session-clock:phase-ms=-5", "milliseconds >= 0"),
+        ("session-clock:phase-ms=-5", "milliseconds from 0 to 86400000"),
         ("flush-clock:rank=1", "does nothing without one of: offset-ms"),
         ("flush-clock:offset-ms=soon", "expected a number"),
     ],

@@ -121,6 +121,12 @@ def test_trial_timeout_kills_the_trial(tmp_path):
     cell = table.cells[0].to_json()
     assert cell["trials"] == 0 and "timed out after 1s" in cell["errors"][0]
     assert not any(_alive(p) for p in (tmp_path / "b").rglob("pid"))
+    # undecided, with the cause, in the table and in every trial's own verdict.json
+    assert (cell["undecided"], cell["undecided_causes"]) == (3, {"trial timeout 1s": 3})
+    assert table.exit_code == 3 and table.verdict()[0].startswith("no trial finished")
+    for run_dir in cell["run_dirs"]:
+        verdict = json.loads((Path(run_dir) / "verdict.json").read_text())
+        assert verdict["outcome"] == "undecided" and "--trial-timeout" in verdict["signature"]
 
 
 @pytest.mark.process
