@@ -213,12 +213,9 @@ def set_aside_reaping(run: RunData, crashes: dict) -> tuple[RunData, dict, list[
     then reaps every rank: a stalled rank that dies then (our SIGKILL, or a py-spy killed at its
     deadline) and a peer that logs the lost connection are the reaping, never a rank's crash.
     Returns the run with those ranks marked hung, the tracebacks left, and what was set aside."""
-    launcher = run.launcher or {}
-    hang = launcher.get("hang")
-    if not isinstance(hang, dict) or launcher.get("first_failure"):
+    launcher = run.launcher
+    if launcher is None or launcher.hang is None or launcher.first_failure is not None:
         return run, crashes, []
-    detected = _epoch(hang.get("detected_at"))
-    stalled = {int(r) for r in hang.get("stalled_ranks") or ()}
     lines, kept = [], {}
     for rank, crash in sorted(crashes.items()):
         if crash.kind == "secondary":
@@ -228,21 +225,25 @@ def set_aside_reaping(run: RunData, crashes: dict) -> tuple[RunData, dict, list[
             )
         else:
             kept[rank] = crash
-    entries = []
-    for entry in launcher.get("ranks") or []:
-        rank, ended = int(entry["rank"]), _epoch(entry.get("ended_at"))
-        reaped = detected is None or ended is None or ended >= detected
-        if entry.get("state") == "crashed" and rank in stalled and rank not in kept and reaped:
-            how = f"signal {entry.get('signal')}" if entry.get("signal") else "its exit"
-            lines.append(
-                f"rank {rank} ended ({how}) while the tool reaped the hung ranks, after the "
-                "hang was declared: reaping, not a crash"
-            )
-            entry = {**entry, "state": "hung"}
-        entries.append(entry)
+    entries = [_reaped(entry, launcher.hang, kept, lines) for entry in launcher.ranks]
     if not lines:
         return run, crashes, []
-    return replace(run, launcher={**launcher, "ranks": entries}), kept, lines
+    return replace(run, launcher=replace(launcher, ranks=entries)), kept, lines
+
+
+def _reaped(entry: ev.RankProcess, hang: ev.HangRecord, kept: dict, lines: list[str]):
+    """The rank's record, marked hung when it died of the reaping after the hang."""
+    detected, ended = _epoch(hang.detected_at), _epoch(entry.ended_at)
+    stalled = {int(r) for r in hang.stalled_ranks or ()}
+    reaped = detected is None or ended is None or ended >= detected
+    if entry.state != "crashed" or entry.rank not in stalled or entry.rank in kept or not reaped:
+        return entry
+    how = f"signal {entry.signal}" if entry.signal else "its exit"
+    lines.append(
+        f"rank {entry.rank} ended ({how}) while the tool reaped the hung ranks, after the "
+        "hang was declared: reaping, not a crash"
+    )
+    return replace(entry, state="hung")
 
 
 def verdict_from(run: RunData) -> Verdict:

@@ -85,6 +85,21 @@ def _handled(exc: LogException, logs: LogEvidence) -> bool:
     return logs.progress_last.get(exc.source, 0) > exc.lineno
 
 
+def _mark_crashed(logs: LogEvidence, reports: list[RankReport]) -> None:
+    for r in reports:
+        crashed = [e for e in logs.exceptions if e.rank == r.rank and not e.is_timeout]
+        if crashed and r.wait_site is None:
+            r.state, r.error = "crashed", crashed[0].text
+
+
+def _crash_signature(root, culprit: RankReport | None) -> tuple[str, str]:
+    """(signature, confidence): a cascade alone is medium; a silent rank is named."""
+    if root.is_cascade and culprit is not None:
+        label = culprit.rank.label
+        return f"{label} went silent (no traceback): killed, OOM or a signal", "medium"
+    return root.text, "medium" if root.is_cascade else "high"
+
+
 def _crash_report(
     logs: LogEvidence,
     reports: list[RankReport],
@@ -113,17 +128,8 @@ def _crash_report(
             *(e.replace("secondary (cascade)", "cascade") for e in evidence[1:]),
             f"first cascade error: {root.text}",
         ]
-    for r in reports:
-        crashed = [e for e in logs.exceptions if e.rank == r.rank and not e.is_timeout]
-        if crashed and r.wait_site is None:
-            r.state, r.error = "crashed", crashed[0].text
-    signature = root.text
-    confidence = "high"
-    if root.is_cascade and culprit is not None:
-        signature = f"{culprit.rank.label} went silent (no traceback): killed, OOM or a signal"
-        confidence = "medium"
-    elif root.is_cascade:
-        confidence = "medium"  # only the cascade is in sight
+    _mark_crashed(logs, reports)
+    signature, confidence = _crash_signature(root, culprit)
     if finding.form is None and (conditional := shape_without_pp(root, num_heads)):
         evidence += conditional
         confidence = "medium"
