@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hicache_diag.export import report_extra
 from hicache_diag.export.case import Case
 from hicache_diag.export.recipes import Recipe
 from hicache_diag.export.source_lines import locate, present
@@ -91,7 +92,9 @@ def render(case: Case, recipe: Recipe, package: Path | None, trees: dict[str, Pa
                                        if "--model-path" in case.server_argv
                                        else case.server_argv) + "`",  # fmt: skip
     ]
-    if injected:
+    if injected and recipe.evidence:
+        lines.append(f"- trigger: injected ({', '.join(injected)}); see Reachable in production")
+    elif injected:
         lines.append(
             f"- trigger: injected ({', '.join(injected)}). The injection made one rank's "
             "backup fail; the exported test reaches the same branch through SGLang's own "
@@ -121,6 +124,7 @@ def render(case: Case, recipe: Recipe, package: Path | None, trees: dict[str, Pa
     if injected:
         lines.append("- the launch script replays the workload only: without the injected "
                      "trigger it is not expected to crash.")  # fmt: skip
+    lines += report_extra.sections(case, recipe)
     lines += ["", "## Related upstream threads", "", "| thread | state | what |", "|---|---|---|"]
     lines += [f"| [{r.ref}]({r.url}) | {r.state} | {r.why} |" for r in recipe.related]
     lines += ["", "## Release range", ""] + range_lines(recipe, trees) + [""]
