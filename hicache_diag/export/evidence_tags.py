@@ -14,6 +14,8 @@ from pathlib import Path
 
 SESSION = "session-clock"
 FLUSH = "flush-deadline"
+WAITING = "waiting-timeout"
+_WAITING_ABORT = "Request waiting timeout reached"
 _FLUSH_LINES = (("Cache flushed successfully", "flushed"),
                 ("Deferred flush_cache timed out", "timed out"))  # fmt: skip
 _LOG_TIME = re.compile(r"^\[(?P<t>[\d-]+ [\d:]+) ")
@@ -89,8 +91,32 @@ def _flush(run_dir: Path, steps: dict[int, list[dict]]) -> Tag | None:
     return None
 
 
+def _waiting(run_dir: Path) -> Tag | None:
+    """The stages ran different requests at the first divergence, and one of them is a request
+    the server answered with its own waiting-timeout abort (no recorder probe reads that clock)."""
+    try:
+        fd = json.loads((run_dir / "verdict.json").read_text()).get("first_divergence") or {}
+        aborted = json.loads((run_dir / "requests.json").read_text()).get("aborted") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    values = fd.get("values") or {}
+    if not isinstance(aborted, dict) or not all(isinstance(v, dict) for v in values.values()):
+        return None
+    timed_out = {rid for rid, why in aborted.items() if _WAITING_ABORT in str(why)}
+    ran = {rank: set(v) for rank, v in values.items()}
+    apart = set().union(*ran.values()) - set.intersection(*ran.values()) if ran else set()
+    named = sorted(apart & timed_out)
+    if not named:
+        return None
+    per_rank = "; ".join(f"rank {r} ran {sorted(v)}" for r, v in sorted(ran.items()))
+    return Tag(WAITING, f"at step {fd.get('step')} {per_rank}; the server answered "
+               f"{', '.join(named)} with '{_WAITING_ABORT}' ({len(timed_out)} requests so "
+               "answered in the run)", fd.get("step"))  # fmt: skip
+
+
 def run_tags(run_dir: Path) -> dict[str, Tag]:
     """The mechanisms the run's evidence names, by probe name."""
     steps = _steps(run_dir)
-    found = [t for t in (_session(steps), _flush(run_dir, steps)) if t is not None]
+    found = [_session(steps), _flush(run_dir, steps), _waiting(run_dir)]
+    found = [t for t in found if t is not None]
     return {t.name: t for t in found}

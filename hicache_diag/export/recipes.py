@@ -4,68 +4,11 @@ upstream threads found about it. One entry per branch; a run that matches none i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from hicache_diag.export.recipe_types import _ISSUE, _PULL, Recipe, Related
+from hicache_diag.export.recipes_evidence import FLUSH_DEADLINE, SESSION_REAP, WAITING_TIMEOUT
 from hicache_diag.export.source_lines import Step
 
 URC = "srt/mem_cache/unified_radix_cache.py"
-_PULL = "https://github.com/sgl-project/sglang/pull/"
-_ISSUE = "https://github.com/sgl-project/sglang/issues/"
-
-
-@dataclass(frozen=True, slots=True)
-class Related:
-    ref: str  # "#29109"
-    url: str
-    state: str  # as found in the public tracker when the recipe was written
-    why: str
-
-
-@dataclass(frozen=True, slots=True)
-class Recipe:
-    name: str
-    forms: tuple[str, ...]  # the verdict's crash form (any one)
-    functions: tuple[str, ...] | None  # where the failing rank stopped (any one; None: any)
-    file: str | None  # the basename in the traceback (None: any)
-    follower: bool | None  # the failing rank is a PP stage > 0 (None: either)
-    storage: bool  # the run had an L3 storage backend
-    template: str  # under hicache_diag/export/templates/
-    test_file: str
-    error: str  # what the exported test fails with on an affected release
-    title: str
-    invariant: str
-    steps: tuple[Step, ...]
-    related: tuple[Related, ...]
-
-    # Matched on the release's code rather than the crash line: a run with no fault on a
-    # release whose source has every step (the divergence is upstream of where ranks stop).
-    by_source: bool = False
-    # Matched on the run's evidence (evidence_tags.run_tags: a `sources` probe name) before any
-    # crash-line recipe: the mechanism that made the ranks part, wherever they then stopped.
-    evidence: tuple[str, ...] = ()
-    # REPORT.md: whether production reaches the state (apart from the code fact), the upstream
-    # status as found in SGLang's tracker, and the committed non-fix the test rejects.
-    reachable: str = ""
-    upstream: str = ""
-    nonfix: str = ""
-
-    def matches(self, form: str | None, function: str | None, file: str | None,
-                pp: int | None, storage: bool) -> bool:  # fmt: skip
-        return (form in self.forms
-                and (self.functions is None or function in self.functions)
-                and (self.file is None or file == self.file)
-                and (self.follower is None or ((pp or 0) > 0) == self.follower)
-                and storage == self.storage)  # fmt: skip
-
-    def describe(self) -> str:
-        if self.evidence:
-            return f"{'/'.join(self.evidence)} apart in the run's evidence"
-        where = ("with no fault, on a release with this code" if self.by_source else
-                 f"in {'/'.join(self.functions or ())} ({self.file}) on "
-                 f"{'a PP follower' if self.follower else 'PP0'}")  # fmt: skip
-        l3 = "with" if self.storage else "without"
-        return f"form {'/'.join(self.forms)} {where}, {l3} L3"
-
 
 URC_WRITE_THROUGH_FORM_B = Recipe(
     name="urc-pp-follower-write-through",
@@ -195,124 +138,10 @@ HIRADIX_STORAGE_DRAIN = Recipe(
     upstream="#27010 (merged): PP0's control-queue counts relayed down the pipeline (0.5.19).",
 )
 
-SCHED = "srt/managers/scheduler.py"
-SESS = "srt/session/session_controller.py"
-FLUSH = "srt/managers/scheduler_components/flush_wrapper.py"
-_NO_FIX_PP = "no fix exists yet"
-
-SESSION_REAP = Recipe(
-    name="session-reap-per-rank-tick",
-    forms=(),
-    functions=None,
-    file=None,
-    follower=None,
-    storage=False,
-    evidence=("session-clock",),
-    template="session_reap.py.tmpl",
-    test_file="test_session_reap_rank_symmetry.py",
-    error="AssertionError",
-    title="Streaming sessions are released on each rank's own reap tick",
-    invariant=(
-        "Every rank that runs the same batches (each PP stage, each TP rank) releases a "
-        "session's KV (`tree_cache.release_session`) at the same scheduler step: the sessions "
-        "held and released agree across ranks after every step."
-    ),
-    steps=(
-        Step(SCHED, "Scheduler", "process_input_requests",
-             "self.session_controller.maybe_reap(now)",
-             "every rank calls the reap with its own `time.monotonic()`"),
-        Step(SESS, "SessionController", "__init__", "self._last_reap_time: float = 0.0",
-             "the reap tick's phase is per rank, set from that rank's own first poll"),
-        Step(SESS, "SessionController", "maybe_reap", "if now - self._last_reap_time > interval",
-             "a rank reaps only when its own 1 s tick fires"),
-        Step(SESS, "Session", "is_timed_out", "time.monotonic() - self.last_active_time",
-             "a timeout compares that rank's clock with that rank's last-active stamp"),
-        Step(SESS, "SessionController", "_close", "self.tree_cache.release_session(session_id)",
-             "the close frees the session's KV on that rank only; no peer is told"),
-    ),
-    related=(
-        Related("#40250", _PULL + "40250", "open",
-                "'[Session] ... rank-symmetric session reap ...': its description names the "
-                "rank-local `maybe_reap` on each rank's wall clock diverging cache state "
-                "across the TP group"),
-    ),
-    reachable=(
-        "No fault is needed. Each rank's reap tick starts from its own first idle poll, so "
-        "its phase against the shared scheduler steps differs per rank, and each rank reads "
-        "its own clock at a different point of a step (a PP stage reads it after the previous "
-        "stage's work reached it). Any `--enable-streaming-session` workload whose sessions "
-        "are closed while a turn decodes (deferred close) or opened with `timeout` releases "
-        "the session's KV up to one tick (about 1 s, hundreds of steps) apart. Under memory "
-        "pressure the stages then admit different batches: form A on PP (the committed runs), "
-        "a hang on TP."
-    ),
-    upstream=(
-        "#40250 (open when searched) describes the reap as rank-local and aligns it across the "
-        "TP group; its diff was not read here (the repository snapshot was too large to fetch), "
-        "so whether it also aligns PP stages is not verified: no merged fix exists yet."
-    ),
-    nonfix=(
-        "`nonfix.patch`: reap on every scheduler iteration (`interval` 0.0) instead of every "
-        "second. It removes the tick phase, so a deferred close lands at the same step, but a "
-        "timeout still compares each rank's own clock: the timeout case still fails."
-    ),
-)
-
-FLUSH_DEADLINE = Recipe(
-    name="flush-deadline-per-rank-clock",
-    forms=(),
-    functions=None,
-    file=None,
-    follower=None,
-    storage=False,
-    evidence=("flush-deadline",),
-    template="flush_deadline.py.tmpl",
-    test_file="test_deferred_flush_rank_symmetry.py",
-    error="AssertionError",
-    title="A deferred /flush_cache ends by each rank's own deadline",
-    invariant=(
-        "A deferred `/flush_cache?timeout=` has one outcome on every rank: all ranks flush "
-        "(tree reset, allocators cleared) at the same scheduler step, or none does."
-    ),
-    steps=(
-        Step(FLUSH, "SchedulerFlushWrapper", "handle",
-             "self._pending = (recv_req, time.monotonic() + timeout_s)",
-             "each rank stamps its own deadline when it handles the request"),
-        Step(SCHED, "Scheduler", "process_input_requests", "self.flush_wrapper.check_pending()",
-             "every rank checks its pending flush each iteration"),
-        Step(FLUSH, "SchedulerFlushWrapper", "check_pending", "if self._is_fully_idle():",
-             "an idle rank flushes"),
-        Step(FLUSH, "SchedulerFlushWrapper", "check_pending", "if time.monotonic() >= deadline:",
-             "a busy rank past its own deadline gives up; no peer is told"),
-        Step(SCHED, "Scheduler", "flush_cache", "self.tree_cache.reset()",
-             "the flush resets the whole tree and the allocators on that rank only"),
-    ),
-    related=(
-        Related("#21413", _PULL + "21413", "merged",
-                "added `/flush_cache?timeout=` (the deferred flush)"),
-        Related("#21490", _PULL + "21490", "merged",
-                "one pending flush at a time, rejects concurrent ones; the deadline stays per "
-                "rank"),
-    ),
-    reachable=(
-        "The code fact needs no fault: the deadline is stamped and tested on each rank's own "
-        "clock, and ranks handle the request and later steps at different wall times. "
-        "Production reaches it only when the server turns idle within about one scheduler "
-        "iteration of the deadline (a narrow window per flush). The committed run made it "
-        "deterministic with an injected clock offset (`flush-clock:rank=1,offset-ms=3000`); "
-        "no run here hit it without the fault."
-    ),
-    upstream="No upstream thread about the per-rank flush deadline was found: no fix exists yet.",
-    nonfix=(
-        "`nonfix.patch`: flush anyway when the deadline passes (instead of failing the "
-        "request). The rank past its deadline then flushes while the other waits a step: "
-        "still different steps, and a flush of a busy rank."
-    ),
-)
-
 RECIPES: tuple[Recipe, ...] = (
     SESSION_REAP,
     FLUSH_DEADLINE,
+    WAITING_TIMEOUT,
     URC_WRITE_THROUGH_FORM_B,
     HIRADIX_STORAGE_DRAIN,
 )

@@ -48,7 +48,14 @@ def runs_of(recipe: Recipe, case: Case) -> list[str]:
 
 
 def sections(case: Case, recipe: Recipe) -> list[str]:
+    from hicache_diag.export.launch import scripted
+
     out: list[str] = []
+    if scripted(case):
+        out.append(f"- the run's workload ({case.workload.get('workload')}) was a script of "
+                   "session / flush calls (`script.json`, as the run sent it); `requests.json` "
+                   "is empty and `launch.sh` only starts the server with the run's flags: the "
+                   "unit test is the repro.")  # fmt: skip
     tags = run_tags(case.run_dir)
     named = [tags[n].says for n in recipe.evidence if n in tags]
     if named:

@@ -7,8 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
-from hicache_diag.export.evidence_tags import FLUSH, SESSION, run_tags
-from hicache_diag.export.recipes import FLUSH_DEADLINE, SESSION_REAP, find_recipe
+from hicache_diag.export.evidence_tags import FLUSH, SESSION, WAITING, run_tags
+from hicache_diag.export.recipes import FLUSH_DEADLINE, SESSION_REAP, WAITING_TIMEOUT, find_recipe
 
 RUNS = Path(__file__).resolve().parents[3] / "samples" / "runs"
 
@@ -18,8 +18,8 @@ def test_committed_runs_name_their_mechanism():
     assert set(run_tags(RUNS / "sglang-0.5.23-session-timeout")) == {SESSION}
     assert set(run_tags(RUNS / "sglang-0.5.23-session-close-sources")) == {SESSION}
     assert set(run_tags(RUNS / "sglang-0.5.23-flush-clock")) == {FLUSH}
-    # session-clock values recorded but never apart: not named
-    assert run_tags(RUNS / "sglang-0.5.19-waiting-timeout") == {}
+    # session-clock values recorded there but never apart: only the waiting timeout is named
+    assert set(run_tags(RUNS / "sglang-0.5.19-waiting-timeout")) == {WAITING}
     assert run_tags(RUNS / "sglang-0.5.23-form-b") == {}
 
 
@@ -32,7 +32,19 @@ def test_recipe_by_evidence_whatever_the_crash_line():
     # a form A crash in the model's forward: no crash-line recipe would match it
     assert find_recipe("A", "forward_native", "base.py", 1, tags={SESSION}) is SESSION_REAP
     assert find_recipe("A", "forward_native", "base.py", 1, tags={FLUSH}) is FLUSH_DEADLINE
+    assert find_recipe(None, None, None, 1, tags={WAITING}) is WAITING_TIMEOUT
     assert find_recipe("A", "forward_native", "base.py", 1) is None
+
+
+def test_waiting_tag_needs_a_server_timeout_abort_among_the_requests_apart(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "sglang-0.5.19-waiting-timeout", run)
+    tag = run_tags(run)[WAITING]
+    assert "rank 1 ran ['o012']" in tag.says and "17 requests" in tag.says
+    reqs = json.loads((run / "requests.json").read_text())
+    reqs["aborted"].pop("o012")
+    (run / "requests.json").write_text(json.dumps(reqs))
+    assert run_tags(run) == {}
 
 
 def test_a_renamed_run_dir_keeps_its_recipe_and_a_stripped_one_loses_it(tmp_path):
