@@ -118,10 +118,12 @@ def load_case(run_dir: Path) -> Case:
     if not verdict:
         raise RunDirError(f"{run_dir}: no verdict.json (the run never finished); rerun it or "
                           "`hicache-diag report --reclassify` it first")  # fmt: skip
-    if verdict.get("outcome") not in ("crash", "hang") or verdict.get("failed_rank") is None:
-        raise RunDirError(f"{run_dir}: outcome {verdict.get('outcome')!r}, not a crash or "
-                          "hang of one rank: export writes a test for the branch a failing "
-                          "rank took")  # fmt: skip
+    # "diverged": the stages parted without stopping (the 0.5.19 waiting timeout)
+    outcomes = ("crash", "hang", "diverged")
+    if verdict.get("outcome") not in outcomes or verdict.get("failed_rank") is None:
+        raise RunDirError(f"{run_dir}: outcome {verdict.get('outcome')!r}, not a crash, "
+                          "hang or divergence of one rank: export writes a test for the "
+                          "branch a failing rank took")  # fmt: skip
     rank = int(verdict["failed_rank"])
     entry = next((r for r in verdict.get("ranks", []) if r.get("rank") == rank), {})
     traceback = _traceback(data.logs.get(rank, ""), verdict.get("signature"))

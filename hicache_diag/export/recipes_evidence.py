@@ -140,7 +140,7 @@ WAITING_TIMEOUT = Recipe(
     ),
     steps=(
         Step(SCHED, "Scheduler", "get_next_batch_to_run", "self._abort_on_waiting_timeout()",
-             "every rank runs the waiting-timeout step each time it builds a prefill batch"),
+             "every rank runs the waiting-timeout step each scheduler iteration"),
         Step(SCHED, "Scheduler", "_abort_on_waiting_timeout",
              "deadline = time.perf_counter() - timeout_s",
              "the deadline is that rank's own clock"),

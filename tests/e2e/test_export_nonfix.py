@@ -103,3 +103,66 @@ def test_exported_tests_fail_on_the_release_and_under_their_non_fixes(tmp_path):
     assert "FAILED" in under_nonfix and "test_deferred_close" not in "".join(
         _failed(under_nonfix, TESTS["session-reap"])
     )
+
+
+def _venv(version: str) -> str | None:
+    from hicache_diag.sglang.install import venv_python_for
+
+    return venv_python_for(version)
+
+
+def _pytest_only(tmp: Path) -> Path:
+    """pytest's own packages alone (the release venvs made by our installer hold no pytest)."""
+    shim = tmp / "pytest-only"
+    shim.mkdir()
+    site = Path(pytest.__file__).resolve().parents[1]
+    for name in ("pytest", "_pytest", "pluggy", "iniconfig"):
+        (shim / name).symlink_to(site / name)
+    return shim
+
+
+def _run_in(python: str, export: Path, test_file: str, path: list[Path]) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HICACHE_DIAG", "VIRTUAL"))}
+    env.update(PYTHONPATH=os.pathsep.join(map(str, path)), PYTHONDONTWRITEBYTECODE="1")
+    argv = [python, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-W", "ignore"]
+    argv += ["--rootdir", str(export), str(export / test_file)]
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=900, cwd=export, env=env)
+    return ran.stdout + ran.stderr
+
+
+@pytest.mark.skipif(_venv("0.5.19") is None, reason="needs $HICACHE_DIAG_SGLANG_VENVS's 0.5.19")
+def test_waiting_timeout_fails_on_0_5_19_and_its_non_fix_and_passes_on_0_5_20_code(tmp_path):
+    """0.5.19's venv: the export fails as it is and with its non-fix; 0.5.20's source (#37143,
+    from $HICACHE_DIAG_SGLANG_RELEASES or its venv) on the same packages passes."""
+    from hicache_diag.export.trees import releases
+
+    python = _venv("0.5.19")
+    export = tmp_path / "waiting-timeout"
+    shutil.copytree(EXPORTS / "waiting-timeout", export)
+    test_file = "test_waiting_timeout_rank_symmetry.py"
+    shim = _pytest_only(tmp_path)
+    text = _run_in(python, export, test_file, [shim])
+    assert "1 failed" in text, text[-3000:]
+    assert "step 7: PP0 waiting [], PP1 waiting ['o012']" in text, text[-3000:]
+
+    where = "import importlib.util as u; print(u.find_spec('sglang').submodule_search_locations[0])"
+    release = Path(subprocess.run([python, "-c", where], capture_output=True, text=True,
+                                  timeout=300).stdout.strip())  # fmt: skip
+    root = tmp_path / "nonfix"
+    shutil.copytree(release, root / "sglang", symlinks=True, copy_function=os.symlink,
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    target = root / "sglang" / "srt" / "managers" / "scheduler.py"
+    target.unlink()
+    shutil.copyfile(release / "srt" / "managers" / "scheduler.py", target)
+    patch = EXPORTS / "waiting-timeout" / "nonfix.patch"
+    done = subprocess.run(["patch", "-p1", "-d", str(root), "-i", str(patch)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = _run_in(python, export, test_file, [root, shim])
+    assert "1 failed" in text and "waiting" in text, text[-3000:]
+
+    fixed = releases().get("0.5.20")
+    if fixed is None:
+        pytest.skip("0.5.20's source not at hand for the real-fix half")
+    text = _run_in(python, export, test_file, [fixed.parent, shim])
+    assert "1 passed" in text, text[-3000:]

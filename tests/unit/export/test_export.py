@@ -130,7 +130,7 @@ def _copy(tmp_path: Path, edit) -> Path:
 
 def test_a_run_that_did_not_crash_or_crashed_elsewhere_is_refused(tmp_path, no_release):
     ok = _copy(tmp_path / "a", lambda v: v.update(outcome="ok", failed_rank=None))
-    with pytest.raises(RunDirError, match="outcome .ok., not a crash or hang"):
+    with pytest.raises(RunDirError, match="outcome .ok., not a crash, hang or divergence"):
         load_case(ok)
 
     def elsewhere(v):
