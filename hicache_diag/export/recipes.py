@@ -133,9 +133,19 @@ HIRADIX_STORAGE_DRAIN = Recipe(
     ),
     reachable=(
         "No fault is needed: each stage's storage threads fill its control queues at their "
-        "own pace (a file backend's I/O), and the stage drains what it has."
+        "own pace (a file backend's I/O), and the stage drains what it has. Any PP server with "
+        "an L3 backend under load: the clean bisect (`samples/bisect/sglang-0.5.18-vs-0.5.19-"
+        "l3-clean/`, PP2, file backend, own L3 dir per trial) ended in a crash or hang in 5 of "
+        "5 decided 0.5.18 trials (forms A:1 B:2 C:2; 95% [0.57, 1.00]) and 0 of 5 on 0.5.19 "
+        "([0.00, 0.43])."
     ),
     upstream="#27010 (merged): PP0's control-queue counts relayed down the pipeline (0.5.19).",
+    nonfix=(
+        "`nonfix.patch` (against 0.5.18): cap the follower's pops in `writing_check` / "
+        "`loading_check` at its own queues (the obvious fix for the `pop from empty list` these "
+        "runs end in). The crash goes; the stages still drain their storage control queues by "
+        "different counts, so the test still fails."
+    ),
 )
 
 RECIPES: tuple[Recipe, ...] = (

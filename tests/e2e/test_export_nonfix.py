@@ -130,39 +130,60 @@ def _run_in(python: str, export: Path, test_file: str, path: list[Path]) -> str:
     return ran.stdout + ran.stderr
 
 
-@pytest.mark.skipif(_venv("0.5.19") is None, reason="needs $HICACHE_DIAG_SGLANG_VENVS's 0.5.19")
-def test_waiting_timeout_fails_on_0_5_19_and_its_non_fix_and_passes_on_0_5_20_code(tmp_path):
-    """0.5.19's venv: the export fails as it is and with its non-fix; 0.5.20's source (#37143,
-    from $HICACHE_DIAG_SGLANG_RELEASES or its venv) on the same packages passes."""
-    from hicache_diag.export.trees import releases
+# finding -> (its test, the affected release, the release with the upstream fix, what the
+# affected release's failure says)
+OLDER = {
+    "waiting-timeout": ("test_waiting_timeout_rank_symmetry.py", "0.5.19", "0.5.20",
+                        "step 7: PP0 waiting [], PP1 waiting ['o012']"),
+    "l3-drain": ("test_pp_storage_control_drain.py", "0.5.18", "0.5.19",
+                 "AssertionError: 4 != 0"),
+}  # fmt: skip
 
-    python = _venv("0.5.19")
-    export = tmp_path / "waiting-timeout"
-    shutil.copytree(EXPORTS / "waiting-timeout", export)
-    test_file = "test_waiting_timeout_rank_symmetry.py"
-    shim = _pytest_only(tmp_path)
-    text = _run_in(python, export, test_file, [shim])
-    assert "1 failed" in text, text[-3000:]
-    assert "step 7: PP0 waiting [], PP1 waiting ['o012']" in text, text[-3000:]
 
+def _release_of(python: str) -> Path:
     where = "import importlib.util as u; print(u.find_spec('sglang').submodule_search_locations[0])"
-    release = Path(subprocess.run([python, "-c", where], capture_output=True, text=True,
-                                  timeout=300).stdout.strip())  # fmt: skip
-    root = tmp_path / "nonfix"
+    ran = subprocess.run([python, "-c", where], capture_output=True, text=True, timeout=300)
+    return Path(ran.stdout.strip())
+
+
+def _with_nonfix(release: Path, patch: Path, tmp: Path) -> Path:
+    root = tmp / "nonfix"
     shutil.copytree(release, root / "sglang", symlinks=True, copy_function=os.symlink,
                     ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
-    target = root / "sglang" / "srt" / "managers" / "scheduler.py"
-    target.unlink()
-    shutil.copyfile(release / "srt" / "managers" / "scheduler.py", target)
-    patch = EXPORTS / "waiting-timeout" / "nonfix.patch"
+    for line in patch.read_text().splitlines():
+        if line.startswith("+++ b/sglang/"):
+            rel = line.removeprefix("+++ b/sglang/")
+            (root / "sglang" / rel).unlink()
+            shutil.copyfile(release / rel, root / "sglang" / rel)
     done = subprocess.run(["patch", "-p1", "-d", str(root), "-i", str(patch)],
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    text = _run_in(python, export, test_file, [root, shim])
-    assert "1 failed" in text and "waiting" in text, text[-3000:]
+    return root
 
-    fixed = releases().get("0.5.20")
-    if fixed is None:
-        pytest.skip("0.5.20's source not at hand for the real-fix half")
-    text = _run_in(python, export, test_file, [fixed.parent, shim])
+
+@pytest.mark.parametrize("finding", sorted(OLDER))
+def test_older_finding_fails_on_its_release_and_non_fix_and_passes_on_the_fix(finding, tmp_path):
+    """The affected release's venv: the export fails as it is and with its non-fix; the fixed
+    release's source (from $HICACHE_DIAG_SGLANG_RELEASES or its venv) on the same packages
+    passes."""
+    from hicache_diag.export.trees import releases
+
+    test_file, affected, fixed, says = OLDER[finding]
+    python = _venv(affected)
+    if python is None:
+        pytest.skip(f"needs $HICACHE_DIAG_SGLANG_VENVS/sglang-{affected}")
+    export = tmp_path / finding
+    shutil.copytree(EXPORTS / finding, export)
+    shim = _pytest_only(tmp_path)
+    text = _run_in(python, export, test_file, [shim])
+    assert "1 failed" in text and says in text, text[-3000:]
+
+    root = _with_nonfix(_release_of(python), EXPORTS / finding / "nonfix.patch", tmp_path)
+    text = _run_in(python, export, test_file, [root, shim])
+    assert "1 failed" in text and "pop from empty list" not in text, text[-3000:]
+
+    source = releases().get(fixed)
+    if source is None:
+        pytest.skip(f"{fixed}'s source not at hand for the real-fix half")
+    text = _run_in(python, export, test_file, [source.parent, shim])
     assert "1 passed" in text, text[-3000:]

@@ -25,7 +25,10 @@ _HAND_MADE = {"nonfix.patch"}
 
 # The older finding's export reads 0.5.19's source and lists 0.5.19 and 0.5.20 in its range:
 # exactly those two, taken from $HICACHE_DIAG_SGLANG_RELEASES / _VENVS.
-OLDER = {"waiting-timeout": ("sglang-0.5.19-waiting-timeout", ("0.5.19", "0.5.20"))}
+OLDER = {
+    "waiting-timeout": ("sglang-0.5.19-waiting-timeout", ("0.5.19", "0.5.20")),
+    "l3-drain": ("sglang-0.5.18-l3-no-fault", ("0.5.18", "0.5.19")),
+}
 
 
 def _only(versions: tuple[str, ...], tmp_path: Path) -> Path | None:
