@@ -120,10 +120,13 @@ def load_case(run_dir: Path) -> Case:
     if verdict is None:
         raise RunDirError(f"{run_dir}: no verdict.json (the run never finished); rerun it or "
                           "`hicache-diag report --reclassify` it first")  # fmt: skip
-    if verdict.outcome not in (Outcome.CRASH, Outcome.HANG) or verdict.failed_rank is None:
-        raise RunDirError(f"{run_dir}: outcome {verdict.outcome.value!r}, not a crash or "
-                          "hang of one rank: export writes a test for the branch a failing "
-                          "rank took")  # fmt: skip
+    # "diverged": the stages parted without stopping (the 0.5.19 waiting timeout)
+    outcomes = (Outcome.CRASH, Outcome.HANG, Outcome.DIVERGED)
+    if verdict.outcome not in outcomes or verdict.failed_rank is None:
+        raise RunDirError(
+            f"{run_dir}: outcome {verdict.outcome.value!r}, not a crash, hang or divergence of "
+            "one rank: export writes a test for the branch a failing rank took"
+        )
     rank = int(verdict.failed_rank)
     entry = next((r for r in verdict.ranks if r.rank == rank), None)
     traceback = _traceback(data.logs.get(rank, ""), verdict.signature)

@@ -10,6 +10,7 @@ from string import Template
 from hicache_diag.errors import RunDirError
 from hicache_diag.export import launch, report
 from hicache_diag.export.case import Case, load_case
+from hicache_diag.export.evidence_tags import run_tags
 from hicache_diag.export.recipes import RECIPES, Recipe, find_recipe
 from hicache_diag.export.source_lines import present
 from hicache_diag.export.trees import releases, run_release
@@ -33,8 +34,10 @@ def _recipe(case: Case, package: Path | None) -> Recipe:
     def shape(recipe: Recipe) -> bool:
         return not case.faults and package is not None and present(package, recipe.steps)
 
-    recipe = find_recipe(case.form, case.function, case.file, case.failed_pp, case.storage,
-                         shape)  # fmt: skip
+    tags = frozenset(run_tags(case.run_dir))
+    recipe = find_recipe(
+        case.form, case.function, case.file, case.failed_pp, case.storage, shape, tags
+    )
     if recipe is None:
         known = "; ".join(r.describe() for r in RECIPES)
         l3 = "with" if case.storage else "without"
@@ -49,6 +52,9 @@ def test_source(case: Case, recipe: Recipe) -> str:
               "failed_pp": case.failed_pp, "signature": case.signature or recipe.error,
               "test_file": recipe.test_file, "function": case.function}  # fmt: skip
     values.update(DEFAULT_NUMBERS)
+    tags = run_tags(case.run_dir)
+    said = [tags[name].says for name in recipe.evidence if name in tags]
+    values["evidence_line"] = "; ".join(said) or "see REPORT.md"
     values.update(case.numbers)
     return Template((TEMPLATES / recipe.template).read_text()).substitute(values)
 
@@ -65,6 +71,7 @@ def export_run(run_dir: Path, out: Path, force: bool = False) -> Exported:
     package = run_release(case.version, case.python)
     recipe = _recipe(case, package)
     files = {recipe.test_file: test_source(case, recipe), **launch.contents(case, recipe.title)}
+    files["conftest.py"] = (TEMPLATES / "conftest.py.tmpl").read_text()
     if case.model_config:
         files["model_config.json"] = json.dumps(case.model_config, indent=2) + "\n"
     names = {"test": recipe.test_file, "launch": "launch.sh", "requests": "requests.json"}

@@ -38,8 +38,19 @@ def split_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     return flags, cpu
 
 
+def scripted(case: Case) -> bool:
+    """The run drove SGLang's session or flush endpoints from a script (`script.json`), which
+    the plain-generate client here does not replay."""
+    from hicache_diag.workloads import _KINDS
+
+    return case.workload.get("workload") not in _KINDS
+
+
 def requests(case: Case) -> list[dict]:
     from hicache_diag.workloads import Pool, Workload, WorkloadConfig
+
+    if scripted(case):
+        return []
 
     spec = _spec(case)
     vocab = int((case.model_config or {}).get("vocab_size") or 512)
@@ -93,6 +104,8 @@ def script(case: Case, title: str) -> str:
         "#   MODEL   a model directory (REPORT.md says which model the run served)",
         "#   GPU=1   leave out the run's CPU-only flags",
         "# Exit: 1 a scheduler raised (reproduced; its traceback is printed), 0 it did not.",
+        "# CPU host whose torchvision wheel does not match torch (`torchvision::nms does not",
+        "# exist` at `import sglang`): conftest.py here neutralises it for the unit test only.",
         "set -euo pipefail",
         'HERE=$(cd "$(dirname "$0")" && pwd)',
         "PYTHON=${PYTHON:-python}",
@@ -107,6 +120,10 @@ def script(case: Case, title: str) -> str:
         + "|".join(str(r) for r in range(ranks)) + "}",
         "fi",
     ]
+    if scripted(case):
+        lines.append(f"# This run's workload ({case.workload.get('workload')}) drove sessions or "
+                     "/flush_cache (script.json); requests.json is empty, so this only starts "
+                     "the server with the run's flags.")  # fmt: skip
     lines += [f"export {name}={shlex.quote(val)}" for name, val in _server_env(case)]
     if storage:
         lines.append('export SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR='
@@ -124,10 +141,14 @@ def script(case: Case, title: str) -> str:
 
 
 def contents(case: Case, title: str) -> dict[str, str]:
-    """File name -> text of the launch script, its request sender and the requests."""
+    """File name -> text of the launch script, its request sender, the requests and, for a
+    scripted workload, the run's own session/flush sequence as it sent it."""
     sender = (Path(__file__).parent / "templates" / "send_requests.py.tmpl").read_text()
-    return {
+    files = {
         "launch.sh": script(case, title),
         "send_requests.py": sender,
         "requests.json": json.dumps(requests(case), indent=None) + "\n",
     }
+    if scripted(case) and (case.run_dir / "script.json").is_file():
+        files["script.json"] = (case.run_dir / "script.json").read_text()
+    return files

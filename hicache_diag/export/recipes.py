@@ -4,58 +4,11 @@ upstream threads found about it. One entry per branch; a run that matches none i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from hicache_diag.export.recipe_types import _ISSUE, _PULL, Recipe, Related
+from hicache_diag.export.recipes_evidence import FLUSH_DEADLINE, SESSION_REAP, WAITING_TIMEOUT
 from hicache_diag.export.source_lines import Step
 
 URC = "srt/mem_cache/unified_radix_cache.py"
-_PULL = "https://github.com/sgl-project/sglang/pull/"
-_ISSUE = "https://github.com/sgl-project/sglang/issues/"
-
-
-@dataclass(frozen=True, slots=True)
-class Related:
-    ref: str  # "#29109"
-    url: str
-    state: str  # as found in the public tracker when the recipe was written
-    why: str
-
-
-@dataclass(frozen=True, slots=True)
-class Recipe:
-    name: str
-    forms: tuple[str, ...]  # the verdict's crash form (any one)
-    functions: tuple[str, ...] | None  # where the failing rank stopped (any one; None: any)
-    file: str | None  # the basename in the traceback (None: any)
-    follower: bool | None  # the failing rank is a PP stage > 0 (None: either)
-    storage: bool  # the run had an L3 storage backend
-    template: str  # under hicache_diag/export/templates/
-    test_file: str
-    error: str  # what the exported test fails with on an affected release
-    title: str
-    invariant: str
-    steps: tuple[Step, ...]
-    related: tuple[Related, ...]
-
-    # Matched on the release's code rather than the crash line: a run with no fault on a
-    # release whose source has every step (the divergence is upstream of where ranks stop).
-    by_source: bool = False
-
-    def matches(self, form: str | None, function: str | None, file: str | None,
-                pp: int | None, storage: bool) -> bool:  # fmt: skip
-        return (form in self.forms
-                and (self.functions is None or function in self.functions)
-                and (self.file is None or file == self.file)
-                and (self.follower is None or ((pp or 0) > 0) == self.follower)
-                and storage == self.storage)  # fmt: skip
-
-    def describe(self) -> str:
-        where = ("with no fault, on a release with this code" if self.by_source else
-                 f"in {'/'.join(self.functions or ())} ({self.file}) on "
-                 f"{'a PP follower' if self.follower else 'PP0'}")  # fmt: skip
-        l3 = "with" if self.storage else "without"
-        return f"form {'/'.join(self.forms)} {where}, {l3} L3"
-
 
 URC_WRITE_THROUGH_FORM_B = Recipe(
     name="urc-pp-follower-write-through",
@@ -107,6 +60,23 @@ URC_WRITE_THROUGH_FORM_B = Recipe(
                 "earlier PP write-ack count sync between ranks"),
         Related("#33473", _PULL + "33473", "merged",
                 "batches the PP write/load completion sync (keeps the follower's blind pop)"),
+    ),
+    reachable=(
+        "Needs an earlier divergence or a fault. The follower's host pool must be shorter "
+        "than PP0's for the same write; host capacities are MIN-synced and the free lists "
+        "follow identical tree operations, so in 0.5.23 that happens only after another "
+        "divergence, or with side pools that differ per stage. The committed run held PP1's "
+        "host pool with an injected side pool (`host-shortage`); the code fact (no consensus "
+        "on the backup, a blind pop on the follower) stands apart from that."
+    ),
+    upstream=(
+        "#31425 (open when searched) proposes reserve -> MIN consensus -> commit/abort, written "
+        "against `hiradix_cache.py`, which 0.5.23 no longer ships; #28429 (closed) states the "
+        "root cause; no fix for `UnifiedRadixCache` exists yet."
+    ),
+    nonfix=(
+        "`nonfix.patch`: cap the follower's pop at its own queue (the #29109-style guard). The "
+        "crash goes; PP0 still committed a host backup PP1 did not, so the test still fails."
     ),
 )
 
@@ -161,16 +131,49 @@ HIRADIX_STORAGE_DRAIN = Recipe(
         Related("#29109", _PULL + "29109", "closed",
                 "the same `pop from empty list` in the ack queues under PP"),
     ),
+    reachable=(
+        "No fault is needed: each stage's storage threads fill its control queues at their "
+        "own pace (a file backend's I/O), and the stage drains what it has. Any PP server with "
+        "an L3 backend under load: the clean bisect (`samples/bisect/sglang-0.5.18-vs-0.5.19-"
+        "l3-clean/`, PP2, file backend, own L3 dir per trial) ended in a crash or hang in 5 of "
+        "5 decided 0.5.18 trials (forms A:1 B:2 C:2; 95% [0.57, 1.00]) and 0 of 5 on 0.5.19 "
+        "([0.00, 0.43])."
+    ),
+    upstream="#27010 (merged): PP0's control-queue counts relayed down the pipeline (0.5.19).",
+    nonfix=(
+        "`nonfix.patch` (against 0.5.18): cap the follower's pops in `writing_check` / "
+        "`loading_check` at its own queues (the obvious fix for the `pop from empty list` these "
+        "runs end in). The crash goes; the stages still drain their storage control queues by "
+        "different counts, so the test still fails."
+    ),
 )
 
-RECIPES: tuple[Recipe, ...] = (URC_WRITE_THROUGH_FORM_B, HIRADIX_STORAGE_DRAIN)
+RECIPES: tuple[Recipe, ...] = (
+    SESSION_REAP,
+    FLUSH_DEADLINE,
+    WAITING_TIMEOUT,
+    URC_WRITE_THROUGH_FORM_B,
+    HIRADIX_STORAGE_DRAIN,
+)
 
 
-def find_recipe(form: str | None, function: str | None, file: str | None, pp: int | None,
-                storage: bool = False, shape=None) -> Recipe | None:  # fmt: skip
-    """The first recipe the run matches; `shape(recipe)` says whether the run's release has
-    a by-source recipe's code (None: no release source at hand, so none of those match)."""
+def find_recipe(
+    form: str | None,
+    function: str | None,
+    file: str | None,
+    pp: int | None,
+    storage: bool = False,
+    shape=None,
+    tags=frozenset(),
+) -> Recipe | None:
+    """The first recipe the run matches: by the mechanism its evidence names (`tags`), else
+    by its crash; `shape(recipe)` says whether the run's release has a by-source recipe's code
+    (None: no release source at hand, so none of those match)."""
     for r in RECIPES:
+        if r.evidence:
+            if set(r.evidence) & set(tags):
+                return r
+            continue
         if not r.matches(form, function, file, pp, storage):
             continue
         if r.by_source and (shape is None or not shape(r)):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hicache_diag.export import report_extra
 from hicache_diag.export.case import Case
 from hicache_diag.export.recipes import Recipe
 from hicache_diag.export.source_lines import locate, present
@@ -101,6 +102,7 @@ def render(
     lines += mechanism_lines(recipe, package, case.version)
     lines += _evidence_lines(case)
     lines += _reproduce_lines(case, recipe, files)
+    lines += report_extra.sections(case, recipe)
     lines += ["", "## Related upstream threads", "", "| thread | state | what |", "|---|---|---|"]
     lines += [f"| [{r.ref}]({r.url}) | {r.state} | {r.why} |" for r in recipe.related]
     lines += ["", "## Release range", ""] + range_lines(recipe, trees) + [""]
@@ -128,7 +130,9 @@ def _run_lines(case: Case, recipe: Recipe) -> list[str]:
         + (f", {case.duration_s:.0f} s into the run" if case.duration_s else ""),
         "- server flags: `" + " ".join(flags) + "`",
     ]
-    if case.faults:
+    if case.faults and recipe.evidence:
+        lines.append(f"- trigger: injected ({', '.join(case.faults)}); see Reachable in production")
+    elif case.faults:
         lines.append(
             f"- trigger: injected ({', '.join(case.faults)}). The injection made one rank's "
             "backup fail; the exported test reaches the same branch through SGLang's own "

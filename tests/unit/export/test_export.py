@@ -130,7 +130,7 @@ def _copy(tmp_path: Path, edit) -> Path:
 
 def test_a_run_that_did_not_crash_or_crashed_elsewhere_is_refused(tmp_path, no_release):
     ok = _copy(tmp_path / "a", lambda v: v.update(outcome="ok", failed_rank=None))
-    with pytest.raises(RunDirError, match="outcome .ok., not a crash or hang"):
+    with pytest.raises(RunDirError, match="outcome .ok., not a crash, hang or divergence"):
         load_case(ok)
 
     def elsewhere(v):
@@ -156,8 +156,8 @@ def test_exported_test_imports_only_sglang_and_carries_the_runs_numbers(tmp_path
     done = export_run(FORM_B, tmp_path / "out")
     assert done.lines_from is None
     names = sorted(p.name for p in done.files)
-    assert names == sorted(["REPORT.md", "launch.sh", "model_config.json", "requests.json",
-                            "send_requests.py",
+    assert names == sorted(["REPORT.md", "conftest.py", "launch.sh", "model_config.json",
+                            "requests.json", "send_requests.py",
                             "test_pp_follower_write_through_ack.py"])  # fmt: skip
     source = done.test.read_text()
     tree = ast.parse(source)

@@ -1,0 +1,122 @@
+"""Which per-rank mechanism a run's own evidence names: the dynamic source probes in its step
+lines (`sources`: a probe whose outcome `d` fired on one rank and not on its peer at that
+step), the recorder's per-rank counters (`sessions_closed`), and SGLang's own per-rank log
+lines (a deferred flush that one rank ran and another gave up). An export picks its recipe by
+these, not by the run directory's name or by where the failing rank crashed (a form A crash in
+the model's forward says nothing about what made the stages part)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+SESSION = "session-clock"
+FLUSH = "flush-deadline"
+WAITING = "waiting-timeout"
+_WAITING_ABORT = "Request waiting timeout reached"
+_FLUSH_LINES = (("Cache flushed successfully", "flushed"),
+                ("Deferred flush_cache timed out", "timed out"))  # fmt: skip
+_LOG_TIME = re.compile(r"^\[(?P<t>[\d-]+ [\d:]+) ")
+
+
+@dataclass(frozen=True, slots=True)
+class Tag:
+    name: str  # a `sources` probe name (hicache_diag/sources/probes.py)
+    says: str  # one line, quoted from the run directory
+    step: int | None = None
+
+
+def _steps(run_dir: Path) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for path in sorted(run_dir.glob("rank*.jsonl")):
+        rank = int(path.stem.removeprefix("rank"))
+        rows = []
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue  # a torn last line of a killed rank
+        out[rank] = rows
+    return out
+
+
+def _fired(rows: list[dict], probe: str, counter: str) -> list[int]:
+    """Steps at which this rank's probe outcome fired, or its counter counted."""
+    hits = []
+    for row in rows:
+        src = (row.get("sources") or {}).get(probe) or {}
+        if src.get("d") or row.get(counter):
+            hits.append(int(row.get("step", -1)))
+    return hits
+
+
+def _session(steps: dict[int, list[dict]]) -> Tag | None:
+    fired = {r: _fired(rows, SESSION, "sessions_closed") for r, rows in steps.items()}
+    if len(fired) < 2 or len({tuple(v) for v in fired.values()}) == 1:
+        return None
+    parts = [f"rank {r} at step(s) {', '.join(map(str, v))}" if v else f"rank {r} none"
+             for r, v in fired.items()]  # fmt: skip
+    first = min((s for v in fired.values() for s in v), default=None)
+    return Tag(SESSION, "the reap tick closed a session on one rank only (`sessions_closed` / "
+               f"`sources.session-clock`): {'; '.join(parts)}", first)  # fmt: skip
+
+
+def _flush_outcomes(log: str) -> list[tuple[str, str]]:
+    out = []
+    for line in log.splitlines():
+        for text, outcome in _FLUSH_LINES:
+            if text in line:
+                m = _LOG_TIME.match(line)
+                out.append((outcome, m["t"] if m else "?"))
+    return out
+
+
+def _flush(run_dir: Path, steps: dict[int, list[dict]]) -> Tag | None:
+    fired = {r: _fired(rows, FLUSH, "") for r, rows in steps.items()}
+    if len(fired) >= 2 and len({tuple(v) for v in fired.values()}) > 1:
+        return Tag(FLUSH, f"`sources.flush-deadline` ended the flush at steps {fired}")
+    logs = {int(p.stem.removeprefix("rank")): _flush_outcomes(p.read_text(errors="replace"))
+            for p in sorted(run_dir.glob("rank*.log"))}  # fmt: skip
+    if len(logs) < 2:
+        return None
+    ranks = sorted(logs)
+    for i in range(max(len(v) for v in logs.values())):
+        seen = {r: logs[r][i] if i < len(logs[r]) else ("no outcome", "-") for r in ranks}
+        if len({o for o, _ in seen.values()}) > 1:
+            said = ", ".join(f"rank {r} {o} ({t})" for r, (o, t) in seen.items())
+            return Tag(FLUSH, f"deferred flush #{i + 1} ended differently per rank "
+                       f"(rank<r>.log): {said}")  # fmt: skip
+    return None
+
+
+def _waiting(run_dir: Path) -> Tag | None:
+    """The stages ran different requests at the first divergence, and one of them is a request
+    the server answered with its own waiting-timeout abort (no recorder probe reads that clock)."""
+    try:
+        fd = json.loads((run_dir / "verdict.json").read_text()).get("first_divergence") or {}
+        aborted = json.loads((run_dir / "requests.json").read_text()).get("aborted") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    values = fd.get("values") or {}
+    if not isinstance(aborted, dict) or not all(isinstance(v, dict) for v in values.values()):
+        return None
+    timed_out = {rid for rid, why in aborted.items() if _WAITING_ABORT in str(why)}
+    ran = {rank: set(v) for rank, v in values.items()}
+    apart = set().union(*ran.values()) - set.intersection(*ran.values()) if ran else set()
+    named = sorted(apart & timed_out)
+    if not named:
+        return None
+    per_rank = "; ".join(f"rank {r} ran {sorted(v)}" for r, v in sorted(ran.items()))
+    return Tag(WAITING, f"at step {fd.get('step')} {per_rank}; the server answered "
+               f"{', '.join(named)} with '{_WAITING_ABORT}' ({len(timed_out)} requests so "
+               "answered in the run)", fd.get("step"))  # fmt: skip
+
+
+def run_tags(run_dir: Path) -> dict[str, Tag]:
+    """The mechanisms the run's evidence names, by probe name."""
+    steps = _steps(run_dir)
+    found = [_session(steps), _flush(run_dir, steps), _waiting(run_dir)]
+    found = [t for t in found if t is not None]
+    return {t.name: t for t in found}
