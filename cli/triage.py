@@ -11,6 +11,20 @@ import typer
 from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.cli.render.log_progress import LogReadProgress
 from hicache_diag.cli.render.triage import render_triage
+from hicache_diag.cli.triage_cluster import (
+    Container,
+    Hosts,
+    HostTimeout,
+    JobId,
+    Live,
+    Namespace,
+    Selector,
+    SshConfig,
+    Via,
+    no_local_inputs,
+    run_cluster,
+    wanted,
+)
 from hicache_diag.errors import UsageError
 from hicache_diag.triage import TriageRequest, run_triage
 
@@ -57,6 +71,9 @@ Examples:
   hicache-diag triage --discover          # every *::scheduler* process here
   hicache-diag triage --dumps samples/dumps/pp_hang_pp_sync --json
   hicache-diag triage samples/logs/form_a_cascade.log   # same as --logs FILE
+  hicache-diag triage --live --via ssh --hosts node-1,node-2   # every node at one instant
+  hicache-diag triage --live --via slurm --jobid 4242 --save bundle/
+  hicache-diag triage --live --via kubectl --selector app=sglang --namespace llm
 
 Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided,
 130 interrupted, 2 bad input, 1 internal error."""
@@ -157,8 +174,24 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             typer.Argument(help="Log files, as with --logs.", metavar="LOG", show_default=False),
         ] = None,
+        live: Live = False,
+        via: Via = None,
+        hosts: Hosts = None,
+        jobid: JobId = None,
+        selector: Selector = None,
+        namespace: Namespace = None,
+        container: Container = None,
+        ssh_config: SshConfig = None,
+        host_timeout: HostTimeout = 20.0,
     ) -> None:
         """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits."""
+        if wanted(live, via, hosts, jobid, selector, namespace, container, ssh_config):
+            no_local_inputs(pid, discover, dumps, logs, more_logs)
+            flags = {"via": via, "hosts": hosts, "jobid": jobid, "selector": selector}
+            flags |= {"namespace": namespace, "container": container, "ssh_config": ssh_config}
+            opts = {"samples": samples, "interval": interval, "deadline_s": deadline}
+            opts |= {"host_timeout_s": host_timeout, "num_heads": num_heads, "pp_size": pp_size}
+            run_cluster(flags, opts | {"save": save}, json_out)
         _check_paths(dumps or [], [*(logs or []), *(more_logs or [])], save)
         progress = None if json_out else LogReadProgress(err_console)  # --json: quiet
         request = TriageRequest(
