@@ -15,7 +15,7 @@ from hicache_diag.errors import UsageError
 from hicache_diag.triage.classify import classify
 from hicache_diag.triage.report import TriageReport
 
-LEAD_S = {"local": 0.2, "ssh": 1.0, "slurm": 1.5, "kubectl": 2.0}  # launch time before `at`
+LEAD_S = {"local": 0.3, "ssh": 1.5, "slurm": 2.0, "kubectl": 2.0}  # launch time before `at`
 
 
 @dataclass(frozen=True, slots=True)
