@@ -71,24 +71,22 @@ class Sampling:
     budget: float = 60.0  # a collector never lives longer than this
 
 
-def collector_args(node: Node, s: Sampling) -> list[str]:
-    return [
-        "python3",
-        "-",
-        MARKER,
-        "--node",
-        node.name,
-        "--at",
-        f"{s.at:.3f}",
-        "--samples",
-        str(s.samples),
-        "--interval",
-        str(s.interval),
-        "--deadline",
-        str(s.deadline),
-        "--budget",
-        str(s.budget),
-    ]
+# Reads exactly `size` bytes of collector.py from stdin and runs it, leaving stdin open: its
+# end-of-file then tells the collector that the command that started it is gone (Ctrl-C, a
+# timeout, a dropped connection), whatever sits between (sshd, srun, kubectl exec).
+BOOTSTRAP = (
+    "import sys;n=int(sys.argv[1]);s=sys.stdin.buffer.read(n);len(s)==n or sys.exit(3);"
+    "sys.argv=['collector.py']+sys.argv[2:];"
+    "exec(compile(s,'collector.py','exec'),{'__name__':'__main__'})"
+)
+
+
+def collector_args(node: Node, s: Sampling, size: int) -> list[str]:
+    """`python3 -c BOOTSTRAP SIZE ARGS`: the collector arrives through stdin, nothing is
+    installed or written on the node."""
+    args = ["python3", "-c", BOOTSTRAP, str(size), MARKER, "--lifeline", "--node", node.name]
+    args += ["--at", f"{s.at:.3f}", "--samples", str(s.samples), "--interval", str(s.interval)]
+    return args + ["--deadline", str(s.deadline), "--budget", str(s.budget)]
 
 
 def remote_command(args: list[str]) -> str:

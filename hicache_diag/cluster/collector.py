@@ -1,5 +1,5 @@
-"""The node-side collector: shipped as this one file through an executor's stdin
-(`python3 - ARGS`), run on each node, prints one JSON document and exits.
+"""The node-side collector: shipped as this one file through an executor's stdin (a
+`python3 -c` bootstrap reads it, base.py), run on each node, prints one JSON document, exits.
 
 Stdlib only and imported by nothing of ours: a node needs Python and, when present, py-spy.
 It finds the scheduler processes by their titles (`sglang::scheduler_PP1_TP0`), waits for the
@@ -234,7 +234,7 @@ def _kill_children() -> None:
             proc.kill()
 
 
-def _guard(budget: float) -> None:
+def _guard(budget: float, lifeline: bool) -> None:
     """Never outlive the command that started us: a hard budget, and exit when our launcher
     (sshd's session, srun's step, kubectl exec) is gone, taking our py-spy children along."""
     parent, end = os.getppid(), time.monotonic() + budget
@@ -245,7 +245,17 @@ def _guard(budget: float) -> None:
         _kill_children()
         os._exit(3)
 
+    def stdin_closed() -> None:
+        # The bootstrap left stdin open (hicache_diag/cluster/base.py): EOF means our
+        # launcher is gone.
+        while sys.stdin.buffer.read(1) != b"":
+            pass
+        _kill_children()
+        os._exit(3)
+
     threading.Thread(target=watch, daemon=True).start()
+    if lifeline:
+        threading.Thread(target=stdin_closed, daemon=True).start()
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda *_: (_kill_children(), os._exit(3)))
 
@@ -259,8 +269,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument("--deadline", type=float, default=5.0, help="seconds per link")
     parser.add_argument("--budget", type=float, default=60.0, help="hard limit on our life")
+    parser.add_argument("--lifeline", action="store_true", help="exit when stdin ends")
     args = parser.parse_args(argv)
-    _guard(args.budget)
+    _guard(args.budget, args.lifeline)
     try:
         doc = collect(args)
     except Exception as exc:  # noqa: BLE001 - one JSON document, whatever happened

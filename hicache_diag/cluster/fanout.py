@@ -60,6 +60,13 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def _close(stream) -> None:
+    try:
+        stream.close()
+    except OSError:
+        pass
+
+
 def _parse(stdout: bytes) -> dict | None:
     for line in reversed(stdout.decode(errors="replace").splitlines()):
         if line.startswith("{"):
@@ -84,18 +91,26 @@ def _one(job: _Job, node: Node) -> NodeResult:
     executor, timeout = job.executor, job.timeout
     t0 = time.monotonic()
     result = NodeResult(node)
+    remote = collector_args(node, job.sampling, len(job.source))
     try:
-        proc = job.launches.start(executor.argv(node, collector_args(node, job.sampling)))
+        proc = job.launches.start(executor.argv(node, remote))
     except OSError as exc:
         result.error = f"{executor.name}: cannot start the launcher ({exc.strerror or exc})"
         return result
+    stdin, proc.stdin = proc.stdin, None  # kept open: its end tells the collector to stop
     try:
-        out, err = proc.communicate(job.source, timeout=timeout)
+        stdin.write(job.source)
+        stdin.flush()
+        out, err = proc.communicate(timeout=timeout)
+    except BrokenPipeError:
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         result.error = f"no answer within {timeout:g} s (host hangs or is unreachable)"
         result.elapsed_s = time.monotonic() - t0
         return result
+    finally:
+        _close(stdin)
     result.returncode, result.stderr = proc.returncode, err.decode(errors="replace")
     result.elapsed_s = time.monotonic() - t0
     result.doc = _parse(out)

@@ -64,6 +64,10 @@ def cluster_evidence(snap: ClusterSnapshot) -> list[str]:
     names = ", ".join(r.node.name for r in snap.answered)
     skew = f"; sampled within {snap.skew_s * 1000:.0f} ms of each other" if snap.skew_s else ""
     lines.append(f"{len(snap.ranks)} scheduler(s) on {len(snap.answered)} node(s) ({names}){skew}")
+    lines += [
+        f"node {name} began {late:.2f} s after the agreed instant (its launch took longer)"
+        for name, late in snap.late.items()
+    ]
     # Only the ranks whose stack needed a fallback, or got none: at 1,000 ranks the rest is noise.
     lines += [n for n in snap.notes if not n.split(": ", 1)[-1].startswith("py-spy ok")]
     return lines

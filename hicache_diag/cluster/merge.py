@@ -27,6 +27,7 @@ class ClusterSnapshot:
     missing: list[NodeResult] = field(default_factory=list)
     skew_s: float | None = None  # spread of the nodes' first-sample instants
     notes: list[str] = field(default_factory=list)  # the fallback links used, per rank
+    late: dict[str, float] = field(default_factory=dict)  # node -> s after the agreed instant
 
 
 def _fate(state: str) -> RankFate:
@@ -79,6 +80,8 @@ def merge(results: list[NodeResult]) -> ClusterSnapshot:
         doc = res.doc or {}
         if doc.get("samples_at"):
             firsts.append(float(doc["samples_at"][0]))
+            if (late := firsts[-1] - float(doc.get("at") or firsts[-1])) > 0.1:
+                snap.late[res.node.name] = round(late, 3)
         for i, proc in enumerate(doc.get("processes") or []):
             rs = _rank_samples(res.node.name, proc, i)
             snap.ranks.append(rs)

@@ -141,7 +141,10 @@ def _sshd_config(root: Path, name: str, address: str, port: int, path: str) -> P
         f"ListenAddress {address}\nPort {port}\nHostKey {root / 'host_key'}\n"
         f"AuthorizedKeysFile {root / 'authorized_keys'}\nPidFile none\nStrictModes no\n"
         "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        f"PermitRootLogin prohibit-password\nLogLevel ERROR\nSetEnv PATH={path}\n"
+        f"PermitRootLogin prohibit-password\nLogLevel ERROR\n"
+        # A bare node: our PATH, and a HOME of its own (the user's ~/.bashrc, run by bash
+        # under sshd, would put its own tools on PATH).
+        f"SetEnv PATH={path} HOME={root / 'home'}\n"
     )
     return cfg
 
@@ -165,6 +168,7 @@ def start_cluster(root: Path, count: int = 2, path: str | None = None) -> SshClu
     ensure_package(SSHD, "openssh-server")
     os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
     _keys(root)
+    (root / "home").mkdir(exist_ok=True)
     nodes = []
     for i in range(count):
         address = f"127.0.0.{i + 2}"
