@@ -13,17 +13,18 @@ from hicache_diag.errors import UsageError
 
 
 def parse_pods(table: str) -> list[tuple[str, str]]:
-    """`kubectl get pods` default table (NAME READY STATUS RESTARTS AGE ...) -> (name,
-    status) per pod; columns found by header, so wide output (-o wide) reads the same."""
+    """`kubectl get pods` table -> (name, status) per pod. Columns by header, so -o wide,
+    --all-namespaces (NAMESPACE first) and `pod/NAME` rows read the same; STATUS comes before
+    the columns whose cells hold spaces (RESTARTS `2 (3m52s ago)`, NOMINATED NODE)."""
     lines = [ln for ln in table.splitlines() if ln.strip()]
-    if not lines or not lines[0].startswith("NAME"):
+    head = lines[0].split() if lines else []
+    if "NAME" not in head or "STATUS" not in head:
         return []
-    head = lines[0].split()
-    if "STATUS" not in head:
-        return []
-    at = head.index("STATUS")
+    name_at, status_at = head.index("NAME"), head.index("STATUS")
     rows = [ln.split() for ln in lines[1:]]
-    return [(r[0], r[at]) for r in rows if len(r) > at]
+    return [
+        (r[name_at].removeprefix("pod/"), r[status_at]) for r in rows if len(r) > status_at
+    ]
 
 
 @dataclass(slots=True)
