@@ -70,10 +70,7 @@ EXAMPLES = """\b
 Examples:
   hicache-diag triage --discover          # every *::scheduler* process here
   hicache-diag triage --dumps samples/dumps/pp_hang_pp_sync --json
-  hicache-diag triage samples/logs/form_a_cascade.log   # same as --logs FILE
-  hicache-diag triage --live --via ssh --hosts node-1,node-2   # every node at one instant
-  hicache-diag triage --live --via slurm --jobid 4242 --save bundle/
-  hicache-diag triage --live --via kubectl --selector app=sglang --namespace llm
+  hicache-diag triage --live --via ssh --hosts n1,n2   # every node at once
 
 Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided,
 130 interrupted, 2 bad input, 1 internal error."""

@@ -23,8 +23,8 @@ Via = Annotated[
     typer.Option(
         "--via",
         metavar="EXECUTOR",
-        help="local | ssh | slurm | kubectl; default: what --hosts/--jobid/--selector or "
-        "$SLURM_JOB_ID names, else local.",
+        help="local | ssh --hosts A,B | slurm --jobid J | kubectl --selector app=sglang; "
+        "default: the one those flags (or $SLURM_JOB_ID) name, else local.",
     ),
 ]
 Hosts = Annotated[
@@ -40,7 +40,7 @@ Selector = Annotated[
     typer.Option("--selector", metavar="LABEL=VALUE", help="kubectl: the pods' label selector."),
 ]
 Namespace = Annotated[
-    str | None, typer.Option("--namespace", metavar="NS", help="kubectl: the pods' namespace.")
+    str | None, typer.Option("--namespace", "-n", metavar="NS", help="kubectl: namespace.")
 ]
 Container = Annotated[
     str | None, typer.Option("--container", metavar="NAME", help="kubectl: the container.")

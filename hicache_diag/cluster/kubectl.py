@@ -22,9 +22,7 @@ def parse_pods(table: str) -> list[tuple[str, str]]:
         return []
     name_at, status_at = head.index("NAME"), head.index("STATUS")
     rows = [ln.split() for ln in lines[1:]]
-    return [
-        (r[name_at].removeprefix("pod/"), r[status_at]) for r in rows if len(r) > status_at
-    ]
+    return [(r[name_at].removeprefix("pod/"), r[status_at]) for r in rows if len(r) > status_at]
 
 
 @dataclass(slots=True)
