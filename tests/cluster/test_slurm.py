@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -81,3 +82,20 @@ def test_job_not_running_or_missing_is_exit_2(slurm):
     held = slurm.run("sbatch", "--parsable", "--hold", "--wrap", "sleep 30").stdout.strip()
     done = _triage(slurm, "--jobid", held)
     assert done.returncode == 2 and "pending, not running" in done.stderr
+
+
+def test_bisect_via_slurm_runs_each_trial_as_a_job_step(slurm):
+    out = slurm.root / "bisect"
+    cmd = [sys.executable, "-m", "hicache_diag.cli.main", "bisect", "--storage-backend"]
+    cmd += ["none,file", "--trials", "4", "--jobs", "4", "--via", "slurm", "--out", str(out)]
+    kw = {"env": slurm.env, "capture_output": True, "text": True, "timeout": 900}
+    done = subprocess.run([*cmd, "--json"], **kw)
+    assert done.returncode == 0, done.stderr
+    table = json.loads(done.stdout)
+    assert [c["values"]["storage-backend"] for c in table["cells"]] == ["none", "file"]
+    assert [(c["trials"], c["errors"]) for c in table["cells"]] == [(4, []), (4, [])]
+    log = (slurm.root / "slurmctld.log").read_text()
+    assert log.count("_slurm_rpc_allocate_resources") == 8  # one job (one step) per trial
+    for cell in table["cells"]:
+        for run_dir in cell["run_dirs"]:
+            assert (Path(run_dir) / "verdict.json").is_file()  # read from the shared path
