@@ -63,18 +63,21 @@ def wanted(live: bool, *flags: object) -> bool:
     return live or any(f is not None for f in flags)
 
 
-def run_cluster(flags: dict, opts: dict, json_out: bool) -> None:
-    """`flags`: the cluster flags (detect.Target's fields); `opts`: samples, interval,
-    deadline_s, host_timeout_s, save, num_heads, pp_size."""
-    from hicache_diag.cluster.detect import Target, executor_for
-    from hicache_diag.cluster.live import ClusterTriage, run_cluster_triage
-    from hicache_diag.errors import UsageError
+def reread_bundle(dumps: list[str] | None, others: list, opts: dict, json_out: bool) -> None:
+    """`--dumps DIR` alone, DIR a `--live --save` bundle: judged again from its collectors'
+    documents (kernel states and missing nodes included), the verdict `--live` gave. Returns
+    when DIR is no such bundle (the generic --dumps path reads it)."""
+    from hicache_diag.cluster.live import judge
+    from hicache_diag.cluster.live import reread_bundle as reread
 
-    if opts["host_timeout_s"] <= 0:
-        raise UsageError(f"--host-timeout must be > 0 (got {opts['host_timeout_s']})")
-    save = opts.pop("save")
-    req = ClusterTriage(executor_for(Target(**flags)), save=save and Path(save), **opts)
-    report, snap = run_cluster_triage(req)
+    if not dumps or len(dumps) != 1 or any(others):
+        return
+    snap = reread(Path(dumps[0]))
+    if snap is not None:
+        _print(judge(snap, **opts), snap, json_out)
+
+
+def _print(report, snap, json_out: bool) -> None:
     if json_out:
         doc = report.to_json()
         doc["nodes"] = {
@@ -86,3 +89,17 @@ def run_cluster(flags: dict, opts: dict, json_out: bool) -> None:
     else:
         render_triage(report)
     raise typer.Exit(int(report.exit_code))
+
+
+def run_cluster(flags: dict, opts: dict, json_out: bool) -> None:
+    """`flags`: the cluster flags (detect.Target's fields); `opts`: samples, interval,
+    deadline_s, host_timeout_s, save, num_heads, pp_size."""
+    from hicache_diag.cluster.detect import Target, executor_for
+    from hicache_diag.cluster.live import ClusterTriage, run_cluster_triage
+    from hicache_diag.errors import UsageError
+
+    if opts["host_timeout_s"] <= 0:
+        raise UsageError(f"--host-timeout must be > 0 (got {opts['host_timeout_s']})")
+    save = opts.pop("save")
+    req = ClusterTriage(executor_for(Target(**flags)), save=save and Path(save), **opts)
+    _print(*run_cluster_triage(req), json_out)

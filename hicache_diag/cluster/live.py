@@ -4,13 +4,20 @@ missing; their ranks are never in the verdict, so never blamed."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hicache_diag.cluster.base import Executor, Sampling
+from hicache_diag.cluster.base import Executor, Node, NodeResult, Sampling
 from hicache_diag.cluster.fanout import fan_out
-from hicache_diag.cluster.merge import ClusterSnapshot, merge, save_bundle
+from hicache_diag.cluster.merge import (
+    CLUSTER_FILE,
+    CLUSTER_SCHEMA,
+    ClusterSnapshot,
+    merge,
+    save_bundle,
+)
 from hicache_diag.errors import UsageError
 from hicache_diag.triage.classify import classify
 from hicache_diag.triage.report import TriageReport
@@ -48,12 +55,34 @@ def run_cluster_triage(req: ClusterTriage) -> tuple[TriageReport, ClusterSnapsho
     snap = snapshot(req)
     if req.save:
         save_bundle(snap, req.save)
-    report = classify(snap.ranks, None, num_heads=req.num_heads, pp_size=req.pp_size)
-    report.samples = max(report.samples, req.samples)
+    return judge(snap, req.samples, req.num_heads, req.pp_size), snap
+
+
+def reread_bundle(folder: Path) -> ClusterSnapshot | None:
+    """A `--save` bundle's own cluster.json, merged again from the collectors' documents (the
+    kernel states and missing nodes included); None when `folder` is no such bundle."""
+    try:
+        data = json.loads((folder / CLUSTER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("schema") != CLUSTER_SCHEMA:
+        return None
+    docs = [d for d in data.get("documents") or [] if isinstance(d, dict)]
+    results = [NodeResult(Node(str(d.get("node")), str(d.get("node"))), d) for d in docs]
+    for name, error in (data.get("missing") or {}).items():
+        results.append(NodeResult(Node(name, name), error=str(error)))
+    return merge(results)
+
+
+def judge(
+    snap: ClusterSnapshot, samples: int, num_heads: int | None, pp_size: int | None
+) -> TriageReport:
+    report = classify(snap.ranks, None, num_heads=num_heads, pp_size=pp_size)
+    report.samples = max(report.samples, samples)
     report.evidence[:0] = cluster_evidence(snap)
     if snap.missing and report.confidence == "high":
         report.confidence = "medium"  # the verdict is made without some nodes' ranks
-    return report, snap
+    return report
 
 
 def cluster_evidence(snap: ClusterSnapshot) -> list[str]:

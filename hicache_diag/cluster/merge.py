@@ -16,6 +16,7 @@ from hicache_diag.triage.discover import rank_from_title
 from hicache_diag.triage.dumps import RankDump, threads_from_json
 from hicache_diag.triage.hang import RankSamples
 
+CLUSTER_SCHEMA = "hicache-diag/cluster/v1"
 CLUSTER_FILE = "cluster.json"  # the nodes, who answered, the skew (no stacks: --dumps skips it)
 _TICKS = 100  # USER_HZ on Linux
 
@@ -104,7 +105,7 @@ def save_bundle(snap: ClusterSnapshot, folder: Path) -> None:
             body |= {"sample": n, "tool": "hicache-diag collector", "threads": raw}
             (folder / name).write_text(json.dumps(body, indent=1))
     nodes = {
-        "schema": "hicache-diag/cluster/v1",
+        "schema": CLUSTER_SCHEMA,
         "answered": [r.node.name for r in snap.answered],
         "missing": {r.node.name: r.error for r in snap.missing},
         "skew_s": snap.skew_s,

@@ -172,14 +172,22 @@ def test_ctrl_c_leaves_nothing_running_on_any_node(pp2_job):
     _assert_nothing_left(cluster)
 
 
-def test_saved_bundle_reads_back_with_dumps(pp2_job, tmp_path):
+def test_saved_bundle_reads_back_with_dumps_to_the_same_verdict(pp2_job, tmp_path):
     cluster, procs = pp2_job
     os.kill(scheduler_pid(procs[1]), signal.SIGSTOP)
     bundle = tmp_path / "bundle"
-    done, _ = triage(cluster, "--hosts", "node-1,node-2", "--save", str(bundle))
+    done, _ = triage(cluster, "--hosts", "node-1,node-2", "--save", str(bundle), "--json")
     assert done.returncode == 12, done.stderr
+    live = json.loads(done.stdout)
     cmd = [sys.executable, "-m", "hicache_diag.cli.main", "triage", "--dumps", str(bundle)]
     again = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=60)
-    labels = sorted(r["label"] for r in json.loads(again.stdout)["ranks"])
-    assert labels == ["node-1 PP0 TP0", "node-2 PP1 TP0"]
+    assert again.returncode == 12, again.stderr
+    report = json.loads(again.stdout)
+    assert report["culprit"]["label"] == live["culprit"]["label"] == "node-2 PP1 TP0"
+    assert (report["kind"], report["form"]) == ("hang", "C")
     assert json.loads((bundle / "cluster.json").read_text())["answered"] == ["node-1", "node-2"]
+    # The envelopes alone (what a merge with other dumps reads) keep the node in every label.
+    (bundle / "cluster.json").unlink()
+    plain = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=60)
+    labels = sorted(r["label"] for r in json.loads(plain.stdout)["ranks"])
+    assert labels == ["node-1 PP0 TP0", "node-2 PP1 TP0"]
