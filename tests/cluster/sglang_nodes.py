@@ -35,9 +35,9 @@ def launch(cluster: SshCluster, root: Path) -> list[subprocess.Popen]:
         env["SGLANG_CPU_OMP_THREADS_BIND"] = str(i % max(1, os.cpu_count() or 1))
         argv = spec.argv(cfg.python, _free_port("127.0.0.1"))
         cmd = ["nsenter", "--target", str(node.init_pid()), "--pid", "--mount", *argv]
-        log = open(run_dir / "server.log", "wb")
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                      cwd=run_dir, stdin=subprocess.DEVNULL))  # fmt: skip
+        with open(run_dir / "server.log", "wb") as log:
+            kw = {"stdout": log, "stderr": subprocess.STDOUT, "stdin": subprocess.DEVNULL}
+            procs.append(subprocess.Popen(cmd, env=env, cwd=run_dir, **kw))
         node.started.append(procs[-1])
     return procs
 

@@ -99,3 +99,36 @@ def test_bisect_via_slurm_runs_each_trial_as_a_job_step(slurm):
     for cell in table["cells"]:
         for run_dir in cell["run_dirs"]:
             assert (Path(run_dir) / "verdict.json").is_file()  # read from the shared path
+
+
+def _collector_steps() -> list[int]:
+    marker = "--hicache-diag-collector"
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if marker in cmd and "--jobid" not in cmd:  # the node side (srun's own argv has --jobid)
+            found.append(proc.pid)
+    return found
+
+
+def test_ctrl_c_ends_the_collector_steps(slurm):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    job = submit_pp_job(slurm, TESTS / "fake_rank.py", port)
+    _schedulers(port, 2)
+    cmd = [sys.executable, "-m", "hicache_diag.cli.main", "triage", "--live", "--via", "slurm"]
+    cmd += ["--jobid", job, "--interval", "8", "--json"]
+    proc = subprocess.Popen(cmd, env=slurm.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    end = time.monotonic() + 20
+    while len(_collector_steps()) < 2 and time.monotonic() < end:
+        time.sleep(0.2)
+    assert len(_collector_steps()) == 2
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=20)
+    assert proc.returncode == 130
+    end = time.monotonic() + 5
+    while _collector_steps() and time.monotonic() < end:
+        time.sleep(0.2)
+    assert not _collector_steps()
+    slurm.run("scancel", job)
