@@ -36,5 +36,5 @@ def test_stopped_pp1_on_node_2_is_the_culprit(pp2_job):
     labels = sorted(r["label"] for r in report["ranks"])
     assert labels == ["node-1 PP0 TP0", "node-2 PP1 TP0"]  # each node saw only its own
     assert report["nodes"]["missing"] == {}
-    assert report["nodes"]["skew_s"] is not None and report["nodes"]["skew_s"] < 1.0
+    assert 0 <= report["nodes"]["skew_s"] < 3.0  # measured from the nodes' own instants
     assert took < 10, f"triage took {took:.1f} s"
