@@ -190,9 +190,9 @@ def register(app: typer.Typer) -> None:
             opts = {"samples": samples, "interval": interval, "deadline_s": deadline}
             opts |= {"host_timeout_s": host_timeout, "num_heads": num_heads, "pp_size": pp_size}
             run_cluster(flags, opts | {"save": save}, json_out)
+        _check_paths(dumps or [], [*(logs or []), *(more_logs or [])], save)
         judging = {"samples": samples, "num_heads": num_heads, "pp_size": pp_size}
         reread_bundle(dumps, [pid, discover, logs, more_logs, save], judging, json_out)
-        _check_paths(dumps or [], [*(logs or []), *(more_logs or [])], save)
         progress = None if json_out else LogReadProgress(err_console)  # --json: quiet
         request = TriageRequest(
             pids=tuple(pid or ()),

@@ -61,8 +61,11 @@ def run_cluster_triage(req: ClusterTriage) -> tuple[TriageReport, ClusterSnapsho
 def reread_bundle(folder: Path) -> ClusterSnapshot | None:
     """A `--save` bundle's own cluster.json, merged again from the collectors' documents (the
     kernel states and missing nodes included); None when `folder` is no such bundle."""
+    path = folder / CLUSTER_FILE
+    if not path.is_file():  # a FIFO or device would be read forever
+        return None
     try:
-        data = json.loads((folder / CLUSTER_FILE).read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("schema") != CLUSTER_SCHEMA:
