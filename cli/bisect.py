@@ -266,6 +266,10 @@ def bisect(
     json_out: Json = False,
     sglang_python: Pythons = None,
     sglang_version: Versions = None,
+    via: Annotated[
+        str | None,
+        typer.Option("--via", metavar="slurm", help="Each trial a Slurm job step (srun)."),
+    ] = None,
 ) -> None:
     """Repeat `run` over a matrix of switches; any other `run` flag applies to every cell."""
     from hicache_diag.cli.render.bisect import trial_progress
@@ -285,6 +289,10 @@ def bisect(
         sglang_version,
     )
     cfg, labels = plan_bisect(request, quiet=json_out)
+    if via is not None:  # hicache_diag/cluster/slurm_trials.py
+        from hicache_diag.cluster.slurm_trials import via as trials_via
+
+        cfg = trials_via(cfg, via)
     cells = _cells(cfg.axes)
     progress, on_result = trial_progress(err_console, cells * trials, quiet=json_out)
     with progress:

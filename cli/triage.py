@@ -11,6 +11,21 @@ import typer
 from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.cli.render.log_progress import LogReadProgress
 from hicache_diag.cli.render.triage import render_triage
+from hicache_diag.cli.triage_cluster import (
+    Container,
+    Hosts,
+    HostTimeout,
+    JobId,
+    Live,
+    Namespace,
+    Selector,
+    SshConfig,
+    Via,
+    no_local_inputs,
+    reread_bundle,
+    run_cluster,
+    wanted,
+)
 from hicache_diag.errors import UsageError
 from hicache_diag.triage import TriageRequest, run_triage
 
@@ -56,7 +71,7 @@ EXAMPLES = """\b
 Examples:
   hicache-diag triage --discover          # every *::scheduler* process here
   hicache-diag triage --dumps samples/dumps/pp_hang_pp_sync --json
-  hicache-diag triage samples/logs/form_a_cascade.log   # same as --logs FILE
+  hicache-diag triage --live --via ssh --hosts n1,n2   # every node at once
 
 Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided,
 130 interrupted, 2 bad input, 1 internal error."""
@@ -150,6 +165,7 @@ def register(app: typer.Typer) -> None:
 
 
 def triage(
+    ctx: typer.Context,
     pid: Pids = None,
     discover: Discover = False,
     parent: Parent = None,
@@ -164,26 +180,28 @@ def triage(
     pp_size: PpSize = None,
     json_out: JsonOut = False,
     more_logs: MoreLogs = None,
+    live: Live = False,
+    via: Via = None,
+    hosts: Hosts = None,
+    jobid: JobId = None,
+    selector: Selector = None,
+    namespace: Namespace = None,
+    container: Container = None,
+    ssh_config: SshConfig = None,
+    host_timeout: HostTimeout = 20.0,
 ) -> None:
     """Classify a hung or crashed cluster: crash vs hang, the culprit, where each rank waits."""
-    all_logs = [*(logs or []), *(more_logs or [])]
-    _check_paths(dumps or [], all_logs, save)
+    cluster = {"via": via, "hosts": hosts, "jobid": jobid, "selector": selector}
+    cluster |= {"namespace": namespace, "container": container, "ssh_config": ssh_config}
+    judging = {"samples": samples, "num_heads": num_heads, "pp_size": pp_size}
+    if wanted(live, *cluster.values()):
+        no_local_inputs(pid, discover, dumps, logs, more_logs)
+        opts = {"interval": interval, "deadline_s": deadline, "host_timeout_s": host_timeout}
+        run_cluster(cluster, judging | opts | {"save": save}, json_out)
+    _check_paths(dumps or [], [*(logs or []), *(more_logs or [])], save)
+    reread_bundle(dumps, [pid, discover, logs, more_logs, save], judging, json_out)
     progress = None if json_out else LogReadProgress(err_console)  # --json: quiet
-    request = TriageRequest(
-        pids=tuple(pid or ()),
-        discover=discover,
-        parent=parent,
-        dumps=tuple(map(Path, dumps or ())),
-        logs=tuple(map(Path, all_logs)),
-        save=None if save is None else Path(save),
-        samples=samples,
-        interval=interval,
-        deadline_s=deadline,
-        native=native,
-        num_heads=num_heads,
-        pp_size=pp_size,
-        progress=progress,
-    )
+    request = _request(ctx.params, progress)
     _check_request(request)
     with progress or contextlib.nullcontext():
         report = run_triage(request)
@@ -192,3 +210,23 @@ def triage(
     else:
         render_triage(report)
     raise typer.Exit(int(report.exit_code))
+
+
+def _request(p: dict, progress: LogReadProgress | None) -> TriageRequest:
+    """The local triage's request from the command's parsed parameters."""
+    save = p["save"]
+    return TriageRequest(
+        pids=tuple(p["pid"] or ()),
+        discover=p["discover"],
+        parent=p["parent"],
+        dumps=tuple(map(Path, p["dumps"] or ())),
+        logs=tuple(map(Path, [*(p["logs"] or []), *(p["more_logs"] or [])])),
+        save=None if save is None else Path(save),
+        samples=p["samples"],
+        interval=p["interval"],
+        deadline_s=p["deadline"],
+        native=p["native"],
+        num_heads=p["num_heads"],
+        pp_size=p["pp_size"],
+        progress=progress,
+    )

@@ -49,17 +49,19 @@ class RankId:
     ep: int | None = None
     attn_dp: int | None = None
     anon: int | None = None  # a process nothing names (no title, no prefix): `rank ?`
+    node: str | None = None  # the machine, when a triage spans several (`node-1 PP1 TP0`)
 
     @property
     def known(self) -> bool:
         return self.anon is None
 
     @property
-    def key(self) -> tuple[int, ...]:
+    def key(self) -> tuple[int | str, ...]:
         """Sort key that tolerates absent tokens (None never compares with int); unnamed last."""
         opt = (self.dp, self.attn_dp, self.attn_cp, self.moe_dp, self.ep)
         head = (1, self.anon) if self.anon is not None else (0, 0)
-        return (*head, self.dp or 0, self.pp, self.tp, *(-1 if v is None else v for v in opt))
+        rest = (*(-1 if v is None else v for v in opt), self.node or "")
+        return (*head, self.dp or 0, self.pp, self.tp, *rest)
 
     def flat(self, tp_size: int) -> int:
         """The launch-wide rank, numbered as SGLang numbers its schedulers: pp * tp_size + tp."""
@@ -67,9 +69,11 @@ class RankId:
 
     @property
     def label(self) -> str:
+        node = f"{self.node} " if self.node else ""
         if self.anon is not None:  # never an invented PP/TP
-            return "rank ?" if self.anon == 0 else f"rank ?{self.anon + 1}"
-        parts = [f"DP{self.dp}"] if self.dp is not None else []
+            return node + ("rank ?" if self.anon == 0 else f"rank ?{self.anon + 1}")
+        parts = [self.node] if self.node else []
+        parts += [f"DP{self.dp}"] if self.dp is not None else []
         if self.attn_dp is not None:
             parts.append(f"ATTN_DP{self.attn_dp}")
         parts.append(f"PP{self.pp}")

@@ -36,7 +36,7 @@ MAX_FUNCTION_LINES = 50
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),  # parse, call one function, render
     ("hunt", "shrink"),  # loops over whole trials: above the engines they build
-    ("engines",),  # the registry the CLI reads, above both engines
+    ("engines", "cluster"),  # the engine registry; the executors that reach other nodes
     ("sglang", "builtin", "export"),  # the engines as peers; export reads a run into a repro
     ("harness",),  # the one engine-blind trial loop, the Engine base, bisect
     ("diagnosis", "sources"),  # a run directory read back; the divergence-source inventory

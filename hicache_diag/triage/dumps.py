@@ -100,6 +100,8 @@ def dump_from_json(data: Any, source: str) -> RankDump | None:
     if isinstance(data, dict) and isinstance(data.get("threads"), list):
         title = data.get("title")
         rank = rank_from_title(title) or parse_rank_tokens(str(data.get("rank") or ""))
+        if rank is not None and data.get("node"):  # a multi-node bundle (hicache_diag/cluster)
+            rank = replace(rank, node=str(data["node"]))
         return RankDump(rank, data.get("pid"), title, threads_from_json(data["threads"]), source)
     if isinstance(data, list) and data and all(isinstance(t, dict) and "frames" in t for t in data):
         pid = data[0].get("pid") if data else None

@@ -1,0 +1,57 @@
+"""The ssh executor: the OpenSSH client with the user's own config, keys and jump hosts
+(`-F FILE` when given); BatchMode, so a refused key fails at once instead of prompting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hicache_diag.cluster.base import Executor, Node, remote_command
+from hicache_diag.errors import UsageError
+
+# OpenSSH's own wording -> what the user should read; its first matching line wins.
+_SSH_ERRORS = (
+    ("could not resolve hostname", "unknown host"),
+    ("permission denied", "key refused"),
+    ("connection refused", "connection refused (no sshd listening)"),
+    ("connection timed out", "connection timed out"),
+    ("no route to host", "no route to host"),
+    ("host key verification failed", "host key verification failed"),
+)
+
+
+@dataclass(slots=True)
+class SshExecutor(Executor):
+    config: str | None = None  # ssh -F FILE
+    connect_timeout: float = 5.0
+
+    def __post_init__(self) -> None:
+        self.name = "ssh"
+        if not self.nodes:
+            raise UsageError("--via ssh needs --hosts HOST[,HOST...]")
+
+    def argv(self, node: Node, remote: list[str]) -> list[str]:
+        opts = ["-F", self.config] if self.config else []
+        opts += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(self.connect_timeout))}"]
+        opts += ["-o", "ServerAliveInterval=2", "-o", "ServerAliveCountMax=2", "-T"]
+        return ["ssh", *opts, node.address, remote_command(remote)]
+
+    def explain(self, node: Node, returncode: int | None, stderr: str) -> str:
+        text = stderr.lower()
+        for needle, what in _SSH_ERRORS:
+            if needle in text:
+                return f"ssh {node.address}: {what}"
+        if returncode == 127 or "python3: command not found" in text:
+            return f"ssh {node.address}: no python3 on the node"
+        if returncode == 255:
+            return f"ssh {node.address}: the connection or the collector ended without a result"
+        return f"ssh {node.address}: collector ended without a result (exit status {returncode})"
+
+
+def parse_hosts(text: str) -> list[Node]:
+    """`a,b,c` -> one node per host, labelled by the host as given."""
+    hosts = [h.strip() for h in text.split(",")]
+    if not hosts or any(not h or h.startswith("-") or " " in h for h in hosts):
+        raise UsageError(f"--hosts {text!r}: give HOST[,HOST...] (names from your ssh config)")
+    if len(set(hosts)) != len(hosts):
+        raise UsageError(f"--hosts {text!r}: a host is named twice")
+    return [Node(h, h) for h in hosts]
