@@ -97,14 +97,18 @@ def report(rows: list[Scored], wall_s: float, verbose: bool) -> None:
     if verbose:
         for r in rows:
             p = r.plan
-            print(f"{p.name} pp{p.pp} tp{p.tp} d{p.async_depth} {p.protocol_label:<28} "
-                  f"{p.fault:<60} control={r.control}@{r.control_step} "
-                  f"fired={r.facts.fired_ranks}@{r.facts.first_fired_step} "
-                  f"-> {r.verdict} [{r.ambiguous or 'decidable'}]"
-                  f"{'' if r.same_as_unblinded else ' BLINDING CHANGED THE VERDICT'}")  # fmt: skip
+            print(
+                f"{p.name} pp{p.pp} tp{p.tp} d{p.async_depth} {p.protocol_label:<28} "
+                f"{p.fault:<60} control={r.control}@{r.control_step} "
+                f"fired={r.facts.fired_ranks}@{r.facts.first_fired_step} "
+                f"-> {r.verdict} [{r.ambiguous or 'decidable'}]"
+                f"{'' if r.same_as_unblinded else ' BLINDING CHANGED THE VERDICT'}"
+            )
     s = summarize(rows)
-    print(f"\n{s.trials} trials in {wall_s:.0f} s; decidable {s.decidable}; "
-          f"blinded verdict differs from the run's own: {s.blinding_changed}")  # fmt: skip
+    print(
+        f"\n{s.trials} trials in {wall_s:.0f} s; decidable {s.decidable}; "
+        f"blinded verdict differs from the run's own: {s.blinding_changed}"
+    )
     for reason, n in s.ambiguous.most_common():
         print(f"  ambiguous: {reason}: {n}")
     print(f"\n{'kind':<16}{'trials':>8}{'decidable':>11}{'culprit':>9}{'source':>8}")

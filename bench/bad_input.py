@@ -31,8 +31,12 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     classes = ["listed", *GENERATED, "probe"]
-    parser.add_argument("--only", choices=classes, action="append",
-                        help="run only these classes (repeatable); default: all")  # fmt: skip
+    parser.add_argument(
+        "--only",
+        choices=classes,
+        action="append",
+        help="run only these classes (repeatable); default: all",
+    )
     args = parser.parse_args()
     table = {"listed": BAD_INPUTS, **GENERATED, "probe": PROBE_CASES}
     chosen = [c for name in (args.only or classes) for c in table[name]]
@@ -42,8 +46,9 @@ def main() -> None:
         rows = []
         for argv, want, _ in chosen:
             t0 = time.perf_counter()
-            proc = subprocess.run([*CLI, *expand(argv, root)], capture_output=True, text=True,
-                                  cwd=tmp, timeout=60)  # fmt: skip
+            proc = subprocess.run(
+                [*CLI, *expand(argv, root)], capture_output=True, text=True, cwd=tmp, timeout=60
+            )
             elapsed = time.perf_counter() - t0
             lines = len(proc.stderr.strip().splitlines())
             rows.append((elapsed, proc.returncode, want, lines, " ".join(argv)))
@@ -53,9 +58,11 @@ def main() -> None:
             print(f"{elapsed:5.2f} s  exit {rc:3d} (want {want})  {lines} line(s)  {args}{flag}")
         slowest = max(rows)
         over = sum(r[0] > BOUND_S for r in rows)
-        print(f"{len(rows)} cases; slowest {slowest[0]:.2f} s ({slowest[4]}); "
-              f"{over} over {BOUND_S:.0f} s; all exit as expected with one line: "
-              f"{all(r[1] == r[2] and r[3] == 1 for r in rows)}")  # fmt: skip
+        print(
+            f"{len(rows)} cases; slowest {slowest[0]:.2f} s ({slowest[4]}); "
+            f"{over} over {BOUND_S:.0f} s; all exit as expected with one line: "
+            f"{all(r[1] == r[2] and r[3] == 1 for r in rows)}"
+        )
 
 
 if __name__ == "__main__":

@@ -74,8 +74,12 @@ def trials_per_minute(trials: int, jobs: int, run_args: tuple[str, ...], method:
         ups = [u for d in cell["run_dirs"] if (u := _rank_startup(Path(d))) is not None]
         durs = [r.duration_s for r in table.cells[0].results if r.duration_s]
     med = statistics.median
-    return (60.0 * cell["trials"] / wall, len(cell["errors"]), med(ups) if ups else float("nan"),
-            med(durs) if durs else float("nan"))  # fmt: skip
+    return (
+        60.0 * cell["trials"] / wall,
+        len(cell["errors"]),
+        med(ups) if ups else float("nan"),
+        med(durs) if durs else float("nan"),
+    )
 
 
 def warm_trials_per_minute(trials: int, run_args: tuple[str, ...]):
@@ -98,8 +102,12 @@ def warm_trials_per_minute(trials: int, run_args: tuple[str, ...]):
                 durs.append(json.loads((out / "verdict.json").read_text())["duration_s"])
         wall = time.perf_counter() - t0
     med = statistics.median
-    return (60.0 * trials / wall, errors, med(ups) if ups else float("nan"),
-            med(durs) if durs else float("nan"))  # fmt: skip
+    return (
+        60.0 * trials / wall,
+        errors,
+        med(ups) if ups else float("nan"),
+        med(durs) if durs else float("nan"),
+    )
 
 
 def main() -> None:
@@ -112,22 +120,50 @@ def main() -> None:
     ns = ap.parse_args()
     run_args = tuple(ns.run_args) or TINY
     table = Table(title=f"bisect throughput (2-rank trials, run {' '.join(run_args)})")
-    cols = ("start", "jobs", "trials", "trials/min", "errors", "CLI import s", "rank start-up s",
-            "trial s", "start-up share", "outside s")  # fmt: skip
+    cols = (
+        "start",
+        "jobs",
+        "trials",
+        "trials/min",
+        "errors",
+        "CLI import s",
+        "rank start-up s",
+        "trial s",
+        "start-up share",
+        "outside s",
+    )
     for col in cols:
         table.add_column(col, justify="right")
     start = startup_cost()
     for method in ns.methods.split(","):
         for jobs in (int(j) for j in ns.jobs.split(",")):
             rate, errors, up, dur = trials_per_minute(ns.trials, jobs, run_args, method)
-            table.add_row(method, str(jobs), str(ns.trials), f"{rate:.1f}", str(errors),
-                          f"{start:.2f}", f"{up:.2f}", f"{dur:.2f}", f"{up / dur:.0%}",
-                          f"{60 / rate * jobs - dur:.2f}")  # fmt: skip
+            table.add_row(
+                method,
+                str(jobs),
+                str(ns.trials),
+                f"{rate:.1f}",
+                str(errors),
+                f"{start:.2f}",
+                f"{up:.2f}",
+                f"{dur:.2f}",
+                f"{up / dur:.0%}",
+                f"{60 / rate * jobs - dur:.2f}",
+            )
     if ns.warm:
         rate, errors, up, dur = warm_trials_per_minute(ns.trials, run_args)
-        table.add_row("fork+warm", "1", str(ns.trials), f"{rate:.1f}", str(errors), "0",
-                      f"{up:.2f}", f"{dur:.2f}", f"{up / dur:.0%}",
-                      f"{60 / rate - dur:.2f}")  # fmt: skip
+        table.add_row(
+            "fork+warm",
+            "1",
+            str(ns.trials),
+            f"{rate:.1f}",
+            str(errors),
+            "0",
+            f"{up:.2f}",
+            f"{dur:.2f}",
+            f"{up / dur:.0%}",
+            f"{60 / rate - dur:.2f}",
+        )
     Console(width=140).print(table)
 
 

@@ -67,8 +67,10 @@ def main() -> None:
     ns = ap.parse_args()
     args = tuple(ns.run_args) or DEFAULT_ARGS
     print(f"run {' '.join(args)}; median of {ns.repeat} alternating pairs")
-    print(f"{'topology':<9}{'on steps/s':>12}{'off steps/s':>13}{'cost':>8}{'record ms':>11}"
-          f"{'share':>8}  outcomes (on / off)")  # fmt: skip
+    print(
+        f"{'topology':<9}{'on steps/s':>12}{'off steps/s':>13}{'cost':>8}{'record ms':>11}"
+        f"{'share':>8}  outcomes (on / off)"
+    )
     with tempfile.TemporaryDirectory(prefix="hicache-probe-") as tmp:
         for topo in ns.topologies.split(","):
             pp, tp = (int(x) for x in topo.split("x"))
@@ -86,8 +88,10 @@ def main() -> None:
             seen = " / ".join(",".join(sorted(outcomes[k])) for k in (True, False))
             rec_ms = statistics.median(x[0] for x in shares) * 1e3
             share = statistics.median(x[1] for x in shares)
-            print(f"PP{pp} TP{tp:<4}{m_on:>12.1f}{m_off:>13.1f}{cost:>8.1%}{rec_ms:>11.3f}"
-                  f"{share:>8.1%}  {seen}")  # fmt: skip
+            print(
+                f"PP{pp} TP{tp:<4}{m_on:>12.1f}{m_off:>13.1f}{cost:>8.1%}{rec_ms:>11.3f}"
+                f"{share:>8.1%}  {seen}"
+            )
     print("(cost = 1 - on/off steps/s, between runs; share = in-run record time / step interval)")
 
 

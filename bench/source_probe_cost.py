@@ -55,8 +55,10 @@ class _Tree:  # UnifiedRadixCache.drain_storage_control_queues' reads
 
     def drain_storage_control_queues(self):
         cc = self.cache_controller
-        return [q.qsize() for q in (cc.prefetch_hit_queue, cc.ack_backup_queue,
-                                    cc.host_mem_release_queue)]  # fmt: skip
+        return [
+            q.qsize()
+            for q in (cc.prefetch_hit_queue, cc.ack_backup_queue, cc.host_mem_release_queue)
+        ]
 
 
 def _cpu_ns(fn, calls: int) -> float:
@@ -78,8 +80,10 @@ def main() -> None:
     drain = source_probes._wrap_drain(_Tree.drain_storage_control_queues)
     cases = {
         "maybe_reap": (lambda: _Controller.maybe_reap(ctl, 0.5), lambda: reap(ctl, 0.5)),
-        "drain_storage_control_queues": (lambda: _Tree.drain_storage_control_queues(tree),
-                                         lambda: drain(tree)),  # fmt: skip
+        "drain_storage_control_queues": (
+            lambda: _Tree.drain_storage_control_queues(tree),
+            lambda: drain(tree),
+        ),
     }
     with tempfile.TemporaryDirectory() as tmp:
         rec = StepRecorder(str(Path(tmp) / "rank0.jsonl"), 0, 0, 0, _Hooks())

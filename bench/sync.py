@@ -97,9 +97,23 @@ def bare_costs(world: int, iters: int = 300) -> dict[str, float]:
 
 
 def one_run(pp: int, tp: int, args: tuple[str, ...], requests: int, out: Path) -> dict:
-    argv = [*CLI, "--pp", str(pp), "--tp", str(tp), "--protocol", "full", *args,
-            "--requests", str(requests), "--max-total-tokens", "4096",
-            "--json", "--out", str(out)]  # fmt: skip
+    argv = [
+        *CLI,
+        "--pp",
+        str(pp),
+        "--tp",
+        str(tp),
+        "--protocol",
+        "full",
+        *args,
+        "--requests",
+        str(requests),
+        "--max-total-tokens",
+        "4096",
+        "--json",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     verdict = json.loads(proc.stdout) if proc.stdout.strip() else {}
     return {"outcome": verdict.get("outcome", f"exit {proc.returncode}"), **measure(out, pp, tp)}
@@ -107,16 +121,19 @@ def one_run(pp: int, tp: int, args: tuple[str, ...], requests: int, out: Path) -
 
 def measure(out: Path, pp: int, tp: int) -> dict:
     """Steps/s and tok/s of PP0 TP0, and the mean per-step sync seconds of PP0 and of PP>0."""
-    rows = {r: [json.loads(x) for x in (out / f"rank{r}.jsonl").read_text().splitlines()]
-            for r in range(pp * tp)}  # fmt: skip
+    rows = {
+        r: [json.loads(x) for x in (out / f"rank{r}.jsonl").read_text().splitlines()]
+        for r in range(pp * tp)
+    }
     rows = {r: [x for x in v if not x.get("crashed")] for r, v in rows.items()}
     lead = rows[0]
     span = lead[-1]["t"] - lead[0]["t"]
     tokens = 0
     if (out / "outputs.json").exists():
         outputs = json.loads((out / "outputs.json").read_text())
-        tokens = sum(len(v.get("tokens", v) if isinstance(v, dict) else v)
-                     for v in outputs.values())  # fmt: skip
+        tokens = sum(
+            len(v.get("tokens", v) if isinstance(v, dict) else v) for v in outputs.values()
+        )
 
     def per_step(ranks: list[int], names: tuple[str, ...]) -> float:
         sums = [sum(x.get("sync_s", {}).get(n, 0.0) for n in names) for r in ranks for x in rows[r]]
@@ -159,32 +176,43 @@ def main() -> None:
             report_topology(pp, tp, variants, ns, Path(tmp))
 
 
-def report_topology(pp: int, tp: int, variants: list[str], ns: argparse.Namespace,
-                    tmp: Path) -> None:  # fmt: skip
+def report_topology(
+    pp: int, tp: int, variants: list[str], ns: argparse.Namespace, tmp: Path
+) -> None:
     bare = bare_costs(pp * tp)
     ar_ms = bare["all_reduce"] * 1e3
-    print(f"\nPP{pp} TP{tp}: bare gloo all-reduce {ar_ms * 1e3:.0f} us, one-way send "
-          f"{bare['p2p'] * 1e6:.0f} us (loopback, median of 300)")  # fmt: skip
-    head = (f"{'variant':<12}{'outcome':>10}{'steps/s':>9}{'tok/s':>8}{'sync PP0':>10}{'x AR':>6}"
-            f"{'sync PP>0':>10}{'x AR':>6}{'pp_sync>0':>10}{'L3 thr':>8}")  # fmt: skip
+    print(
+        f"\nPP{pp} TP{tp}: bare gloo all-reduce {ar_ms * 1e3:.0f} us, one-way send "
+        f"{bare['p2p'] * 1e6:.0f} us (loopback, median of 300)"
+    )
+    head = (
+        f"{'variant':<12}{'outcome':>10}{'steps/s':>9}{'tok/s':>8}{'sync PP0':>10}{'x AR':>6}"
+        f"{'sync PP>0':>10}{'x AR':>6}{'pp_sync>0':>10}{'L3 thr':>8}"
+    )
     print(head + "   (sync: ms per step, x AR: multiples of one bare all-reduce)")
     results = {}
     for name in variants:
         if name == "conditional" and tp == 1:
             continue  # the switch only exists between TP ranks
-        runs = [one_run(pp, tp, VARIANTS[name], ns.requests, tmp / f"{pp}x{tp}-{name}-{i}")
-                for i in range(ns.repeat)]  # fmt: skip
+        runs = [
+            one_run(pp, tp, VARIANTS[name], ns.requests, tmp / f"{pp}x{tp}-{name}-{i}")
+            for i in range(ns.repeat)
+        ]
         m = results[name] = _median_of(runs)
-        print(f"{name:<12}{m['outcome']:>10}{m['steps_s']:>9.1f}{m['tok_s']:>8.0f}"
-              f"{m['sync_pp0'] * 1e3:>10.3f}{m['sync_pp0'] * 1e3 / ar_ms:>6.1f}"
-              f"{m['sync_rest'] * 1e3:>10.3f}{m['sync_rest'] * 1e3 / ar_ms:>6.1f}"
-              f"{m['pp_sync_rest'] * 1e3:>10.3f}{m['threads'] * 1e3:>8.3f}")  # fmt: skip
+        print(
+            f"{name:<12}{m['outcome']:>10}{m['steps_s']:>9.1f}{m['tok_s']:>8.0f}"
+            f"{m['sync_pp0'] * 1e3:>10.3f}{m['sync_pp0'] * 1e3 / ar_ms:>6.1f}"
+            f"{m['sync_rest'] * 1e3:>10.3f}{m['sync_rest'] * 1e3 / ar_ms:>6.1f}"
+            f"{m['pp_sync_rest'] * 1e3:>10.3f}{m['threads'] * 1e3:>8.3f}"
+        )
     if "full" in results and "leader" in results:
         b, lead = results["full"], results["leader"]
-        print(f"leader-batched vs leader: steps/s x{b['steps_s'] / lead['steps_s']:.3f}, "
-              f"tok/s x{b['tok_s'] / max(lead['tok_s'], 1e-9):.3f}, pp_sync on PP>0 "
-              f"{lead['pp_sync_rest'] * 1e3:.3f} -> {b['pp_sync_rest'] * 1e3:.3f} ms/step "
-              "(#33473 measured x1.37 on GPU)")  # fmt: skip
+        print(
+            f"leader-batched vs leader: steps/s x{b['steps_s'] / lead['steps_s']:.3f}, "
+            f"tok/s x{b['tok_s'] / max(lead['tok_s'], 1e-9):.3f}, pp_sync on PP>0 "
+            f"{lead['pp_sync_rest'] * 1e3:.3f} -> {b['pp_sync_rest'] * 1e3:.3f} ms/step "
+            "(#33473 measured x1.37 on GPU)"
+        )
 
 
 if __name__ == "__main__":

@@ -88,8 +88,10 @@ def main() -> int:
         tally[0] += 1
         tally[1] += marks["kind"] and marks["form"] and marks["culprit"]
         flag = "ok  " if all(marks.values()) else "MISS"
-        print(f"{flag} {name:48} kind={got['kind']:7} form={got['form']!s:4} "
-              f"culprit={got['culprit']!s:14} exit={got['exit']}")  # fmt: skip
+        print(
+            f"{flag} {name:48} kind={got['kind']:7} form={got['form']!s:4} "
+            f"culprit={got['culprit']!s:14} exit={got['exit']}"
+        )
     n = len(expected)
     elapsed = time.perf_counter() - t0
     print(f"\n{n} cases in {elapsed:.2f} s")

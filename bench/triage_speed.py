@@ -88,23 +88,29 @@ def main() -> int:
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     # Wall time counts the machine's other load; CPU time is this process's own work.
-    print(f"{'log':>22} {'MB':>7} {'wall s':>8} {'CPU s':>7} {'lines/s CPU':>12} "
-          f"{'peak RSS MB':>12}  verdict")  # fmt: skip
+    print(
+        f"{'log':>22} {'MB':>7} {'wall s':>8} {'CPU s':>7} {'lines/s CPU':>12} "
+        f"{'peak RSS MB':>12}  verdict"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             path = Path(tmp) / f"server-{n}.log"
             write_log(path, n)
             r = measure(path)
             mb = path.stat().st_size / 2**20
-            print(f"{n:>16} lines {mb:7.1f} {r['s']:8.2f} {r['cpu']:7.2f} {n / r['cpu']:12.0f} "
-                  f"{r['rss_mb']:12.0f}  {r['kind']} {r['form']}")  # fmt: skip
+            print(
+                f"{n:>16} lines {mb:7.1f} {r['s']:8.2f} {r['cpu']:7.2f} {n / r['cpu']:12.0f} "
+                f"{r['rss_mb']:12.0f}  {r['kind']} {r['form']}"
+            )
             path.unlink()
         path = Path(tmp) / "one-line.log"
         write_single_line(path, args.line_mb)
         r = measure(path)
-        print(f"{'1 line':>22} {args.line_mb:7.1f} {r['s']:8.2f} {r['cpu']:7.2f} "
-              f"{1 / r['cpu']:12.2f} "
-              f"{r['rss_mb']:12.0f}  {r['kind']} {r['form']}")  # fmt: skip
+        print(
+            f"{'1 line':>22} {args.line_mb:7.1f} {r['s']:8.2f} {r['cpu']:7.2f} "
+            f"{1 / r['cpu']:12.2f} "
+            f"{r['rss_mb']:12.0f}  {r['kind']} {r['form']}"
+        )
     return 0
 
 

@@ -71,8 +71,10 @@ def main() -> None:
                 hang = f"{r['detect']:>6.2f}s {r['verdict']:>7.2f}s  {total:>6.2f}s"
             exits = ",".join(map(str, r["exits"]))
             print(f"{form:<9} {r['median']:>7.2f}s {r['max']:>7.2f}s  {exits:<8}  {hang}")
-    print(f"(cold start to exit, median of {args.trials} seeds; detect = hang detected - last "
-          "step; verdict = verdict.json - detection)")  # fmt: skip
+    print(
+        f"(cold start to exit, median of {args.trials} seeds; detect = hang detected - last "
+        "step; verdict = verdict.json - detection)"
+    )
 
 
 if __name__ == "__main__":

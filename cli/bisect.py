@@ -59,12 +59,16 @@ def _venv_python(version: str) -> str:
 
     root = os.environ.get(VENVS_ENV)
     if not root:
-        raise UsageError(f"--sglang-version {version}: set ${VENVS_ENV} to the directory that "
-                         "holds one venv per release (sglang-<version>/)")  # fmt: skip
+        raise UsageError(
+            f"--sglang-version {version}: set ${VENVS_ENV} to the directory that "
+            "holds one venv per release (sglang-<version>/)"
+        )
     python = venv_python_for(version)
     if python is None:
-        raise UsageError(f"--sglang-version {version}: no {root}/sglang-{version}/bin/python; "
-                         f"create it with: {release_command(version)}")  # fmt: skip
+        raise UsageError(
+            f"--sglang-version {version}: no {root}/sglang-{version}/bin/python; "
+            f"create it with: {release_command(version)}"
+        )
     return python
 
 
@@ -186,14 +190,20 @@ Timeout = Annotated[
 Json = Annotated[bool, typer.Option("--json", help="Print the table as JSON.")]
 Pythons = Annotated[
     str | None,
-    typer.Option("--sglang-python", metavar="PY1,PY2",
-                 help="SGLang releases to compare, as interpreters (one: every cell)."),
-]  # fmt: skip
+    typer.Option(
+        "--sglang-python",
+        metavar="PY1,PY2",
+        help="SGLang releases to compare, as interpreters (one: every cell).",
+    ),
+]
 Versions = Annotated[
     str | None,
-    typer.Option("--sglang-version", metavar="V1,V2",
-                 help="Releases by version, from $HICACHE_DIAG_SGLANG_VENVS/sglang-<V>."),
-]  # fmt: skip
+    typer.Option(
+        "--sglang-version",
+        metavar="V1,V2",
+        help="Releases by version, from $HICACHE_DIAG_SGLANG_VENVS/sglang-<V>.",
+    ),
+]
 
 
 def _save_table(table, out: Path) -> None:
@@ -324,8 +334,9 @@ def _matrix(req: BisectRequest, base: RunOptions) -> tuple[tuple[Axis, ...], Run
     """The axes (the release axis last), the options every cell starts from, the releases."""
     axes = _axes(req.storage_backend, req.hicache_size, list(req.switches))
     given = req.sglang_python is not None or req.sglang_version is not None
-    pythons, versions = _releases(req.sglang_python, req.sglang_version,
-                                  base.engine if given else "")  # fmt: skip
+    pythons, versions = _releases(
+        req.sglang_python, req.sglang_version, base.engine if given else ""
+    )
     if len(pythons) == 1:  # one release: every cell runs it, as `run --sglang-python` does
         base = base.with_value("sglang_python", pythons[0], "--sglang-python")
     elif pythons:

@@ -23,20 +23,25 @@ export has no test for, an unwritable or taken --out), 1 internal error."""
 
 def register(app: typer.Typer) -> None:
     @app.command(
-        "export", epilog=EXAMPLES,
+        "export",
+        epilog=EXAMPLES,
         short_help="Write a repro for SGLang maintainers: unit test, launch script, report.",
-    )  # fmt: skip
+    )
     def export(
         run_dir: Annotated[
             str,
-            typer.Argument(metavar="RUN_DIR", help="A run directory of --engine sglang.",
-                           show_default=False),  # fmt: skip
+            typer.Argument(
+                metavar="RUN_DIR", help="A run directory of --engine sglang.", show_default=False
+            ),
         ],
         out: Annotated[
             str | None,
-            typer.Option("--out", metavar="DIR",
-                         help=with_default("Where to write.", "export-<RUN_DIR name> here")),
-        ] = None,  # fmt: skip
+            typer.Option(
+                "--out",
+                metavar="DIR",
+                help=with_default("Where to write.", "export-<RUN_DIR name> here"),
+            ),
+        ] = None,
         force: Annotated[
             bool,
             typer.Option("--force", help="Replace files --out already holds (never evidence)."),
@@ -58,8 +63,10 @@ def register(app: typer.Typer) -> None:
         done = export_run(Path(run_dir), target, force)
         err_console.print(f"export: {done.recipe.title} (SGLang {done.version})")
         if done.lines_from is None:
-            err_console.print(f"note: no SGLang {done.version} source found here; REPORT.md "
-                              "gives the traceback's lines only")  # fmt: skip
+            err_console.print(
+                f"note: no SGLang {done.version} source found here; REPORT.md "
+                "gives the traceback's lines only"
+            )
         for path in done.files:
             typer.echo(str(path))
         typer.echo(f"run the test: python -m pytest -q {done.test}")

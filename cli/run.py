@@ -92,8 +92,13 @@ def _catalogue() -> str:
         "Faults (--fault NAME[:key=value,...]; keys in docs/faults.md;",
         "what each models: --list-faults):",
     ]
-    lines += textwrap.wrap(", ".join(sorted(FAULTS)), 76, initial_indent="  ",
-                           subsequent_indent="  ", break_on_hyphens=False)  # fmt: skip
+    lines += textwrap.wrap(
+        ", ".join(sorted(FAULTS)),
+        76,
+        initial_indent="  ",
+        subsequent_indent="  ",
+        break_on_hyphens=False,
+    )
     lines.append("Switches (--fix NAME=MODE; legacy mode first, then the fix):")
     for sw in protocol_switches().values():
         lines.append(f"  {sw.name}={'|'.join(sw.modes)}  {sw.upstream}")
@@ -109,18 +114,26 @@ def _list_faults(value: bool) -> None:
         raise typer.Exit(0)
 
 
-ListFaultsOpt = Annotated[bool, typer.Option(
-    "--list-faults", is_eager=True, callback=_list_faults,
-    help="Print every fault: the physical event it models, when production meets it, the "
-         "SGLang function it acts in per release, what it cannot model; then exit.",
-)]  # fmt: skip
+ListFaultsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--list-faults",
+        is_eager=True,
+        callback=_list_faults,
+        help="Print every fault: the physical event it models, when production meets it, the "
+        "SGLang function it acts in per release, what it cannot model; then exit.",
+    ),
+]
 
 
-ConsensusCheckerOpt = Annotated[bool, typer.Option(
-    "--sglang-consensus-checker",
-    help="sglang engine: turn on SGLang's rank consensus checker "
-         "(SGLANG_ENABLE_RANK_CONSENSUS_CHECKER); what it reports is verdict evidence.",
-)]  # fmt: skip
+ConsensusCheckerOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sglang-consensus-checker",
+        help="sglang engine: turn on SGLang's rank consensus checker "
+        "(SGLANG_ENABLE_RANK_CONSENSUS_CHECKER); what it reports is verdict evidence.",
+    ),
+]
 
 
 def run(

@@ -30,18 +30,26 @@ PROTOCOL = "l2"
 MIN_REQUESTS = 6
 
 
-def build_config(pp: int, async_depth: int, requests: int, seed: int,
-                 out: Path | None) -> EngineConfig:  # fmt: skip
+def build_config(
+    pp: int, async_depth: int, requests: int, seed: int, out: Path | None
+) -> EngineConfig:
     """The measuring run: a `run` request of the builtin engine, built (and checked) by it."""
     if requests < MIN_REQUESTS:
         raise UsageError(
             f"--requests must be >= {MIN_REQUESTS} to produce host hits (got {requests}): the "
             "workload's first 4 requests have 4 different prefixes"
         )
-    flags = {"pp": pp, "async_depth": async_depth,
-             "max_total_tokens": DEVICE_TOKENS, "protocol": PROTOCOL, "workload": "shared-prefix",
-             "requests": requests, "max_new_tokens": 1, "seed": seed,
-             "out": None if out is None else str(out)}  # fmt: skip
+    flags = {
+        "pp": pp,
+        "async_depth": async_depth,
+        "max_total_tokens": DEVICE_TOKENS,
+        "protocol": PROTOCOL,
+        "workload": "shared-prefix",
+        "requests": requests,
+        "max_new_tokens": 1,
+        "seed": seed,
+        "out": None if out is None else str(out),
+    }
     return build(parse_run_options(flags))
 
 

@@ -37,8 +37,13 @@ def catalog_text(width: int = WIDTH) -> str:
     for name, cls in FAULTS.items():
         lines = [f"{name}  (keys: {', '.join(cls.key_names())})"]
         for label, text in entry(cls):
-            lines += textwrap.wrap(f"{label}: {text}", width, initial_indent="  ",
-                                   subsequent_indent="      ", break_on_hyphens=False)  # fmt: skip
+            lines += textwrap.wrap(
+                f"{label}: {text}",
+                width,
+                initial_indent="  ",
+                subsequent_indent="      ",
+                break_on_hyphens=False,
+            )
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
 

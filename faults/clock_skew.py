@@ -32,11 +32,14 @@ class ClockSkew(Fault):
         "unified tree stamps a logical counter instead"
     )
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("0.5.18+", "unified_cache/components/base.get_and_increase_time_counter (a logical "
-                    "counter stepping 1.0; refused on the Rust tree core, which never calls it)"),
+        (
+            "0.5.18+",
+            "unified_cache/components/base.get_and_increase_time_counter (a logical "
+            "counter stepping 1.0; refused on the Rust tree core, which never calls it)",
+        ),
         ("0.5.12-0.5.14", "not hooked: HiRadixCache stamps time.monotonic() inline"),
         ("builtin", "the LRU stamp of evict_policy under --fix lru-clock=monotonic"),
-    )  # fmt: skip
+    )
     CANNOT: ClassVar[str] = (
         "the clocks SGLang still reads per rank: session_controller.maybe_reap and the flush "
         "deadline of SchedulerFlushWrapper (the session-clock and flush-clock faults)"

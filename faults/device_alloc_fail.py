@@ -39,12 +39,18 @@ class DeviceAllocFail(Fault):
         "peers' (#33442: TP2, whole pages apart, the same TP rank short each time)"
     )
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("0.5.18+", "UnifiedRadixCache.load_back -> _load_back_transfers (available_size < "
-                    "kv_tokens -> evict_for_alloc -> decline) -> HiCacheController.load"),
-        ("0.5.12-0.5.14", "HiRadixCache.load_back -> HiCacheController.load "
-                          "(mem_pool_device_allocator.alloc -> None)"),
+        (
+            "0.5.18+",
+            "UnifiedRadixCache.load_back -> _load_back_transfers (available_size < "
+            "kv_tokens -> evict_for_alloc -> decline) -> HiCacheController.load",
+        ),
+        (
+            "0.5.12-0.5.14",
+            "HiRadixCache.load_back -> HiCacheController.load "
+            "(mem_pool_device_allocator.alloc -> None)",
+        ),
         ("builtin", "HiRadixCache.load_back -> HiCacheController.load (evict + retry)"),
-    )  # fmt: skip
+    )
     CANNOT: ClassVar[str] = (
         "which consumer took the memory, or one that keeps it past the load-back (the slots "
         "are given back when load_back returns)"

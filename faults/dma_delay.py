@@ -33,15 +33,21 @@ class DmaDelay(Fault):
         "sharing its link with a NIC"
     )
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("0.5.18+", "HiCacheController.start_writing/start_loading: the completion's finish "
-                    "event (the ack and set_hicache_transfer_done_event) and, for a load-back, "
-                    "the producer LayerLoadingEvent's per-layer events that "
-                    "LayerLoadingEvent.wait (the forward) waits on and "
-                    "LayerDoneCounter.update_producer asserts on"),
-        ("0.5.12-0.5.14", "HiCacheController.start_writing/start_loading: the ack's finish "
-                          "event and the producer LayerLoadingEvent's per-layer events"),
+        (
+            "0.5.18+",
+            "HiCacheController.start_writing/start_loading: the completion's finish "
+            "event (the ack and set_hicache_transfer_done_event) and, for a load-back, "
+            "the producer LayerLoadingEvent's per-layer events that "
+            "LayerLoadingEvent.wait (the forward) waits on and "
+            "LayerDoneCounter.update_producer asserts on",
+        ),
+        (
+            "0.5.12-0.5.14",
+            "HiCacheController.start_writing/start_loading: the ack's finish "
+            "event and the producer LayerLoadingEvent's per-layer events",
+        ),
         ("builtin", "DmaEngine._run: the op's last layer event (its finish event) completes late"),
-    )  # fmt: skip
+    )
     CANNOT: ClassVar[str] = (
         "a copy slow layer by layer (on SGLang every layer event shares one late ready time; "
         "the builtin delays the last layer); on CPU the forward's wait blocks the host thread, "

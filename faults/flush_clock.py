@@ -38,10 +38,12 @@ class FlushClock(Fault):
         "and tests it each iteration"
     )
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("0.5.13-0.5.23", "SchedulerFlushWrapper.handle "
-                          "(managers/scheduler_components/flush_wrapper.py)"),
+        (
+            "0.5.13-0.5.23",
+            "SchedulerFlushWrapper.handle (managers/scheduler_components/flush_wrapper.py)",
+        ),
         ("0.5.12.post1", "refused: no deferred flush"),
-    )  # fmt: skip
+    )
     CANNOT: ClassVar[str] = (
         "the idle test itself (is_fully_idle, per rank); offsets beyond a stall's length are "
         "not a natural event"

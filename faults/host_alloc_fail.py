@@ -23,8 +23,7 @@ class HostAllocFail(Fault):
     POINTS: ClassVar[tuple[str, ...]] = ("host_alloc",)
     SUMMARY: ClassVar[str] = "one rank's host pool alloc returns nothing"
     EVENT: ClassVar[str] = (
-        "none: the host pool's alloc refuses although it has free slots, and no host eviction "
-        "runs"
+        "none: the host pool's alloc refuses although it has free slots, and no host eviction runs"
     )
     WHEN: ClassVar[str] = (
         "never as such; kept to replay the committed runs made with it (use host-shortage)"

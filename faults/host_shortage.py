@@ -36,12 +36,17 @@ class HostShortage(Fault):
         "start, #29258)"
     )
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("0.5.18+", "UnifiedRadixCache._execute_kv_backup (available_size < need -> evict_host "
-                    "-> return None)"),
-        ("0.5.12-0.5.14", "HiRadixCache.write_backup (cache_controller.write -> None -> "
-                          "evict_host -> retry)"),
+        (
+            "0.5.18+",
+            "UnifiedRadixCache._execute_kv_backup (available_size < need -> evict_host "
+            "-> return None)",
+        ),
+        (
+            "0.5.12-0.5.14",
+            "HiRadixCache.write_backup (cache_controller.write -> None -> evict_host -> retry)",
+        ),
         ("builtin", "HiRadixCache.write_backup (write -> evict_host -> retry)"),
-    )  # fmt: skip
+    )
     CANNOT: ClassVar[str] = (
         "a sidecar's own transfers or its eviction policy; the held slots are plain KV slots, "
         "so a release that budgets sidecars apart (shared_allocation_domain) is not modelled"

@@ -30,21 +30,26 @@ class P2pDelay(Fault):
     )
     WHEN: ClassVar[str] = "a congested or degraded NIC/NVLink between two stages"
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("0.5.13+", "torch.distributed.isend/send inside point_to_point_pyobj (reqs), "
-                    "GroupCoordinator.send_tensor_dict (proxy, output) and HiCache's "
-                    "_pp_sync relay (sync)"),
+        (
+            "0.5.13+",
+            "torch.distributed.isend/send inside point_to_point_pyobj (reqs), "
+            "GroupCoordinator.send_tensor_dict (proxy, output) and HiCache's "
+            "_pp_sync relay (sync)",
+        ),
         ("0.5.12.post1", "the same, less `sync` (no _pp_sync: each stage counts its own acks)"),
         ("builtin", "parallel_state's PP sends and its pp_sync relay"),
-    )  # fmt: skip
+    )
     CANNOT: ClassVar[str] = (
         "bandwidth (a fixed latency per message, whatever its size), loss or reordering; "
         "the receiving side of a link (target the sending rank)"
     )
 
     ms: float = K.key(0.0, K.millis, "milliseconds each PP message spends on the link")
-    msg: str = K.key("all", K.choice("all", "sync", "reqs", "proxy", "output"),
-                     "which messages: all, or sync (HiCache's _pp_sync relay), reqs, proxy, "
-                     "output")  # fmt: skip
+    msg: str = K.key(
+        "all",
+        K.choice("all", "sync", "reqs", "proxy", "output"),
+        "which messages: all, or sync (HiCache's _pp_sync relay), reqs, proxy, output",
+    )
 
     def install(self, hooks: Hooks, schedule: Schedule) -> None:
         def on_p2p_send(value: float, ctx: dict[str, Any]) -> float:

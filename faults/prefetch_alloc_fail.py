@@ -19,12 +19,18 @@ class PrefetchAllocFail(HostShortage):
     NAME: ClassVar[str] = "prefetch-alloc-fail"
     SUMMARY: ClassVar[str] = "one stage's host pool is short for L3 prefetches (partial prefetch)"
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("0.5.22+", "UnifiedRadixCache._try_alloc_storage_hit -> "
-                    "HybridCacheController.allocate_storage_hit(allow_partial=True, evict_host)"),
-        ("0.5.12-0.5.21", "the prefetch's host alloc (prefetch_from_storage: "
-                          "mem_pool_host.alloc -> evict_host -> retry)"),
+        (
+            "0.5.22+",
+            "UnifiedRadixCache._try_alloc_storage_hit -> "
+            "HybridCacheController.allocate_storage_hit(allow_partial=True, evict_host)",
+        ),
+        (
+            "0.5.12-0.5.21",
+            "the prefetch's host alloc (prefetch_from_storage: "
+            "mem_pool_host.alloc -> evict_host -> retry)",
+        ),
         ("builtin", "the L3 prefetch's host alloc (l3_host_alloc.py)"),
-    )  # fmt: skip
+    )
     CANNOT: ClassVar[str] = (
         "a shortage that only the prefetch sees: the held slots are short for write-through "
         "backups on that stage too (as with a real sidecar)"

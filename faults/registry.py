@@ -22,9 +22,19 @@ FAULTS: MappingProxyType[str, type[Fault]] = MappingProxyType(
     {
         cls.NAME: cls
         for cls in (
-            DmaDelay, HostAllocFail, ClockSkew, L3PartialHit, P2pDelay, RankStall, HostShortage,
-            PrefetchAllocFail, DeviceAllocFail, SglangStorageInjector, SglangH2dDelay,
-            SessionClock, FlushClock,
-        )  # fmt: skip
+            DmaDelay,
+            HostAllocFail,
+            ClockSkew,
+            L3PartialHit,
+            P2pDelay,
+            RankStall,
+            HostShortage,
+            PrefetchAllocFail,
+            DeviceAllocFail,
+            SglangStorageInjector,
+            SglangH2dDelay,
+            SessionClock,
+            FlushClock,
+        )
     }
 )

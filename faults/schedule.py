@@ -83,9 +83,16 @@ class Schedule:
 
     def _copy(self, stream: str) -> Schedule:
         return Schedule(
-            self.p, self.after, self.until, self.every,
-            self.run_seed, self.spec_seed, self.index, self.rank, stream,
-        )  # fmt: skip
+            self.p,
+            self.after,
+            self.until,
+            self.every,
+            self.run_seed,
+            self.spec_seed,
+            self.index,
+            self.rank,
+            stream,
+        )
 
     def preview(self, steps: Iterable[int]) -> list[int]:
         """Pure: the steps that would fire for this opportunity sequence, on a fresh copy."""

@@ -41,9 +41,12 @@ class SessionClock(Fault):
         "when that rank's loop started; deferred closes and session timeouts act only at it"
     )
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("0.5.12.post1-0.5.23", "SessionController.maybe_reap (session/session_controller.py, "
-                                "called from Scheduler.process_input_requests)"),
-    )  # fmt: skip
+        (
+            "0.5.12.post1-0.5.23",
+            "SessionController.maybe_reap (session/session_controller.py, "
+            "called from Scheduler.process_input_requests)",
+        ),
+    )
     CANNOT: ClassVar[str] = (
         "a phase of a second or more (refused); a clock running at another rate; the "
         "last_active_time each rank stamps when the turn reaches it (stays natural)"

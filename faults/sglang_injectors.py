@@ -49,10 +49,13 @@ class SglangStorageInjector(Fault):
     )
     WHEN: ClassVar[str] = "remote storage timeouts, a flaky storage node, network partitions"
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("0.5.23+", "hicache_storage._maybe_wrap_hicache_storage_failure_injector (env "
-                    "SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE / _RANDOM_DELAY)"),
+        (
+            "0.5.23+",
+            "hicache_storage._maybe_wrap_hicache_storage_failure_injector (env "
+            "SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE / _RANDOM_DELAY)",
+        ),
         ("builtin", "refused: no such injector"),
-    )  # fmt: skip
+    )
     CANNOT: ClassVar[str] = (
         "a seeded schedule: SGLang draws from its own per-thread random, so runs differ; a "
         "step window (the backend is wrapped once, at start-up)"
@@ -81,10 +84,13 @@ class SglangH2dDelay(Fault):
     EVENT: ClassVar[str] = "a slow host-to-device load-back, layer by layer, on the copy stream"
     WHEN: ClassVar[str] = "PCIe contention during load-back"
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("0.5.23+", "L2TransferEngine.submit_host_to_device (env "
-                    "SGLANG_TEST_HICACHE_H2D_DELAY_CYCLES -> torch.cuda._sleep per layer)"),
+        (
+            "0.5.23+",
+            "L2TransferEngine.submit_host_to_device (env "
+            "SGLANG_TEST_HICACHE_H2D_DELAY_CYCLES -> torch.cuda._sleep per layer)",
+        ),
         ("builtin", "refused: no such injector (dma-delay models the event)"),
-    )  # fmt: skip
+    )
     CANNOT: ClassVar[str] = "anything on a CPU host: torch.cuda._sleep needs a GPU"
 
     cycles: int = K.key(0, K.tokens, "GPU sleep cycles before each layer's copy")

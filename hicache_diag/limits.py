@@ -87,15 +87,21 @@ def check_async_depth(depth: int, running: int = ASYNC_DEPTH_MAX) -> None:
     check_int("--async-depth", depth, 0, running, why)
 
 
-def check_pools(per_rank_token_bytes: list[int], device_tokens: int, host_tokens: list[int],
-                machine: Machine | None = None) -> None:  # fmt: skip
+def check_pools(
+    per_rank_token_bytes: list[int],
+    device_tokens: int,
+    host_tokens: list[int],
+    machine: Machine | None = None,
+) -> None:
     """Device + host KV pools of every rank (all on this host) against the memory budget.
     `per_rank_token_bytes[r]`: KV bytes per token on rank r; `host_tokens[r]` its host pool."""
     machine = machine or Machine.here()
     fixed = len(per_rank_token_bytes) * RANK_PROCESS_BYTES
     per_device_token = sum(b + POOL_OVERHEAD_BYTES_PER_TOKEN for b in per_rank_token_bytes)
-    host = sum(t * (b + POOL_OVERHEAD_BYTES_PER_TOKEN)
-               for t, b in zip(host_tokens, per_rank_token_bytes, strict=True))  # fmt: skip
+    host = sum(
+        t * (b + POOL_OVERHEAD_BYTES_PER_TOKEN)
+        for t, b in zip(host_tokens, per_rank_token_bytes, strict=True)
+    )
     need = fixed + device_tokens * per_device_token + host
     if need <= machine.memory_budget:
         return
@@ -111,8 +117,9 @@ def check_pools(per_rank_token_bytes: list[int], device_tokens: int, host_tokens
     )
 
 
-def check_requests(requests: int, tokens_per_request: int, copies: int,
-                   machine: Machine | None = None) -> None:  # fmt: skip
+def check_requests(
+    requests: int, tokens_per_request: int, copies: int, machine: Machine | None = None
+) -> None:
     """The workload is built up front in every rank and the CLI (prompts, reference, outputs)."""
     machine = machine or Machine.here()
     each = (REQUEST_BYTES + 8 * tokens_per_request) * copies
@@ -153,6 +160,10 @@ def check_jobs(jobs: int, world_size: int, machine: Machine | None = None) -> No
     """Parallel trials each hold world_size rank processes in memory."""
     machine = machine or Machine.here()
     largest = max(1, machine.memory_budget // (RANK_PROCESS_BYTES * max(1, world_size)))
-    check_int("--jobs", jobs, 1, largest,
-              f"{world_size} rank(s) per trial in {_gib(machine.memory_available)} "
-              "of available memory")  # fmt: skip
+    check_int(
+        "--jobs",
+        jobs,
+        1,
+        largest,
+        f"{world_size} rank(s) per trial in {_gib(machine.memory_available)} of available memory",
+    )

@@ -78,8 +78,7 @@ class Link:
         with self._lock:
             self._pending += 1
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="hicache-link",
-                                                daemon=True)  # fmt: skip
+                self._thread = threading.Thread(target=self._loop, name="hicache-link", daemon=True)
                 self._thread.start()
         self._queue.put((time.monotonic() + max(0.0, delay), send, work))
         return work

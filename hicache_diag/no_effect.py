@@ -28,6 +28,7 @@ class RunOptions(Protocol):
     def storage(self) -> bool: ...
     def how(self, name: str) -> str: ...
 
+
 NO_L3 = "does nothing without --hicache-storage-backend file"
 L3_FAULTS = ("l3-partial-hit", "prefetch-alloc-fail")  # act only at the L3 storage hook points
 PP_FAULTS = ("p2p-delay",)  # act only on the PP sends between stages

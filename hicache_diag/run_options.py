@@ -29,7 +29,6 @@ PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
 DEVICES = ("cpu", "cuda")
 
 
-
 def _scenario_kind(*types: type) -> dict[str, tuple[type, ...]]:
     return {"scenario": types}
 

@@ -64,9 +64,12 @@ class SidePool:
             return self.tokens
         capacity = int(getattr(pool, "size", 0) or 0)
         target = hooks.apply(
-            "host_hold", self.tokens, held=self.tokens, free=int(pool.available_size()),
+            "host_hold",
+            self.tokens,
+            held=self.tokens,
+            free=int(pool.available_size()),
             capacity=capacity,
-        )  # fmt: skip
+        )
         if target == self.tokens:
             return self.tokens
         return self.settle(pool, max(0, int(target)))

@@ -102,8 +102,11 @@ def _see_our_dependencies(py: Path) -> None:
     directory's .pth files, so the repo's editable install stays out of the picture."""
     purelib = subprocess.run(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        capture_output=True, text=True, check=True, timeout=60,
-    ).stdout.strip()  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
     (Path(purelib) / "_hicache_diag_test_deps.pth").write_text("\n".join(_dependency_dirs()))
 
 

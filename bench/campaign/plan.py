@@ -44,13 +44,33 @@ KIND_SWITCH = {
 }
 L3_KINDS = ("l3-hit", "l3-progress")
 # Timing-only faults have no culprit to score; they are drawn less often.
-KIND_WEIGHTS = {"dma-delay": 2, "host-alloc-fail": 3, "clock-skew": 3, "l3-hit": 1,
-                "l3-progress": 3, "p2p-delay": 1, "rank-stall": 1}  # fmt: skip
+KIND_WEIGHTS = {
+    "dma-delay": 2,
+    "host-alloc-fail": 3,
+    "clock-skew": 3,
+    "l3-hit": 1,
+    "l3-progress": 3,
+    "p2p-delay": 1,
+    "rank-stall": 1,
+}
 BASE_ARGS = ("--requests", "16", "--hang-timeout", "2")
 # The l3_divergence recipe: requests far apart, so earlier ones are in L3 when later ones come.
-L3_ARGS = ("--requests", "12", "--hang-timeout", "2", "--storage-backend", "file",
-           "--workload", "idle", "--max-total-tokens", "128", "--hicache-size", "192KiB",
-           "--hicache-storage-prefetch-policy", "wait_complete")  # fmt: skip
+L3_ARGS = (
+    "--requests",
+    "12",
+    "--hang-timeout",
+    "2",
+    "--storage-backend",
+    "file",
+    "--workload",
+    "idle",
+    "--max-total-tokens",
+    "128",
+    "--hicache-size",
+    "192KiB",
+    "--hicache-storage-prefetch-policy",
+    "wait_complete",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +108,16 @@ class TrialPlan:
         return all(modes[s] != SWITCHES[s].legacy for s in KINDS[self.kind][1])
 
     def argv(self, out: Path, *, control: bool = False) -> list[str]:
-        argv = ["--pp", str(self.pp), "--tp", str(self.tp), "--async-depth", str(self.async_depth),
-                "--protocol", self.preset]  # fmt: skip
+        argv = [
+            "--pp",
+            str(self.pp),
+            "--tp",
+            str(self.tp),
+            "--async-depth",
+            str(self.async_depth),
+            "--protocol",
+            self.preset,
+        ]
         for fix in self.fixes:
             argv += ["--fix", fix]
         argv += list(self.run_args)
@@ -149,16 +177,16 @@ def plan_trials(n: int, seed: int = 0, two_rank_share: float = 0.1) -> list[Tria
         pp = rng.choice((2, 2, 3, 4))
         tp = 1 if pp == 4 or rng.random() < 0.7 else 2  # at most 6 ranks on a small box
         world = pp * tp
-        targets = tuple(sorted(rng.sample(range(world), 2 if rng.random() < two_rank_share
-                                          else 1)))  # fmt: skip
+        targets = tuple(sorted(rng.sample(range(world), 2 if rng.random() < two_rank_share else 1)))
         preset, fixes = _protocol(rng, kind, l3)
         # A small device pool mostly: eviction pressure is where LRU order and host allocs matter.
         tokens = rng.choice(("256", "256", "256", "512"))
         run_args = L3_ARGS if l3 else (*BASE_ARGS, "--max-total-tokens", tokens)
         spec = _fault_spec(rng, kind, targets)
         depth, seed_ = rng.choice((0, 1)), rng.randint(0, 9999)
-        plans.append(TrialPlan(i, seed_, pp, tp, depth, preset, fixes, kind, spec, targets,
-                               run_args))  # fmt: skip
+        plans.append(
+            TrialPlan(i, seed_, pp, tp, depth, preset, fixes, kind, spec, targets, run_args)
+        )
     return plans
 
 
@@ -186,8 +214,9 @@ def blind_copy(run_dir: Path, dest: Path) -> Path:
             line.pop("faults_fired", None)
         path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     for path in dest.glob("rank*.log"):
-        kept = [x for x in path.read_text(errors="replace").splitlines(True)
-                if not _FAULT_LOG.search(x)]  # fmt: skip
+        kept = [
+            x for x in path.read_text(errors="replace").splitlines(True) if not _FAULT_LOG.search(x)
+        ]
         path.write_text("".join(kept))
     (dest / "verdict.json").unlink(missing_ok=True)
     return dest

@@ -119,8 +119,10 @@ class Summary:
     ff_source: int = 0
 
     def last_line(self) -> str:
-        return (f"accuracy: culprit {self.culprit}/{self.decidable}, source {self.source}/"
-                f"{self.decidable}, form {self.form}/{self.form_total}")  # fmt: skip
+        return (
+            f"accuracy: culprit {self.culprit}/{self.decidable}, source {self.source}/"
+            f"{self.decidable}, form {self.form}/{self.form_total}"
+        )
 
 
 def summarize(rows: list[Scored]) -> Summary:
@@ -148,13 +150,22 @@ def summarize(rows: list[Scored]) -> Summary:
 def confusion(rows: list[Scored], truth: str) -> tuple[list[str], list[str], dict]:
     """(row labels, column labels, {(row, col): count}) for `truth` in source|form|outcome."""
     pick = {
-        "source": (lambda r: r.ambiguous is None, lambda r: r.expected_source,
-                   lambda r: r.verdict.get("source") or "none"),
-        "form": (lambda r: r.form_truth is not None, lambda r: r.form_truth,
-                 lambda r: r.verdict.get("form") or "none"),
-        "outcome": (lambda r: r.outcome_scored, lambda r: "ok",
-                    lambda r: r.verdict.get("outcome") or "none"),
-    }[truth]  # fmt: skip
+        "source": (
+            lambda r: r.ambiguous is None,
+            lambda r: r.expected_source,
+            lambda r: r.verdict.get("source") or "none",
+        ),
+        "form": (
+            lambda r: r.form_truth is not None,
+            lambda r: r.form_truth,
+            lambda r: r.verdict.get("form") or "none",
+        ),
+        "outcome": (
+            lambda r: r.outcome_scored,
+            lambda r: "ok",
+            lambda r: r.verdict.get("outcome") or "none",
+        ),
+    }[truth]
     keep, want, got = pick
     cells = Counter((want(r), got(r)) for r in rows if keep(r))
     rows_ = sorted({k[0] for k in cells}, key=_order)
@@ -174,6 +185,13 @@ def by_kind(rows: list[Scored]) -> list[tuple[str, int, int, int, int]]:
         mine = [r for r in rows if r.plan.kind == kind]
         dec = [r for r in mine if r.ambiguous is None]
         if mine:
-            out.append((kind, len(mine), len(dec), sum(r.culprit_ok for r in dec),
-                        sum(r.source_ok for r in dec)))  # fmt: skip
+            out.append(
+                (
+                    kind,
+                    len(mine),
+                    len(dec),
+                    sum(r.culprit_ok for r in dec),
+                    sum(r.source_ok for r in dec),
+                )
+            )
     return out

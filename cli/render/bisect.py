@@ -13,10 +13,15 @@ def trial_progress(console: Console, total: int, quiet: bool = False):
     """A started Progress and a callback that advances it per finished trial; shown only on a
     terminal, and not with --json (`quiet`)."""
     progress = Progress(
-        TextColumn("bisect"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-        TimeElapsedColumn(), console=console, transient=True,
+        TextColumn("bisect"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
         disable=quiet or not console.is_terminal,
-    )  # fmt: skip
+    )
     task = progress.add_task("", total=total)
     failures = [0]
 

@@ -17,11 +17,16 @@ from hicache_diag.verdict import Verdict
 MAX_TIMELINE_ROWS = 40
 # Short headers so the per-rank timeline fits a terminal.
 SHORT = {
-    "extend_num_tokens": "extend", "write_queue": "write_q", "load_queue": "load_q",
-    "ack_write_queue": "ack_write_q", "ack_load_queue": "ack_load_q", "host_free": "host_free",
-    "acks_consumed_write": "consumed_w", "acks_consumed_load": "consumed_l",
+    "extend_num_tokens": "extend",
+    "write_queue": "write_q",
+    "load_queue": "load_q",
+    "ack_write_queue": "ack_write_q",
+    "ack_load_queue": "ack_load_q",
+    "host_free": "host_free",
+    "acks_consumed_write": "consumed_w",
+    "acks_consumed_load": "consumed_l",
     "inflight_sends": "inflight",
-}  # fmt: skip
+}
 
 
 def _headline(v: Verdict) -> str:

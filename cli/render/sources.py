@@ -192,22 +192,31 @@ def _per_rank(view) -> str:
     return "; ".join(parts)
 
 
+_RUN_COLUMNS = ("source", "kind", "decision", "ranks", "steps read", "differed", "decided")
+_RUN_COLUMNS += ("marked", "apart", "first differed", "decided there")
+
+
 def render_run_sources(result, console: Console | None = None) -> None:
     """`sources --run`: one row per probed source, then the first marked step of each."""
     console = _console(console)
     t = Table(title=f"Divergence sources in {result.run_dir} (dynamic)", title_justify="left")
-    for col in ("source", "kind", "decision", "ranks", "steps read", "differed", "decided",
-                "marked", "apart", "first differed", "decided there"):  # fmt: skip
+    for col in _RUN_COLUMNS:
         t.add_column(col, overflow="fold")
     for s in result.sources:
         first = s.first_differed
         t.add_row(
-            s.name, s.kind, s.decision, ",".join(map(str, s.ranks_read)) or "-",
-            str(s.steps_read), str(s.steps_differed), str(s.steps_decided),
-            str(s.steps_marked), str(s.steps_apart),
+            s.name,
+            s.kind,
+            s.decision,
+            ",".join(map(str, s.ranks_read)) or "-",
+            str(s.steps_read),
+            str(s.steps_differed),
+            str(s.steps_decided),
+            str(s.steps_marked),
+            str(s.steps_apart),
             f"step {first.step}" if first else "-",
             ("yes" if first.decided else "no") if first else "",
-        )  # fmt: skip
+        )
     console.print(t)
     console.print(
         "differed: steps where the ranks that read it read different values; decided: steps "
@@ -215,16 +224,20 @@ def render_run_sources(result, console: Console | None = None) -> None:
         "ranks at the step; marked: the decision acted and the values or its outcomes differed."
     )
     for s in result.sources:
-        for label, view in (("first differed", s.first_differed),
-                            ("first marked", s.first_marked),
-                            ("first apart", s.first_apart)):  # fmt: skip
+        for label, view in (
+            ("first differed", s.first_differed),
+            ("first marked", s.first_marked),
+            ("first apart", s.first_apart),
+        ):
             if view is not None:
                 console.print(f"{s.name}, {label} at step {view.step}: {_per_rank(view)}")
     if result.release is not None:
         console.print(_static_table(result))
     armed = sorted({a for names in result.armed.values() for a in names})
-    console.print(f"armed on this release: {', '.join(armed) or 'none'}; "
-                  f"last step per rank: {result.last_step}")  # fmt: skip
+    console.print(
+        f"armed on this release: {', '.join(armed) or 'none'}; "
+        f"last step per rank: {result.last_step}"
+    )
     for note in result.notes:
         console.print(f"note: {note}")
 

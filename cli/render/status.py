@@ -20,9 +20,13 @@ class PhaseStatus:
     def __init__(self, console: Console, quiet: bool = False, first: str = "") -> None:
         self.enabled = console.is_terminal and not quiet
         self._progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-            console=console, transient=True, disable=not self.enabled,
-        )  # fmt: skip
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=not self.enabled,
+        )
         self._task = self._progress.add_task(first, total=None)
 
     def phase(self, text: str) -> None:

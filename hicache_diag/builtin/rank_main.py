@@ -176,8 +176,11 @@ def _make_scheduler(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port,
     layers = list(sa.layers_of_stage(pp))
     logging.info("rank %d up: layers %s, faults %s", rank, layers, installed or "none")
     source = workload.arrivals if pp == 0 else None
-    budget = (lambda steps, left: _write_budget(run_dir, cfg.step_budget, steps, left)) if (
-        rank == 0) else None  # fmt: skip
+    budget = (
+        (lambda steps, left: _write_budget(run_dir, cfg.step_budget, steps, left))
+        if (rank == 0)
+        else None
+    )
     scheduler = Scheduler(
         cfg, comm, bundle, hooks, recorder, source, workload.last_arrival_step, budget
     )

@@ -114,16 +114,17 @@ def _apart(a: tuple[int, int], b: tuple[int, int]) -> bool:
 
 
 def _overlap_line(what: str, groups: str) -> str:
-    return (f"{what} {groups}: the 95% intervals overlap, no conclusion yet "
-            "(raise --trials)")  # fmt: skip
+    return f"{what} {groups}: the 95% intervals overlap, no conclusion yet (raise --trials)"
 
 
 def _storage_line(cells: list[Cell]) -> str | None:
     pooled = _pooled(cells, STORAGE_AXIS)
     f, t = pooled.get("none", (0, 0))
     if f:
-        return (f"failures with no storage backend ({_pct(f, t)}): L2-dimension divergence "
-                "(L1<->L2 acks, host pool), not L3")  # fmt: skip
+        return (
+            f"failures with no storage backend ({_pct(f, t)}): L2-dimension divergence "
+            "(L1<->L2 acks, host pool), not L3"
+        )
     others = {v: ft for v, ft in pooled.items() if v != "none" and ft[0]}
     if "none" in pooled and others:
         v, (f2, t2) = next(iter(others.items()))
@@ -210,8 +211,10 @@ def _switch_lines(cells: list[Cell], axes: list[str], describe) -> list[str]:
             bad = ", ".join(f"{v}: {_pct(*ft)}" for v, ft in dirty.items())
             ok = (0, sum(pooled[v][1] for v in clean))
             if all(_apart(ok, ft) for ft in dirty.values()):
-                lines.append(f"{axis}={'/'.join(clean)} removes all failures ({bad} otherwise)"
-                             + describe(axis))  # fmt: skip
+                lines.append(
+                    f"{axis}={'/'.join(clean)} removes all failures ({bad} otherwise)"
+                    + describe(axis)
+                )
             else:
                 lines.append(_overlap_line(axis, f"({'/'.join(clean)}: {_pct(*ok)} vs {bad})"))
     return lines
@@ -273,8 +276,15 @@ class BisectTable:
         failures = sum(c.failures for c in self.cells)
         if failures == 0:
             lines.append(f"no failures in {self.total_trials} trials")
-        lines += [x for x in (_storage_line(self.cells), _host_line(self.cells),
-                              _release_line(self.cells, self.releases)) if x]  # fmt: skip
+        lines += [
+            x
+            for x in (
+                _storage_line(self.cells),
+                _host_line(self.cells),
+                _release_line(self.cells, self.releases),
+            )
+            if x
+        ]
         lines += _switch_lines(self.cells, self.switches, self.describe)
         if failures and not lines:
             lines.append(

@@ -235,8 +235,9 @@ def hang_rank(run: RunData, hang: ev.HangRecord) -> HangCulprit:
     found = judge(list(views.values()), hang_hint=True)
     if found is not None and found.culprit is not None:
         rank = found.culprit.flat(tp_size)
-        return HangCulprit(rank, _held_at(run, rank, found.reason), found.by_process_fact,
-                           found.reason)  # fmt: skip
+        return HangCulprit(
+            rank, _held_at(run, rank, found.reason), found.by_process_fact, found.reason
+        )
     progress = {int(r): float(t) for r, t in (hang.last_progress or {}).items()}
     if progress:
         first = min(progress.values())
@@ -269,8 +270,10 @@ def _stack_tool_lines(run: RunData) -> list[str]:
     if not run.stacks:
         return [f"no stacks were saved ({error})"]
     if tool.tool == "faulthandler":
-        return [f"py-spy could not dump every rank ({error}); stacks/rank*.txt are the ranks' "
-                "own faulthandler dumps (SIGUSR1), main thread first"]  # fmt: skip
+        return [
+            f"py-spy could not dump every rank ({error}); stacks/rank*.txt are the ranks' "
+            "own faulthandler dumps (SIGUSR1), main thread first"
+        ]
     return []
 
 

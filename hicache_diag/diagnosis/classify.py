@@ -19,8 +19,14 @@ from hicache_diag.diagnosis.recorder_health import blind_recorder_reason, record
 from hicache_diag.diagnosis.storage import storage_fault_lines
 from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict
 
-_LAUNCH_STATE = {"hung": "blocked", "exited": "exited", "crashed": "crashed", "killed": "killed",
-                 "finished": "exited", "stopped": "blocked"}  # fmt: skip
+_LAUNCH_STATE = {
+    "hung": "blocked",
+    "exited": "exited",
+    "crashed": "crashed",
+    "killed": "killed",
+    "finished": "exited",
+    "stopped": "blocked",
+}
 
 
 def _safe(name: str, check: Callable[[RunData], Any], run: RunData, notes: list[str]) -> Any:
@@ -114,8 +120,11 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
         lines = [f"interrupted by the user (SIGINT/SIGTERM); every rank reaped; so far: {seen}"]
         stalled = _stalled_at_interrupt(run)
         signature = "interrupted" + (f"; {stalled}" if stalled else "")
-        return checks.Finding(Outcome.INTERRUPTED, signature=signature, evidence=lines
-                              + ([stalled] if stalled else []) + found.evidence)  # fmt: skip
+        return checks.Finding(
+            Outcome.INTERRUPTED,
+            signature=signature,
+            evidence=lines + ([stalled] if stalled else []) + found.evidence,
+        )
     if run.budget is not None:
         # Whatever followed (requests without output, a stage left waiting) is our limit's doing.
         b = run.budget

@@ -28,7 +28,9 @@ def consensus_lines(logs: dict[int, str]) -> list[str]:
             if len(events) > MAX_EVENTS_CHARS:
                 events = events[:MAX_EVENTS_CHARS] + "..."
             what = f"{found.group(1)} event(s), local hash {found.group(2)[:12]}" if found else ""
-            out.append(f"SGLang's rank consensus checker found rank divergence on rank {rank} "
-                       f"({what}; the scheduler exits 1): events {events}")  # fmt: skip
+            out.append(
+                f"SGLang's rank consensus checker found rank divergence on rank {rank} "
+                f"({what}; the scheduler exits 1): events {events}"
+            )
             break
     return out

@@ -24,8 +24,11 @@ def first_ledger_shift(frames: pd.DataFrame) -> tuple[int, dict[int, Any]] | Non
     if frames.empty or "write_acked_nodes" not in frames.columns:
         return None
     for step, rows in frames.groupby("step", sort=True):
-        acked = {int(r): v for r, v in zip(rows["rank"], rows["write_acked_nodes"], strict=True)
-                 if isinstance(v, list) and v}  # fmt: skip
+        acked = {
+            int(r): v
+            for r, v in zip(rows["rank"], rows["write_acked_nodes"], strict=True)
+            if isinstance(v, list) and v
+        }
         if len(acked) < 2 or len({len(v) for v in acked.values()}) > 1:
             continue  # one rank drained nothing, or other counts: not a shift of the same count
         if len({json.dumps(sorted(map(str, v))) for v in acked.values()}) > 1:

@@ -79,8 +79,9 @@ def _compare(rid: str, got: list, want: list, gaps: list[float], tol: float) -> 
     return None
 
 
-def compare_outputs(outputs: Any, reference: Any,
-                    engine: str | None = None) -> list[Mismatch] | None:  # fmt: skip
+def compare_outputs(
+    outputs: Any, reference: Any, engine: str | None = None
+) -> list[Mismatch] | None:
     """Mismatches per request; None when either side is absent (nothing to compare). `engine`
     (the manifest's) picks the tie tolerance when the reference records none."""
     got, want = _tokens(outputs), _tokens(reference)

@@ -38,8 +38,10 @@ class RankDeath:
     @property
     def how(self) -> str:
         if self.signal is None and self.exitcode is None:
-            return ("vanished without a traceback (its exit status was not visible: a signal, "
-                    "e.g. SIGKILL from a user or the OOM killer)")  # fmt: skip
+            return (
+                "vanished without a traceback (its exit status was not visible: a signal, "
+                "e.g. SIGKILL from a user or the OOM killer)"
+            )
         if self.signal is None:
             return f"exited with code {self.exitcode} without a traceback"
         name = signal_label(self.signal)

@@ -50,5 +50,7 @@ def blind_recorder_reason(frames: pd.DataFrame, ranks: list[int], outputs: Any) 
     error = first_recorder_error(frames)
     why = f" (recorder error: {error})" if error else ""
     names = ", ".join(f"rank {r}" for r in blind)
-    return (f"the recorder saw no prefill on {names} although the server answered {answered} "
-            f"request(s){why}: the evidence is blind")  # fmt: skip
+    return (
+        f"the recorder saw no prefill on {names} although the server answered {answered} "
+        f"request(s){why}: the evidence is blind"
+    )

@@ -53,8 +53,10 @@ def _notes(run: RunData) -> list[str]:
     notes = []
     version = run.evidence_version
     if version < EVIDENCE_VERSION:
-        notes.append(f"evidence_version {version} (older than {EVIDENCE_VERSION}): keys this "
-                     "version lacks are left out of tables and plots")  # fmt: skip
+        notes.append(
+            f"evidence_version {version} (older than {EVIDENCE_VERSION}): keys this "
+            "version lacks are left out of tables and plots"
+        )
     notes += [f"missing: {m}" for m in run.missing]
     if run.bad_lines:
         notes.append(f"{run.bad_lines} torn jsonl line(s) skipped")

@@ -6,9 +6,15 @@ import pandas as pd
 
 QUEUES = ("write_queue", "load_queue", "ack_write_queue", "ack_load_queue")
 TIMELINE_COLUMNS = (
-    "rank", "step", "extend_num_tokens", *QUEUES, "host_free", "acks_consumed_write",
-    "acks_consumed_load", "inflight_sends",
-)  # fmt: skip
+    "rank",
+    "step",
+    "extend_num_tokens",
+    *QUEUES,
+    "host_free",
+    "acks_consumed_write",
+    "acks_consumed_load",
+    "inflight_sends",
+)
 
 
 def _sub(frames: pd.DataFrame, column: str, key: str) -> pd.Series:

@@ -28,9 +28,17 @@ def _is_step(frame: Frame) -> bool:
 # Library frames as py-spy prints them (paths shortened to the package): never the answer to
 # "where does this rank wait" when a frame of the serving code sits above them.
 _LIBRARY_PREFIXES = ("torch/", "multiprocessing/", "concurrent/", "asyncio/", "importlib/")
-_LIBRARY_FILES = ("threading.py", "queue.py", "selectors.py", "subprocess.py", "socket.py",
-                  "distributed_c10d.py", "_contextlib.py", "module.py",
-                  "<string>")  # fmt: skip
+_LIBRARY_FILES = (
+    "threading.py",
+    "queue.py",
+    "selectors.py",
+    "subprocess.py",
+    "socket.py",
+    "distributed_c10d.py",
+    "_contextlib.py",
+    "module.py",
+    "<string>",
+)
 
 
 def _is_ours(frame: Frame) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.errors import RunDirError
-from hicache_diag.verdict import Outcome
+from hicache_diag.verdict import Outcome, Verdict
 
 _SITE = re.compile(r'File "[^"]*?/((?:sglang|torch)/[^"]*)')
 _WHERE = re.compile(r"^(?P<fn>[\w.<>]+) \((?P<file>[\w.]+):(?P<line>\d+)\)$")
@@ -59,8 +59,9 @@ def _traceback(log: str, signature: str | None) -> list[str]:
     """The failing rank's `Scheduler hit an exception` traceback, without frames of the tool's
     plugin (they are not SGLang's code, and a maintainer reads them first)."""
     lines = log.splitlines()
-    start = next((i for i, ln in enumerate(lines) if "Traceback (most recent call last)" in ln),
-                 None)  # fmt: skip
+    start = next(
+        (i for i, ln in enumerate(lines) if "Traceback (most recent call last)" in ln), None
+    )
     if start is None:
         return []
     out, skip = [lines[start].split("] ", 1)[-1]], False
@@ -109,17 +110,21 @@ def _model_config(manifest: ev.Manifest) -> dict[str, Any] | None:
         return None
 
 
-def load_case(run_dir: Path) -> Case:
-    data = load_run(run_dir)
-    manifest = data.manifest
-    if manifest.engine != "sglang":
-        raise RunDirError(f"{run_dir}: a run of the {manifest.engine or 'builtin'} "
-                          "engine; export writes tests for SGLang's own code (run with "
-                          "--engine sglang)")  # fmt: skip
+def _exportable(run_dir: Path, data) -> Verdict:
+    """The run's verdict, when export has a branch to test: an SGLang run whose failing rank
+    crashed, hung or parted from the others."""
+    if data.manifest.engine != "sglang":
+        raise RunDirError(
+            f"{run_dir}: a run of the {data.manifest.engine or 'builtin'} "
+            "engine; export writes tests for SGLang's own code (run with "
+            "--engine sglang)"
+        )
     verdict = data.verdict
     if verdict is None:
-        raise RunDirError(f"{run_dir}: no verdict.json (the run never finished); rerun it or "
-                          "`hicache-diag report --reclassify` it first")  # fmt: skip
+        raise RunDirError(
+            f"{run_dir}: no verdict.json (the run never finished); rerun it or "
+            "`hicache-diag report --reclassify` it first"
+        )
     # "diverged": the stages parted without stopping (the 0.5.19 waiting timeout)
     outcomes = (Outcome.CRASH, Outcome.HANG, Outcome.DIVERGED)
     if verdict.outcome not in outcomes or verdict.failed_rank is None:
@@ -127,6 +132,13 @@ def load_case(run_dir: Path) -> Case:
             f"{run_dir}: outcome {verdict.outcome.value!r}, not a crash, hang or divergence of "
             "one rank: export writes a test for the branch a failing rank took"
         )
+    return verdict
+
+
+def load_case(run_dir: Path) -> Case:
+    data = load_run(run_dir)
+    manifest = data.manifest
+    verdict = _exportable(run_dir, data)
     rank = int(verdict.failed_rank)
     entry = next((r for r in verdict.ranks if r.rank == rank), None)
     traceback = _traceback(data.logs.get(rank, ""), verdict.signature)

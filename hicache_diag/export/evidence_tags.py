@@ -16,8 +16,10 @@ SESSION = "session-clock"
 FLUSH = "flush-deadline"
 WAITING = "waiting-timeout"
 _WAITING_ABORT = "Request waiting timeout reached"
-_FLUSH_LINES = (("Cache flushed successfully", "flushed"),
-                ("Deferred flush_cache timed out", "timed out"))  # fmt: skip
+_FLUSH_LINES = (
+    ("Cache flushed successfully", "flushed"),
+    ("Deferred flush_cache timed out", "timed out"),
+)
 _LOG_TIME = re.compile(r"^\[(?P<t>[\d-]+ [\d:]+) ")
 
 
@@ -56,11 +58,17 @@ def _session(steps: dict[int, list[dict]]) -> Tag | None:
     fired = {r: _fired(rows, SESSION, "sessions_closed") for r, rows in steps.items()}
     if len(fired) < 2 or len({tuple(v) for v in fired.values()}) == 1:
         return None
-    parts = [f"rank {r} at step(s) {', '.join(map(str, v))}" if v else f"rank {r} none"
-             for r, v in fired.items()]  # fmt: skip
+    parts = [
+        f"rank {r} at step(s) {', '.join(map(str, v))}" if v else f"rank {r} none"
+        for r, v in fired.items()
+    ]
     first = min((s for v in fired.values() for s in v), default=None)
-    return Tag(SESSION, "the reap tick closed a session on one rank only (`sessions_closed` / "
-               f"`sources.session-clock`): {'; '.join(parts)}", first)  # fmt: skip
+    return Tag(
+        SESSION,
+        "the reap tick closed a session on one rank only (`sessions_closed` / "
+        f"`sources.session-clock`): {'; '.join(parts)}",
+        first,
+    )
 
 
 def _flush_outcomes(log: str) -> list[tuple[str, str]]:
@@ -77,8 +85,10 @@ def _flush(run_dir: Path, steps: dict[int, list[dict]]) -> Tag | None:
     fired = {r: _fired(rows, FLUSH, "") for r, rows in steps.items()}
     if len(fired) >= 2 and len({tuple(v) for v in fired.values()}) > 1:
         return Tag(FLUSH, f"`sources.flush-deadline` ended the flush at steps {fired}")
-    logs = {int(p.stem.removeprefix("rank")): _flush_outcomes(p.read_text(errors="replace"))
-            for p in sorted(run_dir.glob("rank*.log"))}  # fmt: skip
+    logs = {
+        int(p.stem.removeprefix("rank")): _flush_outcomes(p.read_text(errors="replace"))
+        for p in sorted(run_dir.glob("rank*.log"))
+    }
     if len(logs) < 2:
         return None
     ranks = sorted(logs)
@@ -86,8 +96,9 @@ def _flush(run_dir: Path, steps: dict[int, list[dict]]) -> Tag | None:
         seen = {r: logs[r][i] if i < len(logs[r]) else ("no outcome", "-") for r in ranks}
         if len({o for o, _ in seen.values()}) > 1:
             said = ", ".join(f"rank {r} {o} ({t})" for r, (o, t) in seen.items())
-            return Tag(FLUSH, f"deferred flush #{i + 1} ended differently per rank "
-                       f"(rank<r>.log): {said}")  # fmt: skip
+            return Tag(
+                FLUSH, f"deferred flush #{i + 1} ended differently per rank (rank<r>.log): {said}"
+            )
     return None
 
 
@@ -109,9 +120,13 @@ def _waiting(run_dir: Path) -> Tag | None:
     if not named:
         return None
     per_rank = "; ".join(f"rank {r} ran {sorted(v)}" for r, v in sorted(ran.items()))
-    return Tag(WAITING, f"at step {fd.get('step')} {per_rank}; the server answered "
-               f"{', '.join(named)} with '{_WAITING_ABORT}' ({len(timed_out)} requests so "
-               "answered in the run)", fd.get("step"))  # fmt: skip
+    return Tag(
+        WAITING,
+        f"at step {fd.get('step')} {per_rank}; the server answered "
+        f"{', '.join(named)} with '{_WAITING_ABORT}' ({len(timed_out)} requests so "
+        "answered in the run)",
+        fd.get("step"),
+    )
 
 
 def run_tags(run_dir: Path) -> dict[str, Tag]:

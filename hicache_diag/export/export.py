@@ -41,16 +41,23 @@ def _recipe(case: Case, package: Path | None) -> Recipe:
     if recipe is None:
         known = "; ".join(r.describe() for r in RECIPES)
         l3 = "with" if case.storage else "without"
-        raise RunDirError(f"{case.run_dir}: no export for form {case.form} in "
-                          f"{case.function} ({case.file}) on PP{case.failed_pp}, {l3} L3; "
-                          f"export knows: {known}")  # fmt: skip
+        raise RunDirError(
+            f"{case.run_dir}: no export for form {case.form} in "
+            f"{case.function} ({case.file}) on PP{case.failed_pp}, {l3} L3; "
+            f"export knows: {known}"
+        )
     return recipe
 
 
 def test_source(case: Case, recipe: Recipe) -> str:
-    values = {"version": case.version, "run_name": case.run_dir.name,
-              "failed_pp": case.failed_pp, "signature": case.signature or recipe.error,
-              "test_file": recipe.test_file, "function": case.function}  # fmt: skip
+    values = {
+        "version": case.version,
+        "run_name": case.run_dir.name,
+        "failed_pp": case.failed_pp,
+        "signature": case.signature or recipe.error,
+        "test_file": recipe.test_file,
+        "function": case.function,
+    }
     values.update(DEFAULT_NUMBERS)
     tags = run_tags(case.run_dir)
     said = [tags[name].says for name in recipe.evidence if name in tags]

@@ -12,8 +12,13 @@ from hicache_diag import evidence as ev
 from hicache_diag.export.case import Case
 
 # Flags the harness adds for a CPU host (docs/sglang-engine.md); a GPU host drops them.
-CPU_FLAGS = {"--device": 1, "--attention-backend": 1, "--disable-cuda-graph": 0,
-             "--hicache-io-backend": 1, "--hicache-mem-layout": 1}  # fmt: skip
+CPU_FLAGS = {
+    "--device": 1,
+    "--attention-backend": 1,
+    "--disable-cuda-graph": 0,
+    "--hicache-io-backend": 1,
+    "--hicache-mem-layout": 1,
+}
 # Flags the script sets itself.
 OWN_FLAGS = {"--model-path": 1, "--host": 1, "--port": 1}
 
@@ -90,6 +95,22 @@ def _pp_size(flags: list[str]) -> int:
     return int(flags[flags.index("--pp-size") + 1]) if "--pp-size" in flags else 1
 
 
+_USAGE = (
+    "#   PYTHON  the interpreter with that SGLang (default: python)",
+    "#   MODEL   a model directory (REPORT.md says which model the run served)",
+    "#   GPU=1   leave out the run's CPU-only flags",
+    "# Exit: 1 a scheduler raised (reproduced; its traceback is printed), 0 it did not.",
+    "# CPU host whose torchvision wheel does not match torch (`torchvision::nms does not",
+    "# exist` at `import sglang`): conftest.py here neutralises it for the unit test only.",
+    "set -euo pipefail",
+    'HERE=$(cd "$(dirname "$0")" && pwd)',
+    "PYTHON=${PYTHON:-python}",
+    "MODEL=${MODEL:?set MODEL to a model directory (see REPORT.md)}",
+    "PORT=${PORT:-30000}",
+    "LOG=${LOG:-$HERE/server.log}",
+)
+
+
 def script(case: Case, title: str) -> str:
     flags, cpu = split_flags(case.server_argv)
     q = " ".join(shlex.quote(f) for f in flags)
@@ -100,34 +121,28 @@ def script(case: Case, title: str) -> str:
         "#!/usr/bin/env bash",
         f"# {title}: SGLang {case.version}, end to end.",
         f"# Exported by hicache-diag from run {case.run_dir.name}; see REPORT.md.",
-        "#   PYTHON  the interpreter with that SGLang (default: python)",
-        "#   MODEL   a model directory (REPORT.md says which model the run served)",
-        "#   GPU=1   leave out the run's CPU-only flags",
-        "# Exit: 1 a scheduler raised (reproduced; its traceback is printed), 0 it did not.",
-        "# CPU host whose torchvision wheel does not match torch (`torchvision::nms does not",
-        "# exist` at `import sglang`): conftest.py here neutralises it for the unit test only.",
-        "set -euo pipefail",
-        'HERE=$(cd "$(dirname "$0")" && pwd)',
-        "PYTHON=${PYTHON:-python}",
-        'MODEL=${MODEL:?set MODEL to a model directory (see REPORT.md)}',
-        "PORT=${PORT:-30000}",
-        'LOG=${LOG:-$HERE/server.log}',
+        *_USAGE,
         f"FLAGS=({q})",
         f"CPU_FLAGS=({cq})",
         'if [ "${GPU:-0}" = 1 ]; then CPU_FLAGS=(); else',
         "  export SGLANG_USE_CPU_ENGINE=1",
         "  export SGLANG_CPU_OMP_THREADS_BIND=${SGLANG_CPU_OMP_THREADS_BIND:-"
-        + "|".join(str(r) for r in range(ranks)) + "}",
+        + "|".join(str(r) for r in range(ranks))
+        + "}",
         "fi",
     ]
     if scripted(case):
-        lines.append(f"# This run's workload ({case.workload.get('workload')}) drove sessions or "
-                     "/flush_cache (script.json); requests.json is empty, so this only starts "
-                     "the server with the run's flags.")  # fmt: skip
+        lines.append(
+            f"# This run's workload ({case.workload.get('workload')}) drove sessions or "
+            "/flush_cache (script.json); requests.json is empty, so this only starts "
+            "the server with the run's flags."
+        )
     lines += [f"export {name}={shlex.quote(val)}" for name, val in _server_env(case)]
     if storage:
-        lines.append('export SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR='
-                     '${SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR:-$HERE/l3}')  # fmt: skip
+        lines.append(
+            "export SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR="
+            "${SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR:-$HERE/l3}"
+        )
     lines += [
         'setsid "$PYTHON" -m sglang.launch_server --model-path "$MODEL" --host 127.0.0.1 \\',
         '  --port "$PORT" "${FLAGS[@]}" "${CPU_FLAGS[@]}" >"$LOG" 2>&1 &',

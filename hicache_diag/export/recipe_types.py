@@ -47,19 +47,30 @@ class Recipe:
     upstream: str = ""
     nonfix: str = ""
 
-    def matches(self, form: str | None, function: str | None, file: str | None,
-                pp: int | None, storage: bool) -> bool:  # fmt: skip
-        return (form in self.forms
-                and (self.functions is None or function in self.functions)
-                and (self.file is None or file == self.file)
-                and (self.follower is None or ((pp or 0) > 0) == self.follower)
-                and storage == self.storage)  # fmt: skip
+    def matches(
+        self,
+        form: str | None,
+        function: str | None,
+        file: str | None,
+        pp: int | None,
+        storage: bool,
+    ) -> bool:
+        return (
+            form in self.forms
+            and (self.functions is None or function in self.functions)
+            and (self.file is None or file == self.file)
+            and (self.follower is None or ((pp or 0) > 0) == self.follower)
+            and storage == self.storage
+        )
 
     def describe(self) -> str:
         if self.evidence:
             return f"{'/'.join(self.evidence)} apart in the run's evidence"
-        where = ("with no fault, on a release with this code" if self.by_source else
-                 f"in {'/'.join(self.functions or ())} ({self.file}) on "
-                 f"{'a PP follower' if self.follower else 'PP0'}")  # fmt: skip
+        where = (
+            "with no fault, on a release with this code"
+            if self.by_source
+            else f"in {'/'.join(self.functions or ())} ({self.file}) on "
+            f"{'a PP follower' if self.follower else 'PP0'}"
+        )
         l3 = "with" if self.storage else "without"
         return f"form {'/'.join(self.forms)} {where}, {l3} L3"

@@ -27,39 +27,95 @@ URC_WRITE_THROUGH_FORM_B = Recipe(
         "holds."
     ),
     steps=(
-        Step(URC, "UnifiedRadixCache", "_apply_cache_action", "self._execute_and_commit_kv_backup",
-             "an insert's BackupKV is executed on each rank"),
-        Step(URC, "UnifiedRadixCache", "_execute_kv_backup", "if self.evict_host(needed) < needed",
-             "the host-room check and `evict_host` are rank-local"),
-        Step(URC, "UnifiedRadixCache", "_execute_kv_backup", "return None",
-             "a short host pool skips the backup on this rank only; no peer is told"),
-        Step(URC, "UnifiedRadixCache", "_execute_and_commit_kv_backup", "self.inc_lock_ref",
-             "a rank that did back up locks the node until its ack"),
-        Step(URC, "UnifiedRadixCache", "_sync_hicache_ready_counts", "self.pp_rank > 0",
-             "a PP follower does not count its own acks (only PP0 does)",
-             alt=(("writing_check", "if self.pp_rank == 0:"),)),
-        Step(URC, "UnifiedRadixCache", "_pp_sync", "torch.distributed.recv",
-             "the follower receives PP0's ready count"),
-        Step(URC, "UnifiedRadixCache", "writing_check", "ack = cc.ack_write_queue.pop(0)",
-             "and pops that many acks from its own queue, with no length or node-id check"),
+        Step(
+            URC,
+            "UnifiedRadixCache",
+            "_apply_cache_action",
+            "self._execute_and_commit_kv_backup",
+            "an insert's BackupKV is executed on each rank",
+        ),
+        Step(
+            URC,
+            "UnifiedRadixCache",
+            "_execute_kv_backup",
+            "if self.evict_host(needed) < needed",
+            "the host-room check and `evict_host` are rank-local",
+        ),
+        Step(
+            URC,
+            "UnifiedRadixCache",
+            "_execute_kv_backup",
+            "return None",
+            "a short host pool skips the backup on this rank only; no peer is told",
+        ),
+        Step(
+            URC,
+            "UnifiedRadixCache",
+            "_execute_and_commit_kv_backup",
+            "self.inc_lock_ref",
+            "a rank that did back up locks the node until its ack",
+        ),
+        Step(
+            URC,
+            "UnifiedRadixCache",
+            "_sync_hicache_ready_counts",
+            "self.pp_rank > 0",
+            "a PP follower does not count its own acks (only PP0 does)",
+            alt=(("writing_check", "if self.pp_rank == 0:"),),
+        ),
+        Step(
+            URC,
+            "UnifiedRadixCache",
+            "_pp_sync",
+            "torch.distributed.recv",
+            "the follower receives PP0's ready count",
+        ),
+        Step(
+            URC,
+            "UnifiedRadixCache",
+            "writing_check",
+            "ack = cc.ack_write_queue.pop(0)",
+            "and pops that many acks from its own queue, with no length or node-id check",
+        ),
     ),
     related=(
-        Related("#29109", _PULL + "29109", "closed",
-                "'Fix intermittent PP HiCache ack queue desync': the same `pop from empty list`, "
-                "proposes consuming only local acks that exist"),
-        Related("#28429", _ISSUE + "28429", "closed",
-                "root cause stated: divergent write_backup / load_back enqueue decisions per "
-                "rank (HiRadixCache)"),
-        Related("#31425", _PULL + "31425", "open",
-                "reserve -> MIN consensus -> commit/abort for write-through and load-back "
-                "(written against hiradix_cache.py)"),
-        Related("#27489", _PULL + "27489", "merged",
-                "unconditional ack all-reduce in UnifiedRadixCache; accepts divergent entries "
-                "left undrained as a tradeoff"),
-        Related("#22878", _PULL + "22878", "closed",
-                "earlier PP write-ack count sync between ranks"),
-        Related("#33473", _PULL + "33473", "merged",
-                "batches the PP write/load completion sync (keeps the follower's blind pop)"),
+        Related(
+            "#29109",
+            _PULL + "29109",
+            "closed",
+            "'Fix intermittent PP HiCache ack queue desync': the same `pop from empty list`, "
+            "proposes consuming only local acks that exist",
+        ),
+        Related(
+            "#28429",
+            _ISSUE + "28429",
+            "closed",
+            "root cause stated: divergent write_backup / load_back enqueue decisions per "
+            "rank (HiRadixCache)",
+        ),
+        Related(
+            "#31425",
+            _PULL + "31425",
+            "open",
+            "reserve -> MIN consensus -> commit/abort for write-through and load-back "
+            "(written against hiradix_cache.py)",
+        ),
+        Related(
+            "#27489",
+            _PULL + "27489",
+            "merged",
+            "unconditional ack all-reduce in UnifiedRadixCache; accepts divergent entries "
+            "left undrained as a tradeoff",
+        ),
+        Related(
+            "#22878", _PULL + "22878", "closed", "earlier PP write-ack count sync between ranks"
+        ),
+        Related(
+            "#33473",
+            _PULL + "33473",
+            "merged",
+            "batches the PP write/load completion sync (keeps the follower's blind pop)",
+        ),
     ),
     reachable=(
         "Needs an earlier divergence or a fault. The follower's host pool must be shorter "
@@ -101,35 +157,79 @@ HIRADIX_STORAGE_DRAIN = Recipe(
         "across stages."
     ),
     steps=(
-        Step(HR, "HiRadixCache", "check_hicache_events", "self.drain_storage_control_queues()",
-             "with pp_size > 1 every stage drains its storage control queues each step"),
-        Step(HR, "HiRadixCache", "drain_storage_control_queues",
-             "self._all_reduce_attn_groups(qsizes",
-             "the count to drain is a MIN over the stage's own TP group only: no PP relay"),
-        Step(HR, "HiRadixCache", "_drain_storage_control_queues_impl",
-             "host_indices = cc.mem_pool_host.alloc(alloc_len)",
-             "a storage hit allocates host memory on the stages that drained it"),
-        Step(HR, "HiRadixCache", "_drain_storage_control_queues_impl",
-             "cc.mem_pool_host.free(host_indices)",
-             "a release frees host memory on the stages that drained it"),
-        Step(HR, "HiRadixCache", "can_terminate_prefetch", "self._all_reduce_attn_groups(states",
-             "prefetch termination is also agreed over TP only, per stage"),
-        Step(HR, "HiRadixCache", "writing_check", "self._all_reduce(finish_count_tensor",
-             "yet the write-ack count is PP0's, relayed to the followers"),
-        Step(HR, "HiRadixCache", "writing_check",
-             "ack = self.cache_controller.ack_write_queue.pop(0)",
-             "so a follower whose host pool refused a write-through pops an ack it never had"),
+        Step(
+            HR,
+            "HiRadixCache",
+            "check_hicache_events",
+            "self.drain_storage_control_queues()",
+            "with pp_size > 1 every stage drains its storage control queues each step",
+        ),
+        Step(
+            HR,
+            "HiRadixCache",
+            "drain_storage_control_queues",
+            "self._all_reduce_attn_groups(qsizes",
+            "the count to drain is a MIN over the stage's own TP group only: no PP relay",
+        ),
+        Step(
+            HR,
+            "HiRadixCache",
+            "_drain_storage_control_queues_impl",
+            "host_indices = cc.mem_pool_host.alloc(alloc_len)",
+            "a storage hit allocates host memory on the stages that drained it",
+        ),
+        Step(
+            HR,
+            "HiRadixCache",
+            "_drain_storage_control_queues_impl",
+            "cc.mem_pool_host.free(host_indices)",
+            "a release frees host memory on the stages that drained it",
+        ),
+        Step(
+            HR,
+            "HiRadixCache",
+            "can_terminate_prefetch",
+            "self._all_reduce_attn_groups(states",
+            "prefetch termination is also agreed over TP only, per stage",
+        ),
+        Step(
+            HR,
+            "HiRadixCache",
+            "writing_check",
+            "self._all_reduce(finish_count_tensor",
+            "yet the write-ack count is PP0's, relayed to the followers",
+        ),
+        Step(
+            HR,
+            "HiRadixCache",
+            "writing_check",
+            "ack = self.cache_controller.ack_write_queue.pop(0)",
+            "so a follower whose host pool refused a write-through pops an ack it never had",
+        ),
     ),
     related=(
-        Related("#27010", _PULL + "27010", "merged",
-                "'[HiCache] Fix PP inconsistency with HiCache L3': PP0's control-queue counts "
-                "relayed down the pipeline, followers wait for them; the fix"),
-        Related("#22607", _ISSUE + "22607", "closed",
-                "'[PP + HiCache] HiCache Consistency Fix Plan': why L3 breaks PP consistency"),
-        Related("#22878", _PULL + "22878", "closed",
-                "earlier PP write-ack count sync between ranks"),
-        Related("#29109", _PULL + "29109", "closed",
-                "the same `pop from empty list` in the ack queues under PP"),
+        Related(
+            "#27010",
+            _PULL + "27010",
+            "merged",
+            "'[HiCache] Fix PP inconsistency with HiCache L3': PP0's control-queue counts "
+            "relayed down the pipeline, followers wait for them; the fix",
+        ),
+        Related(
+            "#22607",
+            _ISSUE + "22607",
+            "closed",
+            "'[PP + HiCache] HiCache Consistency Fix Plan': why L3 breaks PP consistency",
+        ),
+        Related(
+            "#22878", _PULL + "22878", "closed", "earlier PP write-ack count sync between ranks"
+        ),
+        Related(
+            "#29109",
+            _PULL + "29109",
+            "closed",
+            "the same `pop from empty list` in the ack queues under PP",
+        ),
     ),
     reachable=(
         "No fault is needed: each stage's storage threads fill its control queues at their "

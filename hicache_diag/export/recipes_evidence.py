@@ -30,23 +30,51 @@ SESSION_REAP = Recipe(
         "held and released agree across ranks after every step."
     ),
     steps=(
-        Step(SCHED, "Scheduler", "process_input_requests",
-             "self.session_controller.maybe_reap(now)",
-             "every rank calls the reap with its own `time.monotonic()`"),
-        Step(SESS, "SessionController", "__init__", "self._last_reap_time: float = 0.0",
-             "the reap tick's phase is per rank, set from that rank's own first poll"),
-        Step(SESS, "SessionController", "maybe_reap", "if now - self._last_reap_time > interval",
-             "a rank reaps only when its own 1 s tick fires"),
-        Step(SESS, "Session", "is_timed_out", "time.monotonic() - self.last_active_time",
-             "a timeout compares that rank's clock with that rank's last-active stamp"),
-        Step(SESS, "SessionController", "_close", "self.tree_cache.release_session(session_id)",
-             "the close frees the session's KV on that rank only; no peer is told"),
+        Step(
+            SCHED,
+            "Scheduler",
+            "process_input_requests",
+            "self.session_controller.maybe_reap(now)",
+            "every rank calls the reap with its own `time.monotonic()`",
+        ),
+        Step(
+            SESS,
+            "SessionController",
+            "__init__",
+            "self._last_reap_time: float = 0.0",
+            "the reap tick's phase is per rank, set from that rank's own first poll",
+        ),
+        Step(
+            SESS,
+            "SessionController",
+            "maybe_reap",
+            "if now - self._last_reap_time > interval",
+            "a rank reaps only when its own 1 s tick fires",
+        ),
+        Step(
+            SESS,
+            "Session",
+            "is_timed_out",
+            "time.monotonic() - self.last_active_time",
+            "a timeout compares that rank's clock with that rank's last-active stamp",
+        ),
+        Step(
+            SESS,
+            "SessionController",
+            "_close",
+            "self.tree_cache.release_session(session_id)",
+            "the close frees the session's KV on that rank only; no peer is told",
+        ),
     ),
     related=(
-        Related("#40250", _PULL + "40250", "open",
-                "'[Session] ... rank-symmetric session reap ...': its description names the "
-                "rank-local `maybe_reap` on each rank's wall clock diverging cache state "
-                "across the TP group"),
+        Related(
+            "#40250",
+            _PULL + "40250",
+            "open",
+            "'[Session] ... rank-symmetric session reap ...': its description names the "
+            "rank-local `maybe_reap` on each rank's wall clock diverging cache state "
+            "across the TP group",
+        ),
     ),
     reachable=(
         "No fault is needed. Each rank's reap tick starts from its own first idle poll, so "
@@ -87,24 +115,55 @@ FLUSH_DEADLINE = Recipe(
         "(tree reset, allocators cleared) at the same scheduler step, or none does."
     ),
     steps=(
-        Step(FLUSH, "SchedulerFlushWrapper", "handle",
-             "self._pending = (recv_req, time.monotonic() + timeout_s)",
-             "each rank stamps its own deadline when it handles the request"),
-        Step(SCHED, "Scheduler", "process_input_requests", "self.flush_wrapper.check_pending()",
-             "every rank checks its pending flush each iteration"),
-        Step(FLUSH, "SchedulerFlushWrapper", "check_pending", "if self._is_fully_idle():",
-             "an idle rank flushes"),
-        Step(FLUSH, "SchedulerFlushWrapper", "check_pending", "if time.monotonic() >= deadline:",
-             "a busy rank past its own deadline gives up; no peer is told"),
-        Step(SCHED, "Scheduler", "flush_cache", "self.tree_cache.reset()",
-             "the flush resets the whole tree and the allocators on that rank only"),
+        Step(
+            FLUSH,
+            "SchedulerFlushWrapper",
+            "handle",
+            "self._pending = (recv_req, time.monotonic() + timeout_s)",
+            "each rank stamps its own deadline when it handles the request",
+        ),
+        Step(
+            SCHED,
+            "Scheduler",
+            "process_input_requests",
+            "self.flush_wrapper.check_pending()",
+            "every rank checks its pending flush each iteration",
+        ),
+        Step(
+            FLUSH,
+            "SchedulerFlushWrapper",
+            "check_pending",
+            "if self._is_fully_idle():",
+            "an idle rank flushes",
+        ),
+        Step(
+            FLUSH,
+            "SchedulerFlushWrapper",
+            "check_pending",
+            "if time.monotonic() >= deadline:",
+            "a busy rank past its own deadline gives up; no peer is told",
+        ),
+        Step(
+            SCHED,
+            "Scheduler",
+            "flush_cache",
+            "self.tree_cache.reset()",
+            "the flush resets the whole tree and the allocators on that rank only",
+        ),
     ),
     related=(
-        Related("#21413", _PULL + "21413", "merged",
-                "added `/flush_cache?timeout=` (the deferred flush)"),
-        Related("#21490", _PULL + "21490", "merged",
-                "one pending flush at a time, rejects concurrent ones; the deadline stays per "
-                "rank"),
+        Related(
+            "#21413",
+            _PULL + "21413",
+            "merged",
+            "added `/flush_cache?timeout=` (the deferred flush)",
+        ),
+        Related(
+            "#21490",
+            _PULL + "21490",
+            "merged",
+            "one pending flush at a time, rejects concurrent ones; the deadline stays per rank",
+        ),
     ),
     reachable=(
         "The code fact needs no fault: the deadline is stamped and tested on each rank's own "
@@ -139,27 +198,62 @@ WAITING_TIMEOUT = Recipe(
         "scheduler step: the waiting queues agree across ranks after every step."
     ),
     steps=(
-        Step(SCHED, "Scheduler", "get_next_batch_to_run", "self._abort_on_waiting_timeout()",
-             "every rank runs the waiting-timeout step each scheduler iteration"),
-        Step(SCHED, "Scheduler", "_abort_on_waiting_timeout",
-             "deadline = time.perf_counter() - timeout_s",
-             "the deadline is that rank's own clock"),
-        Step(SCHED, "Scheduler", "_abort_on_waiting_timeout", "if 0 < entry_time < deadline:",
-             "against that rank's own queueing stamp"),
-        Step(SCHED, "Scheduler", "_abort_on_waiting_timeout", "self.waiting_queue = [",
-             "and the request leaves that rank's waiting queue only; no peer is told"),
+        Step(
+            SCHED,
+            "Scheduler",
+            "get_next_batch_to_run",
+            "self._abort_on_waiting_timeout()",
+            "every rank runs the waiting-timeout step each scheduler iteration",
+        ),
+        Step(
+            SCHED,
+            "Scheduler",
+            "_abort_on_waiting_timeout",
+            "deadline = time.perf_counter() - timeout_s",
+            "the deadline is that rank's own clock",
+        ),
+        Step(
+            SCHED,
+            "Scheduler",
+            "_abort_on_waiting_timeout",
+            "if 0 < entry_time < deadline:",
+            "against that rank's own queueing stamp",
+        ),
+        Step(
+            SCHED,
+            "Scheduler",
+            "_abort_on_waiting_timeout",
+            "self.waiting_queue = [",
+            "and the request leaves that rank's waiting queue only; no peer is told",
+        ),
     ),
     related=(
-        Related("#37143", _PULL + "37143", "merged",
-                "'Make request-timeout aborts rank-consistent': the request-pulling rank scans "
-                "and sends the aborts with the requests (0.5.20's `_poll_timeout_aborts`)"),
-        Related("#27221", _ISSUE + "27221", "closed",
-                "TP rank-divergence deadlock from per-rank clocks in abort-on-timeout"),
+        Related(
+            "#37143",
+            _PULL + "37143",
+            "merged",
+            "'Make request-timeout aborts rank-consistent': the request-pulling rank scans "
+            "and sends the aborts with the requests (0.5.20's `_poll_timeout_aborts`)",
+        ),
+        Related(
+            "#27221",
+            _ISSUE + "27221",
+            "closed",
+            "TP rank-divergence deadlock from per-rank clocks in abort-on-timeout",
+        ),
         Related("#27164", _PULL + "27164", "closed", "an earlier fix for #27221, not merged"),
-        Related("#28881", _PULL + "28881", "open",
-                "syncs the *running*-timeout abort across PP stages (#25887)"),
-        Related("#17143", _PULL + "17143", "merged",
-                "added the queued timeout; a comment there reports it causes PP divergence"),
+        Related(
+            "#28881",
+            _PULL + "28881",
+            "open",
+            "syncs the *running*-timeout abort across PP stages (#25887)",
+        ),
+        Related(
+            "#17143",
+            _PULL + "17143",
+            "merged",
+            "added the queued timeout; a comment there reports it causes PP divergence",
+        ),
     ),
     reachable=(
         "No fault is needed: any PP or TP server with `SGLANG_REQ_WAITING_TIMEOUT` set whose "

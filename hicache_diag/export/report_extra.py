@@ -20,14 +20,20 @@ def _verdict_line(run: Path) -> str | None:
     except (OSError, ValueError):
         return None
     fd = v.get("first_divergence") or {}
-    where = (f"first divergence at step {fd.get('step')} in `{fd.get('field')}` "
-             f"{json.dumps(fd.get('values'))}" if fd else "no divergence located")  # fmt: skip
+    where = (
+        f"first divergence at step {fd.get('step')} in `{fd.get('field')}` "
+        f"{json.dumps(fd.get('values'))}"
+        if fd
+        else "no divergence located"
+    )
     faults = ", ".join(m.get("faults") or []) or "none"
     version = (m.get("sglang") or {}).get("version", "?")
     secs = v.get("duration_s")
     took = f", {secs:.0f} s" if isinstance(secs, (int, float)) else ""
-    return (f"| `{run.name}` | {version} | {faults} | {v.get('outcome')}, form "
-            f"{v.get('form') or '-'} (exit {v.get('exit_code')}) | {where}{took} |")  # fmt: skip
+    return (
+        f"| `{run.name}` | {version} | {faults} | {v.get('outcome')}, form "
+        f"{v.get('form') or '-'} (exit {v.get('exit_code')}) | {where}{took} |"
+    )
 
 
 def runs_of(recipe: Recipe, case: Case) -> list[str]:
@@ -40,11 +46,17 @@ def runs_of(recipe: Recipe, case: Case) -> list[str]:
             rows.append(line)
     if not rows:
         return []
-    return ["", "## Committed runs of this mechanism", "",
-            f"Every run directory beside `{case.run_dir.name}` whose evidence names "
-            f"{'/'.join(recipe.evidence)}, quoted from its `verdict.json`:", "",
-            "| run | release | faults | verdict | divergence |", "|---|---|---|---|---|",
-            *rows]  # fmt: skip
+    return [
+        "",
+        "## Committed runs of this mechanism",
+        "",
+        f"Every run directory beside `{case.run_dir.name}` whose evidence names "
+        f"{'/'.join(recipe.evidence)}, quoted from its `verdict.json`:",
+        "",
+        "| run | release | faults | verdict | divergence |",
+        "|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def sections(case: Case, recipe: Recipe) -> list[str]:
@@ -52,10 +64,12 @@ def sections(case: Case, recipe: Recipe) -> list[str]:
 
     out: list[str] = []
     if scripted(case):
-        out.append(f"- the run's workload ({case.workload.get('workload')}) was a script of "
-                   "session / flush calls (`script.json`, as the run sent it); `requests.json` "
-                   "is empty and `launch.sh` only starts the server with the run's flags: the "
-                   "unit test is the repro.")  # fmt: skip
+        out.append(
+            f"- the run's workload ({case.workload.get('workload')}) was a script of "
+            "session / flush calls (`script.json`, as the run sent it); `requests.json` "
+            "is empty and `launch.sh` only starts the server with the run's flags: the "
+            "unit test is the repro."
+        )
     tags = run_tags(case.run_dir)
     named = [tags[n].says for n in recipe.evidence if n in tags]
     if named:
@@ -66,7 +80,13 @@ def sections(case: Case, recipe: Recipe) -> list[str]:
     if recipe.upstream:
         out += ["", "## Upstream status", "", recipe.upstream]
     if recipe.nonfix:
-        out += ["", "## A fix, told from a non-fix", "",
-                "The test asserts the state that must agree across the simulated ranks, not "
-                "only that nothing raised.", "", recipe.nonfix]  # fmt: skip
+        out += [
+            "",
+            "## A fix, told from a non-fix",
+            "",
+            "The test asserts the state that must agree across the simulated ranks, not "
+            "only that nothing raised.",
+            "",
+            recipe.nonfix,
+        ]
     return out

@@ -215,6 +215,14 @@ def _collect(res: TrialResult | None, cell: Cell, on_result: OnResult | None) ->
 
 
 __all__ = [
-    "HOST_AXIS", "STORAGE_AXIS", "Axis", "BisectConfig", "cell_argv", "matrix", "parse_switch",
-    "parse_values", "run_bisect", "trial_argv",
-]  # fmt: skip
+    "HOST_AXIS",
+    "STORAGE_AXIS",
+    "Axis",
+    "BisectConfig",
+    "cell_argv",
+    "matrix",
+    "parse_switch",
+    "parse_values",
+    "run_bisect",
+    "trial_argv",
+]

@@ -136,8 +136,9 @@ class TrialRunner:
     """Runs trials (forked by the warm server, else spawned) and keeps their handles so they can
     all be killed at once. `trial_fn`: the trial function each trial process calls."""
 
-    def __init__(self, timeout_s: float, server: TrialServer | None = None,
-                 trial_fn: str = TRIAL) -> None:  # fmt: skip
+    def __init__(
+        self, timeout_s: float, server: TrialServer | None = None, trial_fn: str = TRIAL
+    ) -> None:
         self.timeout_s = timeout_s
         self.trial_fn = trial_fn
         self.server = server
@@ -153,9 +154,13 @@ class TrialRunner:
                 return warm
         with open(trial.log, "wb") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", MODULE, str(trial.plan)], stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=trial_env(),
-            )  # fmt: skip
+                [sys.executable, "-m", MODULE, str(trial.plan)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=trial_env(),
+            )
 
     def _start(self, trial: PlannedTrial) -> Trial | None:
         trial.out.parent.mkdir(parents=True, exist_ok=True)

@@ -93,8 +93,9 @@ class HangWatch:
         if self.startup_grace_s is None:
             self.startup_grace_s = startup_grace(self.hang_timeout)
         for r in range(self.world_size):
-            self.tails[r] = RankTail(rank_jsonl(self.run_dir, r), last_change=self.started,
-                                     busy=self.busy)  # fmt: skip
+            self.tails[r] = RankTail(
+                rank_jsonl(self.run_dir, r), last_change=self.started, busy=self.busy
+            )
 
     def note_activity(self, t: float) -> None:
         self.activity = max(self.activity, t)
@@ -135,8 +136,11 @@ class HangWatch:
         """Per rank: when it last progressed, as read (our clock), or with `line_clock` as its
         last progress line says (ranks with none left out)."""
         if line_clock:
-            return {str(r): float(t.last_busy.get("t") or t.last_change)
-                    for r, t in self.tails.items() if t.last_busy is not None}  # fmt: skip
+            return {
+                str(r): float(t.last_busy.get("t") or t.last_change)
+                for r, t in self.tails.items()
+                if t.last_busy is not None
+            }
         return {str(r): t.last_change for r, t in self.tails.items()}
 
     def snapshot(self) -> dict[int, dict[str, Any]]:

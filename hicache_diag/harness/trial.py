@@ -43,8 +43,12 @@ class TrialResult:
     run_dir: Path
 
 
-def run_engine_trial(engine: Engine, cfg: EngineConfig, argv: list[str] | None = None,
-                     on_progress: Progress | None = None) -> TrialResult:  # fmt: skip
+def run_engine_trial(
+    engine: Engine,
+    cfg: EngineConfig,
+    argv: list[str] | None = None,
+    on_progress: Progress | None = None,
+) -> TrialResult:
     """One run, start to verdict. SIGINT/SIGTERM end it early: every rank is reaped and the
     verdict (outcome `interrupted`, exit 130) is still written, with the evidence so far."""
     torch.set_num_threads(1)  # the reference shares 2 cores with the ranks; threads only thrash
@@ -85,12 +89,20 @@ def run_engine_trial(engine: Engine, cfg: EngineConfig, argv: list[str] | None =
     return TrialResult(verdict, run_dir)
 
 
-def _watch_loop(engine: Engine, cfg: EngineConfig, run_dir: Path, watch: TrialWatch,
-                on_progress: Progress | None) -> None:  # fmt: skip
+def _watch_loop(
+    engine: Engine,
+    cfg: EngineConfig,
+    run_dir: Path,
+    watch: TrialWatch,
+    on_progress: Progress | None,
+) -> None:
     hang = watch.hang_watch = HangWatch(
-        run_dir, cfg.world_size, cfg.hang_timeout, busy=engine.busy,
+        run_dir,
+        cfg.world_size,
+        cfg.hang_timeout,
+        busy=engine.busy,
         startup_grace_s=engine.startup_grace(cfg.hang_timeout),
-    )  # fmt: skip
+    )
     grace_until = None
     while engine.running():
         time.sleep(engine.poll_s)
@@ -144,16 +156,19 @@ def _note_interrupt_stall(engine: Engine, run_dir: Path, watch: TrialWatch) -> N
     stopped = set(watch.stops.stopped_for(now))
     hang = watch.hang_watch
     watch.interrupt_stall = ev.HangRecord(
-        stalled_ranks=[p.rank for p in engine.alive()], last_progress=last,
+        stalled_ranks=[p.rank for p in engine.alive()],
+        last_progress=last,
         proc_status={str(r): s for r, s in watch.stops.last_status.items()},
-        stopped_ranks=sorted(stopped), last_steps=hang.last_steps() if hang else {},
+        stopped_ranks=sorted(stopped),
+        last_steps=hang.last_steps() if hang else {},
         idle_s={r: round(now - t, 3) for r, t in last.items()},
-    )  # fmt: skip
+    )
     watch.stacks = dump_rank_stacks(engine, run_dir, skip=stopped, fallback=engine.faulthandler)
 
 
-def _handle_hang(engine: Engine, hang: HangWatch, run_dir: Path, watch: TrialWatch,
-                 now: float) -> None:  # fmt: skip
+def _handle_hang(
+    engine: Engine, hang: HangWatch, run_dir: Path, watch: TrialWatch, now: float
+) -> None:
     stopped = set(watch.stops.stopped_for(now))
     watch.hang = ev.HangRecord(
         stalled_ranks=[p.rank for p in engine.live()],
@@ -168,8 +183,9 @@ def _handle_hang(engine: Engine, hang: HangWatch, run_dir: Path, watch: TrialWat
     engine.stop("hung")
 
 
-def dump_rank_stacks(ranks: Any, run_dir: Path, skip: set[int] | None = None,
-                     fallback: bool = True) -> ev.StacksRecord:  # fmt: skip
+def dump_rank_stacks(
+    ranks: Any, run_dir: Path, skip: set[int] | None = None, fallback: bool = True
+) -> ev.StacksRecord:
     """py-spy every live rank (`ranks.alive()`) in parallel under one deadline (a hung py-spy is
     killed); when any rank could not be dumped and the ranks have a faulthandler (`fallback`;
     SGLang's schedulers do not), fall back to it (SIGUSR1 -> stacks/rank{r}.txt) and record why,
@@ -252,13 +268,15 @@ def write_launcher_json(run_dir: Path, engine: Engine, watch: TrialWatch, starte
         startup_error=watch.startup_error,
         timings=watch.timings,
         oom_kills=oom,
-        startup={"grace_s": hang.startup_grace_s if hang else None,
-                 "first_step_s": hang.startup_s() if hang else {}},
+        startup={
+            "grace_s": hang.startup_grace_s if hang else None,
+            "first_step_s": hang.startup_s() if hang else {},
+        },
         last_steps=hang.last_steps() if hang else {},
         started_at=started,
         ended_at=ev.utc_now(),
         extra=engine.launcher_extra(),
-    )  # fmt: skip
+    )
     write_json(run_dir / ev.LAUNCHER, record)
 
 

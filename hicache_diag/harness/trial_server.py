@@ -178,8 +178,9 @@ class TrialServer:
                 [sys.executable, "-m", __name__, *modules],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=err, env=env,
-            )  # fmt: skip
+                stderr=err,
+                env=env,
+            )
         server = cls(proc)
         try:
             if server.ready.wait(timeout_s) and proc.poll() is None:

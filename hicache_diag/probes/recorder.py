@@ -21,10 +21,23 @@ from hicache_diag.evidence import BATCH_KEYS as CRASH_KEYS  # a crash record: th
 from hicache_diag.evidence import MUST_AGREE, MUST_AGREE_HOST, MUST_AGREE_L3, StepRecord
 
 # Per-rank inputs a crash record adds beside the batch (not must-agree: see record_crash).
-CRASH_INPUTS = ("acks_ready", "ack_pending_ms", "acks_consumed", "sync_received",
-                "host_alloc_failed", "host_pool_refused", "host_shortage", "host_shortages",
-                "host_evicted", "host_held", "l3_hit_len_local", "l3_progress",
-                "l3_progress_local", "clock_regressions", "evict_victims")  # fmt: skip
+CRASH_INPUTS = (
+    "acks_ready",
+    "ack_pending_ms",
+    "acks_consumed",
+    "sync_received",
+    "host_alloc_failed",
+    "host_pool_refused",
+    "host_shortage",
+    "host_shortages",
+    "host_evicted",
+    "host_held",
+    "l3_hit_len_local",
+    "l3_progress",
+    "l3_progress_local",
+    "clock_regressions",
+    "evict_victims",
+)
 RECORD_ENV = "HICACHE_DIAG_RECORD"
 
 
@@ -155,8 +168,14 @@ class StepRecorder:
 
     def _head(self, step: int, slot: int, batch: Any) -> dict[str, Any]:
         """Who wrote the line, which step and slot, and the batch this rank decided."""
-        return {"rank": self.rank, "pp": self.pp, "tp": self.tp, "step": step, "slot": slot,
-                **batch_fields(batch)}  # fmt: skip
+        return {
+            "rank": self.rank,
+            "pp": self.pp,
+            "tp": self.tp,
+            "step": step,
+            "slot": slot,
+            **batch_fields(batch),
+        }
 
     def record_crash(
         self,

@@ -171,9 +171,12 @@ def _judge_stacks(live: list[RankView], hang_hint: bool) -> Judgement | None:
 
 
 def _found(
-    kind: str, cause: str | None, culprits: list[RankView], evidence: list[str],
+    kind: str,
+    cause: str | None,
+    culprits: list[RankView],
+    evidence: list[str],
     reason: Reason = Reason.NONE,
-) -> Judgement:  # fmt: skip
+) -> Judgement:
     return Judgement(kind, cause, tuple(v.rank for v in culprits), tuple(evidence), reason)
 
 
@@ -193,9 +196,7 @@ def _pick_minority(views: list[RankView]) -> list[RankView]:
 
 def _pick_minority_path(views: list[RankView]) -> list[RankView]:
     counts = Counter(v.path for v in views)
-    path = min(
-        counts, key=lambda p: (counts[p], min(v.rank.key for v in views if v.path == p))
-    )
+    path = min(counts, key=lambda p: (counts[p], min(v.rank.key for v in views if v.path == p)))
     return sorted((v for v in views if v.path == path), key=lambda v: v.rank.key)
 
 
@@ -264,9 +265,8 @@ def _holding_up(stuck: list[RankView], confirmed: bool) -> Judgement | None:
     a logged timeout, since one snapshot of a computing stage is normal. A rank at a
     HiCache-local wait is named by the HiCache step (it waits on its own thread there)."""
     outside = [
-        v for v in stuck
-        if not v.in_comm and not v.idle and v.kind is not WaitKind.HICACHE_LOCAL
-    ]  # fmt: skip
+        v for v in stuck if not v.in_comm and not v.idle and v.kind is not WaitKind.HICACHE_LOCAL
+    ]
     waiting = [v for v in stuck if v.in_comm and v.kind is not WaitKind.REQUEST]
     if not (confirmed and outside and waiting):
         return None

@@ -231,11 +231,21 @@ BUILTIN_NAMES = _s(
     "finish_write_back",
 )
 LIBRARY_NAMES = _s(  # Python's stdlib, torch.distributed, pyzmq
-    "all_to_all", "irecv", "recv_bytes", "recv_multipart", "sleep", "acquire", "shutdown",
-)  # fmt: skip
+    "all_to_all",
+    "irecv",
+    "recv_bytes",
+    "recv_multipart",
+    "sleep",
+    "acquire",
+    "shutdown",
+)
 NATIVE_NAMES = _s(  # C/C++ frames printed by `py-spy dump --native` (gloo, CUDA driver/runtime)
-    "waitRecv", "waitSend", "cuStreamSynchronize", "cudaStreamSynchronize", "cuEventSynchronize",
-)  # fmt: skip
+    "waitRecv",
+    "waitSend",
+    "cuStreamSynchronize",
+    "cudaStreamSynchronize",
+    "cuEventSynchronize",
+)
 
 
 def table_names() -> frozenset[str]:

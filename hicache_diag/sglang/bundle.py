@@ -115,6 +115,10 @@ def run_offline(python: str, *args: str, timeout_s: float = 600) -> subprocess.C
     bundle = plugin_bundle()
     return subprocess.run(
         [python, "-m", "hicache_diag.sglang_plugin.offline", *args],
-        capture_output=True, text=True, timeout=timeout_s, check=False,
-        env=offline_env(bundle), cwd=bundle.root,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+        env=offline_env(bundle),
+        cwd=bundle.root,
+    )

@@ -49,14 +49,18 @@ def abort_message(status: int, text: str) -> str | None:
     return "HTTP 503: Service Unavailable" if status == 503 else None
 
 
-def generate_one(url: str, rid: str, input_ids: Sequence[int], max_new_tokens: int,
-                 timeout_s: float) -> dict[str, Any]:  # fmt: skip
+def generate_one(
+    url: str, rid: str, input_ids: Sequence[int], max_new_tokens: int, timeout_s: float
+) -> dict[str, Any]:
     body = {
         "rid": rid,
         "input_ids": list(input_ids),
-        "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0,
-                            "ignore_eos": True},
-    }  # fmt: skip
+        "sampling_params": {
+            "max_new_tokens": max_new_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+        },
+    }
     req = urllib.request.Request(
         url + "/generate", json.dumps(body).encode(), {"Content-Type": "application/json"}
     )
@@ -90,8 +94,9 @@ class WorkloadClient:
     def _one(self, req: Any) -> None:
         t0 = time.time()
         try:
-            data = generate_one(self.url, req.rid, req.input_ids, req.max_new_tokens,
-                                self.timeout_s)  # fmt: skip
+            data = generate_one(
+                self.url, req.rid, req.input_ids, req.max_new_tokens, self.timeout_s
+            )
             self.result.outputs[req.rid] = list(data.get("output_ids") or [])
             meta = data.get("meta_info") or {}
             self.result.cached[req.rid] = {

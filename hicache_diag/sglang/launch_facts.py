@@ -38,8 +38,11 @@ def _functions(path: Path, name: str) -> list[ast.FunctionDef]:
 
 
 def _omp_bind(srt: Path) -> str:
-    for path in (srt / "utils" / "numa_utils.py", srt / "utils" / "common.py",
-                 srt / "model_executor" / "model_runner.py"):  # fmt: skip
+    for path in (
+        srt / "utils" / "numa_utils.py",
+        srt / "utils" / "common.py",
+        srt / "model_executor" / "model_runner.py",
+    ):
         for fn in _functions(path, "init_threads_binding"):
             args = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
             if "world_size" in args:
@@ -59,9 +62,13 @@ def _unguarded_kernel_launch(fn: ast.FunctionDef, kernel: str) -> bool:
                     return True
                 continue
             for sub in ast.walk(node):
-                if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Subscript)
-                        and isinstance(sub.func.value, ast.Name)
-                        and sub.func.value.id == kernel and not guarded):  # fmt: skip
+                if (
+                    isinstance(sub, ast.Call)
+                    and isinstance(sub.func, ast.Subscript)
+                    and isinstance(sub.func.value, ast.Name)
+                    and sub.func.value.id == kernel
+                    and not guarded
+                ):
                     return True
         return False
 
@@ -84,5 +91,6 @@ def _paged_alloc_needs_triton(srt: Path) -> bool:
 
 def read_launch_facts(package_dir: Path) -> LaunchFacts:
     srt = package_dir / "srt"
-    return LaunchFacts(omp_bind=_omp_bind(srt),
-                       paged_alloc_needs_triton=_paged_alloc_needs_triton(srt))  # fmt: skip
+    return LaunchFacts(
+        omp_bind=_omp_bind(srt), paged_alloc_needs_triton=_paged_alloc_needs_triton(srt)
+    )

@@ -35,13 +35,15 @@ class TinyModelSpec:
     weight_seed: int = 1234
 
     def digest(self, builder: str = "") -> str:
-        text = json.dumps({"v": BUILDER_VERSION, "builder": builder, **asdict(self)},
-                          sort_keys=True)  # fmt: skip
+        text = json.dumps(
+            {"v": BUILDER_VERSION, "builder": builder, **asdict(self)}, sort_keys=True
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def default_model_dir(python: str, transformers: str | None,
-                      spec: TinyModelSpec | None = None) -> Path:  # fmt: skip
+def default_model_dir(
+    python: str, transformers: str | None, spec: TinyModelSpec | None = None
+) -> Path:
     """The cached tiny model for the release at `python` (its `transformers` version), built
     there on first use (a few seconds) and reused after."""
     from hicache_diag.sglang.bundle import run_offline
@@ -54,8 +56,7 @@ def default_model_dir(python: str, transformers: str | None,
         done = run_offline(python, "build-model", str(out), json.dumps(asdict(spec)))
         if done.returncode != 0:
             raise missing_package_error(python, done.stderr) or UsageError(
-                f"building the default model with {python} failed: "
-                f"{_last_line(done.stderr)}"
+                f"building the default model with {python} failed: {_last_line(done.stderr)}"
             )
 
     return build_once(target, build, marker="tokenizer.json")

@@ -167,8 +167,9 @@ def parse_pip_failure(output: str) -> PipFailure | None:
     m = _NO_DIST.search(text)
     if m:
         name = canonicalize_name(m.group("name"))
-        return PipFailure(name, _chain(name, parents),
-                          "the index has no distribution of it for this platform")  # fmt: skip
+        return PipFailure(
+            name, _chain(name, parents), "the index has no distribution of it for this platform"
+        )
     return None
 
 

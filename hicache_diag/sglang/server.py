@@ -44,6 +44,8 @@ def ready_timeout_s() -> float:
     except ValueError:
         return READY_TIMEOUT_S
     return value if value > 0 and value == value and value != float("inf") else READY_TIMEOUT_S
+
+
 _TITLE_RE = re.compile(r"^sglang::scheduler(?P<rest>\S*)")
 
 
@@ -65,12 +67,19 @@ class Scheduler:
     proc: psutil.Process | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"rank": self.rank, "pp": self.pp, "tp": self.tp, "pid": self.pid,
-                "title": self.title, "state": self.state, "exitcode": self.exitcode,
-                "signal": self.signal, "ended_at": self.ended_at,
-                # Ended with no exit status we could read (its parent reaped it first).
-                "vanished": self.state == "crashed" and self.exitcode is None
-                and self.signal is None}  # fmt: skip
+        return {
+            "rank": self.rank,
+            "pp": self.pp,
+            "tp": self.tp,
+            "pid": self.pid,
+            "title": self.title,
+            "state": self.state,
+            "exitcode": self.exitcode,
+            "signal": self.signal,
+            "ended_at": self.ended_at,
+            # Ended with no exit status we could read (its parent reaped it first).
+            "vanished": self.state == "crashed" and self.exitcode is None and self.signal is None,
+        }
 
 
 # SGLang derives more ports from --port (0.5.1x: a gRPC port at port + 10000, checked <= 65535
@@ -80,13 +89,19 @@ _MAX_PORT = 65535 - 10000
 
 # Log lines that open each start-up phase (SGLang 0.5.x), latest first.
 _PHASES = (
-    (("Uvicorn running", "Application startup complete", "The server is fired up"),
-     "waiting for /health_generate"),
-    (("Memory pool end", "KV Cache is allocated", "Capture cuda graph", "max_total_num_tokens"),
-     "allocating the KV cache"),
-    (("Load weight begin", "Loading safetensors", "Load weight end", "Init torch distributed"),
-     "loading the model"),
-)  # fmt: skip
+    (
+        ("Uvicorn running", "Application startup complete", "The server is fired up"),
+        "waiting for /health_generate",
+    ),
+    (
+        ("Memory pool end", "KV Cache is allocated", "Capture cuda graph", "max_total_num_tokens"),
+        "allocating the KV cache",
+    ),
+    (
+        ("Load weight begin", "Loading safetensors", "Load weight end", "Init torch distributed"),
+        "loading the model",
+    ),
+)
 
 
 def startup_phase(log_tail: str) -> str:
@@ -171,8 +186,9 @@ class SglangServer:
     def start(self, plugin_path: Path) -> None:
         env = self.env(plugin_path)
         self._ext_root = build_locks.extensions_root(env)
-        blocking = build_locks.built_by(self.install.package_dir,
-                                        build_locks.stale_locks(self._ext_root))  # fmt: skip
+        blocking = build_locks.built_by(
+            self.install.package_dir, build_locks.stale_locks(self._ext_root)
+        )
         if blocking:
             raise ServerStartError(
                 f"stale torch-extension build lock at {blocking[0]} (no process holds it: a "
@@ -237,8 +253,9 @@ class SglangServer:
             ids = parse_title(title)
             if ids is None:
                 continue
-            found.append(Scheduler(proc.pid, ids.pp, ids.tp, title, ids.flat(self.spec.tp_size),
-                                   proc=proc))  # fmt: skip
+            found.append(
+                Scheduler(proc.pid, ids.pp, ids.tp, title, ids.flat(self.spec.tp_size), proc=proc)
+            )
         self.schedulers = sorted(found, key=lambda s: s.rank)
         return self.schedulers
 

@@ -67,4 +67,3 @@ def harvest_pyspy_dumps(text: str, ranks_by_pid: dict[int, int], stacks_dir: Pat
         path.write_text("\n".join(lines).strip() + "\n")
         written.append(rank)
     return sorted(written)
-

@@ -48,8 +48,9 @@ _ERRORS = (urllib.error.URLError, OSError, TimeoutError, ValueError)
 
 def _post(url: str, path: str, body: dict[str, Any] | None, timeout_s: float) -> tuple[int, str]:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data, {"Content-Type": "application/json"},
-                                 method="POST")
+    req = urllib.request.Request(
+        url + path, data, {"Content-Type": "application/json"}, method="POST"
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return resp.status, resp.read().decode(errors="replace")
@@ -65,8 +66,18 @@ class ScriptedClient(WorkloadClient):
     """A WorkloadClient whose `_run` follows one script of SESSION_WORKLOADS. `requests` is the
     trial's list: the scripted turns are appended to it with their full contexts as they finish."""
 
-    def __init__(self, url: str, requests: list[Any], name: str, *, count: int,
-                 max_new_tokens: int, vocab: int, seed: int, timeout_s: float) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        requests: list[Any],
+        name: str,
+        *,
+        count: int,
+        max_new_tokens: int,
+        vocab: int,
+        seed: int,
+        timeout_s: float,
+    ) -> None:
         super().__init__(url, requests, 1, timeout_s)
         self.name, self.count, self.max_new = name, max(1, count), max_new_tokens
         self.vocab = vocab
@@ -79,14 +90,14 @@ class ScriptedClient(WorkloadClient):
         with self._lock:
             self.events.append({"t": round(time.time(), 3), "what": what, **detail})
 
-    def _generate(self, rid: str, input_ids: Sequence[int], max_new: int,
-                  session: str | None = None) -> dict[str, Any] | None:  # fmt: skip
+    def _generate(
+        self, rid: str, input_ids: Sequence[int], max_new: int, session: str | None = None
+    ) -> dict[str, Any] | None:
         body: dict[str, Any] = {
             "rid": rid,
             "input_ids": list(input_ids),
-            "sampling_params": {"max_new_tokens": max_new, "temperature": 0.0,
-                                "ignore_eos": True},
-        }  # fmt: skip
+            "sampling_params": {"max_new_tokens": max_new, "temperature": 0.0, "ignore_eos": True},
+        }
         if session is not None:
             body["session_params"] = {"id": session}
         t0 = time.time()
@@ -103,8 +114,10 @@ class ScriptedClient(WorkloadClient):
             else:
                 meta = data.get("meta_info") or {}
                 self.result.outputs[rid] = list(data.get("output_ids") or [])
-                self.result.cached[rid] = {"cached_tokens": meta.get("cached_tokens"),
-                                           "details": meta.get("cached_tokens_details")}
+                self.result.cached[rid] = {
+                    "cached_tokens": meta.get("cached_tokens"),
+                    "details": meta.get("cached_tokens_details"),
+                }
         except _ERRORS as exc:
             self.result.errors[rid] = f"{type(exc).__name__}: {exc}"
             data = None
@@ -119,8 +132,7 @@ class ScriptedClient(WorkloadClient):
             self.requests.append(TokenizedGenerateReqInput(rid, tuple(context), max_new))
 
     def _open(self, sid: str, timeout: float | None) -> bool:
-        body: dict[str, Any] = {"capacity_of_str_len": 65536, "session_id": sid,
-                                "streaming": True}  # fmt: skip
+        body: dict[str, Any] = {"capacity_of_str_len": 65536, "session_id": sid, "streaming": True}
         if timeout is not None:
             body["timeout"] = timeout
         try:
@@ -148,8 +160,12 @@ class ScriptedClient(WorkloadClient):
     # -- the scripts -------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            {"session-timeout": self._session_timeout, "session-close": self._session_close,
-             "flush-timeout": self._flush_timeout, "overload": self._overload}[self.name]()
+            {
+                "session-timeout": self._session_timeout,
+                "session-close": self._session_close,
+                "flush-timeout": self._flush_timeout,
+                "overload": self._overload,
+            }[self.name]()
         finally:
             self.result.done = True
 
@@ -188,8 +204,12 @@ class ScriptedClient(WorkloadClient):
                 continue
             prompt = _tokens(self.rng, 96, self.vocab)
             burst = [_tokens(self.rng, 96, self.vocab) for _ in range(2)]
-            turn = threading.Thread(target=self._generate, name="hicache-diag-turn",
-                                    args=(f"{sid}-t1", prompt, self.max_new, sid), daemon=True)
+            turn = threading.Thread(
+                target=self._generate,
+                name="hicache-diag-turn",
+                args=(f"{sid}-t1", prompt, self.max_new, sid),
+                daemon=True,
+            )
             turn.start()
             time.sleep(0.3)
             self._close(sid)  # in flight: SGLang defers it to the turn's end (close_on_finish)
@@ -210,8 +230,12 @@ class ScriptedClient(WorkloadClient):
             long_rid = f"f{i:03d}-long"
             prompt = _tokens(self.rng, 24, self.vocab)
             long_new = max(self.max_new, 48)
-            turn = threading.Thread(target=self._generate, name="hicache-diag-long",
-                                    args=(long_rid, prompt, long_new), daemon=True)
+            turn = threading.Thread(
+                target=self._generate,
+                name="hicache-diag-long",
+                args=(long_rid, prompt, long_new),
+                daemon=True,
+            )
             t0 = time.time()
             turn.start()
             time.sleep(FLUSH_AFTER_S)
@@ -235,8 +259,12 @@ class ScriptedClient(WorkloadClient):
             if self._stop.is_set():
                 break
             ids = _tokens(self.rng, 32, self.vocab)
-            turn = threading.Thread(target=self._turn, args=(f"o{i:03d}", ids),
-                                    name="hicache-diag-overload", daemon=True)  # fmt: skip
+            turn = threading.Thread(
+                target=self._turn,
+                args=(f"o{i:03d}", ids),
+                name="hicache-diag-overload",
+                daemon=True,
+            )
             turn.start()
             threads.append(turn)
             time.sleep(OVERLOAD_GAP_S)
@@ -267,6 +295,13 @@ def make_client(cfg: Any, url: str, requests: list[Any], timeout_s: float) -> Wo
     wl = cfg.workload
     if wl.workload not in SESSION_WORKLOADS:
         return WorkloadClient(url, requests, cfg.spec.pp_size, timeout_s)
-    return ScriptedClient(url, requests, wl.workload, count=wl.requests,
-                          max_new_tokens=wl.max_new_tokens, vocab=cfg.vocab_size,
-                          seed=wl.seed, timeout_s=timeout_s)  # fmt: skip
+    return ScriptedClient(
+        url,
+        requests,
+        wl.workload,
+        count=wl.requests,
+        max_new_tokens=wl.max_new_tokens,
+        vocab=cfg.vocab_size,
+        seed=wl.seed,
+        timeout_s=timeout_s,
+    )

@@ -91,17 +91,23 @@ class SglangEngine(Engine):
             cfg = self.cfg = replace(cfg, spec=replace(cfg.spec, hicache_storage_dir=str(l3)))
         from hicache_diag.sglang.install import SglangInstall
 
-        install = SglangInstall(cfg.python, cfg.sglang_version, Path(cfg.package_dir or "."),
-                                None, cfg.cpu_kernel_names, launch=cfg.launch_facts)  # fmt: skip
+        install = SglangInstall(
+            cfg.python,
+            cfg.sglang_version,
+            Path(cfg.package_dir or "."),
+            None,
+            cfg.cpu_kernel_names,
+            launch=cfg.launch_facts,
+        )
         self.run_dir = run_dir
         self.server = SglangServer(install, cfg.spec, run_dir)
         self.plugin_path = run_dir / ev.PLUGIN
-        PluginConfig(str(run_dir), cfg.seed, cfg.faults, cfg.spec.cpu,
-                     cfg.cpu_kernel_names).write(str(self.plugin_path))  # fmt: skip
+        PluginConfig(str(run_dir), cfg.seed, cfg.faults, cfg.spec.cpu, cfg.cpu_kernel_names).write(
+            str(self.plugin_path)
+        )
         # A scripted workload's client appends its turns to this list as they are sent.
         scripted = cfg.workload.workload in SESSION_WORKLOADS
-        self.requests = [] if scripted else Workload(cfg.workload,
-                                                      cfg.workload_pool()).requests
+        self.requests = [] if scripted else Workload(cfg.workload, cfg.workload_pool()).requests
 
     def manifest(self, argv: list[str]) -> dict[str, Any]:
         cfg = self.cfg
@@ -109,8 +115,13 @@ class SglangEngine(Engine):
         return {
             **manifest_head(argv),
             "engine": "sglang",
-            "sglang": {**cfg.release, "version": cfg.sglang_version, "python": cfg.python,
-                       "argv": launch, "launch_facts": cfg.launch_facts.to_json()},
+            "sglang": {
+                **cfg.release,
+                "version": cfg.sglang_version,
+                "python": cfg.python,
+                "argv": launch,
+                "launch_facts": cfg.launch_facts.to_json(),
+            },
             "notes": list(cfg.notes),
             "seed": cfg.seed,
             "config": {
@@ -126,7 +137,7 @@ class SglangEngine(Engine):
             "protocol": None,
             "faults": list(cfg.faults),
             "topology": cfg.topology(),
-        }  # fmt: skip
+        }
 
     def start(self) -> None:
         self.server.start(self.plugin_path)
@@ -150,10 +161,11 @@ class SglangEngine(Engine):
         serving), then the server itself gone with no scheduler to blame."""
         server = self.server
         failures = [
-            Failure(ev.FirstFailure(s.rank, s.ended_at, s.pid, s.exitcode, s.signal),
-                    CASCADE_GRACE_S)
+            Failure(
+                ev.FirstFailure(s.rank, s.ended_at, s.pid, s.exitcode, s.signal), CASCADE_GRACE_S
+            )
             for s in server.poll()
-        ]  # fmt: skip
+        ]
         if not self._lost and not server.alive():
             self._lost = True
             lost = ev.FirstFailure(None, now, server.popen.pid)  # no scheduler to blame
@@ -206,8 +218,10 @@ class SglangEngine(Engine):
         # Only requests that completed can be compared; a crash or hang leaves the rest
         # unanswered.
         done = set(self.client.result.outputs) if self.client is not None else set()
-        write_json(self.run_dir / ev.REFERENCE,
-                   _reference(self.cfg, [r for r in self.requests if r.rid in done]))  # fmt: skip
+        write_json(
+            self.run_dir / ev.REFERENCE,
+            _reference(self.cfg, [r for r in self.requests if r.rid in done]),
+        )
 
     def launcher_extra(self) -> dict[str, Any]:
         return {"engine": "sglang"}
@@ -227,8 +241,13 @@ def _phase_reporter(server: SglangServer, cfg: SglangRunConfig, on_progress: Pro
         return None
 
     def report(phase: str) -> None:
-        on_progress({"phase": f"SGLang {cfg.sglang_version}: {phase}",
-                     "elapsed_s": time.time() - server.started_at, "log": str(server.log_path)})
+        on_progress(
+            {
+                "phase": f"SGLang {cfg.sglang_version}: {phase}",
+                "elapsed_s": time.time() - server.started_at,
+                "log": str(server.log_path),
+            }
+        )
 
     return report
 
@@ -258,11 +277,19 @@ def _environment_failure(verdict: Verdict, error: str) -> Verdict:
     cause is the exception the classifier read from the first scheduler that raised (the rule
     book's traceback parser), else the launcher's own last error line."""
     cause = verdict.signature if verdict.outcome is Outcome.CRASH and verdict.signature else error
-    return replace(verdict, outcome=Outcome.UNDECIDED, form=None, failed_rank=None,
-                   culprit_rank=None, first_divergence=None,
-                   signature=f"SGLang never became ready: {cause}",
-                   evidence=[f"SGLang never became ready (the environment failed, not a rank): "
-                             f"{cause}", f"launcher: {error}"])  # fmt: skip
+    return replace(
+        verdict,
+        outcome=Outcome.UNDECIDED,
+        form=None,
+        failed_rank=None,
+        culprit_rank=None,
+        first_divergence=None,
+        signature=f"SGLang never became ready: {cause}",
+        evidence=[
+            f"SGLang never became ready (the environment failed, not a rank): {cause}",
+            f"launcher: {error}",
+        ],
+    )
 
 
 def _reference(cfg: SglangRunConfig, requests: list[Any]) -> dict[str, Any]:
@@ -284,16 +311,20 @@ def _read_watchdog(text: str, run_dir: Path, server: SglangServer, watch: TrialW
             s.state = "killed"  # torn down by SGLang's launcher after its watchdog fired
     watch.first_failure = None
     watch.hang = ev.HangRecord(
-        stalled_ranks=[s.rank for s in server.schedulers], last_progress={},
+        stalled_ranks=[s.rank for s in server.schedulers],
+        last_progress={},
         proc_status={str(r): st for r, st in watch.stops.last_status.items()},
         stopped_ranks=sorted(watch.stops.stopped_for(time.time())),
-        detected_by="sglang-watchdog", observed_by=fired.rank, watchdog_line=fired.line,
-    )  # fmt: skip
+        detected_by="sglang-watchdog",
+        observed_by=fired.rank,
+        watchdog_line=fired.line,
+    )
     watch.stacks = ev.StacksRecord("py-spy (SGLang's watchdog)", None if dumped else "none")
 
 
-def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient | None,
-                     watch: TrialWatch) -> None:  # fmt: skip
+def _finish_evidence(
+    run_dir: Path, server: SglangServer, client: WorkloadClient | None, watch: TrialWatch
+) -> None:
     """Per-rank logs from the server log, the exit codes and watchdog SGLang's log records, the
     answers."""
     # rank{r}.log: their tracebacks are the classifier's to read (diagnosis/logged_facts.py).
@@ -306,10 +337,15 @@ def _finish_evidence(run_dir: Path, server: SglangServer, client: WorkloadClient
     _read_watchdog(text, run_dir, server, watch)
     if client is not None:
         write_json(run_dir / ev.OUTPUTS, client.result.outputs)
-        write_json(run_dir / ev.REQUESTS, {"cached": client.result.cached,
-                                               "errors": client.result.errors,
-                                               "aborted": client.result.aborted,
-                                               "latency_s": client.result.latency_s})  # fmt: skip
+        write_json(
+            run_dir / ev.REQUESTS,
+            {
+                "cached": client.result.cached,
+                "errors": client.result.errors,
+                "aborted": client.result.aborted,
+                "latency_s": client.result.latency_s,
+            },
+        )
         if getattr(client, "events", None) is not None:  # a scripted workload's own timeline
             write_json(run_dir / ev.SCRIPT, client.events)
 

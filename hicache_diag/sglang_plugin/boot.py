@@ -52,8 +52,9 @@ def _arm_rank(server_args, tp_rank: int, pp_rank: int) -> None:
     rank = pp_rank * tp_size + tp_rank
     hooks = Hooks(rank=rank, pp_rank=pp_rank, tp_rank=tp_rank)
     if _config.faults:
-        install_faults(hooks, _config.faults, _config.seed, rank=rank, pp_rank=pp_rank,
-                       tp_rank=tp_rank)  # fmt: skip
+        install_faults(
+            hooks, _config.faults, _config.seed, rank=rank, pp_rank=pp_rank, tp_rank=tp_rank
+        )
     STATE.hooks = hooks
     if hooks.has("p2p_send"):  # p2p-delay: this rank's outgoing link delivers late
         import torch.distributed

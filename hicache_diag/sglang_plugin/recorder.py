@@ -24,9 +24,15 @@ MAX_SHORTAGES = 4  # per step line: the first ones carry the evidence, the count
 # list (evidence.py, importable here: it imports nothing of ours) and what SGLang aligns besides.
 MUST_AGREE = ev.MUST_AGREE + ev.MUST_AGREE_SGLANG
 _STORAGE_QUEUES = (
-    "prefetch_queue", "prefetch_buffer", "prefetch_hit_queue", "prefetch_sync_queue",
-    "ack_prefetch_queue", "backup_queue", "ack_backup_queue", "host_mem_release_queue",
-)  # fmt: skip
+    "prefetch_queue",
+    "prefetch_buffer",
+    "prefetch_hit_queue",
+    "prefetch_sync_queue",
+    "ack_prefetch_queue",
+    "backup_queue",
+    "ack_backup_queue",
+    "host_mem_release_queue",
+)
 
 
 def _len(obj: Any) -> int | None:
@@ -113,8 +119,14 @@ class StepRecorder:
         shortage branch (`_execute_kv_backup` returned None), with what it read."""
         self._counts["host_shortage"] += 1
         if len(self._shortages) < MAX_SHORTAGES:
-            self._shortages.append({"need": int(need), "free": int(free), "evicted": int(evicted),
-                                    "evict_calls": int(evict_calls)})  # fmt: skip
+            self._shortages.append(
+                {
+                    "need": int(need),
+                    "free": int(free),
+                    "evicted": int(evicted),
+                    "evict_calls": int(evict_calls),
+                }
+            )
 
     def acked_node(self, node_id: Any) -> None:
         self._acked.append(node_id if isinstance(node_id, int) else str(node_id))
@@ -163,9 +175,15 @@ class StepRecorder:
             self._errors += 1
             now = time.monotonic()
             if not self._last_error_write or now - self._last_error_write >= HEARTBEAT_S:
-                self._write({"step": self.step, "rank": self.rank, "t": time.time(),
-                             "recorder_error": f"{type(exc).__name__}: {exc}",
-                             "recorder_errors": self._errors})  # fmt: skip
+                self._write(
+                    {
+                        "step": self.step,
+                        "rank": self.rank,
+                        "t": time.time(),
+                        "recorder_error": f"{type(exc).__name__}: {exc}",
+                        "recorder_errors": self._errors,
+                    }
+                )
                 self._errors, self._last_error_write = 0, now
         self._reads, self._acted = {}, False  # written, or an idle poll's: decided nothing
         self.step += 1
@@ -258,9 +276,15 @@ class StepRecorder:
             return
         self._crash_written = True
         step = self.step if self._open or self.step == 0 else self.step - 1
-        line: dict[str, Any] = {"step": step, "t": time.time(), "rank": self.rank,
-                                "pp": self.pp_rank, "tp": self.tp_rank, "crashed": True,
-                                "error": f"{type(exc).__name__}: {exc}"}  # fmt: skip
+        line: dict[str, Any] = {
+            "step": step,
+            "t": time.time(),
+            "rank": self.rank,
+            "pp": self.pp_rank,
+            "tp": self.tp_rank,
+            "crashed": True,
+            "error": f"{type(exc).__name__}: {exc}",
+        }
         line.update({k: v for k, v in self._counts.items() if v})
         if self._shortages:  # the backups skipped in the step it died in: the evidence
             line["host_shortages"] = list(self._shortages)
@@ -273,8 +297,15 @@ class StepRecorder:
     def close(self) -> None:
         try:
             if self._errors:  # failed steps since the last error line: counted, not lost
-                self._write({"step": self.step, "rank": self.rank, "t": time.time(),
-                             "recorder_error": "(as above)", "recorder_errors": self._errors})
+                self._write(
+                    {
+                        "step": self.step,
+                        "rank": self.rank,
+                        "t": time.time(),
+                        "recorder_error": "(as above)",
+                        "recorder_errors": self._errors,
+                    }
+                )
             self._fh.close()
         except OSError:
             pass
@@ -297,11 +328,13 @@ def _batch_fields(batch: Any) -> dict[str, Any]:
         out["prefix_len"] = {r.rid: _prefix_len(r) for r in reqs}
         out["host_hit_len"] = {r.rid: _as_int(getattr(r, "host_hit_length", None)) for r in reqs}
         if any(hasattr(r, "host_loaded_length") for r in reqs):  # 0.5.2x: what was loaded back
-            out["host_loaded_len"] = {r.rid: _as_int(getattr(r, "host_loaded_length", None))
-                                      for r in reqs}  # fmt: skip
+            out["host_loaded_len"] = {
+                r.rid: _as_int(getattr(r, "host_loaded_length", None)) for r in reqs
+            }
         if any(hasattr(r, "storage_hit_length") for r in reqs):
-            out["l3_hit_len"] = {r.rid: _as_int(getattr(r, "storage_hit_length", None))
-                                 for r in reqs}  # fmt: skip
+            out["l3_hit_len"] = {
+                r.rid: _as_int(getattr(r, "storage_hit_length", None)) for r in reqs
+            }
     return out
 
 
@@ -336,8 +369,7 @@ def _cache_fields(scheduler: Any, follower: bool = False) -> dict[str, Any]:
     # `_sync_hicache_ready_counts`) a follower never polls: no poll is presented as its own
     # there (`acks_counted` is what PP0 counted; docs/evidence.md).
     if not (follower and hasattr(tree, "_sync_hicache_ready_counts")):
-        out["acks_ready"] = {"write": _ready(cc.ack_write_queue),
-                             "load": _ready(cc.ack_load_queue)}  # fmt: skip
+        out["acks_ready"] = {"write": _ready(cc.ack_write_queue), "load": _ready(cc.ack_load_queue)}
     out["tree_digest"] = _tree_digest(tree)
     return out
 

@@ -21,8 +21,10 @@ from hicache_diag.sglang_plugin.hook_points import STATE
 from hicache_diag.sglang_plugin.post_import import patch_attr, when_imported
 from hicache_diag.sources.probes import CONTROL_QUEUES
 
-TREES = (("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"),
-         ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache"))  # fmt: skip
+TREES = (
+    ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"),
+    ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache"),
+)
 
 ARMED: set[str] = set()  # probes whose method this process's release has
 
@@ -114,13 +116,27 @@ def install_source_probes() -> None:
     dma = ("dma-ack-count.write", "dma-ack-count.load")
     for module, tree in TREES:
         _arm(module, tree, "drain_storage_control_queues", ("l3-control-queues",), _wrap_drain)
-        _arm(module, tree, "_drain_storage_control_queues_impl", ("l3-control-queues",),
-             _wrap_drain_impl)  # fmt: skip
+        _arm(
+            module,
+            tree,
+            "_drain_storage_control_queues_impl",
+            ("l3-control-queues",),
+            _wrap_drain_impl,
+        )
         _arm(module, tree, "_count_ready_acks", dma)  # boot._wrap_count_ready records them
-    _arm("sglang.srt.managers.scheduler_components.flush_wrapper", "SchedulerFlushWrapper",
-         "check_pending", ("flush-deadline",), _wrap_check_pending)  # fmt: skip
+    _arm(
+        "sglang.srt.managers.scheduler_components.flush_wrapper",
+        "SchedulerFlushWrapper",
+        "check_pending",
+        ("flush-deadline",),
+        _wrap_check_pending,
+    )
     # Recorded by hook_points' own wrappers of these methods.
-    _arm("sglang.srt.session.session_controller", "SessionController", "maybe_reap",
-         ("session-clock",))  # fmt: skip
+    _arm(
+        "sglang.srt.session.session_controller",
+        "SessionController",
+        "maybe_reap",
+        ("session-clock",),
+    )
     _arm("sglang.srt.mem_cache.pool_host.base", "HostKVCache", "alloc", ("host-alloc",))
     _arm("sglang.srt.mem_cache.memory_pool_host", "HostKVCache", "alloc", ("host-alloc",))

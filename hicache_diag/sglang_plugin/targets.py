@@ -24,114 +24,231 @@ class Target:
 
 TARGETS: tuple[Target, ...] = (
     # The scheduler process entry: where a rank learns its PP/TP and the plugin arms itself.
-    Target("scheduler_entry", "probe",
-           (("sglang.srt.managers.scheduler", "run_scheduler_process"),),
-           "per-rank set-up of hooks, faults and the recorder"),
-    Target("scheduler_step", "hook:scheduler_step",
-           (("sglang.srt.managers.scheduler", "Scheduler.get_next_batch_to_run"),),
-           "one call per micro-batch slot of event_loop_pp: the recorder's step"),
-    Target("event_loop", "probe",
-           (("sglang.srt.managers.scheduler_pp_mixin", "SchedulerPPMixin.event_loop_pp"),
-            ("sglang.srt.managers.scheduler", "Scheduler.event_loop_normal")),
-           "the step a scheduler died in, wherever in the step it raised (its forward too)"),
-    Target("writing_check", "probe",
-           (("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.writing_check"),
-            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.writing_check")),
-           "write acks consumed per step"),
-    Target("loading_check", "probe",
-           (("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.loading_check"),
-            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.loading_check")),
-           "load acks consumed per step"),
-    Target("start_writing", "hook:dma_complete",
-           (("sglang.srt.managers.cache_controller", "HiCacheController.start_writing"),),
-           "device->host copies: their finish events"),
-    Target("start_loading", "hook:dma_complete",
-           (("sglang.srt.managers.cache_controller", "HiCacheController.start_loading"),),
-           "host->device copies: their finish events"),
-    Target("layer_wait", "hook:dma_complete",
-           (("sglang.srt.managers.cache_controller", "LayerLoadingEvent.wait"),),
-           "the forward's per-layer wait on a load-back's copy"),
-    Target("host_backup", "hook:host_hold",
-           (("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._execute_kv_backup"),
-            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.write_backup")),
-           "the write-through backup's host shortage branch"),
-    Target("evict_host", "hook:host_hold",
-           (("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.evict_host"),
-            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.evict_host")),
-           "host evictions that make room for a backup"),
-    Target("load_back", "hook:device_hold",
-           (("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.load_back"),
-            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.load_back")),
-           "the load-back whose device allocation a concurrent consumer can make short"),
-    Target("host_alloc", "hook:host_alloc",
-           (("sglang.srt.mem_cache.pool_host.base", "HostKVCache.alloc"),
-            ("sglang.srt.mem_cache.memory_pool_host", "HostKVCache.alloc")),
-           "the host pool's alloc"),
-    Target("time_counter", "hook:now",
-           (("sglang.srt.mem_cache.unified_cache.components.base",
-             "get_and_increase_time_counter"),),
-           # Before the unified tree became the default (0.5.1x: HiRadixCache, opt-in
-           # SGLANG_ENABLE_UNIFIED_RADIX_TREE), the live tree stamps time.monotonic() inline.
-           "the clock the unified tree stamps last_access_time with"),
-    Target("storage_exists", "hook:storage_exists",
-           (("sglang.srt.mem_cache.hicache_storage", "HiCacheStorage.batch_exists"),),
-           "L3 hit length: leading pages found"),
-    Target("storage_read", "hook:storage_read",
-           (("sglang.srt.mem_cache.hicache_storage", "HiCacheFile.get"),),
-           "one L3 page read"),
-    Target("pp_send_pyobj", "hook:p2p_send",
-           (("sglang.srt.utils.common", "point_to_point_pyobj"),),
-           "PP sends of request lists"),
-    Target("pp_send_tensor_dict", "hook:p2p_send",
-           (("sglang.srt.distributed.parallel_state", "GroupCoordinator.send_tensor_dict"),),
-           "PP sends of proxy and output tensors"),
+    Target(
+        "scheduler_entry",
+        "probe",
+        (("sglang.srt.managers.scheduler", "run_scheduler_process"),),
+        "per-rank set-up of hooks, faults and the recorder",
+    ),
+    Target(
+        "scheduler_step",
+        "hook:scheduler_step",
+        (("sglang.srt.managers.scheduler", "Scheduler.get_next_batch_to_run"),),
+        "one call per micro-batch slot of event_loop_pp: the recorder's step",
+    ),
+    Target(
+        "event_loop",
+        "probe",
+        (
+            ("sglang.srt.managers.scheduler_pp_mixin", "SchedulerPPMixin.event_loop_pp"),
+            ("sglang.srt.managers.scheduler", "Scheduler.event_loop_normal"),
+        ),
+        "the step a scheduler died in, wherever in the step it raised (its forward too)",
+    ),
+    Target(
+        "writing_check",
+        "probe",
+        (
+            ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.writing_check"),
+            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.writing_check"),
+        ),
+        "write acks consumed per step",
+    ),
+    Target(
+        "loading_check",
+        "probe",
+        (
+            ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.loading_check"),
+            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.loading_check"),
+        ),
+        "load acks consumed per step",
+    ),
+    Target(
+        "start_writing",
+        "hook:dma_complete",
+        (("sglang.srt.managers.cache_controller", "HiCacheController.start_writing"),),
+        "device->host copies: their finish events",
+    ),
+    Target(
+        "start_loading",
+        "hook:dma_complete",
+        (("sglang.srt.managers.cache_controller", "HiCacheController.start_loading"),),
+        "host->device copies: their finish events",
+    ),
+    Target(
+        "layer_wait",
+        "hook:dma_complete",
+        (("sglang.srt.managers.cache_controller", "LayerLoadingEvent.wait"),),
+        "the forward's per-layer wait on a load-back's copy",
+    ),
+    Target(
+        "host_backup",
+        "hook:host_hold",
+        (
+            ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._execute_kv_backup"),
+            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.write_backup"),
+        ),
+        "the write-through backup's host shortage branch",
+    ),
+    Target(
+        "evict_host",
+        "hook:host_hold",
+        (
+            ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.evict_host"),
+            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.evict_host"),
+        ),
+        "host evictions that make room for a backup",
+    ),
+    Target(
+        "load_back",
+        "hook:device_hold",
+        (
+            ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache.load_back"),
+            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.load_back"),
+        ),
+        "the load-back whose device allocation a concurrent consumer can make short",
+    ),
+    Target(
+        "host_alloc",
+        "hook:host_alloc",
+        (
+            ("sglang.srt.mem_cache.pool_host.base", "HostKVCache.alloc"),
+            ("sglang.srt.mem_cache.memory_pool_host", "HostKVCache.alloc"),
+        ),
+        "the host pool's alloc",
+    ),
+    Target(
+        "time_counter",
+        "hook:now",
+        (("sglang.srt.mem_cache.unified_cache.components.base", "get_and_increase_time_counter"),),
+        # Before the unified tree became the default (0.5.1x: HiRadixCache, opt-in
+        # SGLANG_ENABLE_UNIFIED_RADIX_TREE), the live tree stamps time.monotonic() inline.
+        "the clock the unified tree stamps last_access_time with",
+    ),
+    Target(
+        "storage_exists",
+        "hook:storage_exists",
+        (("sglang.srt.mem_cache.hicache_storage", "HiCacheStorage.batch_exists"),),
+        "L3 hit length: leading pages found",
+    ),
+    Target(
+        "storage_read",
+        "hook:storage_read",
+        (("sglang.srt.mem_cache.hicache_storage", "HiCacheFile.get"),),
+        "one L3 page read",
+    ),
+    Target(
+        "pp_send_pyobj",
+        "hook:p2p_send",
+        (("sglang.srt.utils.common", "point_to_point_pyobj"),),
+        "PP sends of request lists",
+    ),
+    Target(
+        "pp_send_tensor_dict",
+        "hook:p2p_send",
+        (("sglang.srt.distributed.parallel_state", "GroupCoordinator.send_tensor_dict"),),
+        "PP sends of proxy and output tensors",
+    ),
     # 0.5.1x-0.5.23: every rank reaps sessions on its own 1 s tick (process_input_requests).
-    Target("session_reap", "hook:session_clock",
-           (("sglang.srt.session.session_controller", "SessionController.maybe_reap"),),
-           "deferred session closes and session timeouts, on this rank's reap tick"),
+    Target(
+        "session_reap",
+        "hook:session_clock",
+        (("sglang.srt.session.session_controller", "SessionController.maybe_reap"),),
+        "deferred session closes and session timeouts, on this rank's reap tick",
+    ),
     # 0.5.13-0.5.23: /flush_cache?timeout= waits for idle until a per-rank deadline.
-    Target("flush_deadline", "hook:flush_clock",
-           (("sglang.srt.managers.scheduler_components.flush_wrapper",
-             "SchedulerFlushWrapper.handle"),),
-           "the deferred flush's per-rank deadline"),
+    Target(
+        "flush_deadline",
+        "hook:flush_clock",
+        (
+            (
+                "sglang.srt.managers.scheduler_components.flush_wrapper",
+                "SchedulerFlushWrapper.handle",
+            ),
+        ),
+        "the deferred flush's per-rank deadline",
+    ),
     # The dynamic source probes (source_probes.py, docs/sources.md "Dynamic"): a release
     # without one leaves that probe unarmed; no fault needs the point.
-    Target("source_l3_queues", "hook:sources",
-           (("sglang.srt.mem_cache.unified_radix_cache",
-             "UnifiedRadixCache.drain_storage_control_queues"),
-            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.drain_storage_control_queues")),
-           "l3-control-queues: the rank's own L3 control-queue sizes at the drain"),
-    Target("source_l3_drain", "hook:sources",
-           (("sglang.srt.mem_cache.unified_radix_cache",
-             "UnifiedRadixCache._drain_storage_control_queues_impl"),
-            ("sglang.srt.mem_cache.hiradix_cache",
-             "HiRadixCache._drain_storage_control_queues_impl")),
-           "l3-control-queues: the counts drained"),
-    Target("source_ack_count", "hook:sources",
-           (("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._count_ready_acks"),
-            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache._count_ready_acks")),
-           "dma-ack-count: the ready-ack count a rank read"),
-    Target("source_flush_deadline", "hook:sources",
-           (("sglang.srt.managers.scheduler_components.flush_wrapper",
-             "SchedulerFlushWrapper.check_pending"),),
-           "flush-deadline: time left to the rank's deadline, and how the flush ended"),
+    Target(
+        "source_l3_queues",
+        "hook:sources",
+        (
+            (
+                "sglang.srt.mem_cache.unified_radix_cache",
+                "UnifiedRadixCache.drain_storage_control_queues",
+            ),
+            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache.drain_storage_control_queues"),
+        ),
+        "l3-control-queues: the rank's own L3 control-queue sizes at the drain",
+    ),
+    Target(
+        "source_l3_drain",
+        "hook:sources",
+        (
+            (
+                "sglang.srt.mem_cache.unified_radix_cache",
+                "UnifiedRadixCache._drain_storage_control_queues_impl",
+            ),
+            (
+                "sglang.srt.mem_cache.hiradix_cache",
+                "HiRadixCache._drain_storage_control_queues_impl",
+            ),
+        ),
+        "l3-control-queues: the counts drained",
+    ),
+    Target(
+        "source_ack_count",
+        "hook:sources",
+        (
+            ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache._count_ready_acks"),
+            ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache._count_ready_acks"),
+        ),
+        "dma-ack-count: the ready-ack count a rank read",
+    ),
+    Target(
+        "source_flush_deadline",
+        "hook:sources",
+        (
+            (
+                "sglang.srt.managers.scheduler_components.flush_wrapper",
+                "SchedulerFlushWrapper.check_pending",
+            ),
+        ),
+        "flush-deadline: time left to the rank's deadline, and how the flush ended",
+    ),
     # CPU shims (reference/sglang-on-cpu.md): where SGLang assumes CUDA.
-    Target("assign_req_to_token_pool", "shim",
-           (("sglang.srt.mem_cache.allocation", "assign_req_to_token_pool_func"),
+    Target(
+        "assign_req_to_token_pool",
+        "shim",
+        (
+            ("sglang.srt.mem_cache.allocation", "assign_req_to_token_pool_func"),
             # 0.5.1x: only speculative decoding assigns through it (a triton kernel); the
             # serving path writes req_to_token in plain torch, so nothing needs the CPU kernel.
             ("sglang.srt.speculative.triton_ops.cache_locs", "assign_req_to_token_pool_func"),
-            ("sglang.srt.speculative.spec_utils", "assign_req_to_token_pool_func")),
-           "calls sgl_kernel.assign_req_to_token_pool_cpu on CPU"),
-    Target("host_pin_memory", "shim",
-           (("sglang.srt.mem_cache.pool_host.base", "HostKVCache.__init__"),
-            ("sglang.srt.mem_cache.memory_pool_host", "HostKVCache.__init__")),
-           "pin_memory=True: cudaHostRegister and pinned L3 bounce pages"),
-    Target("transfer_kv_direct", "shim",
-           (("sglang.srt.mem_cache.pool_host.mha", "MHATokenToKVPoolHost"),
-            ("sglang.srt.mem_cache.memory_pool_host", "MHATokenToKVPoolHost")),
-           "imports transfer_kv_* only on CUDA/HIP"),
-)  # fmt: skip
+            ("sglang.srt.speculative.spec_utils", "assign_req_to_token_pool_func"),
+        ),
+        "calls sgl_kernel.assign_req_to_token_pool_cpu on CPU",
+    ),
+    Target(
+        "host_pin_memory",
+        "shim",
+        (
+            ("sglang.srt.mem_cache.pool_host.base", "HostKVCache.__init__"),
+            ("sglang.srt.mem_cache.memory_pool_host", "HostKVCache.__init__"),
+        ),
+        "pin_memory=True: cudaHostRegister and pinned L3 bounce pages",
+    ),
+    Target(
+        "transfer_kv_direct",
+        "shim",
+        (
+            ("sglang.srt.mem_cache.pool_host.mha", "MHATokenToKVPoolHost"),
+            ("sglang.srt.mem_cache.memory_pool_host", "MHATokenToKVPoolHost"),
+        ),
+        "imports transfer_kv_* only on CUDA/HIP",
+    ),
+)
 
 
 def _defined(tree: ast.Module, qualname: str) -> bool:

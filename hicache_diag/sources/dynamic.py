@@ -131,9 +131,16 @@ def with_inventory(result: RunSources, inventory: Inventory) -> RunSources:
             if not probe.static and src.classic != probe.classic:
                 continue
             a = src.alignment
-            rows.append({"file": src.file, "line": src.line, "function": src.function,
-                         "decisions": list(src.decisions), "alignment": a.mechanism,
-                         "covers_pp": a.covers_pp})  # fmt: skip
+            rows.append(
+                {
+                    "file": src.file,
+                    "line": src.line,
+                    "function": src.function,
+                    "decisions": list(src.decisions),
+                    "alignment": a.mechanism,
+                    "covers_pp": a.covers_pp,
+                }
+            )
         sources.append(replace(s, static=tuple(rows)))
     return replace(result, sources=tuple(sources), release=inventory.release.to_json())
 

@@ -11,16 +11,27 @@ from hicache_diag.sources.index import Function, SourceIndex
 from hicache_diag.sources.model import Alignment
 
 # Rank attributes a leader test compares with 0, and the group each names.
-_RANKS = {"pp_rank": "pp", "tp_rank": "tp", "attn_tp_rank": "attn_tp", "attn_cp_rank": "attn_cp",
-          "attn_dp_rank": "attn_dp", "moe_ep_rank": "moe_ep"}  # fmt: skip
+_RANKS = {
+    "pp_rank": "pp",
+    "tp_rank": "tp",
+    "attn_tp_rank": "attn_tp",
+    "attn_cp_rank": "attn_cp",
+    "attn_dp_rank": "attn_dp",
+    "moe_ep_rank": "moe_ep",
+}
 
 
 def _zero_tests(test: ast.expr) -> set[str]:
     """The rank groups `test` requires to be rank 0 (`x.pp_rank == 0`, joined by `and`)."""
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         return set().union(*(_zero_tests(v) for v in test.values))
-    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
-            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0):
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == 0
+    ):
         name = ast.unparse(test.left).rsplit(".", 1)[-1]
         if name in _RANKS:
             return {_RANKS[name]}

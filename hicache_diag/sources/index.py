@@ -87,9 +87,7 @@ class SourceIndex:
     )
     # attribute name -> functions that read it (`x.attr` loaded); `self.attr` reads apart
     attr_readers: dict[str, list[Function]] = field(default_factory=lambda: defaultdict(list))
-    self_attr_readers: dict[str, list[Function]] = field(
-        default_factory=lambda: defaultdict(list)
-    )
+    self_attr_readers: dict[str, list[Function]] = field(default_factory=lambda: defaultdict(list))
     # queue attribute name -> functions that take items from it (`....name.get()`)
     queue_readers: dict[str, list[Function]] = field(default_factory=lambda: defaultdict(list))
     # class name -> its base classes' names (for `self.m()` inherited from a base in scope)

@@ -88,8 +88,10 @@ def _served(fn: Function, index: SourceIndex) -> set[str]:
             served.add(name)
         for caller, call in index.calls_to.get(name, ()):
             f = call.func
-            if isinstance(f, ast.Attribute) and ast.unparse(f.value) == "self" and (
-                caller.cls in family
+            if (
+                isinstance(f, ast.Attribute)
+                and ast.unparse(f.value) == "self"
+                and (caller.cls in family)
             ):
                 todo.append(caller.name)
     return served

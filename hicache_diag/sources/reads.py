@@ -129,9 +129,7 @@ def lru_stamps(fn: Function) -> Iterator[tuple[ast.Assign, ast.Call]]:
 
 
 def reads_clock(node: ast.AST) -> bool:
-    return any(
-        isinstance(s, ast.Call) and kind_of_call(s) == "clock" for s in ast.walk(node)
-    )
+    return any(isinstance(s, ast.Call) and kind_of_call(s) == "clock" for s in ast.walk(node))
 
 
 def _walk_own(node: ast.AST) -> Iterator[ast.AST]:

@@ -26,14 +26,25 @@ LOGICAL_KINDS = {
     "logical-state": "the length of a list the scheduler thread itself fills (len(*queue*))",
 }
 
-CLOCK_FUNCS = frozenset({
-    "time", "monotonic", "perf_counter", "time_ns", "monotonic_ns", "perf_counter_ns",
-})  # fmt: skip
+CLOCK_FUNCS = frozenset(
+    {
+        "time",
+        "monotonic",
+        "perf_counter",
+        "time_ns",
+        "monotonic_ns",
+        "perf_counter_ns",
+    }
+)
 READY_METHODS = frozenset({"query", "done", "is_set"})
-POOL_SIZE_METHODS = frozenset({
-    "available_size", "full_available_size", "swa_available_size",
-    "schedulable_available_size",
-})  # fmt: skip
+POOL_SIZE_METHODS = frozenset(
+    {
+        "available_size",
+        "full_available_size",
+        "swa_available_size",
+        "schedulable_available_size",
+    }
+)
 ALLOC_METHODS = frozenset({"alloc"})
 STORAGE_EXISTS_METHODS = frozenset({"batch_exists", "batch_exists_v2", "exists"})
 STORAGE_READ_METHODS = frozenset({"batch_get", "batch_get_v1", "batch_get_v2", "get"})
@@ -154,11 +165,40 @@ BOOKKEEPING_CALL_HINTS = ("log", "metric", "warn", "debug", "info", "print", "st
 BOOKKEEPING_ATTR_HINTS = ("log", "metric", "stat", "_time", "timestamp")
 
 # Method names too generic to follow by name alone (dict/list/queue methods share them).
-GENERIC_NAMES = frozenset({
-    "get", "put", "pop", "append", "clear", "items", "keys", "values", "update", "reset",
-    "__init__", "copy", "extend", "add", "remove", "discard", "wait", "start", "run", "item",
-    "tolist", "numel", "sum", "min", "max", "set", "free", "close", "format", "join",
-})  # fmt: skip
+GENERIC_NAMES = frozenset(
+    {
+        "get",
+        "put",
+        "pop",
+        "append",
+        "clear",
+        "items",
+        "keys",
+        "values",
+        "update",
+        "reset",
+        "__init__",
+        "copy",
+        "extend",
+        "add",
+        "remove",
+        "discard",
+        "wait",
+        "start",
+        "run",
+        "item",
+        "tolist",
+        "numel",
+        "sum",
+        "min",
+        "max",
+        "set",
+        "free",
+        "close",
+        "format",
+        "join",
+    }
+)
 
 # --- which files are scanned (relative to the package dir) -----------------------------------
 SGLANG_SCOPE = (

@@ -58,8 +58,9 @@ class SyncSummaries:
                 s = _Step(s.kind, op, param, s.groups, s.via, s.group_param)
             if s.group_param is not None:
                 arg = _arg_for(call, target, s.group_param)
-                groups, gparam = self._groups_of_expr(arg, caller) if arg is not None else (
-                    ("?",), None)  # fmt: skip
+                groups, gparam = (
+                    self._groups_of_expr(arg, caller) if arg is not None else (("?",), None)
+                )
                 s = _Step(s.kind, s.op, s.op_param, groups, s.via, gparam)
             steps.append(s)
         return tuple(steps)
@@ -141,7 +142,9 @@ class SyncSummaries:
                     _group_name(name)
                     for n in ast.walk(builder.node)
                     if id(n) not in called  # `create_custom_parallel_group(...)` builds, not is
-                    and (name := _ref_name(n)) and name.endswith("_group") and name != attr
+                    and (name := _ref_name(n))
+                    and name.endswith("_group")
+                    and name != attr
                     and name not in _GROUP_HANDLES
                 ]
                 if names:

@@ -103,9 +103,7 @@ class FunctionWalk:
             found = _weaker(found, self.taint(child))
         return found
 
-    def bind(
-        self, target: ast.AST, state: State, positions: frozenset[int] | None = None
-    ) -> None:
+    def bind(self, target: ast.AST, state: State, positions: frozenset[int] | None = None) -> None:
         if isinstance(target, ast.Name):
             self.env[target.id] = state
         elif isinstance(target, ast.Tuple | ast.List):
@@ -125,7 +123,13 @@ class FunctionWalk:
                 if isinstance(target.value, ast.Name) and target.value.id == "self":
                     on_self = self.fn.cls or ""
                 self.t.follow_stored(
-                    target.attr, state, self.depth, self.out, self.seen, on_self, self.hops,
+                    target.attr,
+                    state,
+                    self.depth,
+                    self.out,
+                    self.seen,
+                    on_self,
+                    self.hops,
                     positions,
                 )
 
@@ -201,7 +205,8 @@ class FunctionWalk:
                 self.env[name] = then_state
             elif was is not None and then_state != else_state and not self.replay:
                 if then_state[: len(was)] == was == else_state[: len(was)] and {
-                    then_state, else_state
+                    then_state,
+                    else_state,
                 }.isdisjoint({was}):  # both branches aligned the value, each its own way
                     self.out.branches.append((self.fn, s, then_state, else_state))
 
@@ -284,8 +289,18 @@ class FunctionWalk:
         ):
             env = param_env(call, target, tainted)
             if env:
-                walk = FunctionWalk(self.t, target, lambda n: False, env, (), self.depth + 1,
-                               self.out, self.seen, up=False, down=self.down + 1)  # fmt: skip
+                walk = FunctionWalk(
+                    self.t,
+                    target,
+                    lambda n: False,
+                    env,
+                    (),
+                    self.depth + 1,
+                    self.out,
+                    self.seen,
+                    up=False,
+                    down=self.down + 1,
+                )
                 walk.hops = self.hops
                 if walk.run_body():
                     self.results[id(call)] = walk.returned
@@ -305,8 +320,17 @@ class FunctionWalk:
         for caller, call in self.t.index.callers(self.fn):
             if id(caller.node) in self.seen:
                 continue
-            walk = FunctionWalk(self.t, caller, lambda n, c=call: n is c, {}, state, self.depth + 1,
-                           self.out, self.seen, up=True)  # fmt: skip
+            walk = FunctionWalk(
+                self.t,
+                caller,
+                lambda n, c=call: n is c,
+                {},
+                state,
+                self.depth + 1,
+                self.out,
+                self.seen,
+                up=True,
+            )
             walk.hops = self.hops
             walk.run()
 

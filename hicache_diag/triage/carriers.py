@@ -36,7 +36,7 @@ _CARRIERS = (
     re.compile(
         r"^\((?:[A-Za-z_][\w:.-]{0,80} )?[\w.]{1,40}=[\w.:-]{1,80}(?:,? [\w.]{1,40}="
         r"[\w.:-]{1,80}){0,8}\)\s"
-    ),  # fmt: skip
+    ),
     # torchrun `--tee` / `--log-dir` (`[rank0]: `, `[default0]:`) and mpirun `[1,0]<stderr>:`.
     re.compile(r"^\[(?:rank|default)\d+\]:\s?"),
     re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?"),
@@ -66,6 +66,7 @@ _FLAT_EXC = re.compile(
     r"(?:^|\s)(?P<exc>(?:[A-Za-z_]\w{0,80}\.){0,16}[A-Z]\w{0,120}(?:Error|Exception|Interrupt|Exit)"
     r"(?::\s.*)?)$"
 )
+
 
 def _strip_once(line: str) -> str:
     if line.startswith("|"):
@@ -120,4 +121,3 @@ def unflatten_traceback(line: str) -> list[str]:
         elif rest_text:
             out.append(f"    {rest_text}")
     return out
-

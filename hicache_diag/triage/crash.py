@@ -93,8 +93,9 @@ def find_crash(
     if note := mismatch_note(root):
         evidence.append(note)
     for exc in others:
-        evidence.append(f"secondary ({'cascade' if exc.is_cascade else 'later'}): "
-                        f"{_where(exc)}: {exc.text}")  # fmt: skip
+        evidence.append(
+            f"secondary ({'cascade' if exc.is_cascade else 'later'}): {_where(exc)}: {exc.text}"
+        )
     return CrashFinding(crash_form(root, ctx), root, others, evidence)
 
 

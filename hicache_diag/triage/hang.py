@@ -131,6 +131,7 @@ def _finding(found: Judgement, reports: list[RankReport]) -> HangFinding:
     culprits = [by_rank[rank] for rank in found.culprits]
     evidence = list(found.evidence)
     if found.reason is Reason.EXITED:  # the pid says which process is gone
-        evidence = [f"{r.rank.label} (pid {r.pid}) has exited; its peers are still alive"
-                    for r in culprits]  # fmt: skip
+        evidence = [
+            f"{r.rank.label} (pid {r.pid}) has exited; its peers are still alive" for r in culprits
+        ]
     return HangFinding(found.kind, found.cause, culprits, evidence, found.reason)

@@ -44,8 +44,6 @@ _RECORD_START = re.compile(
 )
 
 
-
-
 def _clean(lines: Iterable[str]) -> Iterator[str]:
     """Line endings (CRLF, a lone CR) and ANSI colour codes off every line."""
     for line in lines:

@@ -34,7 +34,6 @@ _FH_BODY = re.compile(
 _FH_FRAME_IN = re.compile(r'^File "[^"]{0,1000}", line \d+ in (\S{1,200})')
 
 
-
 def is_prefixed(line: str) -> bool:
     return (line[:1] == "[" or line[:1].isdigit()) and split_prefix(line) is not None
 
@@ -154,5 +153,3 @@ def _taken_by_watchdog(block: list[str]) -> bool:
             if sig.is_watchdog_thread([m[1]]):
                 return True
     return False
-
-

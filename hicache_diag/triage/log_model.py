@@ -222,4 +222,3 @@ class ReadCtx:
     thread: str | None = None  # from `Exception in thread X:`, the line before its traceback
     noise_next: bool = False  # `Ignore import error ...` logged with its traceback
     header: tuple[int, str] | None = None  # (line index, kind) of a traceback's announcer
-

@@ -13,12 +13,35 @@ from collections.abc import Callable
 # are plain substring tests. tests/unit/triage/test_triage_stream.py checks that the fast path
 # agrees with the full one on every sample and corpus log.
 TRIGGERS = (
-    "Traceback", "Ignore import", "Pyspy", "All pyspy", "Failed to suspend", "Fatal Python",
-    "Timeout (", "Found rank divergence", "Subprocess ", "Error", "Exception", "SIG", "Signal",
-    "FAILED", "Term", "Draining", "Gracefully", "Watchdog", "Timed out", "NCCL",
-    "Scheduler debug info", "Connection ", "Broken pipe", "ECONNRESET", "Socket closed",
-    "Received sigquit", "Killed", "ProcessGroup",
-)  # fmt: skip
+    "Traceback",
+    "Ignore import",
+    "Pyspy",
+    "All pyspy",
+    "Failed to suspend",
+    "Fatal Python",
+    "Timeout (",
+    "Found rank divergence",
+    "Subprocess ",
+    "Error",
+    "Exception",
+    "SIG",
+    "Signal",
+    "FAILED",
+    "Term",
+    "Draining",
+    "Gracefully",
+    "Watchdog",
+    "Timed out",
+    "NCCL",
+    "Scheduler debug info",
+    "Connection ",
+    "Broken pipe",
+    "ECONNRESET",
+    "Socket closed",
+    "Received sigquit",
+    "Killed",
+    "ProcessGroup",
+)
 
 
 def _by_first_letter(words: tuple[str, ...]) -> re.Pattern[str]:
@@ -60,9 +83,16 @@ def _any_in(words: tuple[str, ...]) -> Callable[[str], bool]:
 has_trigger_word = _any_in(_TRIGGER_WORDS)
 has_hicache_word = _any_in(HICACHE_WORDS)
 TRIGGER_STARTS = (
-    "Process ", "Thread 0x", "Current thread", "nanobind", "- leaked", "self.cur_batch",
-    "During handling", "The above exception", "terminate called",
-)  # fmt: skip
+    "Process ",
+    "Thread 0x",
+    "Current thread",
+    "nanobind",
+    "- leaked",
+    "self.cur_batch",
+    "During handling",
+    "The above exception",
+    "terminate called",
+)
 # For a block of lines (triage.log_blocks): every trigger, searched anywhere in the text (a
 # superset of `triggered`): the capitalised ones as one regex, the rest as plain substrings.
 BLOCK_TRIGGER = _by_first_letter(TRIGGERS + tuple(s for s in TRIGGER_STARTS if s[0].isupper()))

@@ -62,7 +62,6 @@ _CHAIN = re.compile(
 )
 
 
-
 def _split_prefix(line: str, ctx: ReadCtx, ev: LogEvidence) -> tuple[str, bool]:
     """Strip a `[ts PP TP]` prefix, remembering its rank and time for the lines that follow."""
     if line[:1] == "[" and (j := line.find("]", 1, 200)) > 0:
@@ -191,8 +190,15 @@ def _consume(
         return i
     if not _CHAIN.match(msg.strip()):
         ctx.noise_next = False  # only the noise's own (chained) traceback follows it
-    handlers = (_on_traceback, _on_terminate, on_pyspy, on_pyspy_error, on_faulthandler,
-                _on_fatal, _on_bare_exception)  # fmt: skip
+    handlers = (
+        _on_traceback,
+        _on_terminate,
+        on_pyspy,
+        on_pyspy_error,
+        on_faulthandler,
+        _on_fatal,
+        _on_bare_exception,
+    )
     for handler in handlers:
         end = handler(lines, i, msg, source, ctx, ev)
         if end is not None:

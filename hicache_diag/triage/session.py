@@ -115,8 +115,9 @@ def run_triage(req: TriageRequest) -> TriageReport:
         declared |= _apply_run_facts(folder, loaded)
         ranks += loaded
     logs = _read_logs(req.logs + tuple(run_logs), req.progress)
-    return classify(ranks, logs, num_heads=req.num_heads, pp_size=req.pp_size,
-                    hang_declared=declared)  # fmt: skip
+    return classify(
+        ranks, logs, num_heads=req.num_heads, pp_size=req.pp_size, hang_declared=declared
+    )
 
 
 def _record(kind: type[ev.Record], path: Path) -> Any:

@@ -91,11 +91,14 @@ def stalled_drain(logs: LogEvidence, reports: list[RankReport]) -> TriageReport 
         f"{first.source}:{first.lineno}: {first.text}",
         f"the operator's stop found requests in flight; the drain reported the same ones "
         f"{len(run)} times ({first.ts or '?'} to {run[-1].ts or '?'}) and "
-        + (f"no batch ran after {last.source}:{last.lineno} ({last.ts})" if last else
-           "no batch line is in the log")
+        + (
+            f"no batch ran after {last.source}:{last.lineno} ({last.ts})"
+            if last
+            else "no batch line is in the log"
+        )
         + ": the server had stopped making progress before it was stopped (a hang)",
         "thin evidence: no watchdog line and no stacks; the ranks' stacks name the site",
-    ]  # fmt: skip
+    ]
     report = TriageReport(
         "hang",
         form="C",

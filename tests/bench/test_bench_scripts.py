@@ -38,7 +38,10 @@ def test_bench_script_imports(script: Path) -> None:
 def test_bench_script_help_from_the_project_root(script: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(script.relative_to(ROOT)), "--help"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "usage:" in proc.stdout, proc.stdout[:500]

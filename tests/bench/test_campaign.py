@@ -33,10 +33,12 @@ def test_absorbed_follows_the_faults_switch():
         if p.kind == "host-alloc-fail":
             assert p.absorbed() == (p.modes()["host-alloc"] == "two-phase")
         if p.kind == "rank-stall":
-            assert p.absorbed() == (p.modes()["ack-count"] != "local"
-                                    and p.modes()["lru-clock"] == "logical"
-                                    and p.modes()["l3-hit"] == "min"
-                                    and p.modes()["l3-progress"] == "min")  # fmt: skip
+            assert p.absorbed() == (
+                p.modes()["ack-count"] != "local"
+                and p.modes()["lru-clock"] == "logical"
+                and p.modes()["l3-hit"] == "min"
+                and p.modes()["l3-progress"] == "min"
+            )
 
 
 def test_control_argv_drops_only_the_fault(tmp_path):
@@ -48,10 +50,16 @@ def test_control_argv_drops_only_the_fault(tmp_path):
 
 def _run_dir(root: Path) -> Path:
     root.mkdir()
-    (root / "manifest.json").write_text(json.dumps({
-        "faults": ["host-alloc-fail:rank=1"], "argv": ["run", "--fault", "host-alloc-fail"],
-        "seed": 3, "config": {"faults": ["host-alloc-fail:rank=1"], "seed": 3},
-    }))  # fmt: skip
+    (root / "manifest.json").write_text(
+        json.dumps(
+            {
+                "faults": ["host-alloc-fail:rank=1"],
+                "argv": ["run", "--fault", "host-alloc-fail"],
+                "seed": 3,
+                "config": {"faults": ["host-alloc-fail:rank=1"], "seed": 3},
+            }
+        )
+    )
     lines = [
         {"rank": 1, "step": 0, "faults_fired": []},
         {"rank": 1, "step": 1, "faults_fired": [{"fault": "host-alloc-fail", "step": 1}]},
@@ -77,8 +85,10 @@ def test_blind_copy_removes_every_trace_of_the_injection(tmp_path):
     text = "".join(p.read_text() for p in blind.rglob("*") if p.is_file())
     assert "host-alloc-fail" not in text and "faults_fired" not in text
     assert "rank-stall" not in text and not (blind / "verdict.json").exists()
-    assert "pop from empty list" in text and json.loads((blind / "manifest.json").read_text())[
-        "seed"] == 3  # fmt: skip
+    assert (
+        "pop from empty list" in text
+        and json.loads((blind / "manifest.json").read_text())["seed"] == 3
+    )
 
 
 def test_facts_come_from_the_unblinded_run(tmp_path):
@@ -86,13 +96,20 @@ def test_facts_come_from_the_unblinded_run(tmp_path):
     assert facts.fired_ranks == [0, 1] and facts.first_fired_step == 1 and facts.form == "B"
 
 
-def _scored(kind="host-alloc-fail", targets=(1,), control="ok", fired=(1,), verdict=None,
-            control_step=None) -> Scored:  # fmt: skip
+def _scored(
+    kind="host-alloc-fail", targets=(1,), control="ok", fired=(1,), verdict=None, control_step=None
+) -> Scored:
     plan = next(p for p in plan_trials(300, seed=5) if p.kind == kind)
-    plan = type(plan)(**{**{f: getattr(plan, f) for f in plan.__dataclass_fields__},
-                         "targets": targets})  # fmt: skip
-    verdict = verdict or {"outcome": "crash", "form": "B", "culprit_rank": 1,
-                          "source": "host-alloc", "step": 9}  # fmt: skip
+    plan = type(plan)(
+        **{**{f: getattr(plan, f) for f in plan.__dataclass_fields__}, "targets": targets}
+    )
+    verdict = verdict or {
+        "outcome": "crash",
+        "form": "B",
+        "culprit_rank": 1,
+        "source": "host-alloc",
+        "step": 9,
+    }
     return Scored(plan, Facts(list(fired), 3, "B"), control, verdict, True, control_step)
 
 
@@ -107,7 +124,7 @@ def test_ambiguous_reasons_and_the_accuracy_line():
                 "source": "unknown",
                 "step": 9,
             }
-        ),  # fmt: skip
+        ),
         _scored(targets=(0, 1)),
         _scored(control="diverged"),
         _scored(fired=()),
@@ -115,9 +132,15 @@ def test_ambiguous_reasons_and_the_accuracy_line():
         _scored(kind="p2p-delay"),
     ]
     reasons = [r.ambiguous for r in rows]
-    assert reasons == [None, None, "two ranks perturbed", "fails without the fault too",
-                       "fault never fired", "fault never mattered (ok)",
-                       "timing-only fault (no per-rank input of its own)"]  # fmt: skip
+    assert reasons == [
+        None,
+        None,
+        "two ranks perturbed",
+        "fails without the fault too",
+        "fault never fired",
+        "fault never mattered (ok)",
+        "timing-only fault (no per-rank input of its own)",
+    ]
     s = summarize(rows)
     assert s.last_line().startswith("accuracy: culprit 1/2, source 1/2, form ")
     labels, cols, cells = confusion(rows, "source")

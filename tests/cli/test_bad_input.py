@@ -17,8 +17,11 @@ def root(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize(("argv", "code", "needle"), ALL_CASES, ids=lambda v: " ".join(v)
-                         if isinstance(v, list) else None)  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "code", "needle"),
+    ALL_CASES,
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
 def test_bad_input_is_one_line_before_anything_starts(
     capsys, monkeypatch, tmp_path, root, argv, code, needle
 ):
@@ -36,14 +39,22 @@ def test_bad_input_is_one_line_before_anything_starts(
 
 
 @pytest.mark.process
-@pytest.mark.parametrize(("argv", "code", "needle"), PROBE_CASES, ids=lambda v: " ".join(v)
-                         if isinstance(v, list) else None)  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "code", "needle"),
+    PROBE_CASES,
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
 def test_bad_release_is_one_line_before_anything_starts(tmp_path, root, argv, code, needle):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "hicache_diag.cli.main", *expand(argv, root)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "hicache_diag.cli.main", *expand(argv, root)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == code and len(lines) == 1 and needle in lines[0], proc.stderr
     assert not (tmp_path / "runs").exists(), "refused before any run dir or trial"

@@ -45,9 +45,22 @@ def test_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, message):
 
 @pytest.mark.process
 def test_bisect_json_schema(fake_run, tmp_path, capsys):
-    code = run_cli(["bisect", "--hicache-size", "16MiB,64MiB", "--switch",
-                    "ack-count=local,leader", "--trials", "4", "--jobs", "2", "--out",
-                    str(tmp_path / "b"), "--json"])  # fmt: skip
+    code = run_cli(
+        [
+            "bisect",
+            "--hicache-size",
+            "16MiB,64MiB",
+            "--switch",
+            "ack-count=local,leader",
+            "--trials",
+            "4",
+            "--jobs",
+            "2",
+            "--out",
+            str(tmp_path / "b"),
+            "--json",
+        ]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert data["schema"] == "hicache-diag/bisect/v1"
@@ -77,8 +90,20 @@ def test_a_bad_passthrough_flag_is_exit_2_before_any_trial(fake_run, tmp_path, c
 
 @pytest.mark.process
 def test_switch_over_any_run_option(fake_run, tmp_path, capsys):
-    code = run_cli(["bisect", "--switch", "protocol=legacy,full", "--switch", "async-depth=0,1",
-                    "--trials", "2", "--out", str(tmp_path / "b"), "--json"])  # fmt: skip
+    code = run_cli(
+        [
+            "bisect",
+            "--switch",
+            "protocol=legacy,full",
+            "--switch",
+            "async-depth=0,1",
+            "--trials",
+            "2",
+            "--out",
+            str(tmp_path / "b"),
+            "--json",
+        ]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert data["switches"] == ["protocol", "async-depth"] and len(data["cells"]) == 4
@@ -95,8 +120,21 @@ def test_switch_over_any_run_option(fake_run, tmp_path, capsys):
 @pytest.mark.process
 def test_bisect_saves_its_table_in_out(fake_run, tmp_path, capsys):
     out = tmp_path / "b"
-    assert run_cli(["bisect", "--switch", "ack-count=local,leader", "--trials", "2", "--out",
-                    str(out), "--json"]) == 0  # fmt: skip
+    assert (
+        run_cli(
+            [
+                "bisect",
+                "--switch",
+                "ack-count=local,leader",
+                "--trials",
+                "2",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
     assert json.loads((out / "table.json").read_text()) == printed
     md = (out / "table.md").read_text()
@@ -149,22 +187,41 @@ def _venvs(root: Path, *versions: str) -> Path:
     ("argv", "env", "message"),
     [
         (["--sglang-version", "0.5.18,0.5.21"], None, "add --engine sglang"),
-        (["--engine", "sglang", "--sglang-version", "0.5.18,0.5.21"], None,
-         "--sglang-version 0.5.18: set $HICACHE_DIAG_SGLANG_VENVS"),
-        (["--engine", "sglang", "--sglang-version", "0.5.18,0.5.21"], "0.5.18",
-         "--sglang-version 0.5.21: no {venvs}/sglang-0.5.21/bin/python; create it with: "),
-        (["--engine", "sglang", "--sglang-version", "0.5.18,"], "0.5.18",
-         "--sglang-version needs a comma-separated list"),
-        (["--engine", "sglang", "--sglang-version", "0.5.18,0.5.18"], "0.5.18",
-         "bisect axis sglang-python lists"),
-        (["--engine", "sglang", "--sglang-python", "/a,/b", "--sglang-version", "0.5.18"], None,
-         "--sglang-python and --sglang-version both name the releases: give one"),
-        (["--engine", "sglang", "--sglang-python", "/a,/b", "--switch", "sglang-python=/c,/d"],
-         None, "bisect axis sglang-python is given twice"),
+        (
+            ["--engine", "sglang", "--sglang-version", "0.5.18,0.5.21"],
+            None,
+            "--sglang-version 0.5.18: set $HICACHE_DIAG_SGLANG_VENVS",
+        ),
+        (
+            ["--engine", "sglang", "--sglang-version", "0.5.18,0.5.21"],
+            "0.5.18",
+            "--sglang-version 0.5.21: no {venvs}/sglang-0.5.21/bin/python; create it with: ",
+        ),
+        (
+            ["--engine", "sglang", "--sglang-version", "0.5.18,"],
+            "0.5.18",
+            "--sglang-version needs a comma-separated list",
+        ),
+        (
+            ["--engine", "sglang", "--sglang-version", "0.5.18,0.5.18"],
+            "0.5.18",
+            "bisect axis sglang-python lists",
+        ),
+        (
+            ["--engine", "sglang", "--sglang-python", "/a,/b", "--sglang-version", "0.5.18"],
+            None,
+            "--sglang-python and --sglang-version both name the releases: give one",
+        ),
+        (
+            ["--engine", "sglang", "--sglang-python", "/a,/b", "--switch", "sglang-python=/c,/d"],
+            None,
+            "bisect axis sglang-python is given twice",
+        ),
     ],
-)  # fmt: skip
-def test_release_axis_bad_input_is_one_line_exit_2(capsys, tmp_path, monkeypatch, argv, env,
-                                                   message):  # fmt: skip
+)
+def test_release_axis_bad_input_is_one_line_exit_2(
+    capsys, tmp_path, monkeypatch, argv, env, message
+):
     monkeypatch.delenv("HICACHE_DIAG_SGLANG_VENVS", raising=False)
     venvs = tmp_path / "venvs"
     if env is not None:
@@ -180,18 +237,36 @@ def test_release_axis_bad_input_is_one_line_exit_2(capsys, tmp_path, monkeypatch
 def test_release_axis_names_the_first_fixed_release(fake_run, tmp_path, monkeypatch, capsys):
     venvs = _venvs(tmp_path / "venvs", "0.5.18", "0.5.21")
     monkeypatch.setenv("HICACHE_DIAG_SGLANG_VENVS", str(venvs))
-    monkeypatch.setattr(bisect_cli, "with_cell_configs",  # no probe
-                        lambda base, cfg, timeout: (fake_cells(cfg), 2))  # fmt: skip
-    code = run_cli(["bisect", "--engine", "sglang", "--sglang-version", "0.5.21,0.5.18",
-                    "--trials", "4", "--jobs", "2", "--out", str(tmp_path / "b"),
-                    "--json"])  # fmt: skip
+    monkeypatch.setattr(
+        bisect_cli,
+        "with_cell_configs",  # no probe
+        lambda base, cfg, timeout: (fake_cells(cfg), 2),
+    )
+    code = run_cli(
+        [
+            "bisect",
+            "--engine",
+            "sglang",
+            "--sglang-version",
+            "0.5.21,0.5.18",
+            "--trials",
+            "4",
+            "--jobs",
+            "2",
+            "--out",
+            str(tmp_path / "b"),
+            "--json",
+        ]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert data["switches"] == ["sglang-python"]
     assert set(data["releases"].values()) == {"0.5.18", "0.5.21"}
     by = {data["releases"][c["values"]["sglang-python"]]: c for c in data["cells"]}
     assert (by["0.5.18"]["failures"], by["0.5.21"]["failures"]) == (4, 0)
-    assert data["verdict"] == ["first release where the failure rate drops: 0.5.21 "
-                               "(0.5.18: 4/4 (100%) vs 0.5.21: 0/4 (0%))"]  # fmt: skip
+    assert data["verdict"] == [
+        "first release where the failure rate drops: 0.5.21 "
+        "(0.5.18: 4/4 (100%) vs 0.5.21: 0/4 (0%))"
+    ]
     md = (tmp_path / "b" / "table.md").read_text()
     assert "| 0.5.18 | 4 | 4 |" in md

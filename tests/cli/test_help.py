@@ -67,8 +67,15 @@ def test_short_help_flag(capsys, argv):
     assert capsys.readouterr().out.startswith("Usage: hicache-diag")
 
 
-@pytest.mark.parametrize("argv", [["run", "--pp", "0", "-v"], ["run", "-v", "--pp", "0"],
-                                  ["-v", "run", "--pp", "0"], ["run", "--verbose", "--pp", "0"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--pp", "0", "-v"],
+        ["run", "-v", "--pp", "0"],
+        ["-v", "run", "--pp", "0"],
+        ["run", "--verbose", "--pp", "0"],
+    ],
+)
 def test_verbose_anywhere(capsys, argv):
     from hicache_diag.cli.main import _hoist_verbose, run_cli
 
@@ -129,8 +136,11 @@ def test_docs_table_the_switches_and_modes_the_parser_accepts():
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "faults.md").read_text()
     table = doc.split("## Protocol switches", 1)[1].split("\n## ", 1)[0]
-    rows = {ln.split("|")[1].strip(" `"): ln.split("|") for ln in table.splitlines()
-            if ln.startswith("| `")}  # fmt: skip
+    rows = {
+        ln.split("|")[1].strip(" `"): ln.split("|")
+        for ln in table.splitlines()
+        if ln.startswith("| `")
+    }
     assert set(rows) == set(SWITCHES)
     for sw in SWITCHES.values():
         assert rows[sw.name][2].strip(" `") == sw.legacy

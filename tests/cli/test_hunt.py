@@ -36,8 +36,20 @@ def test_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, needle):
 @pytest.mark.usefixtures("no_leftover_processes")
 def test_a_builtin_hunt_finds_the_legacy_divergence_and_confirms_it(tmp_path, capsys):
     out = tmp_path / "hunt"
-    argv = ["hunt", "--engine", "builtin", "--protocol", "legacy", "--trials", "1",
-            "--budget", "1", "--json", "--out", str(out)]  # fmt: skip
+    argv = [
+        "hunt",
+        "--engine",
+        "builtin",
+        "--protocol",
+        "legacy",
+        "--trials",
+        "1",
+        "--budget",
+        "1",
+        "--json",
+        "--out",
+        str(out),
+    ]
     assert run_cli(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert report == json.loads((out / "hunt.json").read_text())

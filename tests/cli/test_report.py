@@ -50,9 +50,12 @@ def test_report_plots_are_real_pngs_and_the_summary_links_them(form_a_run, tmp_p
     assert result.exit_code == 0, result.output
     pngs = sorted(p.name for p in plots.glob("*.png"))
     assert pngs == [
-        "acks_consumed.png", "extend_tokens.png", "host_free.png", "inflight_sends.png",
+        "acks_consumed.png",
+        "extend_tokens.png",
+        "host_free.png",
+        "inflight_sends.png",
         "queues.png",
-    ]  # fmt: skip
+    ]
     for png in plots.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     md = (plots / "report.md").read_text()

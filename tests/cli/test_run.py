@@ -13,13 +13,13 @@ from tests.conftest import assert_no_children
 # The malformed-input table lives in tests/cli/bad_inputs.py (test_bad_input.py runs it).
 
 
-
 def build_run_config(flags):
     """The builtin config `run` would build from these flags (the scenario read as run reads it)."""
     from hicache_diag.cli.run import options_from_params
     from hicache_diag.engines import build
 
     return build(options_from_params(flags))
+
 
 def test_out_that_is_a_file_is_rejected(capsys, tmp_path):
     target = tmp_path / "afile"
@@ -120,12 +120,18 @@ def _scenario_file(tmp_path, text, name="s.toml"):
     [
         (None, [], "--check needs --scenario FILE with an [expect] table"),
         ("pp = 2\n", [], "has no [expect] table"),
-        ('sglang_version = "0.5.23"\n[expect]\noutcome = "ok"\n', [],
-         "scenario key 'sglang_version' applies to engine = \"sglang\" only"),
-        ('engine = "sglang"\nsglang_version = "0.0.1"\n[expect]\noutcome = "ok"\n', [],
-         "this scenario replays sglang 0.0.1 but"),
+        (
+            'sglang_version = "0.5.23"\n[expect]\noutcome = "ok"\n',
+            [],
+            "scenario key 'sglang_version' applies to engine = \"sglang\" only",
+        ),
+        (
+            'engine = "sglang"\nsglang_version = "0.0.1"\n[expect]\noutcome = "ok"\n',
+            [],
+            "this scenario replays sglang 0.0.1 but",
+        ),
     ],
-)  # fmt: skip
+)
 def test_check_refusals_are_one_line_and_exit_2(capsys, tmp_path, text, args, needle):
     scenario = ["--scenario", _scenario_file(tmp_path, text)] if text else []
     assert run_cli(["run", "--check", *scenario, *args]) == 2
@@ -144,8 +150,9 @@ def test_check_exits_0_on_a_match_and_4_on_a_mismatch(tmp_path):
     ok = runner.invoke(app, ["run", "--scenario", good, "--check", "--out", str(tmp_path / "a")])
     assert ok.exit_code == 0, ok.output
     assert "check: ok, the verdict matches [expect] outcome=ok form=none" in ok.output
-    no = runner.invoke(app, ["run", "--scenario", bad, "--check", "--json",
-                             "--out", str(tmp_path / "b")])  # fmt: skip
+    no = runner.invoke(
+        app, ["run", "--scenario", bad, "--check", "--json", "--out", str(tmp_path / "b")]
+    )
     assert no.exit_code == 4, no.output
     assert "check: MISMATCH against [expect] outcome=crash form=B" in no.output
     assert "outcome: expected crash, got ok" in no.output
@@ -157,7 +164,7 @@ def test_check_exits_0_on_a_match_and_4_on_a_mismatch(tmp_path):
 def test_a_rate_scenario_runs_its_trials_and_judges_the_interval(tmp_path):
     """`trials = 3`: three real trials, each its own run dir and seed; a rate the trials
     cannot refute passes, one they refute exits 4 naming the interval."""
-    base = 'pp = 2\nrequests = 4\nmax_new_tokens = 2\n\n[expect]\ntrials = 3\n'
+    base = "pp = 2\nrequests = 4\nmax_new_tokens = 2\n\n[expect]\ntrials = 3\n"
     good = _scenario_file(tmp_path, base + 'outcome = "ok"\nrate_at_least = 0.5\n', "g.toml")
     bad = _scenario_file(tmp_path, base + 'outcome = "crash"\nrate_at_least = 0.9\n', "b.toml")
     out = tmp_path / "good"
@@ -165,8 +172,9 @@ def test_a_rate_scenario_runs_its_trials_and_judges_the_interval(tmp_path):
     runs = sorted(p.parent.name for p in out.glob("cell0-base/*/verdict.json"))
     assert runs == ["trial0-seed0", "trial1-seed1", "trial2-seed2"]
     runner = CliRunner()
-    no = runner.invoke(app, ["run", "--scenario", bad, "--check", "--json",
-                             "--out", str(tmp_path / "bad")])  # fmt: skip
+    no = runner.invoke(
+        app, ["run", "--scenario", bad, "--check", "--json", "--out", str(tmp_path / "bad")]
+    )
     assert no.exit_code == 4, no.output
     data = json.loads(no.stdout)
     assert (data["matched"], data["decided"]) == (0, 3)

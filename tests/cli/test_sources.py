@@ -93,8 +93,10 @@ def test_json_matches_the_documented_schema_and_the_tree(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     jsonschema.validate(data, _schema("hicache-diag/sources/v1"))
     assert data["release"] == {
-        "engine": "sglang", "version": "9.9.9", "root": str((tmp_path / "sglang").resolve())
-    }  # fmt: skip
+        "engine": "sglang",
+        "version": "9.9.9",
+        "root": str((tmp_path / "sglang").resolve()),
+    }
     by_fn = {s["function"]: s for s in data["sources"]}
     ack = by_fn["Cache.writing_check"]
     assert ack["classic"] == "dma-ack-count" and ack["alignment"]["mechanism"] == "leader-relay"
@@ -161,14 +163,26 @@ def test_a_python_without_sglang_is_one_line_exit_2(tmp_path, capsys):
 def _run_dir(root: Path) -> Path:
     """Two PP ranks: equal L3 queue reads, then PP0 drains a storage hit PP1 has not seen."""
     rows = {
-        0: [{"step": 1, "sources_armed": ["l3-control-queues"],
-             "sources": {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]]}}},
-            {"step": 2, "sources": {"l3-control-queues": {"n": 1, "v": [[1, 0, 0]],
-                                                          "d": [[1, 0, 0]]}}}],
-        1: [{"step": 1, "sources_armed": ["l3-control-queues"],
-             "sources": {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]]}}},
-            {"step": 2, "sources": {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]]}}}],
-    }  # fmt: skip
+        0: [
+            {
+                "step": 1,
+                "sources_armed": ["l3-control-queues"],
+                "sources": {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]]}},
+            },
+            {
+                "step": 2,
+                "sources": {"l3-control-queues": {"n": 1, "v": [[1, 0, 0]], "d": [[1, 0, 0]]}},
+            },
+        ],
+        1: [
+            {
+                "step": 1,
+                "sources_armed": ["l3-control-queues"],
+                "sources": {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]]}},
+            },
+            {"step": 2, "sources": {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]]}}},
+        ],
+    }
     root.mkdir(parents=True, exist_ok=True)
     for rank, lines in rows.items():
         (root / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -182,7 +196,11 @@ def test_run_marks_the_source_that_differed_where_its_decision_acted(tmp_path, c
     jsonschema.validate(data, _schema("hicache-diag/sources-run/v1"))
     (src,) = data["sources"]
     assert (src["name"], src["marked"], src["steps_marked"], src["steps_apart"]) == (
-        "l3-control-queues", True, 1, 1)  # fmt: skip
+        "l3-control-queues",
+        True,
+        1,
+        1,
+    )
     assert src["first_marked"]["values"] == {"0": [[1, 0, 0]], "1": [[0, 0, 0]]}
     assert src["first_marked"]["outcomes"] == {"0": [[1, 0, 0]], "1": []}
     assert run_cli(["sources", "--run", str(run)]) == 0
@@ -211,8 +229,11 @@ def test_run_with_the_release_names_where_each_probed_read_is(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     for rank, closed in ((0, {"d": [1]}), (1, {})):
-        line = {"step": 7, "sources_armed": ["session-clock"],
-                "sources": {"session-clock": {"n": 1, "v": [5.0 + rank], **closed}}}  # fmt: skip
+        line = {
+            "step": 7,
+            "sources_armed": ["session-clock"],
+            "sources": {"session-clock": {"n": 1, "v": [5.0 + rank], **closed}},
+        }
         (run / f"rank{rank}.jsonl").write_text(json.dumps(line) + "\n")
     tree = _tree(tmp_path / "w", CACHE_OLD)
     assert run_cli(["sources", "--run", str(run), "--source", str(tree), "--json"]) == 0
@@ -221,7 +242,8 @@ def test_run_with_the_release_names_where_each_probed_read_is(tmp_path, capsys):
     (clock,) = data["sources"]
     assert (clock["steps_marked"], clock["steps_apart"]) == (1, 1)
     assert [(r["file"], r["line"], r["alignment"]) for r in clock["static"]] == [
-        ("managers/scheduler.py", 6, "none")]  # fmt: skip
+        ("managers/scheduler.py", 6, "none")
+    ]
     assert data["release"]["version"] == "9.9.9"
     assert run_cli(["sources", "--run", str(run), "--source", str(tree)]) == 0
     assert "managers/scheduler.py:6" in capsys.readouterr().out

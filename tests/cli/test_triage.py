@@ -43,7 +43,7 @@ SAMPLES = {
     # a real crash of our runtime (legacy protocol, host-alloc-fail on one TP rank): gloo aborts
     # on the mismatched TP collective where NCCL would hang; a crash of no form A/B exits 16
     "logs/runtime_gloo_mismatch.log": (16, "crash", None, None, "PP0 TP0", None),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("sample", sorted(SAMPLES))
@@ -121,8 +121,9 @@ def test_empty_and_missing_dump_dirs(tmp_path, capsys):
     missing = tmp_path / "nope"
     assert "does not exist" in one_line_error(["--dumps", str(missing)], capsys)
     (tmp_path / "afile").write_text("x")
-    assert "is a file; give a directory" in one_line_error(["--dumps", str(tmp_path / "afile")],
-                                                          capsys)  # fmt: skip
+    assert "is a file; give a directory" in one_line_error(
+        ["--dumps", str(tmp_path / "afile")], capsys
+    )
 
 
 def test_dump_dir_with_junk_and_unreadable_files(tmp_path, capsys):

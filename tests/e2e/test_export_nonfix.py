@@ -26,9 +26,17 @@ PYTHON = getattr(sys, "_base_executable", None) or sys.executable
 
 
 def _release_dir() -> Path | None:
-    ran = subprocess.run([PYTHON, "-c", "import importlib.util as u, sys; s = u.find_spec("
-                          "'sglang'); print(s.submodule_search_locations[0] if s else '')"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    ran = subprocess.run(
+        [
+            PYTHON,
+            "-c",
+            "import importlib.util as u, sys; s = u.find_spec("
+            "'sglang'); print(s.submodule_search_locations[0] if s else '')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     path = ran.stdout.strip()
     if not path or not (Path(path) / "_version.py").is_file():
         return None
@@ -54,8 +62,13 @@ def _copy_exports(tmp: Path) -> Path:
 def _patched_release(tmp: Path) -> Path:
     """A copy of the release (symlinks, the patched files real) with every non-fix applied."""
     root = tmp / "nonfix"
-    shutil.copytree(RELEASE, root / "sglang", symlinks=True, copy_function=os.symlink,
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(
+        RELEASE,
+        root / "sglang",
+        symlinks=True,
+        copy_function=os.symlink,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     for finding in TESTS:
         patch = EXPORTS / finding / "nonfix.patch"
         for line in patch.read_text().splitlines():
@@ -63,8 +76,9 @@ def _patched_release(tmp: Path) -> Path:
                 target = root / line.removeprefix("+++ b/")
                 target.unlink()
                 shutil.copyfile(RELEASE.parent / line.removeprefix("+++ b/"), target)
-        done = subprocess.run(["patch", "-p1", "-d", str(root), "-i", str(patch)],
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            ["patch", "-p1", "-d", str(root), "-i", str(patch)], capture_output=True, text=True
+        )
         assert done.returncode == 0, done.stdout + done.stderr
     return root
 
@@ -80,8 +94,12 @@ def _pytest(exports: Path, pythonpath: str) -> str:
 
 
 def _failed(text: str, test_file: str) -> list[str]:
-    return [ln for ln in text.splitlines() if ln.startswith(f"FAILED {test_file}::")
-            or (ln.startswith("FAILED ") and f"/{test_file}::" in ln)]  # fmt: skip
+    return [
+        ln
+        for ln in text.splitlines()
+        if ln.startswith(f"FAILED {test_file}::")
+        or (ln.startswith("FAILED ") and f"/{test_file}::" in ln)
+    ]
 
 
 def test_exported_tests_fail_on_the_release_and_under_their_non_fixes(tmp_path):
@@ -133,11 +151,14 @@ def _run_in(python: str, export: Path, test_file: str, path: list[Path]) -> str:
 # finding -> (its test, the affected release, the release with the upstream fix, what the
 # affected release's failure says)
 OLDER = {
-    "waiting-timeout": ("test_waiting_timeout_rank_symmetry.py", "0.5.19", "0.5.20",
-                        "step 7: PP0 waiting [], PP1 waiting ['o012']"),
-    "l3-drain": ("test_pp_storage_control_drain.py", "0.5.18", "0.5.19",
-                 "AssertionError: 4 != 0"),
-}  # fmt: skip
+    "waiting-timeout": (
+        "test_waiting_timeout_rank_symmetry.py",
+        "0.5.19",
+        "0.5.20",
+        "step 7: PP0 waiting [], PP1 waiting ['o012']",
+    ),
+    "l3-drain": ("test_pp_storage_control_drain.py", "0.5.18", "0.5.19", "AssertionError: 4 != 0"),
+}
 
 
 def _release_of(python: str) -> Path:
@@ -148,15 +169,21 @@ def _release_of(python: str) -> Path:
 
 def _with_nonfix(release: Path, patch: Path, tmp: Path) -> Path:
     root = tmp / "nonfix"
-    shutil.copytree(release, root / "sglang", symlinks=True, copy_function=os.symlink,
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(
+        release,
+        root / "sglang",
+        symlinks=True,
+        copy_function=os.symlink,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     for line in patch.read_text().splitlines():
         if line.startswith("+++ b/sglang/"):
             rel = line.removeprefix("+++ b/sglang/")
             (root / "sglang" / rel).unlink()
             shutil.copyfile(release / rel, root / "sglang" / rel)
-    done = subprocess.run(["patch", "-p1", "-d", str(root), "-i", str(patch)],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["patch", "-p1", "-d", str(root), "-i", str(patch)], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return root
 

@@ -21,9 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 FORM_B = ROOT / "samples" / "runs" / "sglang-0.5.23-form-b"
 CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
 # This host's torchvision (see the docstring); not part of the exported test.
-PYTEST = ("import sys, types; sys.modules['torchvision._meta_registrations'] = "
-          "types.ModuleType('torchvision._meta_registrations'); import pytest; "
-          "raise SystemExit(pytest.main(sys.argv[1:]))")  # fmt: skip
+PYTEST = (
+    "import sys, types; sys.modules['torchvision._meta_registrations'] = "
+    "types.ModuleType('torchvision._meta_registrations'); import pytest; "
+    "raise SystemExit(pytest.main(sys.argv[1:]))"
+)
 
 
 def _sglang_version() -> str | None:
@@ -47,21 +49,45 @@ pytestmark = [
 
 def test_exported_form_b_test_fails_on_0_5_23_as_the_run_did(tmp_path):
     out = tmp_path / "export"
-    done = subprocess.run([*CLI, "export", str(FORM_B), "--out", str(out)], capture_output=True,
-                          text=True, timeout=180, cwd=tmp_path)  # fmt: skip
+    done = subprocess.run(
+        [*CLI, "export", str(FORM_B), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     test = out / "test_pp_follower_write_through_ack.py"
     assert str(test) in done.stdout.splitlines()
     report = (out / "REPORT.md").read_text()
     # file:line from the installed release's source, as the run's traceback has it
-    assert "`UnifiedRadixCache.writing_check` (sglang/srt/mem_cache/unified_radix_cache.py:3508)" \
+    assert (
+        "`UnifiedRadixCache.writing_check` (sglang/srt/mem_cache/unified_radix_cache.py:3508)"
         in report
+    )
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("HICACHE_DIAG")}
     env["PYTHONPATH"] = ""  # nothing of ours on the path: the export's own imports only
-    ran = subprocess.run([sys.executable, "-c", PYTEST, "-q", "-p", "no:cacheprovider",
-                          "-W", "ignore", "--rootdir", str(out), str(test)],
-                         capture_output=True, text=True, timeout=300, cwd=out, env=env)  # fmt: skip
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PYTEST,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "ignore",
+            "--rootdir",
+            str(out),
+            str(test),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=out,
+        env=env,
+    )
     text = ran.stdout + ran.stderr
     assert ran.returncode == 1, text[-3000:]
     assert "1 failed" in text, text[-3000:]
@@ -80,8 +106,9 @@ def _venv(version: str) -> str | None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_venv("0.5.18") is None,
-                    reason="needs $HICACHE_DIAG_SGLANG_VENVS/sglang-0.5.18")  # fmt: skip
+@pytest.mark.skipif(
+    _venv("0.5.18") is None, reason="needs $HICACHE_DIAG_SGLANG_VENVS/sglang-0.5.18"
+)
 def test_exported_l3_drain_test_fails_on_0_5_18_and_skips_where_hiradix_is_gone(tmp_path):
     """The committed no-fault 0.5.18 L3 hang: its test fails on 0.5.18 (PP1 frees nothing) and
     skips on a release without HiRadixCache (0.5.21, when held). Plain pytest there comes
@@ -89,8 +116,13 @@ def test_exported_l3_drain_test_fails_on_0_5_18_and_skips_where_hiradix_is_gone(
     import pytest as _pytest
 
     out = tmp_path / "export"
-    done = subprocess.run([*CLI, "export", str(L3_18), "--out", str(out)], capture_output=True,
-                          text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    done = subprocess.run(
+        [*CLI, "export", str(L3_18), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     test = out / "test_pp_storage_control_drain.py"
     shim = tmp_path / "pytest-only"
@@ -105,8 +137,25 @@ def test_exported_l3_drain_test_fails_on_0_5_18_and_skips_where_hiradix_is_gone(
         python = _venv(version)
         if python is None:
             continue
-        ran = subprocess.run([python, "-c", PYTEST, "-q", "-p", "no:cacheprovider", "-W",
-                              "ignore", "--rootdir", str(out), str(test)], capture_output=True,
-                             text=True, timeout=600, cwd=out, env=env)  # fmt: skip
+        ran = subprocess.run(
+            [
+                python,
+                "-c",
+                PYTEST,
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-W",
+                "ignore",
+                "--rootdir",
+                str(out),
+                str(test),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=out,
+            env=env,
+        )
         text = ran.stdout + ran.stderr
         assert summary in text and needle in text, (version, text[-3000:])

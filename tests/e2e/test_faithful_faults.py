@@ -51,8 +51,9 @@ def _assert_physical_shortage(run: Path, rank: int, sglang: bool = True) -> None
 
 def _run(tmp_path: Path, *args: str) -> tuple[dict, Path]:
     out = tmp_path / "run"
-    proc = subprocess.run([*CLI, "--out", str(out), *args], capture_output=True, text=True,
-                          timeout=1500)  # fmt: skip
+    proc = subprocess.run(
+        [*CLI, "--out", str(out), *args], capture_output=True, text=True, timeout=1500
+    )
     assert proc.stdout, proc.stderr[-3000:]
     assert_no_children()
     return json.loads(proc.stdout), out
@@ -75,8 +76,9 @@ def test_committed_dma_delay_run_shows_the_forward_waiting():
 @pytest.mark.process
 @pytest.mark.slow
 def test_builtin_host_shortage_is_skipped_backups_on_that_rank(tmp_path):
-    verdict, run = _run(tmp_path, "--protocol", "legacy",
-                        "--fault", "host-shortage:rank=1,leave=0,after=5")  # fmt: skip
+    verdict, run = _run(
+        tmp_path, "--protocol", "legacy", "--fault", "host-shortage:rank=1,leave=0,after=5"
+    )
     assert verdict["culprit_rank"] == 1
     assert verdict["first_divergence"]["source"] == "host-alloc"
     _assert_physical_shortage(run, 1, sglang=False)
@@ -108,8 +110,15 @@ real = pytest.mark.skipif(not _sglang_0_5_23(), reason="needs sglang 0.5.23 in t
 @pytest.mark.process
 @pytest.mark.slow
 def test_sglang_host_shortage_takes_sglangs_own_shortage_branch(tmp_path):
-    verdict, run = _run(tmp_path, "--engine", "sglang", "--max-total-tokens", "256",
-                        "--fault", "host-shortage:rank=1,leave=0")  # fmt: skip
+    verdict, run = _run(
+        tmp_path,
+        "--engine",
+        "sglang",
+        "--max-total-tokens",
+        "256",
+        "--fault",
+        "host-shortage:rank=1,leave=0",
+    )
     assert verdict["outcome"] == "crash" and verdict["culprit_rank"] == 1
     _assert_physical_shortage(run, 1)
 
@@ -120,7 +129,14 @@ def test_sglang_host_shortage_takes_sglangs_own_shortage_branch(tmp_path):
 def test_sglang_dma_delay_makes_the_forward_wait(tmp_path):
     # 30 ms hides behind PP1's wait for PP0's activations (measured: no forward wait); 400 ms
     # on the load-backs outlasts it.
-    verdict, run = _run(tmp_path, "--engine", "sglang", "--max-total-tokens", "256",
-                        "--fault", "dma-delay:rank=1,ms=400,dir=load")  # fmt: skip
+    verdict, run = _run(
+        tmp_path,
+        "--engine",
+        "sglang",
+        "--max-total-tokens",
+        "256",
+        "--fault",
+        "dma-delay:rank=1,ms=400,dir=load",
+    )
     waited = {r: sum(row.get("dma_wait_ms", 0) or 0 for row in _rows(run, r)) for r in (0, 1)}
     assert waited[1] > 0 and waited[1] > waited[0], waited

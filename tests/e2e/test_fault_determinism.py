@@ -18,10 +18,18 @@ from tests.conftest import assert_no_children
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main", "run"]
 ARGS = [
-    "--fault", "dma-delay:rank=1,ms=60,jitter-ms=20,p=0.5,after=5,until=60,dir=write",
-    "--fault", "host-alloc-fail:rank=0,p=0.3",
-    "--max-total-tokens", "4096", "--requests", "16", "--seed", "5", "--json",
-]  # fmt: skip
+    "--fault",
+    "dma-delay:rank=1,ms=60,jitter-ms=20,p=0.5,after=5,until=60,dir=write",
+    "--fault",
+    "host-alloc-fail:rank=0,p=0.3",
+    "--max-total-tokens",
+    "4096",
+    "--requests",
+    "16",
+    "--seed",
+    "5",
+    "--json",
+]
 HOG = "while True: pass"
 
 
@@ -30,16 +38,18 @@ def _fired(out: Path) -> list[tuple]:
     for path in sorted(out.glob("rank*.jsonl")):
         for line in path.read_text().splitlines():
             for f in json.loads(line).get("faults_fired") or []:
-                fired.append((path.stem, f["fault"], f["step"], f.get("direction"),
-                              f.get("delay_ms")))  # fmt: skip
+                fired.append(
+                    (path.stem, f["fault"], f["step"], f.get("direction"), f.get("delay_ms"))
+                )
     return sorted(fired, key=repr)
 
 
 def _run(out: Path, hogs: int) -> list[tuple]:
     procs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(hogs)]
     try:
-        proc = subprocess.run([*CLI, *ARGS, "--out", str(out)], capture_output=True, text=True,
-                              timeout=240)  # fmt: skip
+        proc = subprocess.run(
+            [*CLI, *ARGS, "--out", str(out)], capture_output=True, text=True, timeout=240
+        )
     finally:
         for p in procs:
             p.kill()

@@ -72,8 +72,12 @@ def signal_rank(tmp_path: Path, sig: int, rank: int, step: int, *extra: str) -> 
     the run finished before that moment (not a trial)."""
     n = sum(1 for _ in tmp_path.iterdir())  # a fresh run dir each time: --out is written once
     out = tmp_path / f"run{n}-sig{sig}-rank{rank}-step{step}"
-    cli = subprocess.Popen([*CLI, "--out", str(out), "--json", *extra],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    cli = subprocess.Popen(
+        [*CLI, "--out", str(out), "--json", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         target = _rank_process(cli, rank)
         pids = [p.pid for p in psutil.Process(cli.pid).children(recursive=True)]
@@ -170,10 +174,18 @@ def test_ten_random_sigstops_each_name_the_stopped_rank(tmp_path):
 def test_the_documented_stall_example_names_rank_1(tmp_path):
     out = tmp_path / "run"
     spec = "rank-stall:rank=1,ms=8000,after=15,until=15"
-    proc = subprocess.run([*CLI, "--fault", spec, "--out", str(out), "--json"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [*CLI, "--fault", spec, "--out", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     v = json.loads(proc.stdout)
     assert (proc.returncode, v["outcome"], v["failed_rank"], v["culprit_rank"]) == (
-        12, "hang", 1, 1), v  # fmt: skip
+        12,
+        "hang",
+        1,
+        1,
+    ), v
     assert f"faults injected: {spec}" in v["evidence"]
     assert_no_children()

@@ -14,8 +14,16 @@ import pytest
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
 TINY = ["--requests", "8", "--max-new-tokens", "4", "--max-total-tokens", "256"]
-FORM_A = ["--protocol", "legacy", "--fault", "host-alloc-fail:rank=1,p=0.5", "--hicache-ratio",
-          "1.0", "--seed", "1"]  # fmt: skip
+FORM_A = [
+    "--protocol",
+    "legacy",
+    "--fault",
+    "host-alloc-fail:rank=1,p=0.5",
+    "--hicache-ratio",
+    "1.0",
+    "--seed",
+    "1",
+]
 
 
 def _no_children_left():
@@ -86,15 +94,23 @@ def test_run_leak_with_unbounded_inflight_sends(tmp_path):
     _no_children_left()
 
 
-@pytest.mark.parametrize("sig", [
-    signal.SIGINT,
-    pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # its reaping: test_trial_server.py
-], ids=["ctrl-c", "sigterm"])  # fmt: skip
+@pytest.mark.parametrize(
+    "sig",
+    [
+        signal.SIGINT,
+        pytest.param(signal.SIGTERM, marks=pytest.mark.slow),  # its reaping: test_trial_server.py
+    ],
+    ids=["ctrl-c", "sigterm"],
+)
 def test_bisect_ctrl_c_prints_partial_table_and_leaves_no_rank(tmp_path, sig):
     argv = ["bisect", "--switch", "protocol=l2,full", "--trials", "4", "--jobs", "2"]
     argv += ["--out", str(tmp_path / "b"), "--json"]
-    proc = subprocess.Popen([*CLI, *argv, "--requests", "32", "--max-new-tokens", "8"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [*CLI, *argv, "--requests", "32", "--max-new-tokens", "8"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline, ranks = time.monotonic() + 60, []
     while time.monotonic() < deadline and len(ranks) < 2:
         time.sleep(0.2)

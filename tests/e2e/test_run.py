@@ -282,10 +282,17 @@ def test_ranks_start_under_torchrun(tmp_path):
 
 def test_ctrl_c_of_a_stalled_run_names_the_rank_that_stopped_stepping(tmp_path):
     out = tmp_path / "run"
-    args = ["run", "--hang-timeout", "60", "--out", str(out), "--json", "--fault",
-            "rank-stall:rank=1,ms=30000,after=15,until=15"]  # the default 32-request demo
-    cli = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)  # fmt: skip
+    args = [
+        "run",
+        "--hang-timeout",
+        "60",
+        "--out",
+        str(out),
+        "--json",
+        "--fault",
+        "rank-stall:rank=1,ms=30000,after=15,until=15",
+    ]  # the default 32-request demo
+    cli = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for_steps(out, 1, 15)
         time.sleep(3)  # past the 1 s the trial needs to call it a stall, far from the timeout

@@ -19,8 +19,9 @@ CLI = [sys.executable, "-m", "hicache_diag.cli.main", "run"]
 
 
 def _run(out: Path, *args: str, timeout: float = 240) -> tuple[int, dict]:
-    proc = subprocess.run([*CLI, *args, "--out", str(out), "--json"], capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    proc = subprocess.run(
+        [*CLI, *args, "--out", str(out), "--json"], capture_output=True, text=True, timeout=timeout
+    )
     assert proc.stdout.strip(), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
@@ -47,8 +48,12 @@ def test_deepest_async_depth_runs_to_ok(tmp_path):
 
 @pytest.mark.process
 def test_async_depth_31_is_refused_with_the_range(tmp_path):
-    proc = subprocess.run([*CLI, "--async-depth", "31", "--out", str(tmp_path / "r")],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [*CLI, "--async-depth", "31", "--out", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "--async-depth must be between 0 and 8 (got 31)" in proc.stderr
     assert not (tmp_path / "r").exists()

@@ -132,8 +132,10 @@ def test_real_sglang_run_dir_has_the_evidence_contract(l3_runs):
         assert f" PP{rank}]" in (out / f"rank{rank}.log").read_text()
         busy = [x for x in _lines(out / f"rank{rank}.jsonl") if not x.get("idle")]
         assert busy and all(set(x["must_agree"]) <= set(x) for x in busy)
-    steps = [{x["step"]: x["rids"] for x in _lines(out / f"rank{r}.jsonl") if x.get("rids")}
-             for r in (0, 1)]  # fmt: skip
+    steps = [
+        {x["step"]: x["rids"] for x in _lines(out / f"rank{r}.jsonl") if x.get("rids")}
+        for r in (0, 1)
+    ]
     shared = set(steps[0]) & set(steps[1])
     assert shared and all(steps[0][s] == steps[1][s] for s in shared), "stages ran other batches"
 
@@ -158,8 +160,12 @@ def _scheduler_pid(out: Path, title: str) -> int:
 def _signal_pp1_mid_run(out: Path, sig: signal.Signals, *extra: str):
     """A real run with a long workload; `sig` to PP1's scheduler once it has stepped 20 times.
     Returns the verdict and the finished CLI process."""
-    proc = subprocess.Popen([*CLI, *RUN, "--out", str(out), "--requests", "400", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [*CLI, *RUN, "--out", str(out), "--requests", "400", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for_busy_steps(out, 1, 20, proc)
         os.kill(_scheduler_pid(out, "sglang::scheduler_PP1"), sig)
@@ -208,7 +214,7 @@ SCENARIOS = Path(__file__).parents[2] / "samples" / "scenarios" / "sglang"
             # slow: form A runs for real in the default run on the builtin engine, and this
             # scenario's committed run is re-checked there (test_sglang_scenarios.py)
             marks=pytest.mark.slow,
-        ),  # fmt: skip
+        ),
     ],
     ids=["form-b", "form-a"],
 )
@@ -232,14 +238,22 @@ def test_real_0_5_23_crash_forms_though_the_schedulers_exit_0(
     assert crash["crashed"] is True and crash["error"].startswith(error)
 
 
-@pytest.mark.parametrize("sig", [
-    signal.SIGINT,
-    pytest.param(signal.SIGKILL, marks=pytest.mark.slow),  # PR_SET_PDEATHSIG; Ctrl-C stays fast
-], ids=["ctrl-c", "cli-killed"])  # fmt: skip
+@pytest.mark.parametrize(
+    "sig",
+    [
+        signal.SIGINT,
+        pytest.param(signal.SIGKILL, marks=pytest.mark.slow),  # PR_SET_PDEATHSIG; Ctrl-C stays fast
+    ],
+    ids=["ctrl-c", "cli-killed"],
+)
 def test_interrupted_or_killed_cli_leaves_no_sglang_process(tmp_path, sig):
     out = tmp_path / sig.name
-    proc = subprocess.Popen([*CLI, *RUN, "--out", str(out), "--requests", "400"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [*CLI, *RUN, "--out", str(out), "--requests", "400"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for_busy_steps(out, 0, 5, proc)
         assert sglang_leftovers(out), "the server should be running now"
@@ -256,10 +270,25 @@ def test_interrupted_or_killed_cli_leaves_no_sglang_process(tmp_path, sig):
 def test_bisect_on_the_real_engine_prints_its_table(tmp_path):
     """Troubleshooting step 4 on the real server: storage backend x host pool size."""
     proc = subprocess.run(
-        [*CLI, "bisect", "--engine", "sglang", "--storage-backend", "none,file",
-         "--hicache-size", "1GiB,2GiB", "--trials", "1", "--out", str(tmp_path), "--json"],
-        capture_output=True, text=True, timeout=3000,
-    )  # fmt: skip
+        [
+            *CLI,
+            "bisect",
+            "--engine",
+            "sglang",
+            "--storage-backend",
+            "none,file",
+            "--hicache-size",
+            "1GiB,2GiB",
+            "--trials",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = json.loads(proc.stdout)
     assert len(table["cells"]) == 4 and all(c["trials"] == 1 for c in table["cells"])
@@ -275,8 +304,9 @@ def test_a_scheduler_failing_at_start_up_is_the_environments_failure_not_a_rank(
     no form and no rank blamed (it was a crash of another form naming PP1 before)."""
     out = tmp_path / "run"
     env = {**os.environ, "SGLANG_CPU_OMP_THREADS_BIND": "0"}
-    done = subprocess.run([*CLI, *RUN, "--out", str(out)], capture_output=True, text=True,
-                          timeout=600, env=env)  # fmt: skip
+    done = subprocess.run(
+        [*CLI, *RUN, "--out", str(out)], capture_output=True, text=True, timeout=600, env=env
+    )
     assert_no_sglang_left(out)
     verdict = json.loads(done.stdout)
     assert done.returncode == 3 and verdict["outcome"] == "undecided", verdict

@@ -32,9 +32,21 @@ def _release_python(version: str, tmp_root: Path) -> str:
     if not python.is_file():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "torch==2.13.0"], check=True)
-    done = subprocess.run([sys.executable, "-m", "hicache_diag.sglang.install", "--python",
-                           str(python), "--version", version], capture_output=True, text=True,
-                          timeout=1800, check=False)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hicache_diag.sglang.install",
+            "--python",
+            str(python),
+            "--version",
+            version,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return str(python)
 
@@ -45,9 +57,26 @@ def release(request, tmp_path_factory) -> tuple[str, str]:
 
 
 def _run(release_python: str, out: Path, *args: str) -> dict:
-    done = subprocess.run([*CLI, "run", "--engine", "sglang", "--sglang-python", release_python,
-                           "--pp", "2", "--json", "--out", str(out), *args],
-                          capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
+    done = subprocess.run(
+        [
+            *CLI,
+            "run",
+            "--engine",
+            "sglang",
+            "--sglang-python",
+            release_python,
+            "--pp",
+            "2",
+            "--json",
+            "--out",
+            str(out),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert_no_sglang_left(out)
     assert done.stdout.strip(), done.stderr[-2000:]
     return json.loads(done.stdout)
@@ -78,16 +107,34 @@ def test_a_venv_missing_a_requirement_is_refused_before_launch(release, tmp_path
     """Uninstall one requirement from a copy's view: the probe reads what is installed, so a
     requirement made to look absent (its dist-info hidden) is named before anything starts."""
     version, python = release
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
-                                "['purelib'])"], capture_output=True, text=True,
-                               check=True).stdout.strip())  # fmt: skip
+    site = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     info = next(site.glob("xxhash-*.dist-info"))
     hidden = info.with_name(info.name + ".hidden")
     info.rename(hidden)
     try:
-        done = subprocess.run([*CLI, "run", "--engine", "sglang", "--sglang-python", python,
-                               "--out", str(tmp_path / "x")], capture_output=True, text=True,
-                              timeout=300, check=False)  # fmt: skip
+        done = subprocess.run(
+            [
+                *CLI,
+                "run",
+                "--engine",
+                "sglang",
+                "--sglang-python",
+                python,
+                "--out",
+                str(tmp_path / "x"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     finally:
         hidden.rename(info)
     assert done.returncode == 2, done.stderr

@@ -36,8 +36,19 @@ def test_sglang_scenario_meets_its_expectation(path, tmp_path):
     version = scenario.options["sglang_version"]
     if not _held(version):
         pytest.skip(f"sglang {version} is not held here; {release_command(version)}")
-    cmd = [sys.executable, "-m", "hicache_diag.cli.main", "run", "--engine", "sglang",
-           "--scenario", str(path), "--check", "--out", str(tmp_path / "run")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "hicache_diag.cli.main",
+        "run",
+        "--engine",
+        "sglang",
+        "--scenario",
+        str(path),
+        "--check",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     timeout = 900 * scenario.expect.trials  # a rate scenario runs its trials
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -71,8 +82,11 @@ SAMPLE_RUNS = {
     "session_timeout_0.5.23": "sglang-0.5.23-session-timeout",
     "flush_clock_0.5.23": "sglang-0.5.23-flush-clock",
     "waiting_timeout_0.5.19": "sglang-0.5.19-waiting-timeout",
-    "l3_no_fault_0.5.18": ("sglang-0.5.18-l3-no-fault", "sglang-0.5.18-l3-no-fault-b",
-                           "sglang-0.5.18-l3-no-fault-sources"),
+    "l3_no_fault_0.5.18": (
+        "sglang-0.5.18-l3-no-fault",
+        "sglang-0.5.18-l3-no-fault-b",
+        "sglang-0.5.18-l3-no-fault-sources",
+    ),
 }
 
 

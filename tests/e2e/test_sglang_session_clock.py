@@ -84,8 +84,17 @@ def test_live_session_close_parts_the_ranks_on_their_reap_ticks(tmp_path):
     if not _held_0523():
         pytest.skip("sglang 0.5.23 is not the interpreter's release")
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "hicache_diag.cli.main", "run", "--scenario", str(SCENARIO),
-           "--check", "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "hicache_diag.cli.main",
+        "run",
+        "--scenario",
+        str(SCENARIO),
+        "--check",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     _session_release_parts_the_ranks(out)

@@ -32,8 +32,11 @@ def server(tmp_path_factory):
     plugin = run_dir / "plugin.json"
     PluginConfig(str(run_dir), cpu_kernel_names=install.cpu_kernel_names).write(str(plugin))
     srv = SglangServer(
-        install, LaunchSpec(model=default_model_dir(install.python, install.transformers),
-                            max_total_tokens=256), run_dir
+        install,
+        LaunchSpec(
+            model=default_model_dir(install.python, install.transformers), max_total_tokens=256
+        ),
+        run_dir,
     )
     try:
         srv.start(plugin)
@@ -87,8 +90,9 @@ def test_live_triage_of_a_busy_server_names_no_culprit(server):
             time.sleep(0.2)
         assert len(done) >= 3, "the server answered no requests"
         # --discover within this server's tree (a parallel test run's server stays out).
-        report = _triage("--discover", "--parent", str(server.popen.pid),
-                         "--logs", str(server.log_path))  # fmt: skip
+        report = _triage(
+            "--discover", "--parent", str(server.popen.pid), "--logs", str(server.log_path)
+        )
     finally:
         stop.set()
         for t in threads:
@@ -119,11 +123,28 @@ def test_sglang_watchdog_on_the_waiter_names_the_stalled_rank(tmp_path):
     scheduler thread sleeps: run verdict and offline triage of the log both blame PP1."""
     out = tmp_path / "wd"
     run = subprocess.run(
-        [sys.executable, "-m", "hicache_diag.cli.main", "run", "--engine", "sglang", "--json",
-         "--out", str(out), "--requests", "200", "--hang-timeout", "120",
-         "--fault", "rank-stall:rank=1,ms=60000,p=0.01", "--sglang-arg=--watchdog-timeout=10"],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "hicache_diag.cli.main",
+            "run",
+            "--engine",
+            "sglang",
+            "--json",
+            "--out",
+            str(out),
+            "--requests",
+            "200",
+            "--hang-timeout",
+            "120",
+            "--fault",
+            "rank-stall:rank=1,ms=60000,p=0.01",
+            "--sglang-arg=--watchdog-timeout=10",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     verdict = json.loads(run.stdout)
     assert (verdict["outcome"], verdict["form"], verdict["culprit_rank"]) == ("hang", "C", 1)
     assert "Scheduler watchdog timeout" in (out / "server.log").read_text()

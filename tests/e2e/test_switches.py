@@ -27,17 +27,25 @@ CASES = {
     # #27285: each rank drains its own ready acks; PP1's slow DMA -> hang (C) or pop (B)
     "ack-count": ("local", "full", [*PRESSURE, "--fault", "dma-delay:rank=1,ms=30"], {11, 12}),
     # #31425: PP1's failed alloc is local, PP0's relayed ack count then pops an empty queue (B)
-    "host-alloc": ("local", "full", ["--requests", "16", "--fault", "host-alloc-fail:rank=1"],
-                   {11}),
+    "host-alloc": (
+        "local",
+        "full",
+        ["--requests", "16", "--fault", "host-alloc-fail:rank=1"],
+        {11},
+    ),
     # #28902: PP0 keeps every pp_sync isend: in-flight sends grow without bound (leak)
     "inflight-sends": ("unbounded", "full", ["--workload", "idle", "--requests", "6"], {15}),
     # #29258: a fixed host size gives the stages different token capacities; PP1's smaller pool
     # refuses a write_backup that PP0's accepts (B, with the host alloc still local)
     "host-capacity": ("local", "l2", [*PRESSURE, "--hicache-size", "96KiB"], {10, 11, 12, 13}),
     # #22759: rank 1's jittery monotonic clock picks other LRU victims (diverged, or a crash)
-    "lru-clock": ("monotonic", "full", [*PRESSURE, "--fault", "clock-skew:rank=1,jitter-us=20000"],
-                  {10, 11, 12, 13}),
-}  # fmt: skip
+    "lru-clock": (
+        "monotonic",
+        "full",
+        [*PRESSURE, "--fault", "clock-skew:rank=1,jitter-us=20000"],
+        {10, 11, 12, 13},
+    ),
+}
 
 
 def _run(tmp_path, name: str, args: list[str]) -> tuple[int, dict]:

@@ -52,7 +52,9 @@ def test_both_recorders_use_the_one_list():
     assert plugin.MUST_AGREE == ev.MUST_AGREE + ev.MUST_AGREE_SGLANG
     sglang_doc = DOC.split("`must_agree` lists what", 1)[1].split("A scheduler that raised", 1)[0]
     assert set(re.findall(r"`(\w+)`", sglang_doc)) >= set(ev.MUST_AGREE_SGLANG) - {
-        "host_loaded_len", "l3_hit_len"}  # the batch keys the sentence names as "the batch keys"
+        "host_loaded_len",
+        "l3_hit_len",
+    }  # the batch keys the sentence names as "the batch keys"
 
 
 def _section(title: str) -> str:
@@ -94,6 +96,7 @@ def test_every_step_key_is_documented_and_every_documented_key_typed():
     named = {w for span in re.findall(r"`([^`]+)`", text) for w in re.findall(r"\w+", span)}
     missing = [k for k in ev.StepRecord.keys() if k not in named]
     assert not missing, f"StepRecord fields docs/evidence.md does not name: {missing}"
-    table = {k for row in re.findall(r"^\| (`[^|]+) \|", text, re.M)
-             for k in re.findall(r"`(\w+)`", row)}  # fmt: skip
+    table = {
+        k for row in re.findall(r"^\| (`[^|]+) \|", text, re.M) for k in re.findall(r"`(\w+)`", row)
+    }
     assert table <= set(ev.StepRecord.keys()), table - set(ev.StepRecord.keys())

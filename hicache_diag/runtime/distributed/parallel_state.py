@@ -51,8 +51,9 @@ class P2PWork:
         self.work.wait()
 
 
-def init_distributed(rank: int, world_size: int, store: dist.Store | None = None,
-                     timeout_s: float = 600.0) -> None:  # fmt: skip
+def init_distributed(
+    rank: int, world_size: int, store: dist.Store | None = None, timeout_s: float = 600.0
+) -> None:
     """Join the gloo world: from a TCPStore client when the launcher gave one, else env://
     (torchrun sets MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE)."""
     kwargs: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
@@ -231,8 +232,7 @@ class ParallelState:
     def send_pyobj_to_next(self, data: Any) -> list[P2PWork]:
         dst = self.stage_rank(self.pp_rank + 1)
         with self._message("reqs"):
-            return point_to_point_pyobj(data, self.rank, None, self.rank, dst,
-                                        tag=MSG_TAGS["reqs"])  # fmt: skip
+            return point_to_point_pyobj(data, self.rank, None, self.rank, dst, tag=MSG_TAGS["reqs"])
 
     def recv_pyobj_from_prev(self) -> Any:
         src = self.stage_rank(self.pp_rank - 1)
@@ -240,8 +240,7 @@ class ParallelState:
 
     def send_dict_to_next(self, tensors: dict[str, torch.Tensor], msg: str) -> list[P2PWork]:
         with self._message(msg):
-            return send_tensor_dict(tensors, self.stage_rank(self.pp_rank + 1),
-                                    tag=MSG_TAGS[msg])  # fmt: skip
+            return send_tensor_dict(tensors, self.stage_rank(self.pp_rank + 1), tag=MSG_TAGS[msg])
 
     def recv_dict_from_prev(self, msg: str) -> dict[str, torch.Tensor]:
         return recv_tensor_dict(self.stage_rank(self.pp_rank - 1), tag=MSG_TAGS[msg])

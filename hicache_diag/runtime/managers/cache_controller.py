@@ -96,8 +96,13 @@ class HiCacheController:
     """Owns `write_queue`, `load_queue`, `ack_write_queue`, `ack_load_queue` and the DMA engine.
     `events` collects timeline records (`issued` / `queued`) until the tree drains them."""
 
-    def __init__(self, allocator: TokenToKVPoolAllocator, kv_pool: MHATokenToKVPool,
-                 host_pool: HostKVCache, hooks: Hooks | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        allocator: TokenToKVPoolAllocator,
+        kv_pool: MHATokenToKVPool,
+        host_pool: HostKVCache,
+        hooks: Hooks | None = None,
+    ) -> None:
         self.mem_pool_device_allocator = allocator
         self.mem_pool_device, self.mem_pool_host = kv_pool, host_pool
         self.write_queue: list[CacheOperation] = []

@@ -69,8 +69,9 @@ class DmaOp:
 class DmaEngine:
     """One copy thread per rank. `submit` is called on the scheduler thread; `shutdown` joins."""
 
-    def __init__(self, kv_pool: MHATokenToKVPool, host_pool: HostKVCache,
-                 hooks: Hooks | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, kv_pool: MHATokenToKVPool, host_pool: HostKVCache, hooks: Hooks | None = None
+    ) -> None:
         self.kv_pool, self.host_pool, self.hooks = kv_pool, host_pool, hooks
         # A copy engine runs beside the scheduler; a Python thread only runs when it holds the
         # GIL, which by default it may wait 5 ms for after every torch op. Shorten the switch

@@ -99,9 +99,13 @@ class SchedulerPPMixin:
             # This step never reaches _record_step: keep its batch and the upstream token count
             # as evidence (form A is a token-count mismatch, whichever op raises).
             self.recorder.record_crash(
-                step=self.step, slot=mb_id, batch=batch, proxy=proxy, error=exc,
+                step=self.step,
+                slot=mb_id,
+                batch=batch,
+                proxy=proxy,
+                error=exc,
                 tree_cache=self.tree_cache,
-            )  # fmt: skip
+            )
             raise
         if self.comm.is_last_rank:
             self.last_rank_comm_queue.append({"next_token_ids": result.next_token_ids})

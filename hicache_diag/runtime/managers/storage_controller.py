@@ -37,8 +37,12 @@ from hicache_diag.runtime.protocol import ProtocolConfig
 logger = logging.getLogger(__name__)
 
 INPUT_QUEUES = ("prefetch_queue", "prefetch_buffer", "prefetch_sync_queue", "backup_queue")
-CONTROL_QUEUES = ("prefetch_hit_queue", "ack_prefetch_queue", "ack_backup_queue",
-                  "host_mem_release_queue")  # fmt: skip
+CONTROL_QUEUES = (
+    "prefetch_hit_queue",
+    "ack_prefetch_queue",
+    "ack_backup_queue",
+    "host_mem_release_queue",
+)
 STORAGE_QUEUES = INPUT_QUEUES + CONTROL_QUEUES
 DEFAULT_TIMEOUT = PrefetchTimeoutConfig()
 

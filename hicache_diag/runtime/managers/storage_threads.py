@@ -213,8 +213,10 @@ class StorageThreadsMixin:
     def _page_backup(self, operation: StorageOperation) -> None:
         for start in range(0, len(operation.hash_value), self.storage_batch_size):
             batch = operation.hash_value[start : start + self.storage_batch_size]
-            data = [self.host_pages.get_page(self._page_slots(operation, start + i))
-                    for i in range(len(batch))]  # fmt: skip
+            data = [
+                self.host_pages.get_page(self._page_slots(operation, start + i))
+                for i in range(len(batch))
+            ]
             if not self.storage.batch_set(batch, data):
                 logger.warning("Write page to storage: %d pages failed.", len(batch))
                 break

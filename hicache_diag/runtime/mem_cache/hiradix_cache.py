@@ -233,8 +233,9 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
         hooks = getattr(self.mem_pool_host, "hooks", None)
         if hooks is not None and hooks.has("device_hold"):
             free = self.allocator.available_size()
-            held = side.settle(self.allocator, hooks.apply("device_hold", 0, free=free,
-                                                            need=len(host_indices)))  # fmt: skip
+            held = side.settle(
+                self.allocator, hooks.apply("device_hold", 0, free=free, need=len(host_indices))
+            )
             self.device_held += held
         try:
             device_indices = self._load_or_evict(host_indices, last)

@@ -196,8 +196,9 @@ class L3ProtocolMixin(L3HostAllocMixin):
                 keep.append((op, tail))
         self._io_tails = keep
 
-    def _insert_helper_host(self, anchor: TreeNode, key: list[int],
-                            host_indices: torch.Tensor) -> int:  # fmt: skip
+    def _insert_helper_host(
+        self, anchor: TreeNode, key: list[int], host_indices: torch.Tensor
+    ) -> int:
         """Hang fetched pages under `anchor` as host-only nodes; slots of pages the tree already
         holds on host are freed. Stops at a node with no host copy. Returns tokens inserted."""
         node = anchor

@@ -8,15 +8,18 @@ from hicache_diag.diagnosis.bisect_table import RELEASE_AXIS, BisectTable, Cell,
 
 
 def _cell(python: str, failures: int, trials: int) -> Cell:
-    results = [TrialResult(i, f"d{i}", "crash" if i < failures else "ok", "B" if i < failures
-                           else None) for i in range(trials)]  # fmt: skip
+    results = [
+        TrialResult(i, f"d{i}", "crash" if i < failures else "ok", "B" if i < failures else None)
+        for i in range(trials)
+    ]
     return Cell({RELEASE_AXIS: python}, results)
 
 
 def _table(rows: list[tuple[str, int, int]]) -> BisectTable:
     cells = [_cell(f"/v/{v}/bin/python", f, t) for v, f, t in rows]
-    return BisectTable([RELEASE_AXIS], cells,
-                       releases={f"/v/{v}/bin/python": v for v, _, _ in rows})  # fmt: skip
+    return BisectTable(
+        [RELEASE_AXIS], cells, releases={f"/v/{v}/bin/python": v for v, _, _ in rows}
+    )
 
 
 def test_a_step_names_the_first_release_without_failures():
@@ -43,8 +46,10 @@ def test_overlapping_intervals_conclude_nothing():
 
 def test_a_regression_is_a_rise():
     line = _table([("0.5.18", 0, 5), ("0.5.21", 5, 5)]).verdict()[0]
-    assert line == ("first release where the failure rate rises: 0.5.21 "
-                    "(0.5.18: 0/5 (0%) vs 0.5.21: 5/5 (100%))")  # fmt: skip
+    assert line == (
+        "first release where the failure rate rises: 0.5.21 "
+        "(0.5.18: 0/5 (0%) vs 0.5.21: 5/5 (100%))"
+    )
 
 
 def test_no_failures_and_no_change():

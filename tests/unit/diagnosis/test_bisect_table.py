@@ -6,8 +6,10 @@ from hicache_diag.diagnosis.bisect_table import BisectTable, Cell, TrialResult
 
 
 def _cell(values: dict[str, str], failures: int, trials: int) -> Cell:
-    results = [TrialResult(i, f"d{i}", "crash" if i < failures else "ok", "A" if i < failures
-                           else None) for i in range(trials)]  # fmt: skip
+    results = [
+        TrialResult(i, f"d{i}", "crash" if i < failures else "ok", "A" if i < failures else None)
+        for i in range(trials)
+    ]
     return Cell(values, results)
 
 

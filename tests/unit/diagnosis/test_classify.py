@@ -72,8 +72,10 @@ def test_form_b_pop_from_empty_with_ack_culprit(tmp_path):
 
 
 def test_form_b_keyerror_on_bookkeeping(tmp_path):
-    err = "  File \"/x/hiradix_cache.py\", line 3, in writing_check\n" \
-          "    node = self.ongoing_write_through[ack_id]\nKeyError: 17"  # fmt: skip
+    err = (
+        '  File "/x/hiradix_cache.py", line 3, in writing_check\n'
+        "    node = self.ongoing_write_through[ack_id]\nKeyError: 17"
+    )
     v = classify_run(RunDir(tmp_path).crash(0, 5, err, t=1000.0).write())
     assert (v.form, v.failed_rank) == (CrashForm.B, 0)
 
@@ -86,18 +88,25 @@ def test_plain_keyerror_is_not_form_b(tmp_path):
 
 def test_form_c_hang_picks_the_rank_at_the_hicache_wait(tmp_path):
     rd = RunDir(tmp_path)
-    rd.launcher["hang"] = {"detected_at": 1006.0, "last_progress": {"0": 1000.5, "1": 1000.4},
-                           "stalled_ranks": [0, 1]}  # fmt: skip
+    rd.launcher["hang"] = {
+        "detected_at": 1006.0,
+        "last_progress": {"0": 1000.5, "1": 1000.4},
+        "stalled_ranks": [0, 1],
+    }
     for e in rd.launcher["ranks"]:
         e["state"] = "hung"
     rd.stacks = {
-        0: pyspy_dump(("all_reduce", "/t/distributed_c10d.py", 10),
-                      ("all_reduce_tp", "/x/hicache_diag/runtime/distributed/parallel_state.py", 5),
-                      ("HiRadixCache.writing_check", "/x/hicache_diag/runtime/mem_cache/hr.py", 7),
-                      ("event_loop_pp", "/x/hicache_diag/runtime/managers/sched.py", 3)),
-        1: pyspy_dump(("recv", "/t/distributed_c10d.py", 10),
-                      ("point_to_point_pyobj", "/x/hicache_diag/runtime/distributed/ps.py", 9)),
-    }  # fmt: skip
+        0: pyspy_dump(
+            ("all_reduce", "/t/distributed_c10d.py", 10),
+            ("all_reduce_tp", "/x/hicache_diag/runtime/distributed/parallel_state.py", 5),
+            ("HiRadixCache.writing_check", "/x/hicache_diag/runtime/mem_cache/hr.py", 7),
+            ("event_loop_pp", "/x/hicache_diag/runtime/managers/sched.py", 3),
+        ),
+        1: pyspy_dump(
+            ("recv", "/t/distributed_c10d.py", 10),
+            ("point_to_point_pyobj", "/x/hicache_diag/runtime/distributed/ps.py", 9),
+        ),
+    }
     v = classify_run(rd.write())
     assert (v.outcome, v.form, v.failed_rank) == (Outcome.HANG, CrashForm.C, 0)
     where = {r.rank: (r.state, r.where) for r in v.ranks}
@@ -112,8 +121,11 @@ def test_form_c_hang_picks_the_rank_at_the_hicache_wait(tmp_path):
 
 def test_hang_without_stacks_explains_why(tmp_path):
     rd = RunDir(tmp_path)
-    rd.launcher["hang"] = {"detected_at": 1, "last_progress": {"0": 5.0, "1": 3.0},
-                           "stalled_ranks": [0, 1]}  # fmt: skip
+    rd.launcher["hang"] = {
+        "detected_at": 1,
+        "last_progress": {"0": 5.0, "1": 3.0},
+        "stalled_ranks": [0, 1],
+    }
     rd.launcher["stacks"] = {"tool": None, "error": "ptrace denied: need CAP_SYS_PTRACE"}
     v = classify_run(rd.write())
     assert v.failed_rank == 1
@@ -125,9 +137,11 @@ def test_faulthandler_text_stacks(tmp_path):
     rd.launcher["hang"] = {"detected_at": 1, "last_progress": {}, "stalled_ranks": [1]}
     for e in rd.launcher["ranks"]:
         e["state"] = "hung"  # rank 0 had not exited (an exited rank is the culprit itself)
-    rd.stacks = {1: 'Current thread 0x1 (most recent call first):\n'
-                    '  File "/x/hicache_diag/runtime/comm.py", line 4 in pp_sync\n'
-                    '  File "/x/sched.py", line 9 in event_loop_pp\n'}  # fmt: skip
+    rd.stacks = {
+        1: "Current thread 0x1 (most recent call first):\n"
+        '  File "/x/hicache_diag/runtime/comm.py", line 4 in pp_sync\n'
+        '  File "/x/sched.py", line 9 in event_loop_pp\n'
+    }
     v = classify_run(rd.write())
     assert v.failed_rank == 1
     assert {r.rank: r.where for r in v.ranks}[1] == "pp_sync (comm.py:4)"
@@ -241,8 +255,10 @@ def test_verdict_round_trips_as_json(tmp_path):
 def test_wrong_output_against_the_harness_reference_format(tmp_path):
     # harness/reference.py writes {rid: {"tokens": [...], "top2_gap": [...]}} and no tolerance.
     rd = RunDir(tmp_path)
-    rd.reference = {"r0": {"tokens": [1, 2, 3], "top2_gap": [1.0, 5e-4, 1.0]},
-                    "r1": {"tokens": [4, 5, 6], "top2_gap": [1.0, 0.5, 1.0]}}  # fmt: skip
+    rd.reference = {
+        "r0": {"tokens": [1, 2, 3], "top2_gap": [1.0, 5e-4, 1.0]},
+        "r1": {"tokens": [4, 5, 6], "top2_gap": [1.0, 0.5, 1.0]},
+    }
     rd.outputs = {"r0": [1, 7, 9], "r1": [4, 5, 6]}
     assert classify_run(rd.write()).outcome is Outcome.OK  # r0 flipped at a tie (gap < 1e-3)
     rd.outputs = {"r0": [1, 2, 3], "r1": [4, 8, 6]}
@@ -256,16 +272,23 @@ def test_hang_tie_picks_the_receiving_rank_and_iso_times_give_duration(tmp_path)
     # A send and a recv both blocked: the culprit rule names no rank (a network suspect), so
     # the progress facts decide: a tie, broken by the rank that waits to receive.
     rd = RunDir(tmp_path)
-    rd.launcher["hang"] = {"detected_at": 1, "last_progress": {"0": 5.0, "1": 5.0},
-                           "stalled_ranks": [0, 1]}  # fmt: skip
+    rd.launcher["hang"] = {
+        "detected_at": 1,
+        "last_progress": {"0": 5.0, "1": 5.0},
+        "stalled_ranks": [0, 1],
+    }
     rd.launcher["started_at"] = "2026-11-29T18:20:01.876+00:00"
     rd.launcher["ended_at"] = "2026-11-29T18:20:10.376+00:00"
     rd.stacks = {
-        0: pyspy_dump(("send", "/t/distributed_c10d.py", 1),
-                      ("_send_bytes", "/x/hicache_diag/runtime/distributed/ps.py", 39)),
-        1: pyspy_dump(("recv", "/t/distributed_c10d.py", 1),
-                      ("_recv_bytes", "/x/hicache_diag/runtime/distributed/ps.py", 62)),
-    }  # fmt: skip
+        0: pyspy_dump(
+            ("send", "/t/distributed_c10d.py", 1),
+            ("_send_bytes", "/x/hicache_diag/runtime/distributed/ps.py", 39),
+        ),
+        1: pyspy_dump(
+            ("recv", "/t/distributed_c10d.py", 1),
+            ("_recv_bytes", "/x/hicache_diag/runtime/distributed/ps.py", 62),
+        ),
+    }
     v = classify_run(rd.write())
     assert (v.form, v.failed_rank) == (CrashForm.C, 1)
     assert v.duration_s == pytest.approx(8.5)
@@ -297,9 +320,15 @@ def test_requests_the_server_never_answered_are_not_ok(tmp_path):
     rd = RunDir(tmp_path)
     rd.outputs, rd.reference = {}, {"tokens": {}, "tolerance": 0.0}
     root = rd.write()
-    (root / "requests.json").write_text(json.dumps(
-        {"errors": {"r0000": "RemoteDisconnected: Remote end closed connection without response"}}
-    ))  # fmt: skip
+    (root / "requests.json").write_text(
+        json.dumps(
+            {
+                "errors": {
+                    "r0000": "RemoteDisconnected: Remote end closed connection without response"
+                }
+            }
+        )
+    )
     v = classify_run(root)
     assert v.outcome is Outcome.UNDECIDED, v.evidence
     assert "1 request(s) got no answer from the server (r0000: RemoteDisconnected" in v.signature
@@ -313,15 +342,22 @@ def _tp_hang(tmp_path, failed_on: dict[int, int]) -> RunDir:
     rd.stop_at = {0: 8}
     for rank, n in failed_on.items():
         rd.set(rank, 9 if rank else 8, host_alloc_failed=n)
-    rd.launcher["hang"] = {"detected_at": 1, "last_progress": {"0": 5.0, "1": 5.0},
-                           "stalled_ranks": [0, 1]}  # fmt: skip
+    rd.launcher["hang"] = {
+        "detected_at": 1,
+        "last_progress": {"0": 5.0, "1": 5.0},
+        "stalled_ranks": [0, 1],
+    }
     rd.stacks = {
-        0: pyspy_dump(("all_reduce", "/t/distributed_c10d.py", 3252),
-                      ("_all_reduce_attn_groups", "/s/mem_cache/hiradix_cache.py", 196),
-                      ("loading_check", "/s/mem_cache/hiradix_cache.py", 600)),
-        1: pyspy_dump(("broadcast", "/t/distributed_c10d.py", 3151),
-                      ("_broadcast_reqs_across_ranks", "/s/managers/request_receiver.py", 187)),
-    }  # fmt: skip
+        0: pyspy_dump(
+            ("all_reduce", "/t/distributed_c10d.py", 3252),
+            ("_all_reduce_attn_groups", "/s/mem_cache/hiradix_cache.py", 196),
+            ("loading_check", "/s/mem_cache/hiradix_cache.py", 600),
+        ),
+        1: pyspy_dump(
+            ("broadcast", "/t/distributed_c10d.py", 3151),
+            ("_broadcast_reqs_across_ranks", "/s/managers/request_receiver.py", 187),
+        ),
+    }
     return rd
 
 
@@ -329,8 +365,10 @@ def test_hang_with_no_divergence_names_the_rank_whose_own_allocs_failed(tmp_path
     v = classify_run(_tp_hang(tmp_path, {1: 2}).write())
     assert (v.outcome, v.form, v.failed_rank) == (Outcome.HANG, CrashForm.C, 0)
     assert v.first_divergence is None and v.culprit_rank == 1, v.evidence
-    want = ("only rank 1's host allocs failed in its last 8 recorded steps (2, the last at "
-            "step 9); source host-alloc")  # fmt: skip
+    want = (
+        "only rank 1's host allocs failed in its last 8 recorded steps (2, the last at "
+        "step 9); source host-alloc"
+    )
     assert any(want in line for line in v.evidence), v.evidence
 
 

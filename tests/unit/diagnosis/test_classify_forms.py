@@ -19,11 +19,25 @@ BROADCAST_ERR = (
 
 def _crash_line(rank: int, step: int, extend: int, proxy: int | None) -> str:
     return json.dumps(
-        {"rank": rank, "pp": rank, "tp": 0, "step": step, "slot": step % 2, "rids": ["r9"],
-         "forward_mode": "extend", "extend_num_tokens": extend, "prefix_len": {"r9": 0},
-         "host_hit_len": {"r9": 0}, "l3_hit_len": {}, "crashed": True, "proxy_tokens": proxy,
-         "error": BROADCAST_ERR, "must_agree": ["rids", "extend_num_tokens"], "t": 1000.5}
-    )  # fmt: skip
+        {
+            "rank": rank,
+            "pp": rank,
+            "tp": 0,
+            "step": step,
+            "slot": step % 2,
+            "rids": ["r9"],
+            "forward_mode": "extend",
+            "extend_num_tokens": extend,
+            "prefix_len": {"r9": 0},
+            "host_hit_len": {"r9": 0},
+            "l3_hit_len": {},
+            "crashed": True,
+            "proxy_tokens": proxy,
+            "error": BROADCAST_ERR,
+            "must_agree": ["rids", "extend_num_tokens"],
+            "t": 1000.5,
+        }
+    )
 
 
 def _crashed_run(tmp_path, extend: int, proxy: int | None):
@@ -54,8 +68,11 @@ def test_crash_record_without_upstream_tensor_is_not_form_a(tmp_path):
 
 
 def _hang(rd: RunDir) -> RunDir:
-    rd.launcher["hang"] = {"detected_at": 9, "last_progress": {"0": 5.0, "1": 5.0},
-                           "stalled_ranks": [0, 1]}  # fmt: skip
+    rd.launcher["hang"] = {
+        "detected_at": 9,
+        "last_progress": {"0": 5.0, "1": 5.0},
+        "stalled_ranks": [0, 1],
+    }
     return rd
 
 

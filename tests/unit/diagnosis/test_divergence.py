@@ -45,8 +45,9 @@ def test_dma_ack_count_when_the_relayed_count_differs():
 
 
 def test_host_alloc_failure_just_before_on_one_rank():
-    d = first_divergence(frames(over={(1, 2): {"host_alloc_failed": 1},
-                                      (1, 3): {"tree_digest": "other"}}))  # fmt: skip
+    d = first_divergence(
+        frames(over={(1, 2): {"host_alloc_failed": 1}, (1, 3): {"tree_digest": "other"}})
+    )
     assert d.first.source is DivergenceSource.HOST_ALLOC and d.culprit_rank == 1
 
 
@@ -70,31 +71,39 @@ def test_lru_clock_different_victims_from_identical_trees():
 
 
 def test_victims_after_trees_already_differed_are_not_lru():
-    over = {(1, 4): {"tree_digest": "x"}, (0, 5): {"evict_victims": ["a"]},
-            (1, 5): {"evict_victims": ["b"]}}  # fmt: skip
+    over = {
+        (1, 4): {"tree_digest": "x"},
+        (0, 5): {"evict_victims": ["a"]},
+        (1, 5): {"evict_victims": ["b"]},
+    }
     d = first_divergence(frames(over=over))
     assert d.first.step == 4 and d.first.source is DivergenceSource.UNKNOWN
 
 
 def test_l3_hit_local_lengths_differ():
-    over = {(0, 3): {"l3_hit_len_local": {"r3": 64}, "l3_hit_len": {"r3": 64}},
-            (1, 3): {"l3_hit_len_local": {"r3": 32}, "l3_hit_len": {"r3": 32},
-                     "extend_num_tokens": 48}}  # fmt: skip
+    over = {
+        (0, 3): {"l3_hit_len_local": {"r3": 64}, "l3_hit_len": {"r3": 64}},
+        (1, 3): {"l3_hit_len_local": {"r3": 32}, "l3_hit_len": {"r3": 32}, "extend_num_tokens": 48},
+    }
     d = first_divergence(frames(over=over))
     assert d.first.source is DivergenceSource.L3_HIT and d.culprit_rank == 1
 
 
 def test_l3_hit_with_consensus_is_not_the_source():
-    over = {(0, 3): {"l3_hit_len_local": {"r3": 64}, "l3_hit_len": {"r3": 32}},
-            (1, 3): {"l3_hit_len_local": {"r3": 32}, "l3_hit_len": {"r3": 32}},
-            (1, 4): {"evicted": 8}}  # fmt: skip
+    over = {
+        (0, 3): {"l3_hit_len_local": {"r3": 64}, "l3_hit_len": {"r3": 32}},
+        (1, 3): {"l3_hit_len_local": {"r3": 32}, "l3_hit_len": {"r3": 32}},
+        (1, 4): {"evicted": 8},
+    }
     assert first_divergence(frames(over=over)).first.source is DivergenceSource.UNKNOWN
 
 
 def test_l3_progress_differs():
-    over = {(0, 2): {"sync_received": {"l3_progress": 128}},
-            (1, 2): {"sync_received": {"l3_progress": 64}},
-            (1, 3): {"host_hit_len": {"r3": 4}}}  # fmt: skip
+    over = {
+        (0, 2): {"sync_received": {"l3_progress": 128}},
+        (1, 2): {"sync_received": {"l3_progress": 64}},
+        (1, 3): {"host_hit_len": {"r3": 4}},
+    }
     d = first_divergence(frames(over=over))
     assert d.first.source is DivergenceSource.L3_PROGRESS
 
@@ -111,9 +120,14 @@ def test_a_rank_that_stopped_early_is_not_a_divergence():
 
 
 def test_within_a_step_the_cause_is_reported_before_its_effects():
-    over = {(1, 4): {"rids": ["a", "b"], "extend_num_tokens": 9,
-                     "acks_ready": {"write": 3, "load": 0},
-                     "acks_consumed": {"write": 3, "load": 0}}}  # fmt: skip
+    over = {
+        (1, 4): {
+            "rids": ["a", "b"],
+            "extend_num_tokens": 9,
+            "acks_ready": {"write": 3, "load": 0},
+            "acks_consumed": {"write": 3, "load": 0},
+        }
+    }
     d = first_divergence(frames(over=over))
     assert (d.first.step, d.first.field) == (4, "acks_consumed")
     assert d.first.source is DivergenceSource.DMA_ACK_COUNT
@@ -175,8 +189,11 @@ def test_l3_progress_culprit_from_own_reads_when_tp_reduced_values_tie():
 
 
 def test_an_input_older_than_the_lookback_still_explains_the_divergence():
-    over = {(0, 1): {"l3_progress": {"r1": 64}}, (1, 1): {"l3_progress": {"r1": 16},
-            "l3_progress_local": {"r1": 16}}, (1, 14): {"host_hit_len": {"r14": 4}}}  # fmt: skip
+    over = {
+        (0, 1): {"l3_progress": {"r1": 64}},
+        (1, 1): {"l3_progress": {"r1": 16}, "l3_progress_local": {"r1": 16}},
+        (1, 14): {"host_hit_len": {"r14": 4}},
+    }
     d = first_divergence(frames(steps=16, over=over))
     assert d.first.step == 14 and d.first.source is DivergenceSource.L3_PROGRESS
     assert d.culprit_rank == 1
@@ -200,20 +217,29 @@ def test_divergence_modules_never_read_faults_fired():
 def test_dma_culprit_is_the_rank_with_the_old_pending_ack_not_the_one_that_polled_early():
     # Rank 0 polled before its copies were issued (0 ready); rank 1's copies were issued
     # earlier but its copy engine is slow: its first pending ack is 40 ms old a step later.
-    over = {(0, 4): {"acks_ready": {"write": 0, "load": 0},
-                     "acks_consumed": {"write": 0, "load": 0},
-                     "ack_pending_ms": {"write": 0.4}},
-            (1, 4): {"ack_pending_ms": {"write": 3.0}},
-            (1, 5): {"ack_pending_ms": {"write": 41.0}}}  # fmt: skip
+    over = {
+        (0, 4): {
+            "acks_ready": {"write": 0, "load": 0},
+            "acks_consumed": {"write": 0, "load": 0},
+            "ack_pending_ms": {"write": 0.4},
+        },
+        (1, 4): {"ack_pending_ms": {"write": 3.0}},
+        (1, 5): {"ack_pending_ms": {"write": 41.0}},
+    }
     d = first_divergence(frames(over=over))
     assert d.first.source is DivergenceSource.DMA_ACK_COUNT and d.culprit_rank == 1
     assert "oldest pending ack" in d.evidence[1]
 
 
 def test_close_pending_ages_fall_back_to_fewer_ready_acks():
-    over = {(1, 4): {"acks_ready": {"write": 0, "load": 0},
-                     "acks_consumed": {"write": 0, "load": 0}, "ack_pending_ms": {"write": 4.0}},
-            (0, 4): {"ack_pending_ms": {"write": 3.0}}}  # fmt: skip
+    over = {
+        (1, 4): {
+            "acks_ready": {"write": 0, "load": 0},
+            "acks_consumed": {"write": 0, "load": 0},
+            "ack_pending_ms": {"write": 4.0},
+        },
+        (0, 4): {"ack_pending_ms": {"write": 3.0}},
+    }
     assert first_divergence(frames(over=over)).culprit_rank == 1
 
 
@@ -248,8 +274,10 @@ def test_acks_drained_per_rank_name_the_rank_that_drained_fewer_when_ready_reads
     # Real SGLang 0.5.12.post1 (each stage drains its own ready acks; the line reads the ready
     # count after the drain): PP0 drained 1 write ack at the step, PP1 (slow copies) none.
     after = {"acks_ready": {"write": 0, "load": 0}}
-    over = {(0, 4): {**after, "acks_consumed": {"write": 1, "load": 0}},
-            (1, 4): {**after, "acks_consumed": {"write": 0, "load": 0}}}  # fmt: skip
+    over = {
+        (0, 4): {**after, "acks_consumed": {"write": 1, "load": 0}},
+        (1, 4): {**after, "acks_consumed": {"write": 0, "load": 0}},
+    }
     d = first_divergence(frames(over=over))
     assert (d.first.field, d.first.source) == ("acks_consumed", DivergenceSource.DMA_ACK_COUNT)
     assert d.culprit_rank == 1

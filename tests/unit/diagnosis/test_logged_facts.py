@@ -34,9 +34,13 @@ def _as_recorded(launcher: dict) -> dict:
     if first and ended:
         other = [e for e in ended if e["rank"] != first["rank"]] or ended
         e = other[0]
-        raw["first_failure"] = {"rank": e["rank"], "t": e["ended_at"], "pid": e.get("pid"),
-                                "exitcode": e.get("exitcode"),
-                                "signal": e.get("signal")}  # fmt: skip
+        raw["first_failure"] = {
+            "rank": e["rank"],
+            "t": e["ended_at"],
+            "pid": e.get("pid"),
+            "exitcode": e.get("exitcode"),
+            "signal": e.get("signal"),
+        }
     return raw
 
 
@@ -77,8 +81,13 @@ def test_a_teardown_sigkill_recorded_first_is_not_the_root(tmp_path):
     raw = _as_recorded(json.loads((run / "launcher.json").read_text()))
     pp0, pp1 = raw["ranks"]
     pp0.update(state="crashed", exitcode=-9, signal=9, ended_at=pp1["ended_at"])
-    raw["first_failure"] = {"rank": 0, "t": pp1["ended_at"] - 0.01, "pid": pp0["pid"],
-                            "exitcode": -9, "signal": 9}  # fmt: skip
+    raw["first_failure"] = {
+        "rank": 0,
+        "t": pp1["ended_at"] - 0.01,
+        "pid": pp0["pid"],
+        "exitcode": -9,
+        "signal": 9,
+    }
     (run / "launcher.json").write_text(json.dumps(raw))
     v, before = classify_run(run), classify_run(RUNS / name)
     assert (v.outcome, v.form, v.failed_rank) == (before.outcome, before.form, 1)
@@ -102,10 +111,18 @@ TEARDOWN = (
 
 def _launcher(first: dict | None, *states, hang: dict | None = None) -> ev.LauncherRecord:
     ranks = [
-        {"rank": r, "pp": r, "tp": 0, "pid": 100 + r, "state": st, "exitcode": code,
-         "signal": sig, "ended_at": LOGGED + 0.5 + r * 4e-5}
+        {
+            "rank": r,
+            "pp": r,
+            "tp": 0,
+            "pid": 100 + r,
+            "state": st,
+            "exitcode": code,
+            "signal": sig,
+            "ended_at": LOGGED + 0.5 + r * 4e-5,
+        }
         for r, (st, code, sig) in enumerate(states)
-    ]  # fmt: skip
+    ]
     return ev.LauncherRecord.from_json({"ranks": ranks, "first_failure": first, "hang": hang})
 
 
@@ -124,13 +141,16 @@ def test_teardown_sigkills_are_not_the_first_failure():
 def test_a_fatal_exception_with_exit_0_is_a_crash():
     recorded = _launcher({"rank": 1, "t": 1000.0}, ("exited", 0, None), ("exited", 0, None))
     assert _states(with_logged_crashes(recorded, {0: "", 1: PP1_LOG}, PP1_LOG)) == [
-        "exited", "crashed"]  # fmt: skip
+        "exited",
+        "crashed",
+    ]
 
 
 def test_without_a_logged_exception_a_sigkill_stays_a_death():
     # A scheduler someone SIGKILLed: no traceback anywhere, the teardown follows that death.
-    recorded = _launcher({"rank": 1, "t": 1000.0}, ("exited", 0, None),
-                         ("crashed", None, signal.SIGKILL))  # fmt: skip
+    recorded = _launcher(
+        {"rank": 1, "t": 1000.0}, ("exited", 0, None), ("crashed", None, signal.SIGKILL)
+    )
     read = with_logged_crashes(recorded, {0: "", 1: ""}, TEARDOWN)
     assert _states(read) == ["exited", "crashed"] and read.first_failure.rank == 1
 
@@ -145,8 +165,11 @@ def test_a_sigkill_before_only_cascades_stays_the_root():
         "closed by peer [127.0.0.1]:17092\n"
     )
     pp0 = cascade.split("\n", 1)[1]
-    recorded = _launcher({"rank": 1, "t": 1000.0, "signal": 9}, ("crashed", 0, None),
-                         ("crashed", None, signal.SIGKILL))  # fmt: skip
+    recorded = _launcher(
+        {"rank": 1, "t": 1000.0, "signal": 9},
+        ("crashed", 0, None),
+        ("crashed", None, signal.SIGKILL),
+    )
     read = with_logged_crashes(recorded, {0: pp0, 1: ""}, cascade)
     assert _states(read) == ["crashed", "crashed"] and read.first_failure.rank == 1
 

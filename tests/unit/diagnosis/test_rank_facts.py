@@ -61,33 +61,42 @@ def test_injected_faults_are_shown_but_never_pick_the_culprit(tmp_path):
 
 
 def _hang(rd: RunDir, **extra) -> RunDir:
-    rd.launcher["hang"] = {"detected_at": 1010.0, "last_progress": {"0": 1005.0, "1": 1005.0},
-                           "stalled_ranks": [0, 1], **extra}  # fmt: skip
+    rd.launcher["hang"] = {
+        "detected_at": 1010.0,
+        "last_progress": {"0": 1005.0, "1": 1005.0},
+        "stalled_ranks": [0, 1],
+        **extra,
+    }
     for e in rd.launcher["ranks"]:
         e["state"] = "hung"
     return rd
 
 
 def test_stopped_rank_is_the_hang_culprit_even_with_a_peer_at_a_hicache_wait(tmp_path):
-    rd = _hang(RunDir(tmp_path), proc_status={"0": "sleeping", "1": "stopped"},
-               stopped_ranks=[1])  # fmt: skip
-    rd.stacks = {0: pyspy_dump(
-        ("all_reduce_tp", "/x/hicache_diag/runtime/distributed/parallel_state.py", 5),
-        ("HiRadixCache.writing_check", "/x/hicache_diag/runtime/mem_cache/hr.py", 7))}  # fmt: skip
+    rd = _hang(RunDir(tmp_path), proc_status={"0": "sleeping", "1": "stopped"}, stopped_ranks=[1])
+    rd.stacks = {
+        0: pyspy_dump(
+            ("all_reduce_tp", "/x/hicache_diag/runtime/distributed/parallel_state.py", 5),
+            ("HiRadixCache.writing_check", "/x/hicache_diag/runtime/mem_cache/hr.py", 7),
+        )
+    }
     v = classify_run(rd.write())
-    assert (v.outcome, v.form, v.failed_rank, v.culprit_rank) == (
-        Outcome.HANG, CrashForm.C, 1, 1)  # fmt: skip
+    assert (v.outcome, v.form, v.failed_rank, v.culprit_rank) == (Outcome.HANG, CrashForm.C, 1, 1)
     assert any("rank 1 was stopped (kernel state T" in line for line in v.evidence)
 
 
 def test_sleeping_rank_is_the_culprit_when_its_peer_waits_on_it(tmp_path):
     rd = _hang(RunDir(tmp_path))
     rd.stacks = {
-        0: pyspy_dump(("recv", "/t/distributed_c10d.py", 10),
-                      ("pp_sync", "/x/hicache_diag/runtime/mem_cache/l2_protocol.py", 9)),
-        1: pyspy_dump(("sleep", "/x/hicache_diag/runtime/managers/scheduler.py", 70),
-                      ("event_loop_pp", "/x/hicache_diag/runtime/managers/sched.py", 3)),
-    }  # fmt: skip
+        0: pyspy_dump(
+            ("recv", "/t/distributed_c10d.py", 10),
+            ("pp_sync", "/x/hicache_diag/runtime/mem_cache/l2_protocol.py", 9),
+        ),
+        1: pyspy_dump(
+            ("sleep", "/x/hicache_diag/runtime/managers/scheduler.py", 70),
+            ("event_loop_pp", "/x/hicache_diag/runtime/managers/sched.py", 3),
+        ),
+    }
     v = classify_run(rd.write())
     assert (v.failed_rank, v.culprit_rank) == (1, 1)
     assert any("not waiting on a peer" in line for line in v.evidence)

@@ -60,8 +60,10 @@ def test_a_renamed_run_dir_keeps_its_recipe_and_a_stripped_one_loses_it(tmp_path
 
 
 def test_flush_outcomes_apart_in_the_logs(tmp_path):
-    for rank, outcome in ((0, "Deferred flush_cache timed out while waiting for idle state."),
-                          (1, "Cache flushed successfully!")):  # fmt: skip
+    for rank, outcome in (
+        (0, "Deferred flush_cache timed out while waiting for idle state."),
+        (1, "Cache flushed successfully!"),
+    ):
         (tmp_path / f"rank{rank}.log").write_text(f"[2026-12-02 03:25:55 PP{rank}] {outcome}\n")
     tag = run_tags(tmp_path)[FLUSH]
     assert "rank 0 timed out" in tag.says and "rank 1 flushed" in tag.says

@@ -53,8 +53,14 @@ class UnifiedRadixCache:
 """
 F = "srt/mem_cache/unified_radix_cache.py"
 STEPS = (
-    Step(F, "UnifiedRadixCache", "_sync_hicache_ready_counts", "self.pp_rank > 0", "follower",
-         alt=(("writing_check", "if self.pp_rank == 0:"),)),
+    Step(
+        F,
+        "UnifiedRadixCache",
+        "_sync_hicache_ready_counts",
+        "self.pp_rank > 0",
+        "follower",
+        alt=(("writing_check", "if self.pp_rank == 0:"),),
+    ),
     Step(F, "UnifiedRadixCache", "writing_check", "ack = cc.ack_write_queue.pop(0)", "pop"),
 )
 
@@ -75,8 +81,11 @@ def test_release_range_says_where_the_code_shape_is_and_is_not(tmp_path):
         "1.2": write_tree(tmp_path / "c", {"mem_cache/unified_radix_cache.py": URC_GUARDED}),
     }
     recipe = URC_WRITE_THROUGH_FORM_B.__class__(
-        **{**{f: getattr(URC_WRITE_THROUGH_FORM_B, f)
-              for f in URC_WRITE_THROUGH_FORM_B.__slots__}, "steps": STEPS})  # fmt: skip
+        **{
+            **{f: getattr(URC_WRITE_THROUGH_FORM_B, f) for f in URC_WRITE_THROUGH_FORM_B.__slots__},
+            "steps": STEPS,
+        }
+    )
     text = "\n".join(range_lines(recipe, trees))
     assert "| 1.0 | yes |" in text and "| 1.1 | yes |" in text and "| 1.2 | no |" in text
     assert "Present in 1.0 .. 1.1" in text
@@ -86,8 +95,14 @@ def test_recipe_matches_form_function_file_and_stage():
     urc = find_recipe("B", "writing_check", "unified_radix_cache.py", 1)
     assert urc.name == "urc-pp-follower-write-through"
     # by source: only when the release has that code (and the run injected nothing)
-    hr = find_recipe("C", "_pp_commit_comm_work", "scheduler_pp_mixin.py", 0, storage=True,
-                     shape=lambda recipe: True)  # fmt: skip
+    hr = find_recipe(
+        "C",
+        "_pp_commit_comm_work",
+        "scheduler_pp_mixin.py",
+        0,
+        storage=True,
+        shape=lambda recipe: True,
+    )
     assert hr.name == "hiradix-pp-storage-control-drain"
     assert find_recipe("C", "x", "y.py", 0, storage=True, shape=lambda recipe: False) is None
     assert find_recipe("C", "x", "y.py", 0, storage=True) is None  # no source at hand
@@ -100,20 +115,25 @@ def test_recipe_matches_form_function_file_and_stage():
 def test_case_of_the_committed_form_b_run():
     case = load_case(FORM_B)
     assert (case.version, case.form, case.failed_rank, case.failed_pp) == ("0.5.23", "B", 1, 1)
-    assert (case.function, case.file, case.line) == ("writing_check", "unified_radix_cache.py",
-                                                     3508)  # fmt: skip
+    assert (case.function, case.file, case.line) == (
+        "writing_check",
+        "unified_radix_cache.py",
+        3508,
+    )
     # PP0's first backup: 56 tokens out of 516 free host slots (rank0.jsonl step 2795)
     assert case.numbers == {"kv_tokens": 56, "leader_host_free": 516}
     assert case.traceback[-1] == "IndexError: pop from empty list"
     assert not [ln for ln in case.traceback if "hicache_diag" in ln]
-    assert any('File "sglang/srt/mem_cache/unified_radix_cache.py"' in ln
-               for ln in case.traceback)  # fmt: skip
+    assert any('File "sglang/srt/mem_cache/unified_radix_cache.py"' in ln for ln in case.traceback)
 
 
-@pytest.mark.parametrize(("sample", "needle"), [
-    ("form_b", "builtin engine"),
-    ("healthy", "builtin engine"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("sample", "needle"),
+    [
+        ("form_b", "builtin engine"),
+        ("healthy", "builtin engine"),
+    ],
+)
 def test_runs_export_cannot_take_are_refused_by_name(sample, needle):
     with pytest.raises(RunDirError, match=needle):
         load_case(RUNS / sample)
@@ -137,8 +157,11 @@ def test_a_run_that_did_not_crash_or_crashed_elsewhere_is_refused(tmp_path, no_r
         v["ranks"][1]["where"] = "loading_check (unified_radix_cache.py:3554)"
 
     other = _copy(tmp_path / "b", elsewhere)
-    with pytest.raises(RunDirError, match="no export for form B in loading_check "
-                                          r"\(unified_radix_cache.py\) on PP1, without L3"):
+    with pytest.raises(
+        RunDirError,
+        match="no export for form B in loading_check "
+        r"\(unified_radix_cache.py\) on PP1, without L3",
+    ):
         export_run(other, tmp_path / "out")
     assert not (tmp_path / "out").exists(), "refused before writing anything"
 
@@ -156,14 +179,22 @@ def test_exported_test_imports_only_sglang_and_carries_the_runs_numbers(tmp_path
     done = export_run(FORM_B, tmp_path / "out")
     assert done.lines_from is None
     names = sorted(p.name for p in done.files)
-    assert names == sorted(["REPORT.md", "conftest.py", "launch.sh", "model_config.json",
-                            "requests.json", "send_requests.py",
-                            "test_pp_follower_write_through_ack.py"])  # fmt: skip
+    assert names == sorted(
+        [
+            "REPORT.md",
+            "conftest.py",
+            "launch.sh",
+            "model_config.json",
+            "requests.json",
+            "send_requests.py",
+            "test_pp_follower_write_through_ack.py",
+        ]
+    )
     source = done.test.read_text()
     tree = ast.parse(source)
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
-                for a in n.names} | {n.module.split(".")[0] for n in ast.walk(tree)
-                                     if isinstance(n, ast.ImportFrom)}  # fmt: skip
+    imported = {
+        a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    } | {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert imported == {"unittest", "types", "torch", "sglang"}
     assert "KV_TOKENS = 56" in source and "LEADER_HOST_FREE = 516" in source
     assert "object.__new__(UnifiedRadixCache)" in source
@@ -177,9 +208,17 @@ def test_launch_script_has_the_runs_flags_and_cpu_flags_apart():
     assert flags[:4] == ["--pp-size", "2", "--tp-size", "1"]
     assert "--model-path" not in flags and "--port" not in flags and "--host" not in flags
     assert "--enable-hierarchical-cache" in flags and "write_through" in flags
-    assert cpu == ["--device", "cpu", "--attention-backend", "torch_native",
-                   "--disable-cuda-graph", "--hicache-io-backend", "direct",
-                   "--hicache-mem-layout", "layer_first"]  # fmt: skip
+    assert cpu == [
+        "--device",
+        "cpu",
+        "--attention-backend",
+        "torch_native",
+        "--disable-cuda-graph",
+        "--hicache-io-backend",
+        "direct",
+        "--hicache-mem-layout",
+        "layer_first",
+    ]
     text = launch.script(case, "t")
     assert "--wave 2" in text and "sglang.launch_server" in text
 
@@ -219,15 +258,17 @@ def test_releases_at_hand_are_found_in_both_layouts_in_version_order(tmp_path, m
 def test_report_names_the_mechanism_with_lines_from_the_release(tmp_path, monkeypatch):
     from hicache_diag.export import export
 
-    pkg = write_tree(tmp_path / "rel", {"mem_cache/unified_radix_cache.py": URC_NEW},
-                     version="0.5.23")  # fmt: skip
+    pkg = write_tree(
+        tmp_path / "rel", {"mem_cache/unified_radix_cache.py": URC_NEW}, version="0.5.23"
+    )
     monkeypatch.setattr(export, "run_release", lambda version, python: pkg)
     monkeypatch.setattr(export, "releases", lambda: {"0.5.23": pkg})
     done = export_run(FORM_B, tmp_path / "out")
     text = (tmp_path / "out" / "REPORT.md").read_text()
     assert done.lines_from == pkg
-    assert "`UnifiedRadixCache.writing_check` (sglang/srt/mem_cache/unified_radix_cache.py:9)" \
-        in text
+    assert (
+        "`UnifiedRadixCache.writing_check` (sglang/srt/mem_cache/unified_radix_cache.py:9)" in text
+    )
     assert "(not found in this release)" in text  # the synthetic tree lacks the backup steps
     assert "[#29109](https://github.com/sgl-project/sglang/pull/29109)" in text
     assert "host-shortage:leave=0,rank=1" in text and "IndexError" in text

@@ -32,12 +32,15 @@ def test_side_pool_takes_slots_through_the_pools_own_alloc_and_gives_them_back()
     pool.check_integrity()
 
 
-@pytest.mark.parametrize(("keys", "free", "held", "step", "want"), [
-    ("hold=16", 64, 0, 5, 16),
-    ("leave=8", 40, 0, 5, 32),
-    ("leave=8", 12, 32, 5, 36),  # grows as slots free up
-    ("hold=16", 64, 16, 2, 0),  # before the window: nothing held
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("keys", "free", "held", "step", "want"),
+    [
+        ("hold=16", 64, 0, 5, 16),
+        ("leave=8", 40, 0, 5, 32),
+        ("leave=8", 12, 32, 5, 36),  # grows as slots free up
+        ("hold=16", 64, 16, 2, 0),  # before the window: nothing held
+    ],
+)
 def test_host_shortage_asks_for_what_the_side_pool_should_hold(keys, free, held, step, want):
     hooks = Hooks(rank=1)
     spec = parse_fault_spec(f"host-shortage:rank=1,after=3,{keys}")
@@ -62,13 +65,28 @@ def test_a_held_side_pool_is_not_the_divergence_but_the_skipped_backup_is():
     agree = ["host_free", "write_backs"]
     rows = [
         {"step": 1, "rank": 0, "pp": 0, "host_free": 64, "write_backs": 0, "must_agree": agree},
-        {"step": 1, "rank": 1, "pp": 1, "host_free": 0, "host_held": 64, "write_backs": 0,
-         "must_agree": agree},
+        {
+            "step": 1,
+            "rank": 1,
+            "pp": 1,
+            "host_free": 0,
+            "host_held": 64,
+            "write_backs": 0,
+            "must_agree": agree,
+        },
         {"step": 2, "rank": 0, "pp": 0, "host_free": 56, "write_backs": 8, "must_agree": agree},
-        {"step": 2, "rank": 1, "pp": 1, "host_free": 0, "host_held": 64, "write_backs": 0,
-         "host_shortage": 1, "host_shortages": [{"need": 8, "free": 0, "evicted": 0,
-                                                 "evict_calls": 1}], "must_agree": agree},
-    ]  # fmt: skip
+        {
+            "step": 2,
+            "rank": 1,
+            "pp": 1,
+            "host_free": 0,
+            "host_held": 64,
+            "write_backs": 0,
+            "host_shortage": 1,
+            "host_shortages": [{"need": 8, "free": 0, "evicted": 0, "evict_calls": 1}],
+            "must_agree": agree,
+        },
+    ]
     frames = _frames(rows)
     step, column, values = find_first(frames)
     assert (step, column) == (2, "host_free")  # 56 vs 0 + 64 held: the trees now differ
@@ -88,8 +106,10 @@ def test_sglang_injectors_pass_through_only_where_the_release_has_them():
 
 
 def test_the_consensus_checkers_report_becomes_one_evidence_line_per_rank():
-    log = ("[2026-12-02 02:00:00 PP1 TP0] Found rank divergence for 2 events(s)! local hash: "
-           "0123456789abcdef, events = ['insert r1 16', 'evict 8']\n")  # fmt: skip
+    log = (
+        "[2026-12-02 02:00:00 PP1 TP0] Found rank divergence for 2 events(s)! local hash: "
+        "0123456789abcdef, events = ['insert r1 16', 'evict 8']\n"
+    )
     lines = consensus_lines({0: "nothing\n", 1: log})
     assert len(lines) == 1
     assert "rank 1 (2 event(s), local hash 0123456789ab" in lines[0]

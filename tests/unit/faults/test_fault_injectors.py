@@ -81,8 +81,12 @@ def test_l3_partial_hit_keeps_a_fraction_of_leading_pages():
     assert hooks.apply("storage_exists", 0, num_pages=10) == 0
     fired = hooks.drain_fired()
     assert fired[0] == {
-        "fault": "l3-partial-hit", "step": 0, "point": "storage_exists", "found": 8, "kept": 4
-    }  # fmt: skip
+        "fault": "l3-partial-hit",
+        "step": 0,
+        "point": "storage_exists",
+        "found": 8,
+        "kept": 4,
+    }
     assert len(fired) == 2  # 0 pages found: nothing to shorten, nothing recorded
 
 

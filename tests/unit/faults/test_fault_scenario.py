@@ -43,9 +43,13 @@ def test_loads_faults_and_options(tmp_path):
         FaultSpec("dma-delay", dma),
     ]
     assert scenario.options == {
-        "pp": 2, "async_depth": 1, "protocol": "legacy", "fix": ["ack-count=leader"],
-        "hicache_size": "16MiB", "seed": 7,
-    }  # fmt: skip
+        "pp": 2,
+        "async_depth": 1,
+        "protocol": "legacy",
+        "fix": ["ack-count=leader"],
+        "hicache_size": "16MiB",
+        "seed": 7,
+    }
     assert scenario.description == "form B on rank 1"
     assert scenario.fault_specs() == (
         "host-alloc-fail:rank=1,after=10,every=2",

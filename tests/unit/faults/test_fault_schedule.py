@@ -20,8 +20,12 @@ def test_window_is_inclusive_at_both_ends():
 
 def test_every_counts_opportunities_inside_the_window_from_the_first():
     assert _schedule("rank-stall:ms=1,every=10,after=20,until=60").preview(STEPS) == [
-        20, 30, 40, 50, 60
-    ]  # fmt: skip
+        20,
+        30,
+        40,
+        50,
+        60,
+    ]
 
 
 def test_every_counts_opportunities_not_steps():

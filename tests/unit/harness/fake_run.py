@@ -83,7 +83,12 @@ def fake_trial(cfg, argv: list[str]) -> SimpleNamespace:
         fail = False
     if "sglang-0.5.18" in opts.get("--sglang-python", ""):  # a release axis: the old one fails
         fail = True
-    verdict = Verdict(Outcome.CRASH if fail else Outcome.OK, CrashForm.A if fail else None,
-                      seed=seed, duration_s=1.0 + seed, run_dir=str(out))  # fmt: skip
+    verdict = Verdict(
+        Outcome.CRASH if fail else Outcome.OK,
+        CrashForm.A if fail else None,
+        seed=seed,
+        duration_s=1.0 + seed,
+        run_dir=str(out),
+    )
     write_json_atomic(out / "verdict.json", verdict.to_json())
     return SimpleNamespace(verdict=verdict)

@@ -64,9 +64,19 @@ def test_matrix_and_trial_argv(tmp_path):
     c = cfg(tmp_path, axes, run_args=("--protocol", "legacy"))
     argv = trial_argv(c, {"storage-backend": "file", "ack-count": "leader"}, 3, tmp_path / "o")
     assert argv[:2] == ["hicache-diag", "run"]
-    assert argv[2:] == ["--protocol", "legacy", "--storage-backend", "file",
-                        "--fix", "ack-count=leader", "--seed", "3", "--out",
-                        str(tmp_path / "o"), "--json"]  # fmt: skip
+    assert argv[2:] == [
+        "--protocol",
+        "legacy",
+        "--storage-backend",
+        "file",
+        "--fix",
+        "ack-count=leader",
+        "--seed",
+        "3",
+        "--out",
+        str(tmp_path / "o"),
+        "--json",
+    ]
 
 
 @pytest.mark.process

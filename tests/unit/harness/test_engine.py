@@ -100,8 +100,7 @@ def _line(path, **rec):
 
 
 def test_idle_lines_are_not_progress_but_answered_requests_are(tmp_path):
-    hang = HangWatch(tmp_path, 1, 2.0, started=100.0, busy=SglangEngine.busy,
-                     startup_grace_s=2.0)  # fmt: skip
+    hang = HangWatch(tmp_path, 1, 2.0, started=100.0, busy=SglangEngine.busy, startup_grace_s=2.0)
     _line(tmp_path / "rank0.jsonl", step=1, t=100.5)
     hang.poll(101.0)
     assert hang.stepped and not hang.stalled(102.9)

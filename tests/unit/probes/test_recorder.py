@@ -79,8 +79,9 @@ def test_recording_off_writes_heartbeats_and_still_drains(tmp_path, monkeypatch)
     hooks = Hooks(3, 1, 1)
     hooks.record("rank-stall", stall_ms=5)
     comm = SimpleNamespace(inflight_sends=lambda: 0, take_sync_seconds=lambda: {"pp_sync": 1.0})
-    rec.record(step=4, slot=1, batch=None, tree_cache=Tree({}), allocator=None, hooks=hooks,
-               comm=comm)  # fmt: skip
+    rec.record(
+        step=4, slot=1, batch=None, tree_cache=Tree({}), allocator=None, hooks=hooks, comm=comm
+    )
     rec.close()
     line = json.loads((tmp_path / "r.jsonl").read_text())
     assert set(line) == {"rank", "pp", "tp", "step", "slot", "t", "recorded"}
@@ -93,9 +94,15 @@ def test_sync_seconds_are_recorded_per_step(tmp_path):
     taken = iter([{"pp_sync": 0.0012345678}, {}])
     comm = SimpleNamespace(inflight_sends=lambda: 0, take_sync_seconds=lambda: next(taken))
     for step in (0, 1):
-        rec.record(step=step, slot=0, batch=None, tree_cache=_Tree({}),
-                   allocator=SimpleNamespace(available_size=lambda: 1), hooks=Hooks(),
-                   comm=comm)  # fmt: skip
+        rec.record(
+            step=step,
+            slot=0,
+            batch=None,
+            tree_cache=_Tree({}),
+            allocator=SimpleNamespace(available_size=lambda: 1),
+            hooks=Hooks(),
+            comm=comm,
+        )
     rec.close()
     lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert [x["sync_s"] for x in lines] == [{"pp_sync": 0.001235}, {}]
@@ -104,8 +111,9 @@ def test_sync_seconds_are_recorded_per_step(tmp_path):
 def test_crash_record_carries_the_steps_inputs_outside_must_agree(tmp_path):
     rec = StepRecorder(tmp_path / "r.jsonl", 1, 1, 0, protocol=build_protocol("full"))
     stats = {"l3_progress": {"r1": 12}, "l3_progress_local": {"r1": 12}, "tree_digest": "x"}
-    rec.record_crash(step=7, slot=0, batch=None, proxy=None, error=RuntimeError("boom"),
-                     tree_cache=_Tree(stats))  # fmt: skip
+    rec.record_crash(
+        step=7, slot=0, batch=None, proxy=None, error=RuntimeError("boom"), tree_cache=_Tree(stats)
+    )
     rec.close()
     line = json.loads((tmp_path / "r.jsonl").read_text())
     assert line["crashed"] is True and line["l3_progress_local"] == {"r1": 12}
@@ -122,13 +130,23 @@ def test_every_line_kind_is_a_step_record_written_by_the_one_writer(tmp_path, mo
     rec.record_crash(step=5, slot=1, batch=None, proxy=None, error=RuntimeError("boom"))
     monkeypatch.setenv("HICACHE_DIAG_RECORD", "0")
     off = StepRecorder(tmp_path / "r.jsonl", 3, 1, 1, protocol=build_protocol("full"))
-    off.record(step=6, slot=0, batch=None, tree_cache=_Tree({}), allocator=None, hooks=Hooks(),
-               comm=SimpleNamespace())  # fmt: skip
+    off.record(
+        step=6,
+        slot=0,
+        batch=None,
+        tree_cache=_Tree({}),
+        allocator=None,
+        hooks=Hooks(),
+        comm=SimpleNamespace(),
+    )
     rec.close()
     off.close()
     lines = (tmp_path / "r.jsonl").read_text().splitlines()
     records = [r for _, r in ev.read_steps(tmp_path / "r.jsonl")]
     assert [r.line() for r in records] == lines
-    assert [(r.step, r.crashed, r.recorded) for r in records] == [(4, None, None), (5, True, None),
-                                                                   (6, None, False)]  # fmt: skip
+    assert [(r.step, r.crashed, r.recorded) for r in records] == [
+        (4, None, None),
+        (5, True, None),
+        (6, None, False),
+    ]
     assert records[0].num_waiting == 2 and records[0].extra == {}

@@ -29,8 +29,17 @@ def _downloaded() -> tuple[Path | None, str]:
         return target / "sglang", ""
     wheels = CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
-           f"sglang=={VERSION}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "-q",
+        "-d",
+        str(wheels),
+        f"sglang=={VERSION}",
+    ]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
     except (subprocess.SubprocessError, OSError) as exc:

@@ -19,21 +19,38 @@ _MGR = "/x/sglang/srt/managers/scheduler_pp_mixin.py"
 _CACHE = "/x/sglang/srt/mem_cache/hiradix_cache.py"
 _C10D = "/t/torch/distributed/distributed_c10d.py"
 
-P2P_RECV = pyspy_dump(("recv", _C10D, 10), ("recv_tensor_dict", "/x/parallel_state.py", 9),
-                      ("_pp_recv_proxy_tensors", _MGR, 40), ("event_loop_pp", _MGR, 3))
-P2P_SEND = pyspy_dump(("send", _C10D, 10), ("send_tensor_dict", "/x/parallel_state.py", 9),
-                      ("_pp_send_dict_to_next_stage", _MGR, 44), ("event_loop_pp", _MGR, 3))
-ASLEEP = pyspy_dump(("sleep", "/x/sglang/srt/managers/scheduler.py", 70),
-                    ("event_loop_pp", _MGR, 3))
-STORAGE_WAIT = pyspy_dump(("get", "/usr/lib/python3.12/queue.py", 171),
-                          ("check_prefetch_progress", _CACHE, 500), ("event_loop_pp", _MGR, 3))
-ACK_WAIT = pyspy_dump(("synchronize", "/t/torch/cuda/streams.py", 5),
-                      ("writing_check", _CACHE, 300), ("event_loop_pp", _MGR, 3))
-ALL_REDUCE = pyspy_dump(("all_reduce", _C10D, 20), ("forward", "/x/model.py", 4),
-                        ("event_loop_pp", _MGR, 3))
+P2P_RECV = pyspy_dump(
+    ("recv", _C10D, 10),
+    ("recv_tensor_dict", "/x/parallel_state.py", 9),
+    ("_pp_recv_proxy_tensors", _MGR, 40),
+    ("event_loop_pp", _MGR, 3),
+)
+P2P_SEND = pyspy_dump(
+    ("send", _C10D, 10),
+    ("send_tensor_dict", "/x/parallel_state.py", 9),
+    ("_pp_send_dict_to_next_stage", _MGR, 44),
+    ("event_loop_pp", _MGR, 3),
+)
+ASLEEP = pyspy_dump(
+    ("sleep", "/x/sglang/srt/managers/scheduler.py", 70), ("event_loop_pp", _MGR, 3)
+)
+STORAGE_WAIT = pyspy_dump(
+    ("get", "/usr/lib/python3.12/queue.py", 171),
+    ("check_prefetch_progress", _CACHE, 500),
+    ("event_loop_pp", _MGR, 3),
+)
+ACK_WAIT = pyspy_dump(
+    ("synchronize", "/t/torch/cuda/streams.py", 5),
+    ("writing_check", _CACHE, 300),
+    ("event_loop_pp", _MGR, 3),
+)
+ALL_REDUCE = pyspy_dump(
+    ("all_reduce", _C10D, 20), ("forward", "/x/model.py", 4), ("event_loop_pp", _MGR, 3)
+)
 EXITING = pyspy_dump(("_shutdown", "/usr/lib/python3.12/threading.py", 1590))
-TP_VOTE = pyspy_dump(("all_reduce", _C10D, 20), ("writing_check", _CACHE, 310),
-                     ("event_loop_pp", _MGR, 3))  # fmt: skip
+TP_VOTE = pyspy_dump(
+    ("all_reduce", _C10D, 20), ("writing_check", _CACHE, 310), ("event_loop_pp", _MGR, 3)
+)
 
 # name: (stacks by rank, launcher facts by rank, the culprit both must name, or None)
 CASES = {
@@ -56,15 +73,18 @@ def _run_dir(tmp_path, stacks, facts):
     world = max([*stacks, *facts]) + 1
     rd = RunDir(tmp_path / "run", world=world)
     stalled = [r for r in range(world) if facts.get(r) != "exited"]
-    rd.launcher["hang"] = {"detected_at": 1010.0, "stalled_ranks": stalled,
-                           "last_progress": {str(r): 1005.0 for r in stalled},
-                           "stopped_ranks": [r for r, f in facts.items() if f == "stopped"],
-                           "proc_status": {str(r): facts.get(r, "sleeping") for r in stalled}}
+    rd.launcher["hang"] = {
+        "detected_at": 1010.0,
+        "stalled_ranks": stalled,
+        "last_progress": {str(r): 1005.0 for r in stalled},
+        "stopped_ranks": [r for r, f in facts.items() if f == "stopped"],
+        "proc_status": {str(r): facts.get(r, "sleeping") for r in stalled},
+    }
     for e in rd.launcher["ranks"]:
         e["state"] = "exited" if facts.get(e["rank"]) == "exited" else "hung"
         e["exitcode"] = 0 if e["state"] == "exited" else -9
     rd.stacks = dict(stacks)
-    return rd.write()  # fmt: skip
+    return rd.write()
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -83,5 +103,8 @@ def test_run_and_triage_name_the_same_culprit(tmp_path, name):
         assert triaged.cause == "network-suspect"
         return
     assert (named.rank, verdict.failed_rank, verdict.culprit_rank, triage_rank) == (want,) * 4, (
-        named, verdict.evidence, triaged.evidence)  # fmt: skip
+        named,
+        verdict.evidence,
+        triaged.evidence,
+    )
     assert named.reason is not Reason.NONE

@@ -71,8 +71,13 @@ def test_every_rule_name_exists_in_sglang_or_is_marked():
 
 def test_dropped_names_stay_dropped():
     """Names the old tables carried that SGLang never had (and our runtime lacks)."""
-    gone = {"sync_and_clamp_prefetch_result", "bulk_check_prefetch_progress",
-            "self_check_during_idle", "pp_sync_recv", "recv_outputs"}  # fmt: skip
+    gone = {
+        "sync_and_clamp_prefetch_result",
+        "bulk_check_prefetch_progress",
+        "self_check_during_idle",
+        "pp_sync_recv",
+        "recv_outputs",
+    }
     assert not gone & table_names()
     assert not gone & _names(_sglang())
     assert wait_sites.normalize("_pp_sync") == "pp_sync"
@@ -96,8 +101,10 @@ def _stacks():
             doc = json.loads(text)
             threads = doc.get("threads") if isinstance(doc, dict) else doc
             for thread in threads if isinstance(threads, list) else []:
-                frames = [(str(f.get("name")), str(f.get("filename")), int(f.get("line") or 0))
-                          for f in thread.get("frames") or []]  # fmt: skip
+                frames = [
+                    (str(f.get("name")), str(f.get("filename")), int(f.get("line") or 0))
+                    for f in thread.get("frames") or []
+                ]
                 yield path.relative_to(ROOT), frames
             continue
         block: list[tuple[str, str, int]] = []

@@ -27,8 +27,10 @@ def _lock(root: Path, name: str = EXT) -> Path:
 
 def _holder(path: Path) -> subprocess.Popen:
     """A live process holding `path` open, as torch's FileBaton holder does while it builds."""
-    code = (f"import os,time; fd=os.open({str(path)!r}, os.O_RDONLY); "
-            "print('held', flush=True); time.sleep(60)")
+    code = (
+        f"import os,time; fd=os.open({str(path)!r}, os.O_RDONLY); "
+        "print('held', flush=True); time.sleep(60)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc
@@ -93,8 +95,8 @@ def test_a_lock_our_kill_leaves_mid_build_is_removed_on_close(tmp_path: Path) ->
     lock = ext / "py311_cpu" / EXT / "lock"
     fake.write_text(
         "#!/bin/sh\n"
-        f"exec {sys.executable} -c \"import os,time; os.makedirs({str(lock.parent)!r}, "
-        f"exist_ok=True); fd=os.open({str(lock)!r}, os.O_CREAT|os.O_EXCL); time.sleep(60)\"\n"
+        f'exec {sys.executable} -c "import os,time; os.makedirs({str(lock.parent)!r}, '
+        f'exist_ok=True); fd=os.open({str(lock)!r}, os.O_CREAT|os.O_EXCL); time.sleep(60)"\n'
     )
     fake.chmod(0o755)
     srv = _server(tmp_path, str(fake), ext)

@@ -16,8 +16,10 @@ from hicache_diag.sglang.server import Scheduler
 
 class FakeServer:
     def __init__(self, states):
-        self.schedulers = [Scheduler(pid=10**7 + r, pp=r, tp=0, title=f"sglang::scheduler_PP{r}",
-                                     rank=r, state=st) for r, st in enumerate(states)]  # fmt: skip
+        self.schedulers = [
+            Scheduler(pid=10**7 + r, pp=r, tp=0, title=f"sglang::scheduler_PP{r}", rank=r, state=st)
+            for r, st in enumerate(states)
+        ]
         self.ended: list[Scheduler] = []
         self.popen = SimpleNamespace(pid=1)
 
@@ -33,8 +35,9 @@ def _engine(tmp_path, states, outstanding=True, completed_at=0.0):
     cfg = SimpleNamespace(world_size=len(states), hang_timeout=0.5)
     engine = sglang_trial.SglangEngine(cfg)
     engine.server = FakeServer(states)
-    engine.client = SimpleNamespace(outstanding=outstanding,
-                                    result=SimpleNamespace(completed_at=completed_at))
+    engine.client = SimpleNamespace(
+        outstanding=outstanding, result=SimpleNamespace(completed_at=completed_at)
+    )
     engine.started_at = time.time()
     return cfg, engine
 

@@ -29,20 +29,39 @@ Requires-Dist: av==16.1.0; extra == "diffusion"
 Requires-Dist: decord2; sys_platform == "linux" and platform_machine == "aarch64"
 Requires-Dist: uvicorn>=0.51
 """
-X86 = {"sys_platform": "linux", "platform_machine": "x86_64", "python_version": "3.11",
-       "platform_system": "Linux", "os_name": "posix", "implementation_name": "cpython",
-       "platform_python_implementation": "CPython", "python_full_version": "3.11.7",
-       "platform_release": "", "platform_version": "", "implementation_version": "3.11.7"}
+X86 = {
+    "sys_platform": "linux",
+    "platform_machine": "x86_64",
+    "python_version": "3.11",
+    "platform_system": "Linux",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "python_full_version": "3.11.7",
+    "platform_release": "",
+    "platform_version": "",
+    "implementation_version": "3.11.7",
+}
 
 
 def test_the_first_cut_reads_names_extras_and_markers_not_a_list():
     plan = R.plan_requirements(R.requires_dist(METADATA), X86)
     # sglang-kernel stays: its own metadata (GPU classifier) decides it, in the next round.
-    assert plan.install == ["aiohttp", "sglang-kernel==0.4.10", "transformers==5.19.0",
-                            "uvicorn>=0.51"]
+    assert plan.install == [
+        "aiohttp",
+        "sglang-kernel==0.4.10",
+        "transformers==5.19.0",
+        "uvicorn>=0.51",
+    ]
     why = {d.name: d.reason for d in plan.dropped}
-    assert set(why) == {"flashinfer_python", "nvidia-ml-py", "nvshmem4py-cu13", "cuda-tile",
-                        "torch", "torchvision"}
+    assert set(why) == {
+        "flashinfer_python",
+        "nvidia-ml-py",
+        "nvshmem4py-cu13",
+        "cuda-tile",
+        "torch",
+        "torchvision",
+    }
     assert "CUDA variant [cu13]" in why["flashinfer_python"]
     assert "held at the CPU build" in why["torch"]
 
@@ -53,13 +72,16 @@ def test_a_marker_for_another_machine_keeps_its_requirement_out_and_this_one_in(
     assert "decord2" not in R.plan_requirements(R.requires_dist(METADATA), X86).install
 
 
-@pytest.mark.parametrize(("meta", "cuda"), [
-    ({"name": "sglang-kernel", "classifier": ["Environment :: GPU :: NVIDIA CUDA"]}, True),
-    ({"name": "quack-kernels", "requires_dist": ["nvidia-cutlass-dsl==4.6.2", "torch"]}, True),
-    ({"name": "humming", "requires_dist": ["cuda-bindings"]}, True),
-    ({"name": "x", "requires_dist": ["nvidia-cudnn; extra == 'gpu'"]}, False),
-    ({"name": "xgrammar", "requires_dist": ["torch>=1.10.0"], "classifier": []}, False),
-])
+@pytest.mark.parametrize(
+    ("meta", "cuda"),
+    [
+        ({"name": "sglang-kernel", "classifier": ["Environment :: GPU :: NVIDIA CUDA"]}, True),
+        ({"name": "quack-kernels", "requires_dist": ["nvidia-cutlass-dsl==4.6.2", "torch"]}, True),
+        ({"name": "humming", "requires_dist": ["cuda-bindings"]}, True),
+        ({"name": "x", "requires_dist": ["nvidia-cudnn; extra == 'gpu'"]}, False),
+        ({"name": "xgrammar", "requires_dist": ["torch>=1.10.0"], "classifier": []}, False),
+    ],
+)
 def test_cuda_only_from_a_packages_own_metadata(meta, cuda):
     assert (R.gpu_only_by_metadata(meta, X86) is not None) is cuda
 

@@ -11,8 +11,18 @@ def test_entry_reads_tp_and_pp_rank_by_name(monkeypatch):
     seen = {}
     monkeypatch.setattr(boot, "_arm_rank", lambda sa, tp, pp: seen.update(sa=sa, tp=tp, pp=pp))
 
-    def run_scheduler_process(server_args, port_args, gpu_id, tp_rank, attn_cp_rank,
-                              moe_dp_rank, moe_ep_rank, pp_rank, dp_rank, pipe_writer):  # fmt: skip
+    def run_scheduler_process(
+        server_args,
+        port_args,
+        gpu_id,
+        tp_rank,
+        attn_cp_rank,
+        moe_dp_rank,
+        moe_ep_rank,
+        pp_rank,
+        dp_rank,
+        pipe_writer,
+    ):
         return "ran"
 
     wrapped = boot._wrap_entry(run_scheduler_process)

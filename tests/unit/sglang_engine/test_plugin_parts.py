@@ -131,7 +131,8 @@ def test_dma_delay_makes_the_completion_late_for_the_ack_and_the_forward_alike(t
             self.ack_load_queue = []
             self.layer_done_counter = SimpleNamespace(events=[Layer(), Layer(), Layer()])
             self.mem_pool_device_allocator = SimpleNamespace(
-                set_hicache_transfer_done_event=lambda key, ev: handed.update({key[1]: ev}))
+                set_hicache_transfer_done_event=lambda key, ev: handed.update({key[1]: ev})
+            )
 
         def start_loading(self):
             self.ack_load_queue.append(Ack(None, _Event(), [1], 4))
@@ -157,9 +158,12 @@ def test_dma_delay_makes_the_completion_late_for_the_ack_and_the_forward_alike(t
 
 def _scheduler(free: int = 100):
     cc = SimpleNamespace(
-        write_queue=[], load_queue=[], ack_write_queue=[], ack_load_queue=[],
+        write_queue=[],
+        load_queue=[],
+        ack_write_queue=[],
+        ack_load_queue=[],
         mem_pool_host=SimpleNamespace(available_size=lambda: 64),
-    )  # fmt: skip
+    )
     tree = SimpleNamespace(cache_controller=cc, evictable_size=lambda: 3, protected_size=lambda: 0)
     return SimpleNamespace(
         tree_cache=tree, token_to_kv_pool_allocator=SimpleNamespace(available_size=lambda: free)
@@ -230,9 +234,14 @@ def test_recorder_reads_tensor_fields_by_length_not_truth(tmp_path):
 
     path = tmp_path / "rank0.jsonl"
     rec = StepRecorder(str(path), 0, 0, 0, Hooks())
-    reqs = [SimpleNamespace(rid="a", prefix_indices=torch.empty(0, dtype=torch.int64),
-                            host_hit_length=torch.tensor(0)),
-            SimpleNamespace(rid="b", prefix_indices=torch.arange(6), host_hit_length=2)]
+    reqs = [
+        SimpleNamespace(
+            rid="a",
+            prefix_indices=torch.empty(0, dtype=torch.int64),
+            host_hit_length=torch.tensor(0),
+        ),
+        SimpleNamespace(rid="b", prefix_indices=torch.arange(6), host_hit_length=2),
+    ]
     batch = _batch()
     batch.reqs, batch.extend_num_tokens = reqs, torch.tensor(10)
     rec.begin_step()

@@ -7,8 +7,12 @@ from __future__ import annotations
 from hicache_diag.diagnosis.outputs import ENGINE_TIE_TOLERANCE, compare_outputs
 
 # r0038 of a 0.5.19 PP2 run (SGLANG_REQ_WAITING_TIMEOUT, no L3): token 5 flipped at gap 0.00115.
-REF = {"r0038": {"tokens": [449, 390, 366, 136, 469, 390, 366, 390],
-                 "top2_gap": [0.0849, 0.1378, 0.0066, 0.0236, 0.0831, 0.00115, 0.2265, 0.0106]}}
+REF = {
+    "r0038": {
+        "tokens": [449, 390, 366, 136, 469, 390, 366, 390],
+        "top2_gap": [0.0849, 0.1378, 0.0066, 0.0236, 0.0831, 0.00115, 0.2265, 0.0106],
+    }
+}
 GOT = {"r0038": [449, 390, 366, 136, 469, 367, 367, 367]}
 
 

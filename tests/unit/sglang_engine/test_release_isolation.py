@@ -34,8 +34,9 @@ def test_the_bundle_imports_nothing_of_the_tools_environment():
     closure = module_closure()
     assert "hicache_diag.sglang_plugin.boot" in closure and "hicache_diag.hooks" in closure
     foreign = {
-        name: sorted(_imports(path) - set(sys.stdlib_module_names) - RELEASE_PACKAGES
-                     - {"hicache_diag"})
+        name: sorted(
+            _imports(path) - set(sys.stdlib_module_names) - RELEASE_PACKAGES - {"hicache_diag"}
+        )
         for name, path in closure.items()
     }
     assert {k: v for k, v in foreign.items() if v} == {}
@@ -56,11 +57,18 @@ def test_the_bundle_imports_with_no_site_packages_at_all(tmp_path, monkeypatch):
     bundle's files."""
     monkeypatch.setenv("HICACHE_DIAG_CACHE", str(tmp_path / "cache"))
     bundle = plugin_bundle()
-    code = ("import hicache_diag.sglang_plugin.boot, hicache_diag.sglang_plugin.offline, "
-            "hicache_diag.faults.install, hicache_diag.hooks; print(hicache_diag.__file__)")
-    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
-                          env={"PYTHONPATH": bundle.pythonpath(boot=False)}, check=False,
-                          cwd=tmp_path)  # not a checkout, whose hicache_diag/ would come first
+    code = (
+        "import hicache_diag.sglang_plugin.boot, hicache_diag.sglang_plugin.offline, "
+        "hicache_diag.faults.install, hicache_diag.hooks; print(hicache_diag.__file__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": bundle.pythonpath(boot=False)},
+        check=False,
+        cwd=tmp_path,
+    )  # not a checkout, whose hicache_diag/ would come first
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith(str(bundle.lib))
 
@@ -72,16 +80,26 @@ def _release(tmp_path: Path, **kw) -> SglangInstall:
 
 
 def test_a_release_missing_a_requirement_is_refused_naming_it(tmp_path):
-    install = _release(tmp_path, requires=("aiohttp", "transformers==5.0", "av; extra == 'x'",
-                                           'decord2; platform_machine == "armv7l"'),
-                       installed=frozenset({"aiohttp"}))  # fmt: skip
+    install = _release(
+        tmp_path,
+        requires=(
+            "aiohttp",
+            "transformers==5.0",
+            "av; extra == 'x'",
+            'decord2; platform_machine == "armv7l"',
+        ),
+        installed=frozenset({"aiohttp"}),
+    )
     assert missing_requirements(install) == ["transformers"]
     with pytest.raises(UsageError, match=r"lacks its requirement 'transformers'.*0\.5\.99"):
         preflight(install, cpu=True)
 
 
 def test_what_the_installer_left_out_on_purpose_is_not_missing(tmp_path):
-    install = _release(tmp_path, requires=("sglang-kernel==0.4", "aiohttp"),
-                       installed=frozenset({"aiohttp"}),
-                       record={"dropped": {"sglang-kernel": "CUDA-only: ..."}})  # fmt: skip
+    install = _release(
+        tmp_path,
+        requires=("sglang-kernel==0.4", "aiohttp"),
+        installed=frozenset({"aiohttp"}),
+        record={"dropped": {"sglang-kernel": "CUDA-only: ..."}},
+    )
     assert missing_requirements(install) == []

@@ -91,15 +91,23 @@ def test_omp_bind_entries_follow_the_releases_own_signature(tmp_path):
     from hicache_diag.sglang.launch_facts import read_launch_facts
 
     assert read_launch_facts(tmp_path).omp_bind_entries(2, 2) == 2
-    _src(tmp_path, "utils/numa_utils.py", """
+    _src(
+        tmp_path,
+        "utils/numa_utils.py",
+        """
         def init_threads_binding(*, tp_rank, tp_size):
             omp = os.environ.get("SGLANG_CPU_OMP_THREADS_BIND", "all")
-    """)
+    """,
+    )
     assert read_launch_facts(tmp_path).omp_bind == "tp"
-    _src(tmp_path, "utils/numa_utils.py", """
+    _src(
+        tmp_path,
+        "utils/numa_utils.py",
+        """
         def init_threads_binding(*, numa_index, world_size):
             pass
-    """)
+    """,
+    )
     facts = read_launch_facts(tmp_path)
     assert facts.omp_bind == "world" and facts.omp_bind_entries(2, 2) == 4
 
@@ -114,11 +122,16 @@ def test_pages_over_one_need_triton_only_where_the_kernel_has_no_other_path(tmp_
                 {launch}
                 return out
     """
-    _src(tmp_path, "mem_cache/allocator/paged.py",
-         body.format(launch="alloc_extend_kernel[(bs,)](prefix_lens, out)"))
+    _src(
+        tmp_path,
+        "mem_cache/allocator/paged.py",
+        body.format(launch="alloc_extend_kernel[(bs,)](prefix_lens, out)"),
+    )
     assert read_launch_facts(tmp_path).paged_alloc_needs_triton
-    guarded = ("if self.use_triton_kernels:\n                    alloc_extend_kernel[(bs,)](out)"
-               "\n                else:\n                    alloc_extend_naive(out)")
+    guarded = (
+        "if self.use_triton_kernels:\n                    alloc_extend_kernel[(bs,)](out)"
+        "\n                else:\n                    alloc_extend_naive(out)"
+    )
     _src(tmp_path, "mem_cache/allocator/paged.py", body.format(launch=guarded))
     assert not read_launch_facts(tmp_path).paged_alloc_needs_triton
 

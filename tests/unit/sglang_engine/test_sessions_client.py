@@ -23,8 +23,10 @@ class _Sglang(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(n)) if n else None
         type(self).calls.append((self.path, body))
         if self.path == "/generate":
-            out = {"output_ids": [7] * body["sampling_params"]["max_new_tokens"],
-                   "meta_info": {"cached_tokens": 0, "finish_reason": {"type": "length"}}}
+            out = {
+                "output_ids": [7] * body["sampling_params"]["max_new_tokens"],
+                "meta_info": {"cached_tokens": 0, "finish_reason": {"type": "length"}},
+            }
             data, code = json.dumps(out).encode(), 200
         elif self.path.startswith("/flush_cache"):
             data, code = b"Timed out waiting for idle state.", 400
@@ -53,8 +55,11 @@ def server(monkeypatch):
 
 
 def _cfg(name: str, requests: int) -> SimpleNamespace:
-    return SimpleNamespace(workload=WorkloadConfig(name, requests, 2, 0), vocab_size=64,
-                           spec=SimpleNamespace(pp_size=2))  # fmt: skip
+    return SimpleNamespace(
+        workload=WorkloadConfig(name, requests, 2, 0),
+        vocab_size=64,
+        spec=SimpleNamespace(pp_size=2),
+    )
 
 
 def _run(cfg, url):

@@ -9,13 +9,19 @@ from hicache_diag.sglang.server import startup_phase
 LOG = [
     ("", "launching"),
     ("[2026-12-01 10:00:00] server_args=ServerArgs(model_path=...)\n", "launching"),
-    ("[PP0 TP0] Init torch distributed begin.\n[PP0 TP0] Load weight begin. avail mem=20 GB\n",
-     "loading the model"),
-    ("[PP1 TP0] Load weight end. type=LlamaForCausalLM\n[PP1 TP0] Memory pool end. avail mem\n",
-     "allocating the KV cache"),
-    ("... Load weight end ...\nINFO:     Uvicorn running on http://127.0.0.1:30000\n",
-     "waiting for /health_generate"),
-]  # fmt: skip
+    (
+        "[PP0 TP0] Init torch distributed begin.\n[PP0 TP0] Load weight begin. avail mem=20 GB\n",
+        "loading the model",
+    ),
+    (
+        "[PP1 TP0] Load weight end. type=LlamaForCausalLM\n[PP1 TP0] Memory pool end. avail mem\n",
+        "allocating the KV cache",
+    ),
+    (
+        "... Load weight end ...\nINFO:     Uvicorn running on http://127.0.0.1:30000\n",
+        "waiting for /health_generate",
+    ),
+]
 
 
 @pytest.mark.parametrize(("tail", "phase"), LOG)

@@ -28,7 +28,11 @@ class Cache:
 
 
 def test_unaligned_ack_count_feeds_ack_release(tmp_path):
-    inv = scan(tmp_path, {"mem_cache/cache.py": SYNC_HELPERS + """
+    inv = scan(
+        tmp_path,
+        {
+            "mem_cache/cache.py": SYNC_HELPERS
+            + """
     def writing_check(self):
         done = 0
         for ack in self.ack_write_queue:
@@ -38,7 +42,9 @@ def test_unaligned_ack_count_feeds_ack_release(tmp_path):
         while done > 0:
             self.ack_write_queue.pop(0)
             done -= 1
-"""})
+"""
+        },
+    )
     s = only(inv, kind="event-ready")
     assert s.function == "Cache.writing_check"
     assert s.classic == "dma-ack-count"
@@ -47,7 +53,11 @@ def test_unaligned_ack_count_feeds_ack_release(tmp_path):
 
 
 def test_min_through_a_wrapper_resolves_the_op_and_groups(tmp_path):
-    inv = scan(tmp_path, {"mem_cache/cache.py": SYNC_HELPERS + """
+    inv = scan(
+        tmp_path,
+        {
+            "mem_cache/cache.py": SYNC_HELPERS
+            + """
     def writing_check(self):
         done = 0
         for ack in self.ack_write_queue:
@@ -59,7 +69,9 @@ def test_min_through_a_wrapper_resolves_the_op_and_groups(tmp_path):
         done = int(t.item())
         while done > 0:
             done -= 1
-"""})
+"""
+        },
+    )
     a = only(inv, kind="event-ready").alignment
     assert a.mechanism == "min"
     assert a.steps[0].groups == ("attn_cp", "attn_tp")
@@ -67,7 +79,11 @@ def test_min_through_a_wrapper_resolves_the_op_and_groups(tmp_path):
 
 
 def test_leader_relay_is_min_plus_relay_covering_pp(tmp_path):
-    inv = scan(tmp_path, {"mem_cache/cache.py": SYNC_HELPERS + """
+    inv = scan(
+        tmp_path,
+        {
+            "mem_cache/cache.py": SYNC_HELPERS
+            + """
     def _count_ready(self, queue):
         n = 0
         for ack in queue:
@@ -86,7 +102,9 @@ def test_leader_relay_is_min_plus_relay_covering_pp(tmp_path):
     def writing_check(self, finish_count):
         while finish_count > 0:
             finish_count -= 1
-"""})
+"""
+        },
+    )
     s = only(inv, kind="event-ready")
     assert s.function == "Cache._count_ready"  # reported where it is read
     assert s.alignment.mechanism == "min+leader-relay"
@@ -96,20 +114,29 @@ def test_leader_relay_is_min_plus_relay_covering_pp(tmp_path):
 
 
 def test_max_vote_is_named_max(tmp_path):
-    inv = scan(tmp_path, {"mem_cache/cache.py": SYNC_HELPERS + """
+    inv = scan(
+        tmp_path,
+        {
+            "mem_cache/cache.py": SYNC_HELPERS
+            + """
     def can_terminate_prefetch(self, op):
         flag = torch.tensor(time.monotonic() - op.start > op.timeout)
         self._sync(flag, torch.distributed.ReduceOp.MAX)
         if flag.item():
             self.terminate(op)
-"""})
+"""
+        },
+    )
     s = only(inv, kind="clock")
     assert s.decisions == ("prefetch-termination",)
     assert s.alignment.mechanism == "max+leader-relay"
 
 
 def test_tp_group_all_reduce_leaves_pp_out(tmp_path):
-    inv = scan(tmp_path, {"mem_cache/cache.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "mem_cache/cache.py": """
 import torch
 
 class Cache:
@@ -118,7 +145,9 @@ class Cache:
         torch.distributed.all_reduce(free, op=torch.distributed.ReduceOp.MIN, group=self.tp_group)
         if free.item() < node.size:
             return 0
-"""})
+"""
+        },
+    )
     s = only(inv, kind="pool-size")
     assert s.classic == "host-alloc"
     assert s.alignment.mechanism == "min"
@@ -126,7 +155,10 @@ class Cache:
 
 
 def test_lru_stamp_from_a_counter_is_logical_and_from_a_clock_is_none(tmp_path):
-    inv = scan(tmp_path, {"mem_cache/tree.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "mem_cache/tree.py": """
 import time
 
 _counter = 0
@@ -147,7 +179,9 @@ class LogicalTree:
 class ClockTree:
     def touch(self, node):
         node.last_access_time = time.monotonic()
-"""})
+"""
+        },
+    )
     logical = only(inv, function="LogicalTree.touch")
     clock = only(inv, function="ClockTree.touch")
     assert logical.kind == "lru-stamp" and logical.alignment.mechanism == "logical"
@@ -157,7 +191,10 @@ class ClockTree:
 
 
 def test_a_clock_only_logged_reaches_no_decision(tmp_path):
-    inv = scan(tmp_path, {"managers/scheduler.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "managers/scheduler.py": """
 import time
 
 class Scheduler:
@@ -166,13 +203,18 @@ class Scheduler:
         self.run()
         if time.perf_counter() - start > 1.0:
             logger.warning("slow step")
-"""})
+"""
+        },
+    )
     assert inv.sources == ()
     assert inv.reads_without_decision == 2
 
 
 def test_a_gather_into_a_buffer_over_an_aliased_tp_group_covers_tp_not_pp(tmp_path):
-    inv = scan(tmp_path, {"managers/prefill_delayer.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "managers/prefill_delayer.py": """
 import time
 import torch
 
@@ -190,7 +232,9 @@ class PrefillDelayer:
         everyone = self._gather(time.perf_counter() - state.start > 1.0)
         if everyone.max().item() > 0:
             return None
-"""})
+"""
+        },
+    )
     a = only(inv, kind="clock").alignment
     assert a.mechanism == "gather" and a.steps[0].groups == ("tp",)
     assert a.covers_tp is True and a.covers_pp is False
@@ -204,10 +248,12 @@ def tick():
     _n[0] += 1.0
     return _n[0]
 """
-    inv = scan(tmp_path, {
-        "mem_cache/counter.py": tick,
-        "mem_cache/other.py": tick,  # a second `tick`: only the import can tell them apart
-        "mem_cache/tree.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "mem_cache/counter.py": tick,
+            "mem_cache/other.py": tick,  # a second `tick`: only the import can tell them apart
+            "mem_cache/tree.py": """
 from sglang.srt.mem_cache.counter import tick
 
 class Tree:
@@ -218,14 +264,17 @@ class Tree:
         if self.a.last_access_time < self.b.last_access_time:
             self.drop(self.a)
 """,
-    })
+        },
+    )
     s = only(inv, function="Tree.touch")
     assert s.alignment.mechanism == "logical" and s.decisions == ("eviction",)
 
 
 def test_a_sync_inherited_from_an_aliased_base_class_and_its_built_groups(tmp_path):
-    inv = scan(tmp_path, {
-        "managers/cache_controller.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "managers/cache_controller.py": """
 import torch
 
 class Controller:
@@ -239,7 +288,7 @@ class Controller:
         for group in groups:
             torch.distributed.all_reduce(t, op=op, group=group)
 """,
-        "mem_cache/hybrid_controller.py": """
+            "mem_cache/hybrid_controller.py": """
 import torch
 from sglang.srt.managers.cache_controller import Controller as BaseController
 
@@ -250,7 +299,8 @@ class HybridController(BaseController):
         if hit.item() < self.threshold:
             self.revoke(op)
 """,
-    })
+        },
+    )
     a = only(inv, kind="storage-exists").alignment
     assert a.mechanism == "min" and a.steps[0].groups == ("tp", "pp")
     assert a.covers_pp is True

@@ -7,8 +7,10 @@ from tests.unit.sources.tree import only, scan
 
 
 def test_a_clock_passed_to_a_reaper_is_a_session_release_decided_in_the_callee(tmp_path):
-    inv = scan(tmp_path, {
-        "managers/scheduler.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "managers/scheduler.py": """
 import time
 
 class Scheduler:
@@ -16,14 +18,15 @@ class Scheduler:
         now = time.monotonic()
         self.session_controller.maybe_reap(now)
 """,
-        "session/session_controller.py": """
+            "session/session_controller.py": """
 class SessionController:
     def maybe_reap(self, now, interval=1.0):
         if now - self._last_reap_time > interval:
             self._last_reap_time = now
             self._close_all()
 """,
-    })
+        },
+    )
     s = only(inv, function="Scheduler.process_input_requests")
     assert s.decisions == ("session-release",)
     use = s.nearest[0]
@@ -33,7 +36,10 @@ class SessionController:
 
 
 def test_a_deadline_stored_on_self_is_followed_to_the_method_that_checks_it(tmp_path):
-    inv = scan(tmp_path, {"managers/scheduler_components/flush_wrapper.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "managers/scheduler_components/flush_wrapper.py": """
 import time
 
 class SchedulerFlushWrapper:
@@ -45,7 +51,9 @@ class SchedulerFlushWrapper:
         if time.monotonic() >= deadline:
             self._pending = None
             self._reply(req)
-"""})
+"""
+        },
+    )
     handle = only(inv, function="SchedulerFlushWrapper.handle")
     check = only(inv, function="SchedulerFlushWrapper.check_pending")
     assert handle.decisions == check.decisions == ("flush",)
@@ -54,7 +62,10 @@ class SchedulerFlushWrapper:
 
 
 def test_self_attributes_do_not_join_unrelated_classes(tmp_path):
-    inv = scan(tmp_path, {"mem_cache/a.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "mem_cache/a.py": """
 import time
 
 class Stamper:
@@ -65,12 +76,17 @@ class Other:
     def evict(self):
         if self._pending:
             self.drop()
-"""})
+"""
+        },
+    )
     assert inv.sources == ()
 
 
 def test_an_unlisted_function_takes_its_callers_decision(tmp_path):
-    inv = scan(tmp_path, {"mem_cache/cache.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "mem_cache/cache.py": """
 class Cache:
     def _room(self):
         if self.pool_host.available_size() < self.need:
@@ -80,14 +96,19 @@ class Cache:
     def load_back(self, node):
         if not self._room():
             return None
-"""})
+"""
+        },
+    )
     s = only(inv, kind="pool-size")
     decided = {u.decided_in for u in s.uses}
     assert s.decisions == ("load-back",) and "Cache.load_back" in decided
 
 
 def test_a_value_put_on_a_queue_by_a_thread_is_followed_to_its_consumer(tmp_path):
-    inv = scan(tmp_path, {"managers/cache_controller.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "managers/cache_controller.py": """
 class Controller:
     def prefetch_thread_func(self):
         op = self.prefetch_queue.get()
@@ -98,7 +119,9 @@ class Controller:
         op = self.prefetch_hit_queue.get()
         if op.hit < self.threshold:
             self.revoke(op)
-"""})
+"""
+        },
+    )
     s = only(inv, kind="storage-exists")
     assert s.classic == "l3-hit"
     assert s.decisions == ("prefetch-termination",)
@@ -106,32 +129,45 @@ class Controller:
 
 
 def test_a_branch_that_only_logs_decides_nothing(tmp_path):
-    inv = scan(tmp_path, {"managers/scheduler.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "managers/scheduler.py": """
 class Scheduler:
     def get_next_batch_to_run(self):
         if len(self.waiting_queue) > 100:
             logger.info("long queue")
             self.metrics.observe_queue(len(self.waiting_queue))
-"""})
+"""
+        },
+    )
     assert inv.sources == ()
 
 
 def test_an_alloc_result_checked_for_none_is_a_write_back_decision(tmp_path):
-    inv = scan(tmp_path, {"mem_cache/cache.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "mem_cache/cache.py": """
 class Cache:
     def write_backup(self, node):
         host = self.cache_controller.mem_pool_host.alloc(len(node.value))
         if host is None:
             return 0
         node.host_value = host
-"""})
+"""
+        },
+    )
     s = only(inv, kind="alloc-result")
     assert (s.classic, s.decisions) == ("host-alloc", ("write-back",))
     assert s.alignment.mechanism == "none"
 
 
 def test_scheduler_mixins_share_self_but_scheduler_components_do_not(tmp_path):
-    inv = scan(tmp_path, {"managers/scheduler.py": """
+    inv = scan(
+        tmp_path,
+        {
+            "managers/scheduler.py": """
 import time
 
 class SchedulerPPMixin:
@@ -151,7 +187,9 @@ class SchedulerMetricsMixin:
     def flush_cache(self):
         if self._pending:
             self.reset()
-"""})
+"""
+        },
+    )
     mixin = only(inv, function="SchedulerPPMixin.stamp")
     assert mixin.decisions == ("batch-admission",)
     assert [s.function for s in inv.sources] == ["SchedulerPPMixin.stamp"]

@@ -28,10 +28,12 @@ class Cache:
         return node.last_access_time
 """
 
-NEW = OLD.replace(
-    "torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN, group=self.tp_group)",
-    "self._all_reduce(t, torch.distributed.ReduceOp.MIN)",
-) + """
+NEW = (
+    OLD.replace(
+        "torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN, group=self.tp_group)",
+        "self._all_reduce(t, torch.distributed.ReduceOp.MIN)",
+    )
+    + """
     def _all_reduce(self, t, op):
         if self.pp_rank == 0:
             torch.distributed.all_reduce(t, op=op, group=self.tp_group)
@@ -45,6 +47,7 @@ NEW = OLD.replace(
         if time.monotonic() > self.deadline:
             self.flush_cache()
 """
+)
 
 
 def test_diff_names_the_realigned_ack_count_the_new_relay_and_the_added_clock(tmp_path):

@@ -39,8 +39,9 @@ def _by_name(result) -> dict:
 
 def test_equal_values_and_equal_decisions_are_not_marked(tmp_path):
     rec = {"n": 1, "v": [[1, 0, 0]], "d": [[1, 0, 0]]}
-    run = _run(tmp_path, {r: [_line(s, r, {"l3-control-queues": rec}) for s in (3, 4)]
-                          for r in (0, 1)})  # fmt: skip
+    run = _run(
+        tmp_path, {r: [_line(s, r, {"l3-control-queues": rec}) for s in (3, 4)] for r in (0, 1)}
+    )
     s = _by_name(analyze_run(run))["l3-control-queues"]
     assert (s.steps_read, s.steps_compared, s.steps_differed, s.steps_decided) == (2, 2, 0, 2)
     assert (s.steps_marked, s.steps_apart, s.marked, s.first_differed) == (0, 0, False, None)
@@ -49,14 +50,21 @@ def test_equal_values_and_equal_decisions_are_not_marked(tmp_path):
 
 def test_values_that_differ_where_the_decision_acted_are_marked_with_each_rank(tmp_path):
     same = {"n": 1, "v": [[0, 0, 0]]}
-    run = _run(tmp_path, {
-        0: [_line(5, 0, {"l3-control-queues": same}),
-            _line(6, 0, {"l3-control-queues": {"n": 1, "v": [[1, 0, 0]], "d": [[1, 0, 0]]}}),
-            _line(8, 0)],
-        1: [_line(5, 1, {"l3-control-queues": same}),
-            _line(6, 1, {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]]}}),
-            _line(7, 1, {"l3-control-queues": {"n": 1, "v": [[1, 0, 0]], "d": [[1, 0, 0]]}})],
-    })  # fmt: skip
+    run = _run(
+        tmp_path,
+        {
+            0: [
+                _line(5, 0, {"l3-control-queues": same}),
+                _line(6, 0, {"l3-control-queues": {"n": 1, "v": [[1, 0, 0]], "d": [[1, 0, 0]]}}),
+                _line(8, 0),
+            ],
+            1: [
+                _line(5, 1, {"l3-control-queues": same}),
+                _line(6, 1, {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]]}}),
+                _line(7, 1, {"l3-control-queues": {"n": 1, "v": [[1, 0, 0]], "d": [[1, 0, 0]]}}),
+            ],
+        },
+    )
     s = _by_name(analyze_run(run))["l3-control-queues"]
     assert (s.steps_differed, s.steps_marked, s.steps_apart) == (1, 2, 2)
     first = s.first_marked
@@ -69,12 +77,17 @@ def test_values_that_differ_where_the_decision_acted_are_marked_with_each_rank(t
 
 def test_an_idle_rank_is_compared_as_deciding_nothing_and_a_dead_one_not_at_all(tmp_path):
     reap = {"n": 1, "v": [12.5], "d": [1]}
-    run = _run(tmp_path, {
-        0: [_line(0, 0, {"session-clock": {"n": 1, "v": [10.0]}}),
-            _line(9, 0, {"session-clock": reap})],
-        1: [_line(0, 1, {"session-clock": {"n": 1, "v": [10.001]}}), _line(5, 1, crashed=True)],
-        2: [_line(0, 2, {"session-clock": {"n": 1, "v": [10.002]}}), _line(12, 2)],
-    })  # fmt: skip
+    run = _run(
+        tmp_path,
+        {
+            0: [
+                _line(0, 0, {"session-clock": {"n": 1, "v": [10.0]}}),
+                _line(9, 0, {"session-clock": reap}),
+            ],
+            1: [_line(0, 1, {"session-clock": {"n": 1, "v": [10.001]}}), _line(5, 1, crashed=True)],
+            2: [_line(0, 2, {"session-clock": {"n": 1, "v": [10.002]}}), _line(12, 2)],
+        },
+    )
     result = analyze_run(run)
     s = _by_name(result)["session-clock"]
     assert result.last_step == {0: 9, 1: 4, 2: 12}  # rank 1 died inside step 5
@@ -89,10 +102,13 @@ def test_an_idle_rank_is_compared_as_deciding_nothing_and_a_dead_one_not_at_all(
 
 def test_a_decision_alone_is_no_read_so_a_follower_relay_is_not_a_difference(tmp_path):
     # 0.5.2x: PP0 counts the acks, PP1 pops PP0's relayed count and reads nothing itself.
-    run = _run(tmp_path, {
-        0: [_line(2, 0, {"dma-ack-count.write": {"n": 1, "v": [1], "d": [1]}})],
-        1: [_line(2, 1, {"dma-ack-count.write": {"n": 0, "v": [], "d": [1]}})],
-    })  # fmt: skip
+    run = _run(
+        tmp_path,
+        {
+            0: [_line(2, 0, {"dma-ack-count.write": {"n": 1, "v": [1], "d": [1]}})],
+            1: [_line(2, 1, {"dma-ack-count.write": {"n": 0, "v": [], "d": [1]}})],
+        },
+    )
     s = _by_name(analyze_run(run))["dma-ack-count.write"]
     assert s.ranks_read == (0,) and s.steps_compared == 0 and s.steps_apart == 0
     assert json.loads(json.dumps(analyze_run(run).to_json()))["sources"][0]["marked"] is False
@@ -190,8 +206,7 @@ def test_probes_record_the_drain_counts_and_how_a_pending_flush_ended(tmp_path):
     try:
         impl = source_probes._wrap_drain_impl(_Drainer._drain_storage_control_queues_impl)
         check = source_probes._wrap_check_pending(_Flush.check_pending)
-        for hit, flush in ((0, None), (2, _Flush(-1.0, idle=False)),
-                           (0, _Flush(1e12, idle=True))):  # fmt: skip
+        for hit, flush in ((0, None), (2, _Flush(-1.0, idle=False)), (0, _Flush(1e12, idle=True))):
             rec.begin_step()
             assert impl(_Drainer(), n_storage_hit=hit, n_backup=0, n_release=0) == hit
             if flush is not None:
@@ -211,9 +226,12 @@ def test_probes_record_the_drain_counts_and_how_a_pending_flush_ended(tmp_path):
 
 def test_aligned_source_differs_in_its_reads_but_never_acts_apart(tmp_path):
     # 0.5.23 with L3 (a healthy run): PP1's own queue lags PP0's, but both drain PP0's counts.
-    run = _run(tmp_path, {
-        0: [_line(628, 0, {"l3-control-queues": {"n": 1, "v": [[0, 2, 0]], "d": [[0, 2, 0]]}})],
-        1: [_line(628, 1, {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]], "d": [[0, 2, 0]]}})],
-    })  # fmt: skip
+    run = _run(
+        tmp_path,
+        {
+            0: [_line(628, 0, {"l3-control-queues": {"n": 1, "v": [[0, 2, 0]], "d": [[0, 2, 0]]}})],
+            1: [_line(628, 1, {"l3-control-queues": {"n": 1, "v": [[0, 0, 0]], "d": [[0, 2, 0]]}})],
+        },
+    )
     s = _by_name(analyze_run(run))["l3-control-queues"]
     assert (s.steps_differed, s.steps_marked, s.steps_apart, s.first_apart) == (1, 1, 0, None)

@@ -18,22 +18,31 @@ class Scheduler:
                 aborts.append(req)
         return aborts
 """
-GUARDED = BODY + """
+GUARDED = (
+    BODY
+    + """
     def process_input_requests(self):
         local = []
         if self.pp_rank == 0 and self.attn_tp_rank == 0 and self.attn_cp_rank == 0:
             local = self._poll_timeout_aborts()
         return self.recv(local)
 """
-EVERY_RANK = BODY + """
+)
+EVERY_RANK = (
+    BODY
+    + """
     def get_next_batch_to_run(self):
         self._poll_timeout_aborts()
 """
-PP_ONLY = BODY + """
+)
+PP_ONLY = (
+    BODY
+    + """
     def process_input_requests(self):
         if self.pp_rank == 0:
             self._poll_timeout_aborts()
 """
+)
 
 
 def _abort(tmp_path, text):

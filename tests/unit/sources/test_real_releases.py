@@ -81,8 +81,9 @@ def test_0_5_23_session_clock_and_flush_deadline_sources_with_file_line():
     assert reap.alignment.mechanism == "none"
     flush = _find(inv, file="managers/scheduler_components/flush_wrapper.py", kind="clock")
     assert {s.function for s in flush} == {
-        "SchedulerFlushWrapper.handle", "SchedulerFlushWrapper.check_pending"
-    }  # fmt: skip
+        "SchedulerFlushWrapper.handle",
+        "SchedulerFlushWrapper.check_pending",
+    }
     assert all(s.decisions == ("flush",) and s.alignment.mechanism == "none" for s in flush)
 
 

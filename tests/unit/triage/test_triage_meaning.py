@@ -218,8 +218,14 @@ def test_the_heartbeats_abort_after_it_is_not_a_crash_of_its_own():
 def test_every_dimension_in_any_order():
     rank = parse_rank_tokens("TP3 EP3 ATTN_DP1 PP1 DP0 MOE_DP2 ATTN_CP0")
     assert (rank.pp, rank.tp, rank.dp, rank.attn_dp, rank.moe_dp, rank.attn_cp, rank.ep) == (
-        1, 3, 0, 1, 2, 0, 3,
-    )  # fmt: skip
+        1,
+        3,
+        0,
+        1,
+        2,
+        0,
+        3,
+    )
     assert parse_rank_tokens("ATTN_DP2").dp is None  # never read as DP
     assert rank.label == "DP0 ATTN_DP1 PP1 ATTN_CP0 TP3"
 
@@ -249,9 +255,10 @@ def test_a_terminal_wrap_through_the_prefix():
     # Behind compose and kubectl prefixes SGLang's runs past column 80: the wrap cuts it.
     stamped = [
         f"sglang-decode-1  | 2026-01-01T00:00:00.{i:09d}Z " + line
-        for i, line in enumerate(CRASH_DP2.replace("DP2 TP2 EP2", "DP2 PP1 ATTN_CP0 TP2 EP2")
-                                 .splitlines())
-    ]  # fmt: skip
+        for i, line in enumerate(
+            CRASH_DP2.replace("DP2 TP2 EP2", "DP2 PP1 ATTN_CP0 TP2 EP2").splitlines()
+        )
+    ]
     wrapped = []
     for line in stamped:
         while len(line) > 80:

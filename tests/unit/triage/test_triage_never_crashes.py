@@ -34,9 +34,7 @@ def test_any_mix_of_real_lines_classifies(lines):
     parse_dump_text("\n".join(lines), "fuzz.txt")
 
 
-def test_binary_files_are_refused_and_empty_ones_undecided_never_internal_errors(
-    tmp_path, capsys
-):
+def test_binary_files_are_refused_and_empty_ones_undecided_never_internal_errors(tmp_path, capsys):
     # Issue 29: a binary file is refused in one line naming what it looks like (exit 2), no
     # longer read as a log that says nothing (exit 3).
     junk = tmp_path / "core.bin"

@@ -23,12 +23,17 @@ def _summary(ev):
         [(ln.lineno, ln.text) for ln in ev.hang_lines + ev.soft_lines + ev.debug_lines],
         [(ln.lineno, ln.text) for ln in ev.cascade_lines],
         [(f.fact, f.line.lineno) for f in ev.fates],
-        ev.progress_count, ev.served, len(ev.dumps), ev.noise, ev.context, sorted(
-            (r.key, ln.lineno, ln.ts, ln.text) for r, ln in ev.ranks_seen.items()
-        ),
+        ev.progress_count,
+        ev.served,
+        len(ev.dumps),
+        ev.noise,
+        ev.context,
+        sorted((r.key, ln.lineno, ln.ts, ln.text) for r, ln in ev.ranks_seen.items()),
         [(ln.rank, ln.ts, ln.lineno, ln.text) for ln in ev.progress_lines],
-        ev.progress_last, ev.recognised, ev.lines,
-    )  # fmt: skip
+        ev.progress_last,
+        ev.recognised,
+        ev.lines,
+    )
 
 
 @pytest.mark.parametrize("log", LOGS, ids=lambda p: str(p.relative_to(SAMPLES)))
@@ -73,8 +78,11 @@ def _busy_log(n: int) -> list[str]:
         )
         if k % 997 == 5:
             out.append(f"[{ts} {rank}] Ignore import error when loading sglang.x: no module")
-            out += ["Traceback (most recent call last):", '  File "x.py", line 1, in f',
-                    "ImportError: no"]  # fmt: skip
+            out += [
+                "Traceback (most recent call last):",
+                '  File "x.py", line 1, in f',
+                "ImportError: no",
+            ]
         if k % 1499 == 7:
             out.append(f"[{ts} {rank}] NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE")
         if k % 2111 == 9:

@@ -132,8 +132,9 @@ class TinyLlamaForCausalLM:
         self.final_norm = 1.0 + 0.1 * torch.randn(cfg.hidden_size, generator=g) if last else None
         self.lm_head = embed if last else None  # tied embeddings
 
-    def forward(self, fb: ForwardBatch, hidden_states: torch.Tensor | None,
-                kv_pool: MHATokenToKVPool):
+    def forward(
+        self, fb: ForwardBatch, hidden_states: torch.Tensor | None, kv_pool: MHATokenToKVPool
+    ):
         """Returns hidden states (non-last stage) or per-request last-token logits (last)."""
         if self.embed is not None:
             hidden_states = self.embed[fb.input_ids]
@@ -145,8 +146,9 @@ class TinyLlamaForCausalLM:
         normed = rms_norm(hidden_states[last_idx], self.final_norm)
         return normed @ self.lm_head.t()
 
-    def _layer(self, lid: int, fb: ForwardBatch, x: torch.Tensor,
-               kv_pool: MHATokenToKVPool) -> torch.Tensor:
+    def _layer(
+        self, lid: int, fb: ForwardBatch, x: torch.Tensor, kv_pool: MHATokenToKVPool
+    ) -> torch.Tensor:
         w = self.layers[lid]
         h = rms_norm(x, w.input_norm)
         q, k, v = h @ w.q.t(), h @ w.k.t(), h @ w.v.t()

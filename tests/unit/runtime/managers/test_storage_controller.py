@@ -509,8 +509,9 @@ def test_io_acks_are_conserved_whatever_fails(
 
     hooks.register("storage_read", on_read)
     storage = HiCacheFile(HiCacheStorageConfig(model_name="p"), str(tmp_path / "l3"), hooks)
-    ctrl = StorageController(storage, TinyHostPool(size=32), PAGE, comms(1)[0], FULL,
-                             storage_batch_size=batch)  # fmt: skip
+    ctrl = StorageController(
+        storage, TinyHostPool(size=32), PAGE, comms(1)[0], FULL, storage_batch_size=batch
+    )
     tokens = list(range(n_pages * PAGE))
     hashes = get_page_hashes(tokens, PAGE)
     fill(ctrl, n_pages, hashes)
@@ -552,9 +553,12 @@ def test_build_storage_controller_from_server_args(tmp_path):
     assert ctrl.storage.config_suffix == "_tiny-llama_0_1_2_1"
     assert ctrl.prefetch_policy == "timeout" and not ctrl.l3_hit_min and ctrl._threads == []
     fallback = build_storage_controller(
-        dataclasses.replace(sa, hicache_storage_dir=None), FULL, comm, pool,
+        dataclasses.replace(sa, hicache_storage_dir=None),
+        FULL,
+        comm,
+        pool,
         default_dir=str(tmp_path / "run" / "l3"),
-    )  # fmt: skip
+    )
     assert fallback.storage.file_path.endswith("run/l3") and fallback.l3_hit_min
 
 

@@ -39,8 +39,9 @@ def _prefetch_once(rank: int, comm, hooks, l3_dir: str, preset: str) -> dict:
 
     cfg = HiCacheStorageConfig(pp_rank=rank, pp_size=2, model_name="tiny")
     pool = HostKVCache(size=32, page_size=PAGE, layer_num=2, head_num=2, head_dim=2)
-    ctrl = StorageController(HiCacheFile(cfg, l3_dir, hooks), pool, PAGE, comm,
-                             build_protocol(preset))  # fmt: skip
+    ctrl = StorageController(
+        HiCacheFile(cfg, l3_dir, hooks), pool, PAGE, comm, build_protocol(preset)
+    )
     ctrl.start()
     try:
         slots = pool.alloc(len(TOKENS))
@@ -78,8 +79,9 @@ def _rank_main(rank: int, store_path: str, l3_dir: str, out) -> None:
     try:
         hooks = Hooks(rank=rank, pp_rank=rank)
         comm = _recording_state(rank, hooks)
-        install_faults(hooks, ["l3-partial-hit:rank=1,keep=0.4"], seed=0, rank=rank,
-                       pp_rank=rank, tp_rank=0)  # fmt: skip
+        install_faults(
+            hooks, ["l3-partial-hit:rank=1,keep=0.4"], seed=0, rank=rank, pp_rank=rank, tp_rank=0
+        )
         result = {p: _prefetch_once(rank, comm, hooks, l3_dir, p) for p in ("legacy", "full")}
         result["calls"] = sorted(set(comm.calls))
         result["fired"] = len(hooks.drain_fired())

@@ -84,8 +84,12 @@ def test_prefetch_inserts_fetched_pages_and_the_next_match_loads_them_back(bundl
     tree = b.tree_cache
     assert tree.prefetch_from_storage("r1", TOKENS)
     assert not tree.check_prefetch_progress("r1"), "wait_complete: not before the reads"
-    wait_for(lambda: (tree.check_hicache_events(), "r1" not in tree.ongoing_prefetch)[1]
-             or tree.check_prefetch_progress("r1"))  # fmt: skip
+    wait_for(
+        lambda: (
+            (tree.check_hicache_events(), "r1" not in tree.ongoing_prefetch)[1]
+            or tree.check_prefetch_progress("r1")
+        )
+    )
     stats = tree.probe_stats()
     assert tree.match_prefix(TOKENS).host_hit_length == len(TOKENS)
     assert stats["l3_hit_len"] == {"r1": 16} and stats["l3_hit_len_local"] == {"r1": 16}
