@@ -108,10 +108,11 @@ def _run_sources(a: SourcesArgs):
 def _diff_sources(a: SourcesArgs):
     if a.source is not None or a.python is not None:
         raise UsageError("--diff names both trees: drop --source/--sglang-python")
+    from hicache_diag.sglang.source_tree import python_tree
     from hicache_diag.sources.diff import diff_inventories
     from hicache_diag.sources.locate import any_tree
 
-    old, new = (_scan(any_tree(spec)) for spec in a.diff)
+    old, new = (_scan(any_tree(spec, python_tree)) for spec in a.diff)
     return diff_inventories(old, new)
 
 

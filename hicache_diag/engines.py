@@ -58,8 +58,8 @@ def _builtin() -> EngineEntry:
 @ENGINES.register("sglang")
 def _sglang() -> EngineEntry:
     from hicache_diag.sglang.build import build
+    from hicache_diag.sglang.source_tree import sglang_engine_tree
     from hicache_diag.sglang.trial import run_sglang_trial
-    from hicache_diag.sources.locate import sglang_engine_tree
 
     preload = ("hicache_diag.sglang.trial",)
     return EngineEntry("sglang", build, run_sglang_trial, sglang_engine_tree, preload=preload)

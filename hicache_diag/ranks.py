@@ -1,13 +1,12 @@
 """Ranks, the core noun: a scheduler's position (`RankId`), the launch-wide number SGLang gives
 it (`flat`: pp * tp_size + tp, and back), its process title and the run's topology. The token
-grammar of titles and log prefixes is the rule book's (rules/rank_labels.py)."""
+grammar of dimension tokens lives here; the rest of the label grammar is rules/rank_labels.py."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
-
-from hicache_diag.rules.rank_labels import rank_tokens
 
 TITLE_PREFIXES = ("sglang::scheduler", "hicache-diag::scheduler")
 
@@ -81,6 +80,15 @@ class RankId:
             parts.append(f"ATTN_CP{self.attn_cp}")
         parts.append(f"TP{self.tp}")
         return " ".join(parts)
+
+
+# SGLang's dimension tokens in titles and log prefixes (`PP1`, `TP0`, `ATTN_CP0`, ...).
+_TOKEN = re.compile(r"(?<![A-Z])(ATTN_CP|ATTN_DP|ATTN_TP|MOE_DP|MOE_EP|MOE_TP|DP|PP|CP|TP|EP)(\d+)")
+
+
+def rank_tokens(text: str) -> dict[str, int]:
+    """Every dimension token in `text`, upper-cased: `{"PP": 1, "TP": 0, "ATTN_CP": 0}`."""
+    return {name: int(value) for name, value in _TOKEN.findall(text.upper())}
 
 
 def parse_rank_tokens(text: str) -> RankId | None:

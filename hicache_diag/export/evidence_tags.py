@@ -25,7 +25,7 @@ _LOG_TIME = re.compile(r"^\[(?P<t>[\d-]+ [\d:]+) ")
 
 @dataclass(frozen=True, slots=True)
 class Tag:
-    name: str  # a `sources` probe name (hicache_diag/sources/probes.py)
+    name: str  # a `sources` probe name (hicache_diag/sglang_plugin/probe_table.py)
     says: str  # one line, quoted from the run directory
     step: int | None = None
 

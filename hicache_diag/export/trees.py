@@ -38,7 +38,7 @@ def run_release(version: str, python: str | None) -> Path | None:
     """The run's release source: the run's interpreter if it is still there and holds that
     version, else an unzipped or venv copy of that version, else this Python's SGLang if it is
     that version. None: no copy here (the report then quotes the traceback's lines only)."""
-    from hicache_diag.sources.locate import python_tree
+    from hicache_diag.sglang.source_tree import python_tree
 
     if python and Path(python).is_file():
         try:

@@ -18,20 +18,24 @@ import enum
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hicache_diag.ranks import RankId
 from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.rules.wait_sites import (
     COMM_KINDS,
     HICACHE_KINDS,
+    ThreadStack,
     WaitKind,
     classify_thread,
     is_exiting,
 )
 
-if TYPE_CHECKING:  # triage.dumps imports nothing from here; the import is for types only
-    from hicache_diag.triage.dumps import RankDump
+
+class RankDump(Protocol):
+    """What the culprit rule reads of one rank's dump (triage/dumps.py `RankDump`)."""
+
+    def main_thread(self) -> ThreadStack | None: ...
 
 
 class Reason(str, enum.Enum):

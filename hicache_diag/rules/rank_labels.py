@@ -26,7 +26,6 @@ LOG_PREFIX = re.compile(
 )
 # Tokens anywhere (titles `sglang::scheduler_DP0_PP1_TP2`, file names `PP1_TP0_pid9.json`):
 # not preceded by a letter, so ATTN_DP is never read as DP.
-_TOKEN = re.compile(r"(?<![A-Z])(ATTN_CP|ATTN_DP|ATTN_TP|MOE_DP|MOE_EP|MOE_TP|DP|PP|CP|TP|EP)(\d+)")
 # NCCL / torch's own rank stamps: `[Rank 3]`, `[PG 1 Rank 3]`, `[PG ID 0 PG GUID 0(default_pg)
 # Rank 6]`, torchrun's `[rank3]:`. A global rank: PP/TP unknown without the topology.
 NCCL_RANK = re.compile(r"\[(?:PG [^\]\[]{0,80}?)?Rank (\d+)\]|^\[rank(\d+)\]")
@@ -75,8 +74,3 @@ def split_prefix(line: str) -> tuple[str | None, str | None, str] | None:
     if not ts and not tokens:
         return None
     return ts, tokens, m["msg"]
-
-
-def rank_tokens(text: str) -> dict[str, int]:
-    """Every dimension token in `text`, upper-cased: `{"PP": 1, "TP": 0, "ATTN_CP": 0}`."""
-    return {name: int(value) for name, value in _TOKEN.findall(text.upper())}

@@ -14,11 +14,26 @@ the innermost frame outwards, so the nearest meaningful caller names the site.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:  # triage.dumps imports nothing from here; the import is for types only
-    from hicache_diag.triage.dumps import Frame, ThreadStack
+
+class Frame(Protocol):
+    """What the rules read of a stack frame (triage/dumps.py `Frame`, a layer above)."""
+
+    name: str
+    filename: str
+
+    @property
+    def short(self) -> str: ...
+
+
+class ThreadStack(Protocol):
+    """What the rules read of a thread's stack: `frames[0]` is the innermost."""
+
+    @property
+    def frames(self) -> Sequence[Frame]: ...
 
 
 class WaitKind(str, enum.Enum):

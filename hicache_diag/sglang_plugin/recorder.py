@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any
 
 from hicache_diag import evidence as ev
-from hicache_diag.sources.probes import MAX_VALUES
+from hicache_diag.sglang_plugin.probe_table import MAX_VALUES
 
 HEARTBEAT_S = 1.0
 MAX_SHORTAGES = 4  # per step line: the first ones carry the evidence, the count all of them
@@ -97,7 +97,7 @@ class StepRecorder:
         self._last_error_write = 0.0
         self._crash_written = False
         self._open = False  # inside get_next_batch_to_run: the step has no line yet
-        # Reads of inventoried sources since the previous step ended (sources/probes.py): a
+        # Reads of inventoried sources since the previous step ended (probe_table.py): a
         # read in process_input_requests, before get_next_batch_to_run, belongs to that step.
         self._reads: dict[str, dict[str, Any]] = {}
         self._acted = False  # a probed decision acted: the step gets its own line
@@ -143,7 +143,7 @@ class StepRecorder:
         self._sync[name] = value
 
     def source_read(self, name: str, value: Any) -> None:
-        """A read of an inventoried source (sources/probes.py): its value on this rank."""
+        """A read of an inventoried source (probe_table.py): its value on this rank."""
         rec = self._reads.get(name)
         if rec is None:
             rec = self._reads[name] = {"n": 0, "v": []}

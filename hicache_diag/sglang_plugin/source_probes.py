@@ -1,6 +1,6 @@
 """The dynamic half of `hicache-diag sources`: targeted wrappers that record, per scheduler step,
 what each rank read of the inventoried sources and what the decision fed by it did
-(`hicache_diag/sources/probes.py` names them; docs/sources.md, "Dynamic").
+(`hicache_diag/sglang_plugin/probe_table.py` names them; docs/sources.md, "Dynamic").
 
 Targeted wrappers, not `sys.setprofile`: a profile hook on Python 3.11 fires for every call of
 the scheduler thread and cannot see a C call's result (`time.monotonic()`), while a wrapper on
@@ -19,7 +19,7 @@ from typing import Any
 
 from hicache_diag.sglang_plugin.hook_points import STATE
 from hicache_diag.sglang_plugin.post_import import patch_attr, when_imported
-from hicache_diag.sources.probes import CONTROL_QUEUES
+from hicache_diag.sglang_plugin.probe_table import CONTROL_QUEUES
 
 TREES = (
     ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"),

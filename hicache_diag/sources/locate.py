@@ -1,9 +1,10 @@
-"""Find the tree to scan: `--source DIR`, `--sglang-python PY`, the current Python's SGLang, or
-the builtin runtime. Never imports SGLang (its python is asked with find_spec)."""
+"""Find the tree to scan: `--source DIR` or the builtin runtime (a Python's SGLang is the sglang
+engine's to find: sglang/source_tree.py). Never imports SGLang."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,15 +37,6 @@ def source_tree(path: Path) -> Tree:
     raise UsageError(f"--source {path}: no SGLang source there (expected srt/ or sglang/srt/)")
 
 
-def python_tree(python: str | None) -> Tree:
-    from hicache_diag.sglang.install import probe_sglang
-
-    install = probe_sglang(python)
-    if not (install.package_dir / "srt").is_dir():
-        raise UsageError(f"{install.package_dir}: SGLang there has no srt/ source")
-    return Tree("sglang", install.package_dir, install.version)
-
-
 def builtin_engine_tree(source: Path | None, python: str | None) -> Tree:
     """`sources --engine builtin`: our runtime, nothing else to name."""
     if source is not None or python is not None:
@@ -52,20 +44,16 @@ def builtin_engine_tree(source: Path | None, python: str | None) -> Tree:
     return builtin_tree()
 
 
-def sglang_engine_tree(source: Path | None, python: str | None) -> Tree:
-    """`sources --engine sglang`: the tree `--source` names, else the SGLang of `python`."""
-    return source_tree(source) if source is not None else python_tree(python)
-
-
-def any_tree(spec: str) -> Tree:
-    """For --diff: `builtin`, a source directory, or a Python executable."""
+def any_tree(spec: str, from_python: Callable[[str], Tree]) -> Tree:
+    """For --diff: `builtin`, a source directory, or a Python executable (`from_python`: the
+    sglang engine's own finder, sglang/source_tree.py)."""
     if spec == "builtin":
         return builtin_tree()
     path = Path(spec)
     if path.is_dir():
         return source_tree(path)
     if path.is_file():
-        return python_tree(spec)
+        return from_python(spec)
     raise UsageError(f"--diff {spec}: neither a directory, a Python executable nor 'builtin'")
 
 

@@ -1,6 +1,6 @@
 """The dynamic half of `sources` on small hand-made run dirs: values that differ across ranks or
 do not, a decision acting on one rank only, idle ranks, dead ranks, and what is bad input; and the
-recorder that writes the `sources` field (sources/probes.py)."""
+recorder that writes the `sources` field (sglang_plugin/probe_table.py)."""
 
 from __future__ import annotations
 
