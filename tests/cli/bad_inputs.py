@@ -52,6 +52,8 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
     # flag combinations that do nothing
     (["run", "--storage-dir", "{root}/l3"], 2, "does nothing without --hicache-storage-backend"),
     (["run", "--pp", "1", "--fault", "p2p-delay:ms=5"], 2, "does nothing with --pp 1"),
+    (["triage", "--dumps", "{root}/dumps", "--interval", "2"], 2, "paces live sampling"),
+    (["triage", "--dumps", "{root}/dumps", "--deadline", "9"], 2, "paces live sampling"),
     (["run", "--fix", "ack-count=local", "--fix", "ack-count=leader"], 2, "contradict"),
     (["run", "--fault", "dma-delay:ms=5,p=0"], 2, "never fires: p=0"),
     (["run", "--scenario", "{root}/far_culprit.toml", "--check"], 2, "the run has ranks 0-1"),
