@@ -43,12 +43,17 @@ def run_argv(run_dir: Path) -> list[str]:
 
 
 def _target(run_dir: Path):
+    from hicache_diag import evidence as ev
     from hicache_diag.shrink.shrink import Target
+    from hicache_diag.verdict import Outcome, Verdict
 
-    verdict = json.loads((run_dir / "verdict.json").read_text())
-    if verdict.get("outcome") in ("ok", "undecided", "interrupted", None):
-        raise UsageError(f"{run_dir} ended {verdict.get('outcome')}: nothing to shrink")
-    return Target(verdict["outcome"], verdict.get("form"))
+    try:
+        verdict = Verdict.read(run_dir / ev.VERDICT)
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"{run_dir}: no readable verdict.json to shrink toward") from None
+    if verdict.outcome in (Outcome.OK, Outcome.UNDECIDED, Outcome.INTERRUPTED):
+        raise UsageError(f"{run_dir} ended {verdict.outcome.value}: nothing to shrink")
+    return Target(verdict.outcome.value, verdict.form.value if verdict.form else None)
 
 
 def shrink(

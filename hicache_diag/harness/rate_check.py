@@ -6,16 +6,14 @@ apart: it neither matches nor refutes."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.stats import wilson
-from hicache_diag.harness.trials import run_trials
-from hicache_diag.verdict import ExitCode, Outcome, Verdict
+from hicache_diag.harness.trials import run_trials, trial_verdict
+from hicache_diag.verdict import ExitCode, Outcome
 
 if TYPE_CHECKING:
     from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
@@ -85,9 +83,8 @@ class RateCheck:
 
 
 def _checked(res: TrialResult, expect: Expectation) -> CheckedTrial:
-    try:
-        verdict = Verdict.from_json(json.loads((Path(res.run_dir) / ev.VERDICT).read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
+    verdict = trial_verdict(res)
+    if verdict is None:
         why = res.error or "no verdict.json"
         return CheckedTrial(res.seed, res.run_dir, res.outcome, res.form, None, (why,))
     form = verdict.form.value if verdict.form else None

@@ -4,13 +4,13 @@ shrinker repeat."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hicache_diag import evidence as ev
 from hicache_diag.harness.bisect import BisectConfig, run_bisect
+from hicache_diag.verdict import Verdict
 
 if TYPE_CHECKING:
     from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
@@ -35,9 +35,9 @@ def run_trials(
     return table.cells[0].results, table.interrupted
 
 
-def trial_verdict(result: TrialResult) -> dict[str, Any] | None:
-    """The trial's verdict.json as written, or None when it left none."""
+def trial_verdict(result: TrialResult) -> Verdict | None:
+    """The trial's verdict (its one reader, `Verdict.read`), or None when it left none."""
     try:
-        return json.loads((Path(result.run_dir) / ev.VERDICT).read_text())
-    except (OSError, ValueError):
+        return Verdict.read(Path(result.run_dir) / ev.VERDICT)
+    except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -5,14 +5,12 @@ report, and so does Ctrl-C."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.stats import wilson
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.trials import run_trials, trial_verdict
@@ -25,7 +23,7 @@ if TYPE_CHECKING:
     from hicache_diag.hunt.plan import Candidate
     from hicache_diag.hunt.triggers import Variant
 
-_NOT_DECIDED = {Outcome.UNDECIDED.value, Outcome.INTERRUPTED.value}
+_NOT_DECIDED = (Outcome.UNDECIDED, Outcome.INTERRUPTED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,26 +73,21 @@ class _Cell:
     cfg: Any  # the engine's config
 
 
-def _verdict(res: TrialResult) -> dict[str, Any] | None:
-    return trial_verdict(res)
-
-
 def _tally(result: TriggerResult, runs: list[TrialResult]) -> None:
     for res in runs:
-        verdict = _verdict(res)
-        outcome = (verdict or {}).get("outcome")
-        if outcome is None or outcome in _NOT_DECIDED:
+        verdict = trial_verdict(res)
+        if verdict is None or verdict.outcome in _NOT_DECIDED:
             result.undecided += 1
             continue
         result.trials += 1
-        if outcome == Outcome.OK.value:
+        if verdict.outcome is Outcome.OK:
             continue
         result.failures += 1
-        form = verdict.get("form") or outcome
+        form = verdict.form.value if verdict.form else verdict.outcome.value
         result.forms[form] = result.forms.get(form, 0) + 1
         if result.first_failure is None:
             result.first_failure = res.run_dir
-            result.first_divergence = verdict.get("first_divergence")
+            result.first_divergence = verdict.to_json().get("first_divergence")
     result.interval = wilson(result.failures, result.trials)
 
 
@@ -109,8 +102,9 @@ def _export(run_dir: str, out: Path) -> str:
 
 
 def _first_seed(result: TriggerResult) -> int:
-    manifest = json.loads((Path(result.first_failure) / ev.MANIFEST).read_text())
-    return int(manifest.get("seed", 0))
+    from hicache_diag.harness.rundir import read_manifest
+
+    return int(read_manifest(Path(result.first_failure)).seed or 0)
 
 
 def _confirm(result: TriggerResult, cell: _Cell, out: Path) -> bool:
@@ -118,8 +112,8 @@ def _confirm(result: TriggerResult, cell: _Cell, out: Path) -> bool:
     runs, interrupted = _trials(cell, 1, _first_seed(result), out / "confirm", None)
     if interrupted:
         raise KeyboardInterrupt
-    outcome = (_verdict(runs[0]) or {}).get("outcome") if runs else None
-    return outcome not in (None, Outcome.OK.value, *_NOT_DECIDED)
+    verdict = trial_verdict(runs[0]) if runs else None
+    return verdict is not None and verdict.outcome not in (Outcome.OK, *_NOT_DECIDED)
 
 
 def _try_variant(

@@ -14,6 +14,7 @@ from hicache_diag.errors import UsageError
 from hicache_diag.harness.trials import run_trials, trial_verdict
 from hicache_diag.run_options import RunOptions
 from hicache_diag.shrink.ddmin import ddmin, smallest_count
+from hicache_diag.verdict import Verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,11 +24,11 @@ class Target:
     outcome: str
     form: str | None
 
-    def met(self, verdict: dict[str, Any] | None) -> bool:
-        return bool(verdict) and (verdict.get("outcome"), verdict.get("form")) == (
-            self.outcome,
-            self.form,
-        )
+    def met(self, verdict: Verdict | None) -> bool:
+        if verdict is None:
+            return False
+        form = verdict.form.value if verdict.form else None
+        return (verdict.outcome.value, form) == (self.outcome, self.form)
 
 
 @dataclass(slots=True)
@@ -90,7 +91,8 @@ class _Oracle:
             verdict = trial_verdict(run)
             if self.target.met(verdict):
                 self.last = run.run_dir
-                self.last_step = (verdict.get("first_divergence") or {}).get("step")
+                fd = verdict.first_divergence
+                self.last_step = fd.step if fd is not None else None
                 return True
         return False
 
