@@ -87,9 +87,10 @@ def shrink(
 
 def _save(report, where: Path, run_dir: Path) -> None:
     from hicache_diag.shrink.scenario_text import scenario_text
+    from hicache_diag.shrink.shrink import SHRINK_JSON
 
     where.mkdir(parents=True, exist_ok=True)
-    (where / "shrink.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    (where / SHRINK_JSON).write_text(json.dumps(report.to_json(), indent=2) + "\n")
     if report.after is not None:
         header = f"shrunk from {run_dir} by hicache-diag shrink; removed:\n" + "\n".join(
             f"  {line}" for line in report.removed or ["nothing"]

@@ -35,7 +35,8 @@ MAX_FUNCTION_LINES = 50
 # engines, style.md §17). Derived from style.md §5 (§10, §16, §17) and docs/structure.md.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),  # parse, call one function, render
-    ("hunt", "shrink"),  # loops over whole trials: above the engines they build
+    ("hunt",),  # the hunt loop: trials per trigger, then a shrink of what failed
+    ("shrink",),  # loops over whole trials: above the engines they build
     ("engines", "cluster"),  # the engine registry; the executors that reach other nodes
     ("export",),  # a run dir and its release source into a maintainer's repro
     ("sglang", "builtin"),  # the engines as peers: neither imports the other

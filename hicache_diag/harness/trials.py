@@ -35,9 +35,13 @@ def run_trials(
     return table.cells[0].results, table.interrupted
 
 
-def trial_verdict(result: TrialResult) -> Verdict | None:
-    """The trial's verdict (its one reader, `Verdict.read`), or None when it left none."""
+def verdict_in(run_dir: str | Path) -> Verdict | None:
+    """A run dir's verdict (its one reader, `Verdict.read`), or None when it left none."""
     try:
-        return Verdict.read(Path(result.run_dir) / ev.VERDICT)
+        return Verdict.read(Path(run_dir) / ev.VERDICT)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def trial_verdict(result: TrialResult) -> Verdict | None:
+    return verdict_in(result.run_dir)

@@ -26,6 +26,7 @@ class TriggerResult:
     first_divergence: dict[str, Any] | None = None
     confirmed: bool | None = None  # a fresh rerun of the failing seed failed again
     export: str | None = None  # the export's dir, or why there is none
+    shrunk: dict[str, Any] | None = None  # {removed, run}: the shrunk failure that was exported
     skipped: list[str] = field(default_factory=list)  # variants not run, with why
 
     @property
@@ -56,6 +57,7 @@ class TriggerResult:
             "divergent": self.divergent,
             "via": self.via,
             "export": self.export,
+            "shrunk": self.shrunk,
             "skipped": list(self.skipped),
         }
 

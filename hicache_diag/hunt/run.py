@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from hicache_diag.diagnosis.stats import wilson
 from hicache_diag.errors import UsageError
-from hicache_diag.harness.trials import run_trials, trial_verdict
+from hicache_diag.harness.trials import run_trials, trial_verdict, verdict_in
 from hicache_diag.hunt.model import HuntReport, TriggerResult
 from hicache_diag.run_options import RunOptions
 from hicache_diag.verdict import Outcome
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from hicache_diag.hunt.triggers import Variant
 
 _NOT_DECIDED = (Outcome.UNDECIDED, Outcome.INTERRUPTED)
+SHRINK_BUDGET = 8  # trials a hunt spends shrinking a perturbation's failure before its export
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,15 @@ class _Budget:
         if self.cfg.budget_trials is None:
             return self.cfg.trials
         return max(0, min(self.cfg.trials, self.cfg.budget_trials - self.used))
+
+    def spare(self) -> int:
+        """Trials a shrink may take: what a trial budget leaves, or a shrink's own cap in time
+        (the clock still stops the hunt before its next variant)."""
+        if self.cfg.budget_s is not None and time.monotonic() - self.t0 >= self.cfg.budget_s:
+            return 0
+        if self.cfg.budget_trials is None:
+            return SHRINK_BUDGET
+        return max(0, self.cfg.budget_trials - self.used)
 
 
 def variant_options(base: RunOptions, variant: Variant) -> RunOptions:
@@ -116,10 +126,32 @@ def _confirm(result: TriggerResult, cell: _Cell, out: Path) -> bool:
     return verdict is not None and verdict.outcome not in (Outcome.OK, *_NOT_DECIDED)
 
 
+def _shrunk(result: TriggerResult, cell: _Cell, out: Path, budget: _Budget) -> str:
+    """The run to export: for a perturbation, the last failing trial of a shrink of the first
+    failure (fewer faults, requests and steps for a maintainer to read); else the failure."""
+    from hicache_diag.shrink.shrink import Target, shrink_run
+
+    first = str(result.first_failure)
+    verdict = verdict_in(first)
+    trials = min(SHRINK_BUDGET, budget.spare())
+    if result.natural or verdict is None or trials < 1:
+        return first
+    target = Target(verdict.outcome.value, verdict.form.value if verdict.form else None)
+    report = shrink_run(cell.options, target, first, out / "shrink", 1, trials)
+    budget.used += report.trials_run
+    if report.stopped == "interrupted":
+        raise KeyboardInterrupt
+    if report.after is None or report.last_failing is None:
+        return first
+    result.shrunk = {"removed": list(report.removed), "run": report.last_failing}
+    return report.last_failing
+
+
 def _try_variant(
-    result: TriggerResult, cell: _Cell, n: int, seed: int, out: Path, on_result: Callable | None
+    result: TriggerResult, cell: _Cell, n: int, seed: int, out: Path, ctx: tuple[_Budget, Any]
 ) -> bool:
     """Run one variant; True when it is the one that diverged (and so the last tried)."""
+    budget, on_result = ctx
     runs, interrupted = _trials(cell, n, seed, out, on_result)
     _tally(result, runs)
     if interrupted:
@@ -127,7 +159,7 @@ def _try_variant(
     if not result.failures:
         return False
     result.confirmed = _confirm(result, cell, out)
-    result.export = _export(result.first_failure, out / "export")
+    result.export = _export(_shrunk(result, cell, out, budget), out / "export")
     return True
 
 
@@ -150,7 +182,7 @@ def _hunt_one(
         n = budget.left()
         budget.used += n
         out = cfg.out / cand.trigger.name / f"variant{i}"
-        if _try_variant(result, cell, n, options.seed, out, on_result):
+        if _try_variant(result, cell, n, options.seed, out, (budget, on_result)):
             break
 
 

@@ -5,16 +5,30 @@ of them). What was removed is said; the last failing trial is the shrunk run."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hicache_diag.errors import UsageError
-from hicache_diag.harness.trials import run_trials, trial_verdict
+from hicache_diag.harness.trials import run_trials, trial_verdict, verdict_in
 from hicache_diag.run_options import RunOptions
 from hicache_diag.shrink.ddmin import ddmin, smallest_count
 from hicache_diag.verdict import Verdict
+
+SHRINK_JSON = "shrink.json"  # ShrinkReport.to_json, in a shrink's --out
+
+
+def shrunk_run(shrink_dir: Path) -> Path | None:
+    """The run a shrink dir stands for: its last failing trial, the shrunk failure; None when
+    the dir holds no shrink that got anywhere (not reproduced, or no trial failed alike)."""
+    try:
+        record = json.loads((shrink_dir / SHRINK_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+    last = record.get("last_failing") if isinstance(record, dict) else None
+    return Path(last) if isinstance(last, str) and verdict_in(last) is not None else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,3 +62,33 @@ def test_a_builtin_hunt_finds_the_legacy_divergence_and_confirms_it(tmp_path, ca
     assert "a run of the builtin engine" in first["export"]
     assert report["divergent"] == [first["trigger"]]
     assert_no_children()
+
+
+@pytest.mark.process  # real builtin trials (the shrink's)
+@pytest.mark.usefixtures("no_leftover_processes")
+def test_a_perturbations_failure_is_shrunk_before_its_export(tmp_path, monkeypatch):
+    """A divergence a fault made is shrunk (fewer faults/requests/steps) and the shrunk run is
+    the one exported; the shrink's trials count against the hunt's budget."""
+    from pathlib import Path
+
+    from hicache_diag.cli.run import options_from_argv
+    from hicache_diag.cli.shrink import run_argv
+    from hicache_diag.engines import build
+    from hicache_diag.hunt.model import TriggerResult
+    from hicache_diag.hunt.run import HuntConfig, _Budget, _Cell, _shrunk
+    from hicache_diag.verdict import Verdict
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # the committed run's argv names its scenario relative to the repo
+    form_a = root / "samples" / "runs" / "form_a"
+    options = options_from_argv(run_argv(form_a))
+    result = TriggerResult("host-pool", "test", (), fault=options.faults[0], natural=False)
+    result.first_failure = str(form_a)
+    budget = _Budget(HuntConfig(options, trials=1, budget_trials=6, out=tmp_path))
+    run = _shrunk(result, _Cell(options, build(options)), tmp_path, budget)
+    assert 1 <= budget.used <= 6
+    assert run != str(form_a) and result.shrunk is not None and result.shrunk["run"] == run
+    assert result.shrunk["removed"], result.shrunk
+    verdict = Verdict.read(Path(run) / "verdict.json")
+    assert (verdict.outcome.value, verdict.form.value) == ("crash", "A")
+    assert_no_children()

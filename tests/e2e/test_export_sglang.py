@@ -10,6 +10,7 @@ SGLang launches do. On a GPU host `python -m pytest -q <file>` is all it takes.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -159,3 +160,24 @@ def test_exported_l3_drain_test_fails_on_0_5_18_and_skips_where_hiradix_is_gone(
         )
         text = ran.stdout + ran.stderr
         assert summary in text and needle in text, (version, text[-3000:])
+
+
+def test_a_shrinks_dir_exports_its_shrunk_run(tmp_path):
+    """`export SHRINK_DIR` is the export of the shrink's last failing trial (what a hunt hands
+    a maintainer after shrinking a perturbation's failure)."""
+    shrink = tmp_path / "shrink"
+    shrink.mkdir()
+    record = {"schema": "hicache-diag/shrink/v1", "last_failing": str(FORM_B), "removed": []}
+    (shrink / "shrink.json").write_text(json.dumps(record))
+    out = tmp_path / "export"
+    done = subprocess.run(
+        [*CLI, "export", str(shrink), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"the shrunk run {FORM_B}" in done.stderr
+    assert (out / "test_pp_follower_write_through_ack.py").is_file()  # form B's recipe
+    assert f"from run `{FORM_B.name}`" in (out / "REPORT.md").read_text()
