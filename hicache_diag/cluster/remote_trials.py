@@ -45,14 +45,15 @@ import os, signal, subprocess, sys, threading
 os.chdir(sys.argv[1])
 p = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, start_new_session=True)
 def lifeline():
-    sys.stdin.buffer.read()
+    while os.read(0, 65536):
+        pass
     try:
         os.killpg(p.pid, signal.SIGKILL)
     except OSError:
         pass
 threading.Thread(target=lifeline, daemon=True).start()
 rc = p.wait()
-sys.exit(128 - rc if rc < 0 else rc)
+os._exit(128 - rc if rc < 0 else rc)  # not sys.exit: the reader thread holds stdin
 """
 
 

@@ -21,9 +21,9 @@ pytestmark = [pytest.mark.multinode, pytest.mark.process]
 CHILD = "hicache_diag.harness.bisect_child"
 
 
-def _bisect(cluster, out: Path, hosts: str, trials: int = 2, timeout: float = 600):
+def _bisect(cluster, out: Path, hosts: str, trials: int = 2, timeout: float = 600, *extra):
     cmd = [sys.executable, "-m", "hicache_diag.cli.main", "bisect", "--storage-backend"]
-    cmd += ["none,file", "--trials", str(trials), "--via", "ssh", "--hosts", hosts]
+    cmd += ["none,file", "--trials", str(trials), "--via", "ssh", "--hosts", hosts, *extra]
     cmd += ["--ssh-config", str(cluster.client_config), "--out", str(out), "--json"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
@@ -85,6 +85,21 @@ def test_a_trial_killed_on_its_host_is_undecided_and_named_lost(ssh_cluster):
     assert "trial lost on node-2" in first["errors"][0], first["errors"]
     assert "exit status 137" in first["errors"][0], first["errors"]
     assert table["cells"][1]["trials"] == 1  # the host is free again for the next trial
+
+
+def test_a_trial_timed_out_here_leaves_nothing_on_its_host(ssh_cluster):
+    out = ssh_cluster.root / "bisect"
+    done = _bisect(ssh_cluster, out, "node-1,node-2", 1, 300, "--trial-timeout", "2")
+    assert done.returncode == 3, done.stderr[-2000:]  # no trial finished: nothing concluded
+    table = json.loads(done.stdout)
+    assert [(c["trials"], c["undecided"]) for c in table["cells"]] == [(0, 1), (0, 1)]
+    time.sleep(2)  # the hosts' lifelines see the connections end
+    left = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if CHILD in (p.info["cmdline"] or []) and any(_on_node(n, p.pid) for n in ssh_cluster.nodes)
+    ]
+    assert not left, "a trial outlived its ssh connection"
 
 
 def test_an_unknown_host_is_one_line_before_any_trial(ssh_cluster):
