@@ -238,10 +238,9 @@ Examples:
   hicache-diag bisect --switch host-alloc=local,two-phase --trials 5 \\
       --protocol legacy --fault host-alloc-fail:rank=1
   hicache-diag bisect --engine sglang --sglang-version 0.5.18,0.5.21 \\
-      --trials 4 --pp 2 --hicache-storage-backend file
-  hicache-diag bisect --storage-backend none,file --trials 4 --via slurm
-  hicache-diag bisect --storage-backend none,file --trials 4 --via ssh --hosts n1,n2
-                    # a trial per free host; --out on a path the hosts share
+      --trials 4 --pp 2 --hicache-storage-backend file --via ssh --hosts n1,n2
+                    # a trial per free host (or --via slurm: a job step each);
+                    # --out on a path the hosts share
 
 Exit: 0 completed, whatever it found (table.json and table.md in --out),
 3 no trial finished (each undecided, its cause in the table: nothing concluded),
