@@ -138,7 +138,7 @@ class Verdict:
         data = asdict(self)
         for key in ("extra", "absent", *self.absent):
             data.pop(key, None)
-        for rank in data["ranks"]:
+        for rank in data.get("ranks") or []:
             if rank.get("node") is None:  # a single-node run's ranks, as before nodes existed
                 rank.pop("node", None)
         data["schema"] = VERDICT_SCHEMA
