@@ -12,6 +12,7 @@ import typer
 
 from hicache_diag.cli.options import with_default
 from hicache_diag.cli.render.console import print_json
+from hicache_diag.cli.triage_cluster import Hosts, SshConfig, TrialVia
 from hicache_diag.diagnosis.bisect_table import RELEASE_AXIS
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.bisect import (
@@ -237,7 +238,9 @@ Examples:
   hicache-diag bisect --switch host-alloc=local,two-phase --trials 5 \\
       --protocol legacy --fault host-alloc-fail:rank=1
   hicache-diag bisect --engine sglang --sglang-version 0.5.18,0.5.21 \\
-      --trials 4 --pp 2 --hicache-storage-backend file
+      --trials 4 --pp 2 --hicache-storage-backend file --via ssh --hosts n1,n2
+                    # a trial per free host (or --via slurm: a job step each);
+                    # --out on a path the hosts share
 
 Exit: 0 completed, whatever it found (table.json and table.md in --out),
 3 no trial finished (each undecided, its cause in the table: nothing concluded),
@@ -276,10 +279,9 @@ def bisect(
     json_out: Json = False,
     sglang_python: Pythons = None,
     sglang_version: Versions = None,
-    via: Annotated[
-        str | None,
-        typer.Option("--via", metavar="slurm", help="Each trial a Slurm job step (srun)."),
-    ] = None,
+    via: TrialVia = None,
+    hosts: Hosts = None,
+    ssh_config: SshConfig = None,
 ) -> None:
     """Repeat `run` over a matrix of switches; any other `run` flag applies to every cell."""
     from hicache_diag.cli.render.bisect import trial_progress
@@ -299,10 +301,10 @@ def bisect(
         sglang_version,
     )
     cfg, labels = plan_bisect(request, quiet=json_out)
-    if via is not None:  # hicache_diag/cluster/slurm_trials.py
-        from hicache_diag.cluster.slurm_trials import via as trials_via
+    if via or hosts or ssh_config:  # hicache_diag/cluster/remote_trials.py
+        from hicache_diag.cluster.remote_trials import via as trials_via
 
-        cfg = trials_via(cfg, via)
+        cfg = trials_via(cfg, via, hosts, ssh_config)
     cells = _cells(cfg.axes)
     progress, on_result = trial_progress(err_console, cells * trials, quiet=json_out)
     with progress:

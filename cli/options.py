@@ -224,3 +224,13 @@ SglangPythonOpt = Annotated[
         help="sglang engine: the Python whose SGLang release to run [this one].",
     ),
 ]
+NnodesOpt = Annotated[
+    int | None,
+    _opt(
+        "--nnodes",
+        metavar="N",
+        key="nnodes",
+        help="sglang engine: one server per node with SGLang's --nnodes/--node-rank/"
+        "--dist-init-addr, PP stages on different nodes (here: loopback nodes on this machine).",
+    ),
+]

@@ -73,8 +73,10 @@ EXAMPLES = """\b
 Examples:
   hicache-diag run              # demo: prefix reuse, eviction, host load-back
   hicache-diag run --scenario samples/scenarios/form_a.toml  # form A: exit 10
-  hicache-diag run --fault 'rank-stall:rank=1,ms=8000,after=15,until=15'
-                                # a stalled rank: hang naming rank 1, exit 12
+  hicache-diag run --engine sglang --nnodes 2 \\
+      --scenario samples/scenarios/sglang/form_b_host_alloc_0.5.23.toml
+                  # PP0 on node-0, PP1 on node-1 (SGLang's --nnodes, loopback)
+                  # form B, culprit rank 1 (node-1 PP1 TP0), exit 11
 
 Exit: 0 ok, 10/11/12 form A/B/C, 13 diverged, 14 wrong output, 15 leak,
 16 other crash, 3 undecided (also: step budget exhausted), 4 --check mismatch,
@@ -167,6 +169,7 @@ def run(
     sglang_arg: o.SglangArgOpt = None,
     sglang_env: o.SglangEnvOpt = None,
     sglang_python: o.SglangPythonOpt = None,
+    nnodes: o.NnodesOpt = None,
     check: o.CheckOpt = False,
     list_faults: ListFaultsOpt = False,
     sglang_consensus_checker: ConsensusCheckerOpt = False,

@@ -27,6 +27,15 @@ Via = Annotated[
         "default: the one those flags (or $SLURM_JOB_ID) name, else local.",
     ),
 ]
+TrialVia = Annotated[  # bisect's: where its trials run
+    str | None,
+    typer.Option(
+        "--via",
+        metavar="EXECUTOR",
+        help="slurm: each trial a job step (srun) | ssh --hosts A,B: a trial per free host; "
+        "--out on a path the nodes share (docs/cluster.md).",
+    ),
+]
 Hosts = Annotated[
     str | None,
     typer.Option("--hosts", metavar="A,B", help="ssh hosts (your ssh config), or pod names."),

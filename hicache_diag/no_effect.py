@@ -20,6 +20,7 @@ class RunOptions(Protocol):
     given: Mapping[str, str]
     faults: tuple[str, ...]
     pp: int
+    tp: int
     hicache_storage_dir: str | None
 
     @property
@@ -96,12 +97,23 @@ def _contradicting_fixes(o: RunOptions) -> str | None:
     return None
 
 
+def _idle_nodes(o: RunOptions) -> str | None:
+    nnodes, ranks = getattr(o, "nnodes", 1), o.pp * o.tp
+    if nnodes > ranks:
+        return (
+            f"{o.how('nnodes')} {nnodes} is more nodes than ranks ({ranks}: --pp {o.pp} x "
+            f"--tp {o.tp}): a node would run nothing"
+        )
+    return None
+
+
 RULES: tuple[Rule, ...] = (
     Rule("size-and-ratio", _size_and_ratio),
     Rule("storage-options-without-storage", _storage_options),
     Rule("fault-without-its-mechanism", _fault_needs),
     Rule("fault-that-never-fires", _fault_never_fires),
     Rule("contradicting-fixes", _contradicting_fixes),
+    Rule("nodes-without-ranks", _idle_nodes),
 )
 
 

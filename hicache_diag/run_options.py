@@ -188,9 +188,11 @@ class SglangOptions(RunOptions):
     sglang_python: str | None = None
     sglang_version: str | None = None  # a scenario's release (bisect: --sglang-version)
     sglang_consensus_checker: bool = False
+    nnodes: int = 1  # SGLang's --nnodes: one server per node, PP stages on different nodes
 
     def __post_init__(self) -> None:
         RunOptions.__post_init__(self)
+        self._check_nodes()
         if self.max_total_tokens < 64 * self.page_size:
             raise UsageError(
                 f"{self.how('max_total_tokens')} {self.max_total_tokens} is too small for SGLang "
@@ -203,6 +205,18 @@ class SglangOptions(RunOptions):
                 "for smaller pools"
             )
         self.server_env()
+
+    def _check_nodes(self) -> None:
+        """SGLang splits PP stages over nodes, or a stage's TP ranks when there are more nodes
+        than stages (entrypoints/engine.py `_calculate_rank_ranges`): each node a whole share."""
+        check_int(self.how("nnodes"), self.nnodes, 1)
+        pp, n = self.pp, self.nnodes
+        if pp % n == 0 or (n % pp == 0 and self.tp % (n // pp) == 0):
+            return
+        raise UsageError(
+            f"{self.how('nnodes')} {n} does not split --pp {pp} x --tp {self.tp} evenly: give "
+            "a divisor of --pp (whole stages per node), or a multiple of it that divides --tp"
+        )
 
     def server_env(self) -> tuple[tuple[str, str], ...]:
         """--sglang-env NAME=VALUE pairs: the server's own switches."""

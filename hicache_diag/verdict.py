@@ -97,6 +97,12 @@ class RankState:
     pid: int | None = None
     state: str = "exited"  # running|idle|blocked|crashed|exited|killed
     where: str | None = None  # the frame or wait site it stopped in
+    node: str | None = None  # a run across nodes (`--nnodes`): the node it ran on
+
+    @property
+    def label(self) -> str:
+        """`node-1 PP1 TP0` (`PP1 TP0` on one node): the label grammar triage uses."""
+        return f"{self.node} PP{self.pp} TP{self.tp}" if self.node else f"PP{self.pp} TP{self.tp}"
 
 
 @dataclass(slots=True)
@@ -132,6 +138,9 @@ class Verdict:
         data = asdict(self)
         for key in ("extra", "absent", *self.absent):
             data.pop(key, None)
+        for rank in data.get("ranks") or []:
+            if rank.get("node") is None:  # a single-node run's ranks, as before nodes existed
+                rank.pop("node", None)
         data["schema"] = VERDICT_SCHEMA
         data["outcome"] = self.outcome.value
         data["form"] = self.form.value if self.form else None

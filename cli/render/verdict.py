@@ -33,9 +33,9 @@ def verdict_table(v: Verdict) -> Table:
     form = f" (form {v.form.value})" if v.form else ""
     t.add_row("outcome", f"{v.outcome.value}{form}   exit {int(v.exit_code)}")
     if v.failed_rank is not None:
-        t.add_row("failed rank", str(v.failed_rank))
+        t.add_row("failed rank", _rank_text(v, v.failed_rank))
     if v.culprit_rank is not None:
-        t.add_row("culprit rank", str(v.culprit_rank))
+        t.add_row("culprit rank", _rank_text(v, v.culprit_rank))
     if v.signature:
         t.add_row("signature", v.signature)
     if v.first_divergence is not None:
@@ -43,7 +43,7 @@ def verdict_table(v: Verdict) -> Table:
         t.add_row("first divergence", f"step {fd.step}, {fd.field} ({fd.source.value})")
     for r in v.ranks:
         where = f" at {r.where}" if r.where else ""
-        t.add_row(f"rank {r.rank} PP{r.pp} TP{r.tp}", f"{r.state}{where}")
+        t.add_row(f"rank {r.rank} {r.label}", f"{r.state}{where}")
     for line in v.evidence:
         t.add_row("evidence", _clean(line))
     for rank, c in sorted(v.cache.items(), key=lambda kv: int(kv[0])):
@@ -53,6 +53,12 @@ def verdict_table(v: Verdict) -> Table:
     if v.run_dir:
         t.add_row("next", f"hicache-diag report {shlex.quote(v.run_dir)}")
     return t.table
+
+
+def _rank_text(v: Verdict, rank: int) -> str:
+    """`1`, or `1 (node-1 PP1 TP0)` when the run spans nodes."""
+    state = next((r for r in v.ranks if r.rank == rank and r.node), None)
+    return f"{rank} ({state.label})" if state else str(rank)
 
 
 def _cache_text(c: dict[str, int]) -> str:

@@ -64,7 +64,8 @@ def _rank_states(run: RunData, crashes: dict) -> list[RankState]:
             state, where = "stopped", "kernel state T (SIGSTOP or a debugger)"
         elif entry.state == "crashed" and entry.signal and not crash:
             state, where = "killed", f"by {rank_facts.signal_label(entry.signal)}"
-        states.append(RankState(rank, int(entry.pp), int(entry.tp), entry.pid, state, where))
+        pp, tp = int(entry.pp), int(entry.tp)
+        states.append(RankState(rank, pp, tp, entry.pid, state, where, entry.node))
     return states
 
 

@@ -66,6 +66,7 @@ class RankProcess(Record):
     start_method: str | None = None
     title: str | None = None
     vanished: bool | None = None
+    node: str | None = None  # the sglang engine's --nnodes: the node its server ran on
 
 
 @dataclass(frozen=True, slots=True)

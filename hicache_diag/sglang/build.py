@@ -99,6 +99,7 @@ def _launch_spec(
         extra_args=extra,
         cpu=options.device == "cpu",
         env=env,
+        nnodes=options.nnodes,
     )
 
 

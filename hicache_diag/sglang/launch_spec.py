@@ -33,11 +33,19 @@ class LaunchSpec:
     extra_args: tuple[str, ...] = ()
     cpu: bool = True
     env: tuple[tuple[str, str], ...] = ()  # SGLang's own switches (--sglang-consensus-checker)
+    # SGLang's multi-node launch (docs/cluster.md): this server's share of an `nnodes` launch.
+    nnodes: int = _DEFAULT.nnodes
+    node_rank: int = 0
+    dist_init_addr: str | None = None  # HOST:PORT of node 0's torch.distributed rendezvous
+    host: str = "127.0.0.1"
 
     def argv(self, python: str, port: int) -> list[str]:
         args = [python, "-m", "sglang.launch_server", "--model-path", str(self.model)]
-        args += ["--host", "127.0.0.1", "--port", str(port)]
+        args += ["--host", self.host, "--port", str(port)]
         args += ["--pp-size", str(self.pp_size), "--tp-size", str(self.tp_size)]
+        if self.nnodes > 1:
+            args += ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank)]
+            args += ["--dist-init-addr", str(self.dist_init_addr)]
         args += ["--page-size", str(self.page_size)]
         args += ["--max-total-tokens", str(self.max_total_tokens)]
         args += ["--enable-hierarchical-cache", "--hicache-write-policy", self.hicache_write_policy]

@@ -65,9 +65,12 @@ class Scheduler:
     signal: int | None = None
     ended_at: float | None = None
     proc: psutil.Process | None = field(default=None, repr=False)
+    node: str | None = None  # the node whose server runs it (`--nnodes`: sglang/nodes.py)
 
     def to_json(self) -> dict[str, Any]:
+        node = {"node": self.node} if self.node else {}
         return {
+            **node,
             "rank": self.rank,
             "pp": self.pp,
             "tp": self.tp,
@@ -220,11 +223,7 @@ class SglangServer:
         while time.time() < deadline:
             if on_phase is not None:
                 on_phase(startup_phase(_log_tail(self.log_path)))
-            if self.popen.poll() is not None:
-                raise ServerStartError(
-                    f"SGLang exited ({self.popen.returncode}) before it was ready: "
-                    f"{last_error_line(self.log_path)} (log: {self.log_path})"
-                )
+            self.check_running()
             if self._healthy():
                 self.ready_at = time.time()
                 self.discover()
@@ -234,6 +233,14 @@ class SglangServer:
             f"SGLang was not ready after {timeout_s:.0f} s: {last_error_line(self.log_path)} "
             f"(log: {self.log_path})"
         )
+
+    def check_running(self) -> None:
+        """Raises ServerStartError when the launcher has exited (start-up)."""
+        if self.popen is not None and self.popen.poll() is not None:
+            raise ServerStartError(
+                f"SGLang exited ({self.popen.returncode}) before it was ready: "
+                f"{last_error_line(self.log_path)} (log: {self.log_path})"
+            )
 
     def _healthy(self) -> bool:
         try:

@@ -25,6 +25,7 @@ from hicache_diag.ranks import RankId, parse_rank_tokens
 from hicache_diag.rules.rank_labels import split_prefix
 from hicache_diag.sglang.client import WorkloadClient
 from hicache_diag.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
+from hicache_diag.sglang.nodes import make_server, placement_evidence
 from hicache_diag.sglang.server import Scheduler, SglangServer
 from hicache_diag.sglang.server_log import harvest_pyspy_dumps, watchdog_firing
 from hicache_diag.sglang.sessions import SESSION_WORKLOADS, make_client
@@ -100,7 +101,7 @@ class SglangEngine(Engine):
             launch=cfg.launch_facts,
         )
         self.run_dir = run_dir
-        self.server = SglangServer(install, cfg.spec, run_dir)
+        self.server = make_server(install, cfg.spec, run_dir)
         self.plugin_path = run_dir / ev.PLUGIN
         PluginConfig(str(run_dir), cfg.seed, cfg.faults, cfg.spec.cpu, cfg.cpu_kernel_names).write(
             str(self.plugin_path)
@@ -121,6 +122,7 @@ class SglangEngine(Engine):
                 "python": cfg.python,
                 "argv": launch,
                 "launch_facts": cfg.launch_facts.to_json(),
+                **({"nodes": self.server.launch_lines()} if cfg.spec.nnodes > 1 else {}),
             },
             "notes": list(cfg.notes),
             "seed": cfg.seed,
@@ -232,6 +234,7 @@ class SglangEngine(Engine):
         elif watch.startup_error:  # the schedulers were serving (SGLang's readiness request)
             verdict.evidence.append(f"it ended before SGLang reported ready: {watch.startup_error}")
         verdict.evidence += [f"launch adapted: {note}" for note in self.cfg.notes]
+        verdict.evidence += placement_evidence(self.server)
         return verdict
 
 

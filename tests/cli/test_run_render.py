@@ -130,3 +130,19 @@ def test_reading_status_only_for_big_inputs(tmp_path):
     with open(big, "wb") as fh:
         fh.truncate(BIG_READ_BYTES + 1)  # sparse: no real bytes written
     assert reading_status(Console(force_terminal=True), [big]).enabled
+
+
+def test_a_run_across_nodes_names_the_node_of_each_rank():
+    ranks = [RankState(0, 0, 0, 11, "crashed", node="node-0")]
+    ranks.append(RankState(1, 1, 0, 12, "crashed", "writing_check", node="node-1"))
+    v = Verdict(Outcome.CRASH, CrashForm.B, failed_rank=1, culprit_rank=1, ranks=ranks)
+    console = Console(record=True, width=160)
+    render_verdict(console, v)
+    text = console.export_text()
+    assert "1 (node-1 PP1 TP0)" in text.split("culprit rank", 1)[1].splitlines()[0]
+    assert "rank 1 node-1 PP1 TP0" in text and "rank 0 node-0 PP0 TP0" in text
+    data = v.to_json()
+    assert [r["node"] for r in data["ranks"]] == ["node-0", "node-1"]
+    assert Verdict.from_json(data).ranks == ranks
+    one_node = Verdict(Outcome.OK, ranks=[RankState(0, 0, 0)]).to_json()
+    assert "node" not in one_node["ranks"][0]  # a single-node verdict as it always was
