@@ -29,8 +29,8 @@ from hicache_diag.errors import EngineStartError
 from hicache_diag.ranks import RankId, parse_rank_tokens
 from hicache_diag.sglang import build_locks
 from hicache_diag.sglang.bundle import plugin_bundle
-from hicache_diag.sglang.install import SglangInstall
 from hicache_diag.sglang.launch_spec import LaunchSpec
+from hicache_diag.sglang.release import SglangInstall
 from hicache_diag.sglang_plugin import config as plugin_config
 
 READY_TIMEOUT_S = 240.0  # 35-75 s measured on 2 cores; headroom for a loaded CI box
