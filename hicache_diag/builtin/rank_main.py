@@ -27,6 +27,19 @@ from hicache_diag.harness.rundir import write_json
 
 _T0 = time.time()  # this module is running: start-up phases after `launch` count from here
 
+# What a rank imports on its way to the first step: the launcher imports it once before forking
+# so forks find it loaded, and a warm trial server before its trials.
+RANK_PRELOAD = (
+    "setproctitle",
+    "hicache_diag.harness.rundir",
+    "hicache_diag.workloads",
+    "hicache_diag.faults",  # every injector module, installed by each rank
+    "hicache_diag.probes.recorder",
+    "hicache_diag.runtime.distributed.parallel_state",
+    "hicache_diag.runtime.managers.scheduler",
+    "hicache_diag.runtime.mem_cache.kv_cache_builder",
+)
+
 PR_SET_PDEATHSIG = 1
 # Set by the launcher: its pid, and when it started this rank (time.time()).
 LAUNCHER_PID_ENV = "HICACHE_DIAG_LAUNCHER_PID"
