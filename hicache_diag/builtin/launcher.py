@@ -62,18 +62,8 @@ class RankProcess:
     def pid(self) -> int:
         return self.popen.pid
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "pp": self.pp,
-            "tp": self.tp,
-            "pid": self.pid,
-            "exitcode": self.exitcode,
-            "signal": self.signal,
-            "state": self.state,
-            "ended_at": self.ended_at,
-            "start_method": self.start_method,
-        }
+    def own_facts(self) -> dict[str, Any]:
+        return {"start_method": self.start_method}
 
 
 @dataclass(eq=False)
