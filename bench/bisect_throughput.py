@@ -31,7 +31,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from hicache_diag.builtin.launcher import RANK_PRELOAD
+from hicache_diag.builtin.rank_main import RANK_PRELOAD
 from hicache_diag.cli.bisect import with_cell_configs
 from hicache_diag.cli.run import options_from_argv
 from hicache_diag.harness.bisect import BisectConfig, run_bisect

@@ -63,8 +63,8 @@ def _operator_stop(srv, grace_s: float = 30.0) -> None:
 
 
 def capture(state: str, out: Path, python: str | None) -> list[Path]:
-    from hicache_diag.sglang.install import preflight, probe_sglang
     from hicache_diag.sglang.model import default_model_dir
+    from hicache_diag.sglang.release import preflight, probe_sglang
     from hicache_diag.sglang.server import LaunchSpec, SglangServer
     from hicache_diag.sglang_plugin.config import PluginConfig
 

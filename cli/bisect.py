@@ -56,7 +56,7 @@ def _axes(storage: str | None, size: str | None, switches: list[str]) -> tuple[A
 def _venv_python(version: str) -> str:
     import os
 
-    from hicache_diag.sglang.install import VENVS_ENV, release_command, venv_python_for
+    from hicache_diag.sglang.release import VENVS_ENV, release_command, venv_python_for
 
     root = os.environ.get(VENVS_ENV)
     if not root:
@@ -93,7 +93,7 @@ def _releases(python: str | None, version: str | None, engine: str) -> tuple[lis
 def _release_labels(pythons: tuple[str, ...], known: dict[str, str]) -> dict[str, str]:
     """Each interpreter's SGLang version (probed when the flag gave paths); the path is added
     where two interpreters hold the same version."""
-    from hicache_diag.sglang.install import probe_sglang
+    from hicache_diag.sglang.release import probe_sglang
 
     found = {p: known.get(p) or probe_sglang(p, "--sglang-python").version for p in pythons}
     versions = list(found.values())

@@ -44,7 +44,7 @@ def _release_args(release: str | None) -> list[str]:
     """`--release V`: this Python when its SGLang is V, else the venv that holds V."""
     if release is None:
         return []
-    from hicache_diag.sglang.install import probe_sglang, release_command, venv_python_for
+    from hicache_diag.sglang.release import probe_sglang, release_command, venv_python_for
 
     python = venv_python_for(release)
     if python is None:

@@ -95,9 +95,10 @@ def _scan(tree):
 def _run_sources(a: SourcesArgs):
     if a.diff is not None:
         raise UsageError("--run reads one run dir: drop --diff")
-    if a.engine != "sglang":
-        raise UsageError("--run reads what the sglang plugin recorded: drop --engine")
+    from hicache_diag.engines import require_recorded_reads
     from hicache_diag.sources.dynamic import analyze_run, with_inventory
+
+    require_recorded_reads(a.engine)
 
     result = analyze_run(a.run)
     if a.source is not None or a.python is not None:  # file:line of each read

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 class EngineEntry:
     """One engine. `build(options)` checks everything and returns the engine's config (bad
     input: UsageError, before anything starts); `trial(cfg, argv, on_progress)` runs one trial,
-    verdict.json written last; `source_tree(source, python)`: the tree `sources` scans."""
+    verdict.json written last; `source_tree(source, python)`: the tree `sources` scans;
+    `records_reads`: its ranks record each divergence source they read, per step (what
+    `sources --run` compares)."""
 
     name: str
     build: Callable[[Any], EngineConfig]
@@ -30,6 +32,7 @@ class EngineEntry:
     source_tree: Callable[[Path | None, str | None], Any]
     switches: Callable[[], Mapping[str, Any]] = field(default=dict)  # its --fix switches
     preload: tuple[str, ...] = ()  # modules a warm trial server imports for its trials
+    records_reads: bool = False
 
     @property
     def options(self) -> type[RunOptions]:
@@ -39,6 +42,8 @@ class EngineEntry:
         return self.source_tree(source, python)
 
 
+# A factory imports only what builds and names its engine, never torch or SGLang: an entry's
+# facts (records_reads, switches) are read by bad-input refusals, which stay fast.
 ENGINES: Registry[EngineEntry] = Registry("engine")
 
 
@@ -46,7 +51,7 @@ ENGINES: Registry[EngineEntry] = Registry("engine")
 def _builtin() -> EngineEntry:
     from hicache_diag.builtin.build import build, protocol_switches
     from hicache_diag.builtin.engine import run_builtin_trial
-    from hicache_diag.builtin.launcher import RANK_PRELOAD
+    from hicache_diag.builtin.rank_main import RANK_PRELOAD
     from hicache_diag.sources.locate import builtin_engine_tree
 
     preload = ("hicache_diag.builtin.engine", *RANK_PRELOAD)
@@ -59,14 +64,31 @@ def _builtin() -> EngineEntry:
 def _sglang() -> EngineEntry:
     from hicache_diag.sglang.build import build
     from hicache_diag.sglang.source_tree import sglang_engine_tree
-    from hicache_diag.sglang.trial import run_sglang_trial
+
+    def run_sglang_trial(*args: Any) -> TrialResult:
+        from hicache_diag.sglang.trial import run_sglang_trial  # torch: only when a trial runs
+
+        return run_sglang_trial(*args)
 
     preload = ("hicache_diag.sglang.trial",)
-    return EngineEntry("sglang", build, run_sglang_trial, sglang_engine_tree, preload=preload)
+    return EngineEntry(
+        "sglang", build, run_sglang_trial, sglang_engine_tree, preload=preload, records_reads=True
+    )
 
 
 def engine(name: str) -> EngineEntry:
     return ENGINES.get(name)
+
+
+def require_recorded_reads(name: str) -> None:
+    """`sources --run` compares the reads a run's ranks recorded: refused (exit 2) for an
+    engine whose ranks record none."""
+    if not engine(name).records_reads:
+        takes = " or ".join(n for n in ENGINES if engine(n).records_reads)
+        raise UsageError(
+            f"--run reads the sources a run's ranks recorded, which the {name} engine does not "
+            f"record: drop --engine, or use --engine {takes}"
+        )
 
 
 def takes_releases(name: str) -> bool:

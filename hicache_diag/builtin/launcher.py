@@ -28,6 +28,7 @@ from typing import IO, Any
 import torch.distributed as dist
 
 from hicache_diag import evidence as ev
+from hicache_diag.builtin.rank_main import RANK_PRELOAD
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.forked_process import ForkedProcess, fork_module, preload
 from hicache_diag.runtime.server_args import ServerArgs
@@ -35,17 +36,6 @@ from hicache_diag.runtime.server_args import ServerArgs
 START_METHOD_ENV = "HICACHE_DIAG_RANK_START"
 START_METHODS = ("fork", "spawn")
 RANK_MODULE = "hicache_diag.builtin.rank_main"
-# What a rank imports on its way to the first step; imported once here so forks find it loaded.
-RANK_PRELOAD = (
-    "setproctitle",
-    "hicache_diag.harness.rundir",
-    "hicache_diag.workloads",
-    "hicache_diag.faults",  # every injector module, installed by each rank
-    "hicache_diag.probes.recorder",
-    "hicache_diag.runtime.distributed.parallel_state",
-    "hicache_diag.runtime.managers.scheduler",
-    "hicache_diag.runtime.mem_cache.kv_cache_builder",
-)
 
 
 def start_method_from_env() -> str:
@@ -72,18 +62,8 @@ class RankProcess:
     def pid(self) -> int:
         return self.popen.pid
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "pp": self.pp,
-            "tp": self.tp,
-            "pid": self.pid,
-            "exitcode": self.exitcode,
-            "signal": self.signal,
-            "state": self.state,
-            "ended_at": self.ended_at,
-            "start_method": self.start_method,
-        }
+    def own_facts(self) -> dict[str, Any]:
+        return {"start_method": self.start_method}
 
 
 @dataclass(eq=False)

@@ -9,7 +9,6 @@ Sets the process title first so triage can find the rank while torch is still im
 from __future__ import annotations
 
 import argparse
-import ctypes
 import faulthandler
 import json
 import logging
@@ -24,20 +23,31 @@ import setproctitle
 
 from hicache_diag import evidence as ev
 from hicache_diag.harness.rundir import write_json
+from hicache_diag.harness.signals import die_with_parent
 
 _T0 = time.time()  # this module is running: start-up phases after `launch` count from here
 
-PR_SET_PDEATHSIG = 1
+# What a rank imports on its way to the first step: the launcher imports it once before forking
+# so forks find it loaded, and a warm trial server before its trials.
+RANK_PRELOAD = (
+    "setproctitle",
+    "hicache_diag.harness.rundir",
+    "hicache_diag.workloads",
+    "hicache_diag.faults",  # every injector module, installed by each rank
+    "hicache_diag.probes.recorder",
+    "hicache_diag.runtime.distributed.parallel_state",
+    "hicache_diag.runtime.managers.scheduler",
+    "hicache_diag.runtime.mem_cache.kv_cache_builder",
+)
+
 # Set by the launcher: its pid, and when it started this rank (time.time()).
 LAUNCHER_PID_ENV = "HICACHE_DIAG_LAUNCHER_PID"
 LAUNCHED_AT_ENV = "HICACHE_DIAG_LAUNCHED_AT"
 
 
 def _die_with_parent() -> None:
-    # SGLang's kill_itself_when_parent_died: the launcher's death takes every rank with it.
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
+    """The launcher's death takes every rank with it."""
+    if not die_with_parent():
         return
     # A launcher that died before prctl ran sent no signal: this rank was already re-parented.
     launcher = os.environ.get(LAUNCHER_PID_ENV)

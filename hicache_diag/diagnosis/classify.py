@@ -151,10 +151,9 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
     if isinstance(errors, dict) and errors:
         rid, why = next(iter(sorted(errors.items())))
         reasons.append(f"{len(errors)} request(s) got no answer from the server ({rid}: {why})")
-    if run.engine == "sglang":  # our own runtime records its own steps
-        blind = blind_recorder_reason(run.frames, run.ranks, run.outputs)
-        if blind:
-            reasons.append(blind)
+    blind = blind_recorder_reason(run.frames, run.ranks, run.outputs)
+    if blind:
+        reasons.append(blind)
     if not reasons:
         return _with_aborts(run, found)
     return checks.Finding(Outcome.UNDECIDED, signature=reasons[0], evidence=reasons)

@@ -197,8 +197,9 @@ def load_run(run_dir: Path | str) -> RunData:
     data.verdict, data.verdict_error = _read_verdict(run_dir / ev.VERDICT)
     data.stacks = _load_stacks(run_dir)
     data.missing = missing
-    if data.engine == "sglang":  # the facts its log adds, read here, not by the runner
-        data.launcher = with_logged_crashes(data.launcher, logs, _text(run_dir / ev.SERVER_LOG))
+    # What the logs add to the launcher's view (a rank that raised, a server's teardown): read
+    # here, not by the runner, for every engine.
+    data.launcher = with_logged_crashes(data.launcher, logs, _text(run_dir / ev.SERVER_LOG))
     return data
 
 

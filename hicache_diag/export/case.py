@@ -111,12 +111,12 @@ def _model_config(manifest: ev.Manifest) -> dict[str, Any] | None:
 
 
 def _exportable(run_dir: Path, data) -> Verdict:
-    """The run's verdict, when export has a branch to test: an SGLang run whose failing rank
-    crashed, hung or parted from the others."""
-    if data.manifest.engine != "sglang":
+    """The run's verdict, when export has a branch to test: a run of a release (its manifest
+    names one) whose failing rank crashed, hung or parted from the others."""
+    if not data.manifest.sglang:
         raise RunDirError(
-            f"{run_dir}: a run of the {data.manifest.engine or 'builtin'} "
-            "engine; export writes tests for SGLang's own code (run with "
+            f"{run_dir}: a run of the {data.manifest.engine or 'builtin'} engine, which names "
+            "no SGLang release; export writes tests for a release's own code (run with "
             "--engine sglang)"
         )
     verdict = data.verdict

@@ -17,6 +17,7 @@ from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.bisect_table import TrialResult, undecided_trial
 from hicache_diag.harness.bisect_child import TrialPlan
 from hicache_diag.harness.engine import EngineConfig
+from hicache_diag.harness.signals import signal_group
 from hicache_diag.harness.trial_server import MODULE, TrialServer, WarmTrial
 from hicache_diag.verdict import ExitCode, Outcome, Verdict, write_json_atomic
 
@@ -112,9 +113,7 @@ def kill_group(proc: Trial) -> None:
     except Exception:  # noqa: BLE001 - already gone
         kids = []
     for sig, grace in ((signal.SIGINT, 3.0), (signal.SIGKILL, 2.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
+        if not signal_group(proc.pid, sig):
             break
         try:
             proc.wait(timeout=grace)

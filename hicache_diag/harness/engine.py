@@ -38,7 +38,8 @@ class TrialWatch:
 
 class RankRecord(Protocol):
     """One rank's process, as every engine records it (launcher.json `ranks`): where it sits,
-    its pid, and `state` running | stopped | exited | crashed | killed | hung | finished."""
+    its pid, and `state` running | stopped | exited | crashed | killed | hung | finished.
+    `own_facts()`: the keys only this engine records (ev.RankProcess names them)."""
 
     rank: int
     pp: int
@@ -49,7 +50,14 @@ class RankRecord(Protocol):
     signal: int | None
     ended_at: float | None
 
-    def to_json(self) -> dict[str, Any]: ...
+    def own_facts(self) -> dict[str, Any]: ...
+
+
+def rank_process(p: RankRecord) -> ev.RankProcess:
+    """launcher.json's record of one rank's process: the common fields, then the engine's own
+    (a key no engine gave stays absent, as it was written)."""
+    common = ("rank", "pp", "tp", "pid", "exitcode", "signal", "state", "ended_at")
+    return ev.RankProcess.from_json({k: getattr(p, k) for k in common} | p.own_facts())
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,13 @@ import torch
 
 from hicache_diag import evidence as ev
 from hicache_diag.errors import EngineStartError
-from hicache_diag.harness.engine import Engine, EngineConfig, RankRecord, TrialWatch
+from hicache_diag.harness.engine import (
+    Engine,
+    EngineConfig,
+    RankRecord,
+    TrialWatch,
+    rank_process,
+)
 from hicache_diag.harness.hang_watch import HangWatch
 from hicache_diag.harness.proc_facts import StopWatch, oom_kill_count
 from hicache_diag.harness.reference import compare_outputs
@@ -258,7 +264,7 @@ def write_launcher_json(run_dir: Path, engine: Engine, watch: TrialWatch, starte
     if watch.oom_kills_before is not None and oom_after is not None:
         oom = oom_after - watch.oom_kills_before  # OOM kills in our cgroup during this run
     record = ev.LauncherRecord(
-        ranks=[ev.RankProcess.from_json(p.to_json()) for p in engine.ranks()],
+        ranks=[rank_process(p) for p in engine.ranks()],
         first_failure=_first_failure(watch.first_failure),
         hang=watch.hang,
         stacks=watch.stacks or ev.StacksRecord(),

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from hicache_diag.harness.forked_process import fork_module, preload
+from hicache_diag.harness.signals import signal_group
 
 MODULE = "hicache_diag.harness.bisect_child"  # a trial: the trial function, called in a fork
 # What every trial imports; each engine adds its own (engines.py `EngineEntry.preload`).
@@ -90,10 +91,7 @@ def _kill_all(live: dict[int, Any], grace_s: float = KILL_GRACE_S) -> None:
     `grace_s`, then SIGKILL what is left."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in list(live):
-            try:
-                os.killpg(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_group(pid, sig)
         deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 10.0)
         while live and time.monotonic() < deadline:
             for pid in list(live):

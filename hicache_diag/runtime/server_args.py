@@ -120,7 +120,7 @@ class RunConfig:
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     faults: tuple[str, ...] = ()  # fault specs, validated by hicache_diag.faults before launch
-    seed: int = 0
+    seed: int = _DEFAULT.seed
     out: str | None = None
     hang_timeout: float = _DEFAULT.hang_timeout
     max_steps: int | None = None  # the step budget (--max-steps); None: auto_step_budget

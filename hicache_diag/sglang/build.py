@@ -17,7 +17,7 @@ from hicache_diag.storage_dir import check_storage_dir
 from hicache_diag.workloads import WorkloadConfig
 
 if TYPE_CHECKING:
-    from hicache_diag.sglang.install import SglangInstall
+    from hicache_diag.sglang.release import SglangInstall
 
 _GIB = 1024**3
 
@@ -32,7 +32,7 @@ def build(options: SglangOptions) -> SglangRunConfig:
     install = _sglang_install(options)
     model, vocab = _model(options.model, install, options.pp, options.tp)
     page, notes = _page_size_for(install, options, cpu=options.device == "cpu")
-    from hicache_diag.sglang.install import refuse_unhookable
+    from hicache_diag.sglang.release import refuse_unhookable
 
     refuse_unhookable(install, faults)
     spec = _launch_spec(options, install, model, page, storage_dir)
@@ -126,7 +126,7 @@ def _sglang_install(options: SglangOptions) -> SglangInstall:
     """The release to launch: --sglang-python, else the scenario's `sglang_python`, else the venv
     holding its `sglang_version`, else our own interpreter. A scenario's [expect] belongs to the
     release it names, so `--check` on another release is refused before anything starts."""
-    from hicache_diag.sglang import install as inst
+    from hicache_diag.sglang import release as inst
 
     want, python = options.sglang_version, options.sglang_python
     if python is None and want:

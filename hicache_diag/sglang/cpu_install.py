@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 
 from hicache_diag.errors import UsageError
 from hicache_diag.sglang import requirements as R
-from hicache_diag.sglang.install import (
+from hicache_diag.sglang.release import (
     RECORD_NAME,
     SglangInstall,
     probe_sglang,

@@ -47,7 +47,7 @@ def default_model_dir(
     """The cached tiny model for the release at `python` (its `transformers` version), built
     there on first use (a few seconds) and reused after."""
     from hicache_diag.sglang.bundle import run_offline
-    from hicache_diag.sglang.install import missing_package_error
+    from hicache_diag.sglang.release import missing_package_error
 
     spec = spec or TinyModelSpec()
     target = cache_root() / "models" / f"tiny-llama-{spec.digest(transformers or '')}"

@@ -43,7 +43,7 @@ def _store(python: str, model_dir: Path) -> Path:
 
 def _compute(python: str, model_dir: Path, requests: list[Any]) -> dict[str, dict[str, list]]:
     from hicache_diag.sglang.bundle import run_offline
-    from hicache_diag.sglang.install import missing_package_error
+    from hicache_diag.sglang.release import missing_package_error
 
     with tempfile.TemporaryDirectory(prefix="hicache-diag-ref-") as tmp:
         reqs, out = Path(tmp) / "requests.json", Path(tmp) / "reference.json"

@@ -8,7 +8,6 @@ the process group, then any descendant that left it (psutil), and waits for each
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import signal
@@ -26,11 +25,12 @@ import psutil
 
 from hicache_diag import evidence as ev
 from hicache_diag.errors import EngineStartError
+from hicache_diag.harness.signals import die_with_parent, signal_group
 from hicache_diag.ranks import RankId, parse_rank_tokens
 from hicache_diag.sglang import build_locks
 from hicache_diag.sglang.bundle import plugin_bundle
-from hicache_diag.sglang.install import SglangInstall
 from hicache_diag.sglang.launch_spec import LaunchSpec
+from hicache_diag.sglang.release import SglangInstall
 from hicache_diag.sglang_plugin import config as plugin_config
 
 READY_TIMEOUT_S = 240.0  # 35-75 s measured on 2 cores; headroom for a loaded CI box
@@ -67,22 +67,11 @@ class Scheduler:
     proc: psutil.Process | None = field(default=None, repr=False)
     node: str | None = None  # the node whose server runs it (`--nnodes`: sglang/nodes.py)
 
-    def to_json(self) -> dict[str, Any]:
+    def own_facts(self) -> dict[str, Any]:
+        # vanished: ended with no exit status we could read (its parent reaped it first).
+        vanished = self.state == "crashed" and self.exitcode is None and self.signal is None
         node = {"node": self.node} if self.node else {}
-        return {
-            **node,
-            "rank": self.rank,
-            "pp": self.pp,
-            "tp": self.tp,
-            "pid": self.pid,
-            "title": self.title,
-            "state": self.state,
-            "exitcode": self.exitcode,
-            "signal": self.signal,
-            "ended_at": self.ended_at,
-            # Ended with no exit status we could read (its parent reaped it first).
-            "vanished": self.state == "crashed" and self.exitcode is None and self.signal is None,
-        }
+        return {**node, "title": self.title, "vanished": vanished}
 
 
 # SGLang derives more ports from --port (0.5.1x: a gRPC port at port + 10000, checked <= 65535
@@ -209,7 +198,9 @@ class SglangServer:
             env=env,
             cwd=self.run_dir,
             start_new_session=True,  # one process group: reaped as one
-            preexec_fn=_die_with_parent,
+            # SGLang's schedulers and detokenizer die with launch_server (PR_SET_PDEATHSIG),
+            # and launch_server with us, even when we are SIGKILLed.
+            preexec_fn=die_with_parent,
         )
 
     def wait_ready(
@@ -309,12 +300,12 @@ class SglangServer:
             except psutil.Error:
                 pass
         if grace_s > 0 and self.popen.poll() is None:
-            _signal_group(self.popen.pid, signal.SIGTERM)
+            signal_group(self.popen.pid, signal.SIGTERM)
             try:
                 self.popen.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
-        _signal_group(self.popen.pid, signal.SIGKILL)
+        signal_group(self.popen.pid, signal.SIGKILL)
         for proc in procs:
             try:
                 proc.kill()
@@ -338,15 +329,6 @@ class SglangServer:
         return time.time() - t0
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the CLI dies, even by SIGKILL (no cleanup runs
-    then). SGLang's schedulers and detokenizer die with launch_server (PR_SET_PDEATHSIG)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def zombie_exit_status(pid: int) -> tuple[int | None, int | None]:
     """(exit code, signal) of a dead scheduler. It is launch_server's child, not ours, so
     waitpid cannot tell; while it is a zombie, /proc/PID/stat's last field holds its wait
@@ -359,13 +341,6 @@ def zombie_exit_status(pid: int) -> tuple[int | None, int | None]:
     if status & 0x7F:
         return None, status & 0x7F
     return status >> 8, None
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def last_error_line(log: Path) -> str:

@@ -10,7 +10,7 @@ from hicache_diag.sources.locate import Tree, source_tree
 
 
 def python_tree(python: str | None) -> Tree:
-    from hicache_diag.sglang.install import probe_sglang
+    from hicache_diag.sglang.release import probe_sglang
 
     install = probe_sglang(python)
     if not (install.package_dir / "srt").is_dir():

@@ -90,7 +90,7 @@ class SglangEngine(Engine):
             # FileExistsError at start-up.
             l3.mkdir(parents=True, exist_ok=True)
             cfg = self.cfg = replace(cfg, spec=replace(cfg.spec, hicache_storage_dir=str(l3)))
-        from hicache_diag.sglang.install import SglangInstall
+        from hicache_diag.sglang.release import SglangInstall
 
         install = SglangInstall(
             cfg.python,

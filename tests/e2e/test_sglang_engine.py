@@ -28,7 +28,7 @@ RUN = ["run", "--engine", "sglang", "--json"]
 
 def _sglang_missing() -> str | None:
     from hicache_diag.errors import UsageError
-    from hicache_diag.sglang.install import probe_sglang
+    from hicache_diag.sglang.release import probe_sglang
 
     try:
         probe_sglang()

@@ -14,7 +14,7 @@ import pytest
 
 from hicache_diag.errors import UsageError
 from hicache_diag.faults import load_scenario
-from hicache_diag.sglang.install import probe_sglang, release_command, venv_python_for
+from hicache_diag.sglang.release import probe_sglang, release_command, venv_python_for
 from tests.conftest import assert_no_children
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,8 +22,8 @@ CLI = [sys.executable, "-m", "hicache_diag.cli.main", "triage", "--json"]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from hicache_diag.sglang.install import preflight, probe_sglang
     from hicache_diag.sglang.model import default_model_dir
+    from hicache_diag.sglang.release import preflight, probe_sglang
     from hicache_diag.sglang.server import LaunchSpec, SglangServer
     from hicache_diag.sglang_plugin.config import PluginConfig
 

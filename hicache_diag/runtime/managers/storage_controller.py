@@ -68,7 +68,7 @@ class StorageController(StorageThreadsMixin):
         page_size: int,
         comm: HiCacheComm,
         protocol: ProtocolConfig,
-        prefetch_policy: str = "best_effort",
+        prefetch_policy: str,  # ServerArgs.hicache_storage_prefetch_policy (run_options' default)
         timeout: PrefetchTimeoutConfig = DEFAULT_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
         storage_batch_size: int = STORAGE_BATCH_SIZE,

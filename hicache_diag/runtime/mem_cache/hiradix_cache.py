@@ -50,8 +50,8 @@ class HiRadixCache(L2ProtocolMixin, L3ProtocolMixin, RadixCache):
         cache_controller: HiCacheController,
         protocol: ProtocolConfig,
         comm: HiCacheComm,
-        write_policy: str = "write_through",
-        vote_slack: int = 0,
+        write_policy: str,  # ServerArgs.hicache_write_policy: its default lives in run_options
+        vote_slack: int,  # ServerArgs.pp_async_batch_depth
         storage_controller: StorageController | None = None,
     ) -> None:
         super().__init__(allocator, page_size, clock)

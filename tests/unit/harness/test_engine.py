@@ -66,6 +66,13 @@ def test_the_registry_imports_an_engine_only_when_asked():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+    # Every entry's facts read torch-free: a refusal that asks an engine stays fast.
+    code = (
+        "import sys; from hicache_diag.engines import ENGINES; "
+        "print([ENGINES[n].records_reads for n in ENGINES], 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("]")[1].strip() == "False", out.stdout
 
 
 def test_the_engine_of_a_config_runs_its_trial():
@@ -92,6 +99,9 @@ def test_each_engine_names_its_source_tree_and_whether_it_takes_releases():
     with pytest.raises(UsageError, match="pick SGLang releases: add --engine sglang"):
         eng.require_releases("builtin", "--sglang-python")
     eng.require_releases("sglang", "--sglang-python")
+    with pytest.raises(UsageError, match="which the builtin engine does not record: .*sglang"):
+        eng.require_recorded_reads("builtin")
+    eng.require_recorded_reads("sglang")
 
 
 def _line(path, **rec):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hicache_diag.builtin.launcher import RANK_PRELOAD, START_METHOD_ENV, start_method_from_env
+from hicache_diag.builtin.launcher import START_METHOD_ENV, start_method_from_env
+from hicache_diag.builtin.rank_main import RANK_PRELOAD
 from hicache_diag.cli.main import run_cli
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.forked_process import preload

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hicache_diag.sglang import build_locks
-from hicache_diag.sglang.install import SglangInstall
+from hicache_diag.sglang.release import SglangInstall
 from hicache_diag.sglang.server import LaunchSpec, ServerStartError, SglangServer
 
 EXT = "hicache_hash_cpp"  # the extension 0.5.18-0.5.19 build on first insert

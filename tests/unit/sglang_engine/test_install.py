@@ -12,7 +12,7 @@ import pytest
 from hicache_diag.errors import UsageError
 from hicache_diag.sglang import requirements as R
 from hicache_diag.sglang.cpu_install import torchvision_for
-from hicache_diag.sglang.install import missing_package_error, probe_sglang
+from hicache_diag.sglang.release import missing_package_error, probe_sglang
 
 METADATA = """\
 Name: sglang

@@ -13,7 +13,7 @@ import pytest
 
 from hicache_diag.errors import UsageError
 from hicache_diag.sglang.bundle import module_closure, plugin_bundle
-from hicache_diag.sglang.install import SglangInstall, missing_requirements, preflight
+from hicache_diag.sglang.release import SglangInstall, missing_requirements, preflight
 
 # What the plugin may import besides the standard library and itself: SGLang and what SGLang
 # requires (present in every release's environment).

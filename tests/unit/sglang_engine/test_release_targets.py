@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hicache_diag.errors import UsageError
-from hicache_diag.sglang.install import SglangInstall, refuse_unhookable
+from hicache_diag.sglang.release import SglangInstall, refuse_unhookable
 from hicache_diag.sglang_plugin import shims
 from hicache_diag.sglang_plugin.targets import TARGETS, missing_points, scan_targets
 

@@ -75,7 +75,7 @@ def test_target_scan_names_what_is_missing_and_accepts_alternatives(tmp_path):
 def test_installed_sglang_has_every_target():
     """The release the README installs must satisfy the table (skips where none is installed)."""
     from hicache_diag.errors import UsageError
-    from hicache_diag.sglang.install import probe_sglang
+    from hicache_diag.sglang.release import probe_sglang
 
     try:
         install = probe_sglang()

@@ -32,6 +32,7 @@ PAGE = 2  # tokens per page
 TOKENS = list(range(100, 110))  # 5 pages
 HASHES = get_page_hashes(TOKENS, PAGE)
 FULL = build_protocol("full")
+PREFETCH = ServerArgs().hicache_storage_prefetch_policy  # the run's default (run_options.py)
 LEGACY = build_protocol("legacy")
 
 
@@ -98,6 +99,7 @@ def make_ctrl(tmp_path):
         cfg = HiCacheStorageConfig(pp_rank=comm.rank, pp_size=comm.world, model_name="tiny")
         storage = HiCacheFile(cfg, str(tmp_path / "l3"), hooks=hooks)
         kw.setdefault("storage_batch_size", 2)
+        kw.setdefault("prefetch_policy", PREFETCH)
         ctrl = StorageController(storage, TinyHostPool(), PAGE, comm, protocol, **kw)
         ctrl.start()
         made.append(ctrl)
@@ -510,7 +512,7 @@ def test_io_acks_are_conserved_whatever_fails(
     hooks.register("storage_read", on_read)
     storage = HiCacheFile(HiCacheStorageConfig(model_name="p"), str(tmp_path / "l3"), hooks)
     ctrl = StorageController(
-        storage, TinyHostPool(size=32), PAGE, comms(1)[0], FULL, storage_batch_size=batch
+        storage, TinyHostPool(size=32), PAGE, comms(1)[0], FULL, PREFETCH, storage_batch_size=batch
     )
     tokens = list(range(n_pages * PAGE))
     hashes = get_page_hashes(tokens, PAGE)

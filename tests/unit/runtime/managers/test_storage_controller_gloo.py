@@ -36,11 +36,13 @@ def _prefetch_once(rank: int, comm, hooks, l3_dir: str, preset: str) -> dict:
     from hicache_diag.runtime.mem_cache.hicache_storage import HiCacheFile, HiCacheStorageConfig
     from hicache_diag.runtime.mem_cache.memory_pool_host import HostKVCache
     from hicache_diag.runtime.protocol import build_protocol
+    from hicache_diag.runtime.server_args import ServerArgs
 
     cfg = HiCacheStorageConfig(pp_rank=rank, pp_size=2, model_name="tiny")
     pool = HostKVCache(size=32, page_size=PAGE, layer_num=2, head_num=2, head_dim=2)
+    policy = ServerArgs().hicache_storage_prefetch_policy
     ctrl = StorageController(
-        HiCacheFile(cfg, l3_dir, hooks), pool, PAGE, comm, build_protocol(preset)
+        HiCacheFile(cfg, l3_dir, hooks), pool, PAGE, comm, build_protocol(preset), policy
     )
     ctrl.start()
     try:
