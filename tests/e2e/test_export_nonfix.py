@@ -90,7 +90,8 @@ def _pytest(exports: Path, pythonpath: str, findings=tuple(TESTS)) -> str:
     env.update(PYTHONPATH=pythonpath, PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
     files = [str(exports / f / TESTS[f]) for f in findings]
     argv = [PYTHON, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-W", "ignore"]
-    argv += ["--rootdir", str(exports), *files]
+    # the write-through exports share a test file name (one recipe): import each by its path
+    argv += ["--import-mode=importlib", "--rootdir", str(exports), *files]
     ran = subprocess.run(argv, capture_output=True, text=True, timeout=900, cwd=exports, env=env)
     return ran.stdout + ran.stderr
 
