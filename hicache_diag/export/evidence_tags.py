@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SESSION = "session-clock"
 FLUSH = "flush-deadline"
 WAITING = "waiting-timeout"
+SHORTAGE = "host-shortage"
 _WAITING_ABORT = "Request waiting timeout reached"
 _FLUSH_LINES = (
     ("Cache flushed successfully", "flushed"),
@@ -28,6 +29,7 @@ class Tag:
     name: str  # a `sources` probe name (hicache_diag/sglang_plugin/probe_table.py)
     says: str  # one line, quoted from the run directory
     step: int | None = None
+    values: dict[str, int | str] = field(default_factory=dict)  # what a test template takes
 
 
 def _steps(run_dir: Path) -> dict[int, list[dict]]:
@@ -129,9 +131,55 @@ def _waiting(run_dir: Path) -> Tag | None:
     )
 
 
+def _shortage_at(steps: dict[int, list[dict]]) -> tuple[int, dict] | None:
+    """The first step line in which a rank recorded SGLang's own write-through shortage branch
+    (`host_shortages`: host room short, `evict_host` freed too little, the backup skipped)."""
+    hits = [
+        (int(row.get("step", -1)), rank, row)
+        for rank, rows in steps.items()
+        for row in rows
+        if row.get("host_shortages")
+    ]
+    return min(hits, key=lambda h: (h[0], h[1]))[1:] if hits else None
+
+
+def _host_shortage(steps: dict[int, list[dict]]) -> Tag | None:
+    """One rank skipped a write-through backup a peer took at the same step."""
+    found = _shortage_at(steps)
+    if found is None:
+        return None
+    short, row = found
+    step, need = int(row["step"]), int(row["host_shortages"][0].get("need", 0))
+    peers = [
+        (rank, r)
+        for rank, rows in steps.items()
+        if rank != short
+        for r in rows
+        if r.get("step") == step and (r.get("write_backs") or 0) > 0
+    ]
+    if not peers or need <= 0:
+        return None
+    peer, prow = peers[0]
+    topology = "pp" if prow.get("pp") != row.get("pp") else "tp"
+    room = int(prow.get("host_free") or 0) + int(prow["write_backs"])
+    word = "PP" if topology == "pp" else "TP"
+    says = (
+        f"at step {step} rank {short} ({word}{row.get(topology)}) skipped a write-through "
+        f"backup of {need} tokens (`host_shortages` {row['host_shortages'][0]}), rank {peer} "
+        f"({word}{prow.get(topology)}) backed up {prow['write_backs']} tokens"
+    )
+    values = {
+        "topology": topology,
+        "short_rank": int(row.get(topology) or 0),
+        "kv_tokens": need,
+        "roomy_host_free": room,
+    }
+    return Tag(SHORTAGE, says, step, values)
+
+
 def run_tags(run_dir: Path) -> dict[str, Tag]:
     """The mechanisms the run's evidence names, by probe name."""
     steps = _steps(run_dir)
-    found = [_session(steps), _flush(run_dir, steps), _waiting(run_dir)]
+    found = [_session(steps), _flush(run_dir, steps), _waiting(run_dir), _host_shortage(steps)]
     found = [t for t in found if t is not None]
     return {t.name: t for t in found}

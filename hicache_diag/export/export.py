@@ -63,6 +63,8 @@ def test_source(case: Case, recipe: Recipe) -> str:
     said = [tags[name].says for name in recipe.evidence if name in tags]
     values["evidence_line"] = "; ".join(said) or "see REPORT.md"
     values.update(case.numbers)
+    for name in recipe.evidence:  # what the run's evidence measured wins over the defaults
+        values.update(tags[name].values if name in tags else {})
     return Template((TEMPLATES / recipe.template).read_text()).substitute(values)
 
 

@@ -6,135 +6,8 @@ from __future__ import annotations
 
 from hicache_diag.export.recipe_types import _ISSUE, _PULL, Recipe, Related
 from hicache_diag.export.recipes_evidence import FLUSH_DEADLINE, SESSION_REAP, WAITING_TIMEOUT
+from hicache_diag.export.recipes_write_through import URC_WRITE_THROUGH
 from hicache_diag.export.source_lines import Step
-
-URC = "srt/mem_cache/unified_radix_cache.py"
-
-URC_WRITE_THROUGH_FORM_B = Recipe(
-    name="urc-pp-follower-write-through",
-    forms=("B",),
-    functions=("writing_check",),
-    file="unified_radix_cache.py",
-    follower=True,
-    storage=False,
-    template="urc_write_through_form_b.py.tmpl",
-    test_file="test_pp_follower_write_through_ack.py",
-    error="IndexError: pop from empty list",
-    title="A PP follower pops a write-through ack it never enqueued",
-    invariant=(
-        "Every PP stage holds the same write-through ledger: a stage consumes only acks it "
-        "enqueued, and the count PP0 relays never exceeds what a follower's `ack_write_queue` "
-        "holds."
-    ),
-    steps=(
-        Step(
-            URC,
-            "UnifiedRadixCache",
-            "_apply_cache_action",
-            "self._execute_and_commit_kv_backup",
-            "an insert's BackupKV is executed on each rank",
-        ),
-        Step(
-            URC,
-            "UnifiedRadixCache",
-            "_execute_kv_backup",
-            "if self.evict_host(needed) < needed",
-            "the host-room check and `evict_host` are rank-local",
-        ),
-        Step(
-            URC,
-            "UnifiedRadixCache",
-            "_execute_kv_backup",
-            "return None",
-            "a short host pool skips the backup on this rank only; no peer is told",
-        ),
-        Step(
-            URC,
-            "UnifiedRadixCache",
-            "_execute_and_commit_kv_backup",
-            "self.inc_lock_ref",
-            "a rank that did back up locks the node until its ack",
-        ),
-        Step(
-            URC,
-            "UnifiedRadixCache",
-            "_sync_hicache_ready_counts",
-            "self.pp_rank > 0",
-            "a PP follower does not count its own acks (only PP0 does)",
-            alt=(("writing_check", "if self.pp_rank == 0:"),),
-        ),
-        Step(
-            URC,
-            "UnifiedRadixCache",
-            "_pp_sync",
-            "torch.distributed.recv",
-            "the follower receives PP0's ready count",
-        ),
-        Step(
-            URC,
-            "UnifiedRadixCache",
-            "writing_check",
-            "ack = cc.ack_write_queue.pop(0)",
-            "and pops that many acks from its own queue, with no length or node-id check",
-        ),
-    ),
-    related=(
-        Related(
-            "#29109",
-            _PULL + "29109",
-            "closed",
-            "'Fix intermittent PP HiCache ack queue desync': the same `pop from empty list`, "
-            "proposes consuming only local acks that exist",
-        ),
-        Related(
-            "#28429",
-            _ISSUE + "28429",
-            "closed",
-            "root cause stated: divergent write_backup / load_back enqueue decisions per "
-            "rank (HiRadixCache)",
-        ),
-        Related(
-            "#31425",
-            _PULL + "31425",
-            "open",
-            "reserve -> MIN consensus -> commit/abort for write-through and load-back "
-            "(written against hiradix_cache.py)",
-        ),
-        Related(
-            "#27489",
-            _PULL + "27489",
-            "merged",
-            "unconditional ack all-reduce in UnifiedRadixCache; accepts divergent entries "
-            "left undrained as a tradeoff",
-        ),
-        Related(
-            "#22878", _PULL + "22878", "closed", "earlier PP write-ack count sync between ranks"
-        ),
-        Related(
-            "#33473",
-            _PULL + "33473",
-            "merged",
-            "batches the PP write/load completion sync (keeps the follower's blind pop)",
-        ),
-    ),
-    reachable=(
-        "Needs an earlier divergence or a fault. The follower's host pool must be shorter "
-        "than PP0's for the same write; host capacities are MIN-synced and the free lists "
-        "follow identical tree operations, so in 0.5.23 that happens only after another "
-        "divergence, or with side pools that differ per stage. The committed run held PP1's "
-        "host pool with an injected side pool (`host-shortage`); the code fact (no consensus "
-        "on the backup, a blind pop on the follower) stands apart from that."
-    ),
-    upstream=(
-        "#31425 (open when searched) proposes reserve -> MIN consensus -> commit/abort, written "
-        "against `hiradix_cache.py`, which 0.5.23 no longer ships; #28429 (closed) states the "
-        "root cause; no fix for `UnifiedRadixCache` exists yet."
-    ),
-    nonfix=(
-        "`nonfix.patch`: cap the follower's pop at its own queue (the #29109-style guard). The "
-        "crash goes; PP0 still committed a host backup PP1 did not, so the test still fails."
-    ),
-)
 
 HR = "srt/mem_cache/hiradix_cache.py"
 
@@ -252,7 +125,7 @@ RECIPES: tuple[Recipe, ...] = (
     SESSION_REAP,
     FLUSH_DEADLINE,
     WAITING_TIMEOUT,
-    URC_WRITE_THROUGH_FORM_B,
+    URC_WRITE_THROUGH,
     HIRADIX_STORAGE_DRAIN,
 )
 

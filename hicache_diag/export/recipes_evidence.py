@@ -73,7 +73,14 @@ SESSION_REAP = Recipe(
             "open",
             "'[Session] ... rank-symmetric session reap ...': its description names the "
             "rank-local `maybe_reap` on each rank's wall clock diverging cache state "
-            "across the TP group",
+            "across the TP group (Motivation read; diff not read)",
+        ),
+        Related(
+            "#28140",
+            _PULL + "28140",
+            "open",
+            "'[session] Fix reaper closing sessions mid-decode': skips a timed-out session "
+            "whose streaming turn is in flight; still each rank's own clock",
         ),
     ),
     reachable=(
@@ -87,9 +94,18 @@ SESSION_REAP = Recipe(
         "a hang on TP."
     ),
     upstream=(
-        "#40250 (open when searched) describes the reap as rank-local and aligns it across the "
-        "TP group; its diff was not read here (the repository snapshot was too large to fetch), "
-        "so whether it also aligns PP stages is not verified: no merged fix exists yet."
+        "No merged fix exists yet. #40250 (open when searched): only its description's "
+        "Motivation was read (through a search of SGLang's PR threads; the repository "
+        "snapshot was too large to fetch and the diff was not reachable). Its part (b) states "
+        "this mechanism: `SessionController.maybe_reap` runs rank-locally in "
+        "`process_input_requests` on each rank's own wall clock, deferred and timeout closes "
+        "release KV on the tree cache, so two ranks apply the same close at different "
+        "scheduler-loop iterations and diverge cache state 'across the TP group'; it also "
+        "says the deferred-close readiness check ignored the streaming inflight marker. The "
+        "description names the TP group only; whether its change also aligns PP stages (each "
+        "stage reaps on its own tick, as the committed PP2 runs show) was not verified. "
+        "#28140 (open) stops the reaper closing a session mid-decode; it does not align the "
+        "tick across ranks by what its review thread shows."
     ),
     nonfix=(
         "`nonfix.patch`: reap on every scheduler iteration (`interval` 0.0) instead of every "

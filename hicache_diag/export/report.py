@@ -125,8 +125,10 @@ def _run_lines(case: Case, recipe: Recipe) -> list[str]:
         "",
         "## The run",
         "",
-        f"- form {case.form}: PP{case.failed_pp} (rank {case.failed_rank}) in "
-        f"`{case.function}` ({case.file}:{case.line}): `{case.signature}`"
+        f"- {f'form {case.form}' if case.form else 'diverged'}: PP{case.failed_pp} "
+        f"(rank {case.failed_rank})"
+        + (f" in `{case.function}` ({case.file}:{case.line})" if case.function else "")
+        + f": `{case.signature}`"
         + (f", {case.duration_s:.0f} s into the run" if case.duration_s else ""),
         "- server flags: `" + " ".join(flags) + "`",
     ]

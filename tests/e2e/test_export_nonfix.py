@@ -20,7 +20,9 @@ EXPORTS = ROOT / "samples" / "exports"
 TESTS = {
     "session-reap": "test_session_reap_rank_symmetry.py",
     "flush-deadline": "test_deferred_flush_rank_symmetry.py",
-    "write-through-form-b": "test_pp_follower_write_through_ack.py",
+    "write-through-form-a": "test_write_through_rank_symmetry.py",
+    "write-through-form-b": "test_write_through_rank_symmetry.py",
+    "write-through-form-c-tp": "test_write_through_rank_symmetry.py",
 }
 PYTHON = getattr(sys, "_base_executable", None) or sys.executable
 
@@ -59,9 +61,10 @@ def _copy_exports(tmp: Path) -> Path:
     return out
 
 
-def _patched_release(tmp: Path) -> Path:
-    """A copy of the release (symlinks, the patched files real) with every non-fix applied."""
-    root = tmp / "nonfix"
+def _patched_release(tmp: Path, finding: str) -> Path:
+    """A copy of the release (symlinks, the patched file real) with this finding's non-fix
+    applied (one copy per finding: the write-through non-fixes edit the same lines)."""
+    root = tmp / "nonfix" / finding
     shutil.copytree(
         RELEASE,
         root / "sglang",
@@ -69,58 +72,54 @@ def _patched_release(tmp: Path) -> Path:
         copy_function=os.symlink,
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    for finding in TESTS:
-        patch = EXPORTS / finding / "nonfix.patch"
-        for line in patch.read_text().splitlines():
-            if line.startswith("+++ b/"):
-                target = root / line.removeprefix("+++ b/")
-                target.unlink()
-                shutil.copyfile(RELEASE.parent / line.removeprefix("+++ b/"), target)
-        done = subprocess.run(
-            ["patch", "-p1", "-d", str(root), "-i", str(patch)], capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
+    patch = EXPORTS / finding / "nonfix.patch"
+    for line in patch.read_text().splitlines():
+        if line.startswith("+++ b/"):
+            target = root / line.removeprefix("+++ b/")
+            target.unlink()
+            shutil.copyfile(RELEASE.parent / line.removeprefix("+++ b/"), target)
+    done = subprocess.run(
+        ["patch", "-p1", "-d", str(root), "-i", str(patch)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
     return root
 
 
-def _pytest(exports: Path, pythonpath: str) -> str:
+def _pytest(exports: Path, pythonpath: str, findings=tuple(TESTS)) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HICACHE_DIAG", "VIRTUAL"))}
     env.update(PYTHONPATH=pythonpath, PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
-    files = [str(exports / f / t) for f, t in TESTS.items()]
+    files = [str(exports / f / TESTS[f]) for f in findings]
     argv = [PYTHON, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-W", "ignore"]
-    argv += ["--rootdir", str(exports), *files]
+    # the write-through exports share a test file name (one recipe): import each by its path
+    argv += ["--import-mode=importlib", "--rootdir", str(exports), *files]
     ran = subprocess.run(argv, capture_output=True, text=True, timeout=900, cwd=exports, env=env)
     return ran.stdout + ran.stderr
 
 
-def _failed(text: str, test_file: str) -> list[str]:
-    return [
-        ln
-        for ln in text.splitlines()
-        if ln.startswith(f"FAILED {test_file}::")
-        or (ln.startswith("FAILED ") and f"/{test_file}::" in ln)
-    ]
+def _failed(text: str, finding: str) -> list[str]:
+    where = f"{finding}/{TESTS[finding]}::"
+    return [ln for ln in text.splitlines() if ln.startswith("FAILED ") and where in ln]
 
 
 def test_exported_tests_fail_on_the_release_and_under_their_non_fixes(tmp_path):
     exports = _copy_exports(tmp_path)
     on_release = _pytest(exports, "")
-    for finding, test_file in TESTS.items():
-        assert _failed(on_release, test_file), (finding, on_release[-4000:])
-    assert "IndexError: pop from empty list" in on_release
+    for finding in TESTS:
+        assert _failed(on_release, finding), (finding, on_release[-4000:])
+    assert "IndexError: pop from empty list" in on_release  # the PP follower short (form B)
     assert "sglang" not in [p.name for p in exports.iterdir()]
 
-    nonfix = _patched_release(tmp_path)
-    under_nonfix = _pytest(exports, str(nonfix))
-    for finding, test_file in TESTS.items():
-        assert _failed(under_nonfix, test_file), (finding, under_nonfix[-4000:])
+    said = {}
+    for finding in TESTS:
+        said[finding] = _pytest(exports, str(_patched_release(tmp_path, finding)), (finding,))
+        assert _failed(said[finding], finding), (finding, said[finding][-4000:])
     # The non-fixes hide the symptom; the invariants still see the state apart.
-    assert "IndexError: pop from empty list" not in under_nonfix
-    assert "PP0 committed 1 host backup(s)" in under_nonfix
-    assert "test_timed_out_session_released_at_the_same_step" in under_nonfix
-    assert "FAILED" in under_nonfix and "test_deferred_close" not in "".join(
-        _failed(under_nonfix, TESTS["session-reap"])
-    )
+    assert "IndexError: pop from empty list" not in said["write-through-form-b"]
+    assert "PP0 ([], 1, 56), PP1 ([], 0, 0)" in said["write-through-form-b"]
+    assert "PP0 ([], 0, 0), PP1 ([], 1, 56)" in said["write-through-form-a"]
+    assert "TP0 ([], 1, 1), TP1 ([], 0, 0)" in said["write-through-form-c-tp"]
+    assert "test_timed_out_session_released_at_the_same_step" in said["session-reap"]
+    assert "test_deferred_close" not in "".join(_failed(said["session-reap"], "session-reap"))
 
 
 def _venv(version: str) -> str | None:

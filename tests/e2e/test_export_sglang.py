@@ -58,7 +58,7 @@ def test_exported_form_b_test_fails_on_0_5_23_as_the_run_did(tmp_path):
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
-    test = out / "test_pp_follower_write_through_ack.py"
+    test = out / "test_write_through_rank_symmetry.py"
     assert str(test) in done.stdout.splitlines()
     report = (out / "REPORT.md").read_text()
     # file:line from the installed release's source, as the run's traceback has it

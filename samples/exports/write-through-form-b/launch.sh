@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A PP follower pops a write-through ack it never enqueued: SGLang 0.5.23, end to end.
+# A write-through backup is decided on one rank alone: SGLang 0.5.23, end to end.
 # Exported by hicache-diag from run sglang-0.5.23-form-b; see REPORT.md.
 #   PYTHON  the interpreter with that SGLang (default: python)
 #   MODEL   a model directory (REPORT.md says which model the run served)

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from hicache_diag.export.evidence_tags import FLUSH, SESSION, WAITING, run_tags
+from hicache_diag.export.evidence_tags import FLUSH, SESSION, SHORTAGE, WAITING, run_tags
 from hicache_diag.export.recipes import FLUSH_DEADLINE, SESSION_REAP, WAITING_TIMEOUT, find_recipe
 
 RUNS = Path(__file__).resolve().parents[3] / "samples" / "runs"
@@ -20,7 +20,21 @@ def test_committed_runs_name_their_mechanism():
     assert set(run_tags(RUNS / "sglang-0.5.23-flush-clock")) == {FLUSH}
     # session-clock values recorded there but never apart: only the waiting timeout is named
     assert set(run_tags(RUNS / "sglang-0.5.19-waiting-timeout")) == {WAITING}
-    assert run_tags(RUNS / "sglang-0.5.23-form-b") == {}
+    for run in ("form-a", "form-b", "form-c-tp"):
+        assert set(run_tags(RUNS / f"sglang-0.5.23-{run}")) == {SHORTAGE}
+    assert run_tags(RUNS / "sglang-0.5.23-dma-delay") == {}
+
+
+def test_shortage_tag_names_the_short_rank_and_topology_from_the_step_lines():
+    a = run_tags(RUNS / "sglang-0.5.23-form-a")[SHORTAGE]
+    assert a.step == 79 and a.values == {
+        "topology": "pp",
+        "short_rank": 0,
+        "kv_tokens": 56,
+        "roomy_host_free": 516,
+    }
+    c = run_tags(RUNS / "sglang-0.5.23-form-c-tp")[SHORTAGE]
+    assert c.step == 46 and c.values["topology"] == "tp" and c.values["short_rank"] == 1
 
 
 def test_session_tag_quotes_the_steps_per_rank():

@@ -15,7 +15,7 @@ from hicache_diag.errors import RunDirError
 from hicache_diag.export import launch
 from hicache_diag.export.case import load_case
 from hicache_diag.export.export import export_run
-from hicache_diag.export.recipes import URC_WRITE_THROUGH_FORM_B, find_recipe
+from hicache_diag.export.recipes import URC_WRITE_THROUGH, find_recipe
 from hicache_diag.export.report import range_lines
 from hicache_diag.export.source_lines import Step, locate, present
 from tests.unit.sources.tree import write_tree
@@ -80,9 +80,9 @@ def test_release_range_says_where_the_code_shape_is_and_is_not(tmp_path):
         "1.1": write_tree(tmp_path / "b", {"mem_cache/unified_radix_cache.py": URC_NEW}),
         "1.2": write_tree(tmp_path / "c", {"mem_cache/unified_radix_cache.py": URC_GUARDED}),
     }
-    recipe = URC_WRITE_THROUGH_FORM_B.__class__(
+    recipe = URC_WRITE_THROUGH.__class__(
         **{
-            **{f: getattr(URC_WRITE_THROUGH_FORM_B, f) for f in URC_WRITE_THROUGH_FORM_B.__slots__},
+            **{f: getattr(URC_WRITE_THROUGH, f) for f in URC_WRITE_THROUGH.__slots__},
             "steps": STEPS,
         }
     )
@@ -92,8 +92,10 @@ def test_release_range_says_where_the_code_shape_is_and_is_not(tmp_path):
 
 
 def test_recipe_matches_form_function_file_and_stage():
-    urc = find_recipe("B", "writing_check", "unified_radix_cache.py", 1)
-    assert urc.name == "urc-pp-follower-write-through"
+    # the write-through backup is chosen by its evidence (host-shortage), never by a crash line
+    urc = find_recipe("B", "writing_check", "unified_radix_cache.py", 1, tags={"host-shortage"})
+    assert urc is URC_WRITE_THROUGH
+    assert find_recipe("B", "writing_check", "unified_radix_cache.py", 1) is None
     # by source: only when the release has that code (and the run injected nothing)
     hr = find_recipe(
         "C",
@@ -157,6 +159,9 @@ def test_a_run_that_did_not_crash_or_crashed_elsewhere_is_refused(tmp_path, no_r
         v["ranks"][1]["where"] = "loading_check (unified_radix_cache.py:3554)"
 
     other = _copy(tmp_path / "b", elsewhere)
+    # and no mechanism in its evidence: the step lines without the recorded shortage
+    for path in other.glob("rank*.jsonl"):
+        path.write_text(path.read_text().replace('"host_shortages"', '"host_shortages_off"'))
     with pytest.raises(
         RunDirError,
         match="no export for form B in loading_check "
@@ -187,7 +192,7 @@ def test_exported_test_imports_only_sglang_and_carries_the_runs_numbers(tmp_path
             "model_config.json",
             "requests.json",
             "send_requests.py",
-            "test_pp_follower_write_through_ack.py",
+            "test_write_through_rank_symmetry.py",
         ]
     )
     source = done.test.read_text()
@@ -195,8 +200,9 @@ def test_exported_test_imports_only_sglang_and_carries_the_runs_numbers(tmp_path
     imported = {
         a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
     } | {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported == {"unittest", "types", "torch", "sglang"}
-    assert "KV_TOKENS = 56" in source and "LEADER_HOST_FREE = 516" in source
+    assert imported == {"unittest", "types", "torch", "sglang", "queue", "threading", "concurrent"}
+    assert "KV_TOKENS = 56" in source and "ROOMY_HOST_FREE = 516" in source
+    assert 'TOPOLOGY = "pp"' in source and "SHORT_RANK = 1" in source
     assert "object.__new__(UnifiedRadixCache)" in source
     compile(source, "t.py", "exec")
     compile((tmp_path / "out" / "send_requests.py").read_text(), "s.py", "exec")

@@ -18,7 +18,9 @@ RUNS = ROOT / "samples" / "runs"
 FINDINGS = {
     "session-reap": "sglang-0.5.23-session-close",
     "flush-deadline": "sglang-0.5.23-flush-clock",
+    "write-through-form-a": "sglang-0.5.23-form-a",
     "write-through-form-b": "sglang-0.5.23-form-b",
+    "write-through-form-c-tp": "sglang-0.5.23-form-c-tp",
 }
 _HAND_MADE = {"nonfix.patch"}
 
