@@ -21,6 +21,7 @@ from hicache_diag.cli.triage_cluster import (
     Selector,
     SshConfig,
     Via,
+    claim_save,
     no_local_inputs,
     reread_bundle,
     run_cluster,
@@ -79,14 +80,13 @@ Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided,
 
 def _check_paths(dumps: list[str], logs: list[str], save: str | None) -> None:
     """Before anything is read: a device or FIFO would be read forever; '' is no path."""
-    from hicache_diag.output_paths import claim_dir
     from hicache_diag.paths import input_dir, input_file
 
     for path in logs:
         input_file("--logs", path)
     for path in dumps:
         input_dir("--dumps", path)
-    claim_dir("--save", save)  # output_paths.py: its kind, read-only, never a run's stacks/
+    claim_save(save)
 
 
 def _pid_max() -> int:
