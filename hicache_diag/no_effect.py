@@ -200,11 +200,9 @@ def _force_without_outputs(f: Flags) -> str | None:
 
 
 def _engine_against_tree(f: Flags) -> str | None:
-    if f.values.get("engine") == "builtin" and f.has("engine"):
-        named = next((n for n in ("sglang_python", "source") if f.has(n)), None)
-        if named:
-            flag = "--" + named.replace("_", "-")
-            return f"--engine builtin scans our own runtime; {flag} names another tree: give one"
+    # (--engine builtin --source: the builtin engine's own sources() says "drop --source")
+    if f.values.get("engine") == "builtin" and f.has("sglang_python"):
+        return "--engine builtin scans our own runtime, not an SGLang's: drop --sglang-python"
     return None
 
 
@@ -225,11 +223,17 @@ def _cells(f: Flags) -> int:
 
 
 def _idle_jobs(f: Flags) -> str | None:
+    from hicache_diag.limits import check_jobs
+
     trials = int(f.values.get("trials") or 1) * _cells(f)
     jobs = f.values.get("jobs")
-    if f.has("jobs") and isinstance(jobs, int) and jobs > trials:
-        return f"--jobs {jobs}: the matrix has {trials} trial(s), so at most {trials} run at once"
-    return None
+    if not (f.has("jobs") and isinstance(jobs, int) and jobs > trials):
+        return None
+    try:
+        check_jobs(jobs, 1)  # a --jobs past what fits is bisect's own refusal, not a warning
+    except UsageError:
+        return None
+    return f"--jobs {jobs}: the matrix has {trials} trial(s), so at most {trials} run at once"
 
 
 FLAG_RULES: tuple[FlagRule, ...] = (

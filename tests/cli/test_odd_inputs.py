@@ -99,7 +99,7 @@ ODD = [
     odd(
         "sources-builtin-python",
         ["sources", "--engine", "builtin", "--sglang-python", "python"],
-        "--sglang-python names another tree",
+        "drop --sglang-python",
     ),
     odd(
         "sources-diff-itself",
