@@ -227,7 +227,7 @@ def _idle_jobs(f: Flags) -> str | None:
 
     trials = int(f.values.get("trials") or 1) * _cells(f)
     jobs = f.values.get("jobs")
-    if not (f.has("jobs") and isinstance(jobs, int) and jobs > trials):
+    if not (f.has("jobs") and isinstance(jobs, int) and jobs > trials >= 1):
         return None
     try:
         check_jobs(jobs, 1)  # a --jobs past what fits is bisect's own refusal, not a warning
