@@ -86,16 +86,16 @@ def shrink(
 
 
 def _save(report, where: Path, run_dir: Path) -> None:
+    from hicache_diag.output_paths import write_atomic
     from hicache_diag.shrink.scenario_text import scenario_text
     from hicache_diag.shrink.shrink import SHRINK_JSON
 
-    where.mkdir(parents=True, exist_ok=True)
-    (where / SHRINK_JSON).write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    write_atomic(where / SHRINK_JSON, json.dumps(report.to_json(), indent=2) + "\n")
     if report.after is not None:
         header = f"shrunk from {run_dir} by hicache-diag shrink; removed:\n" + "\n".join(
             f"  {line}" for line in report.removed or ["nothing"]
         )
-        (where / "shrunk.toml").write_text(scenario_text(report.after, header))
+        write_atomic(where / "shrunk.toml", scenario_text(report.after, header))
 
 
 def register(app: typer.Typer) -> None:

@@ -21,6 +21,7 @@ from hicache_diag.cli.triage_cluster import (
     Selector,
     SshConfig,
     Via,
+    claim_save,
     no_local_inputs,
     reread_bundle,
     run_cluster,
@@ -79,14 +80,13 @@ Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided,
 
 def _check_paths(dumps: list[str], logs: list[str], save: str | None) -> None:
     """Before anything is read: a device or FIFO would be read forever; '' is no path."""
-    from hicache_diag.output_paths import claim_dir
     from hicache_diag.paths import input_dir, input_file
 
     for path in logs:
         input_file("--logs", path)
     for path in dumps:
         input_dir("--dumps", path)
-    claim_dir("--save", save)  # output_paths.py: its kind, read-only, never a run's stacks/
+    claim_save(save)
 
 
 def _pid_max() -> int:
@@ -199,7 +199,6 @@ def triage(
         opts = {"interval": interval, "deadline_s": deadline, "host_timeout_s": host_timeout}
         run_cluster(cluster, judging | opts | {"save": save}, json_out)
     _check_paths(dumps or [], [*(logs or []), *(more_logs or [])], save)
-    _refuse_live_only(ctx, bool(pid or discover))
     reread_bundle(dumps, [pid, discover, logs, more_logs, save], judging, json_out)
     progress = None if json_out else LogReadProgress(err_console)  # --json: quiet
     request = _request(ctx.params, progress)
@@ -211,14 +210,6 @@ def triage(
     else:
         render_triage(report)
     raise typer.Exit(int(report.exit_code))
-
-
-def _refuse_live_only(ctx: typer.Context, live: bool) -> None:
-    """--interval and --deadline pace live sampling: with only dumps or logs they do nothing."""
-    for name in ("interval", "deadline"):
-        source = ctx.get_parameter_source(name)
-        if not live and getattr(source, "name", "") == "COMMANDLINE":
-            raise UsageError(f"--{name} paces live sampling: use it with --pid or --discover")
 
 
 def _request(p: dict, progress: LogReadProgress | None) -> TriageRequest:

@@ -68,6 +68,15 @@ def no_local_inputs(*given: object) -> None:
         raise UsageError("--live samples the nodes: not with --pid/--discover/--dumps/--logs")
 
 
+def claim_save(save: str | None) -> None:
+    """`--save DIR`, local or --live: a new or empty folder (output_paths.py), checked before
+    anything is sampled; a second save into the same folder is refused, never merged over the
+    first bundle (its file names come from the pids sampled, known only as it is written)."""
+    from hicache_diag.output_paths import claim_dir
+
+    claim_dir("--save", save, fresh=True, once="a --save bundle")
+
+
 def wanted(live: bool, *flags: object) -> bool:
     return live or any(f is not None for f in flags)
 
@@ -110,5 +119,6 @@ def run_cluster(flags: dict, opts: dict, json_out: bool) -> None:
     if opts["host_timeout_s"] <= 0:
         raise UsageError(f"--host-timeout must be > 0 (got {opts['host_timeout_s']})")
     save = opts.pop("save")
+    claim_save(save)
     req = ClusterTriage(executor_for(Target(**flags)), save=save and Path(save), **opts)
     _print(*run_cluster_triage(req), json_out)

@@ -37,6 +37,13 @@ def _directory(value: str) -> str | None:
     return "a directory (this path is a file)" if os.path.isfile(value) else None
 
 
+def _job_id(value: str) -> str | None:
+    # Slurm's job id, as srun --jobid takes it: a number (an array task: NUMBER_TASK)
+    head, _, task = value.partition("_")
+    ok = head.isdigit() and (not task or task.isdigit())
+    return None if ok else "a Slurm job id (digits, or JOB_TASK for an array task)"
+
+
 @dataclass(frozen=True, slots=True)
 class EnvVar:
     name: str
@@ -52,7 +59,19 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("HICACHE_DIAG_SGLANG_VENVS", "one venv per SGLang release", _directory),
     EnvVar("HICACHE_DIAG_SGLANG_RELEASES", "unzipped SGLang wheels by version", _directory),
     EnvVar("HICACHE_DIAG_CACHE", "the tool's cache", _directory),
+    EnvVar("XDG_CACHE_HOME", "the tool's cache is XDG_CACHE_HOME/hicache-diag", _directory),
+    EnvVar("SLURM_JOB_ID", "the job triage --live and bisect --via slurm step into", _job_id),
 )
+PREFIX = "HICACHE_DIAG_"
+# Set by the tool for its own rank and plugin processes: a value given here is overwritten.
+INTERNAL = (
+    "HICACHE_DIAG_PLUGIN_CONFIG",
+    "HICACHE_DIAG_LAUNCHER_PID",
+    "HICACHE_DIAG_LAUNCHED_AT",
+    "HICACHE_DIAG_RANK",
+)
+# Read by the test suite and benches, not by the tool.
+TESTS_ONLY = ("HICACHE_DIAG_SGLANG_SRC", "HICACHE_DIAG_TEST_CRASH")
 
 
 def check_environment(environ: Mapping[str, str] | None = None) -> None:
@@ -65,6 +84,20 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
         want = var.check(value)
         if want:
             raise UsageError(f"{var.name}={value!r} ({var.what}) must be {want}")
+
+
+def environment_warnings(environ: Mapping[str, str] | None = None) -> list[str]:
+    """A HICACHE_DIAG_* variable the tool does not read (a typo) or sets itself: ignored, and
+    said so by name, never silently."""
+    environ = os.environ if environ is None else environ
+    known = {v.name for v in ENV_VARS} | set(TESTS_ONLY)
+    out = []
+    for name in sorted(n for n in environ if n.startswith(PREFIX) and n not in known):
+        if name in INTERNAL:
+            out.append(f"{name} is set by hicache-diag for its own processes; ignored here")
+        else:
+            out.append(f"{name} is not a variable hicache-diag reads; ignored")
+    return out
 
 
 def switch_on(value: str | None, default: bool = True) -> bool:

@@ -1,12 +1,15 @@
-"""Run inputs that would do nothing, or contradict each other, refused before anything starts:
-one table of rules over the run options (both engines), each a one-line reason. A rule sees the
-options as built and `given`, how the user wrote each one, so it names what was written."""
+"""Inputs that would do nothing, or contradict each other, refused before anything starts, from
+one home: RULES over the run options (both engines; `run`, and the run flags of bisect, hunt
+and shrink), and FLAG_RULES over any command's own flags as parsed (cli/main.py applies them to
+every command). Each is a one-line reason naming what was written; a FLAG_RULES row marked
+`warn` only warns (the input has a smaller effect than it says, not none)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hicache_diag.errors import UsageError
 
@@ -78,9 +81,31 @@ def _fault_needs(o: RunOptions) -> str | None:
 
 
 def _fault_never_fires(o: RunOptions) -> str | None:
-    for name, fault in _faults(o):  # (a window that never opens: faults/schedule.py refuses)
+    budget = getattr(o, "max_steps", None)  # the builtin runtime's step budget, when given
+    for name, fault in _faults(o):  # (until < after: faults/base.py refuses)
         if fault.p == 0:
             return f"fault {name!r} never fires: p=0"
+        if budget is not None and fault.after > budget:
+            return (
+                f"fault {name!r} never fires: its window opens at after={fault.after}, past "
+                f"{o.how('max_steps')} {budget}"
+            )
+    return None
+
+
+# Effect keys whose 0 is no effect (`leave=0`, a pool left empty, is the strongest shortage).
+ZERO_IS_NONE = ("ms", "jitter-ms", "offset-ms", "drift-ppm", "jitter-us", "phase-ms", "hold")
+
+
+def _fault_of_zero_size(o: RunOptions) -> str | None:
+    """A fault whose every effect key is 0 or unset (a stall of 0 ms) fires and changes
+    nothing."""
+    for name, fault in _faults(o):
+        keys = type(fault).EFFECT_KEYS
+        values = {k: getattr(fault, k.replace("-", "_"), None) for k in keys}
+        if keys and all(v is None or (k in ZERO_IS_NONE and v == 0) for k, v in values.items()):
+            zero = ",".join(f"{k}={v:g}" for k, v in values.items() if v is not None)
+            return f"fault {name!r} does nothing: {zero} (give one of {', '.join(keys)} > 0)"
     return None
 
 
@@ -112,6 +137,7 @@ RULES: tuple[Rule, ...] = (
     Rule("storage-options-without-storage", _storage_options),
     Rule("fault-without-its-mechanism", _fault_needs),
     Rule("fault-that-never-fires", _fault_never_fires),
+    Rule("fault-of-zero-size", _fault_of_zero_size),
     Rule("contradicting-fixes", _contradicting_fixes),
     Rule("nodes-without-ranks", _idle_nodes),
 )
@@ -123,3 +149,123 @@ def refuse_no_effect(options: RunOptions) -> None:
         why = rule.reason(options)
         if why:
             raise UsageError(why)
+
+
+@dataclass(frozen=True, slots=True)
+class Flags:
+    """One command's parameters as parsed, and which of them the command line set."""
+
+    command: str
+    values: Mapping[str, Any]
+    given: frozenset[str]
+
+    def has(self, *names: str) -> bool:
+        return any(n in self.given for n in names)
+
+    def live(self) -> bool:
+        """triage: samples processes (here, or on nodes through --live/--via)."""
+        v = self.values
+        return bool(v.get("pid") or v.get("discover") or v.get("live") or v.get("via"))
+
+
+@dataclass(frozen=True, slots=True)
+class FlagRule:
+    command: str
+    name: str
+    reason: Callable[[Flags], str | None]
+    warn: bool = False
+
+
+def _live_only(f: Flags) -> str | None:
+    for name in ("interval", "deadline", "samples"):
+        if f.has(name) and not f.live():
+            return f"--{name} paces live sampling: use it with --pid, --discover or --live"
+    if f.has("host_timeout") and not f.has("live", "via"):
+        return "--host-timeout bounds each node of --live: use it with --live/--via"
+    return None
+
+
+def _jobid_not_slurm(f: Flags) -> str | None:
+    via = f.values.get("via")
+    if f.has("jobid") and via not in (None, "slurm"):
+        return f"--jobid names a Slurm job: it does nothing with --via {via}"
+    return None
+
+
+def _read_twice(f: Flags) -> str | None:
+    from pathlib import Path
+
+    for name in ("dumps", "logs"):
+        paths = [Path(p).resolve() for p in f.values.get(name) or ()]
+        if name == "logs":
+            paths += [Path(p).resolve() for p in f.values.get("more_logs") or ()]
+        twice = next((p for i, p in enumerate(paths) if p in paths[:i]), None)
+        if twice is not None:
+            return f"--{name} {str(twice)!r} given twice: each input is read once"
+    return None
+
+
+def _force_without_outputs(f: Flags) -> str | None:
+    if f.values.get("force") and not f.has("plots", "summary", "html"):
+        return "--force replaces output files: it does nothing without --plots, --summary or --html"
+    return None
+
+
+def _engine_against_tree(f: Flags) -> str | None:
+    # (--engine builtin --source: the builtin engine's own sources() says "drop --source")
+    if f.values.get("engine") == "builtin" and f.has("sglang_python"):
+        return "--engine builtin scans our own runtime, not an SGLang's: drop --sglang-python"
+    return None
+
+
+def _sources_self_or_all(f: Flags) -> str | None:
+    diff = f.values.get("diff")
+    if diff and len(set(diff)) == 1:
+        return f"--diff {diff[0]} {diff[1]} compares a tree with itself: name two trees"
+    if f.values.get("show_all") and f.has("run"):
+        return "--all lists a scan's undecided reads: it does nothing with --run"
+    return None
+
+
+def _cells(f: Flags) -> int:
+    values = [f.values.get(n) for n in ("storage_backend", "hicache_size", "sglang_version")]
+    values += [f.values.get("sglang_python")]
+    values += [s.partition("=")[2] for s in f.values.get("switch") or ()]
+    return math.prod(len([x for x in str(v).split(",") if x.strip()]) for v in values if v)
+
+
+def _idle_jobs(f: Flags) -> str | None:
+    from hicache_diag.limits import check_jobs
+
+    trials = int(f.values.get("trials") or 1) * _cells(f)
+    jobs = f.values.get("jobs")
+    if not (f.has("jobs") and isinstance(jobs, int) and jobs > trials >= 1):
+        return None
+    try:
+        check_jobs(jobs, 1)  # a --jobs past what fits is bisect's own refusal, not a warning
+    except UsageError:
+        return None
+    return f"--jobs {jobs}: the matrix has {trials} trial(s), so at most {trials} run at once"
+
+
+FLAG_RULES: tuple[FlagRule, ...] = (
+    FlagRule("triage", "live-only-flags-without-live", _live_only),
+    FlagRule("triage", "jobid-without-slurm", _jobid_not_slurm),
+    FlagRule("triage", "input-read-twice", _read_twice),
+    FlagRule("report", "force-without-outputs", _force_without_outputs),
+    FlagRule("sources", "engine-against-named-tree", _engine_against_tree),
+    FlagRule("sources", "diff-with-itself-or-all-with-run", _sources_self_or_all),
+    FlagRule("bisect", "more-jobs-than-trials", _idle_jobs, warn=True),
+)
+
+
+def refuse_no_effect_flags(flags: Flags) -> list[str]:
+    """The first refusing rule of `flags.command` as a UsageError; else its warnings."""
+    warnings = []
+    for rule in FLAG_RULES:
+        why = rule.reason(flags) if rule.command == flags.command else None
+        if why and not rule.warn:
+            raise UsageError(why)
+        if why:
+            warnings.append(why)
+    return warnings

@@ -108,10 +108,12 @@ def claim_dir(
     names: tuple[str, ...] = (),
     force: bool = False,
     fresh: bool = False,
+    once: str = "a run directory",
 ) -> Path | None:
     """An output folder for files called `names`: it may hold other files, never one of
-    `names` unless --force, never evidence among them. `fresh`: it must be new or empty (a
-    run directory, written once)."""
+    `names` unless --force, never evidence among them. `fresh`: it must be new or empty,
+    `once` (a run directory, a saved triage bundle) being written once, whose file names are
+    known only as it is written."""
     if path is None:
         return None
     not_empty(flag, path)
@@ -120,7 +122,7 @@ def claim_dir(
         raise UsageError(f"{flag} {str(path)!r} is {kind_of(p.stat().st_mode)}; give a directory")
     _refuse_evidence(flag, p)  # a run dir's stacks/ is evidence as a whole
     if fresh and p.is_dir() and any(p.iterdir()):
-        raise UsageError(f"{flag} {str(path)!r} is not empty; a run directory is written once")
+        raise UsageError(f"{flag} {str(path)!r} is not empty; {once} is written once")
     for name in names:
         target = p / name
         _refuse_evidence(flag, p, name)

@@ -96,14 +96,16 @@ def merge(results: list[NodeResult]) -> ClusterSnapshot:
 
 
 def save_bundle(snap: ClusterSnapshot, folder: Path) -> None:
-    """One py-spy JSON envelope per rank and sample (node in it), and cluster.json."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """One py-spy JSON envelope per rank and sample (node in it), and cluster.json, each
+    written whole (output_paths.write_atomic; the folder was claimed before sampling)."""
+    from hicache_diag.output_paths import write_atomic
+
     for rs in snap.ranks:
         for n, raw in enumerate(rs.raw):
             name = f"{rs.rank.label.replace(' ', '_')}_pid{rs.pid}_s{n}.json"
             body = {"pid": rs.pid, "title": rs.title, "rank": rs.rank.label, "node": rs.rank.node}
             body |= {"sample": n, "tool": "hicache-diag collector", "threads": raw}
-            (folder / name).write_text(json.dumps(body, indent=1))
+            write_atomic(folder / name, json.dumps(body, indent=1))
     nodes = {
         "schema": CLUSTER_SCHEMA,
         "answered": [r.node.name for r in snap.answered],
@@ -111,4 +113,4 @@ def save_bundle(snap: ClusterSnapshot, folder: Path) -> None:
         "skew_s": snap.skew_s,
         "documents": [r.doc for r in snap.answered],
     }
-    (folder / CLUSTER_FILE).write_text(json.dumps(nodes, indent=1))
+    write_atomic(folder / CLUSTER_FILE, json.dumps(nodes, indent=1))

@@ -58,13 +58,11 @@ def plan_session(
 
 
 def save_report(report: HuntReport, out: Path) -> Path:
-    """hunt.json beside the trials' run dirs, written whole (temporary file, then rename)."""
+    """hunt.json beside the trials' run dirs, written whole (output_paths.write_atomic)."""
     import json
-    import os
 
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "hunt.json"
-    tmp = out / ".hunt.json.tmp"
-    tmp.write_text(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-    return path
+    from hicache_diag.output_paths import write_atomic
+
+    return write_atomic(
+        out / "hunt.json", json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n"
+    )

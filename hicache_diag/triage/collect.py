@@ -110,8 +110,10 @@ def _sample(live: dict[int, RankSamples], deadline_s: float, native: bool, tag: 
 
 
 def save_samples(ranks: list[RankSamples], folder: Path) -> list[Path]:
-    """One JSON envelope per rank and sample, so dumps from several nodes merge with --dumps."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """One JSON envelope per rank and sample, so dumps from several nodes merge with --dumps;
+    each written whole (output_paths.write_atomic; the folder was claimed before sampling)."""
+    from hicache_diag.output_paths import write_atomic
+
     written = []
     now = datetime.now(timezone.utc).isoformat()
     for rs in ranks:
@@ -119,9 +121,7 @@ def save_samples(ranks: list[RankSamples], folder: Path) -> list[Path]:
             name = f"{rs.rank.label.replace(' ', '_')}_pid{rs.pid}_s{n}.json"
             body = {"pid": rs.pid, "title": rs.title, "rank": rs.rank.label, "sample": n}
             body |= {"captured_at": now, "tool": "py-spy", "threads": raw}
-            path = folder / name
-            path.write_text(json.dumps(body, indent=1))
-            written.append(path)
+            written.append(write_atomic(folder / name, json.dumps(body, indent=1)))
     return written
 
 

@@ -40,7 +40,33 @@ FLAGS = [
     Flag("run", "--out", "dir", None, False),
     Flag("bisect", "--out", "dir", None, False, extra=("--switch", "host-alloc=local,two-phase")),
     Flag("timeline", "--out", "dir", None, False),
+    Flag("hunt", "--out", "dir", None, False),
+    Flag("shrink", "--out", "dir", BUILTIN_RUN, False),
+    # A saved triage bundle is written once too (its file names come from the pids sampled),
+    # checked before sampling, local and --live alike.
+    Flag("triage", "--save", "dir", None, False, extra=("--discover",)),
+    Flag("triage", "--save", "dir", None, False, extra=("--live", "--via", "local")),
 ]
+# Every other option that names a path, and why it is not an output the rule guards.
+NOT_OUTPUTS = {
+    ("run", "--scenario"): "read",
+    ("run", "--hicache-storage-dir"): "the L3 store: the backend's own keyed files, shared "
+    "across runs on purpose (storage_dir.py checks it is a writable directory)",
+    ("run", "--model"): "read",
+    ("run", "--sglang-python"): "read: an interpreter to run",
+    ("triage", "--dumps"): "read",
+    ("triage", "--logs"): "read",
+    ("triage", "--ssh-config"): "read",
+    ("triage", "more_logs"): "read",
+    ("report", "run_dir"): "read",
+    ("export", "run_dir"): "read",
+    ("shrink", "run_dir"): "read",
+    ("sources", "--source"): "read",
+    ("sources", "--run"): "read",
+}
+# How an option says it names a path: its metavar, or a name outputs have.
+PATH_METAVARS = {"DIR", "FILE", "PATH", "RUN_DIR", "LOG"}
+OUTPUT_NAMES = {"--out", "--save", "--summary", "--plots", "--html"}
 EVIDENCE = ("verdict.json", "rank0.jsonl", "manifest.json", "launcher.json", "rank1.log")
 SCENARIOS = ("user-file", "evidence", "evidence-link", "read-only", "symlink")
 
@@ -51,7 +77,8 @@ def _cases():
             names = EVIDENCE if scenario == "evidence" and f.kind == "file" else (None,)
             for name in names:
                 for force in (False, True) if f.force else (False,):
-                    tag = f"{f.command}{f.flag}-{scenario}{'-' + name if name else ''}"
+                    via = "-live" if "--live" in f.extra else ""
+                    tag = f"{f.command}{f.flag}{via}-{scenario}{'-' + name if name else ''}"
                     yield pytest.param(f, scenario, name, force, id=f"{tag}-force{int(force)}")
 
 
@@ -140,3 +167,29 @@ def test_nothing_pre_existing_changes_unless_forced(
     if scenario in ("evidence", "evidence-link"):
         run_before = {k: v for k, v in before.items() if k.startswith("run")}
         assert {k: after[k] for k in run_before} == run_before, "evidence is never touched"
+
+
+def _path_options() -> set[tuple[str, str]]:
+    """(command, flag) of every option or argument of every command that names a path."""
+    import typer
+
+    from hicache_diag.cli.main import app
+
+    found = set()
+    for name, command in typer.main.get_command(app).commands.items():
+        for param in command.params:
+            flag = next((o for o in param.opts if o.startswith("--")), param.name)
+            if param.metavar in PATH_METAVARS or flag in OUTPUT_NAMES:
+                found.add((name, flag))
+    return found
+
+
+def test_every_output_flag_of_every_command_is_in_the_suite():
+    """A new option naming a path fails here until it is either a FLAGS row (the generated
+    suite above) or a NOT_OUTPUTS row saying why it writes nothing a user owns."""
+    paths = _path_options()
+    suite = {(f.command, f.flag) for f in FLAGS}
+    unclassified = paths - suite - set(NOT_OUTPUTS)
+    assert not unclassified, f"path options in neither FLAGS nor NOT_OUTPUTS: {unclassified}"
+    assert suite <= paths and set(NOT_OUTPUTS) <= paths, "a row names no such option"
+    assert not suite & set(NOT_OUTPUTS)

@@ -138,7 +138,7 @@ def test_builtin_engine_scans_our_runtime(capsys):
         (["--engine", "vllm"], "choose one of builtin, sglang"),
         (["--engine", "builtin", "--source", "{tmp}"], "drop --source"),
         (["--diff", "{tmp}/missing", "builtin"], "neither a directory"),
-        (["--diff", "builtin", "builtin", "--source", "{tmp}"], "--diff names both trees"),
+        (["--diff", "builtin", "{tmp}", "--source", "{tmp}"], "--diff names both trees"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, needle):
@@ -214,7 +214,7 @@ def test_run_marks_the_source_that_differed_where_its_decision_acted(tmp_path, c
     [
         (["--run", "{tmp}/missing"], "no such run directory"),
         (["--run", "{tmp}"], "no rank*.jsonl"),
-        (["--run", "{tmp}/run", "--diff", "builtin", "builtin"], "drop --diff"),
+        (["--run", "{tmp}/run", "--diff", "builtin", "{tmp}"], "drop --diff"),
         (["--run", "{tmp}/run", "--engine", "builtin"], "drop --engine"),
     ],
 )

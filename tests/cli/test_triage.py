@@ -182,10 +182,15 @@ def test_non_python_pid_is_unknown_with_reason(no_leftover_processes):
 
 
 @pytest.mark.process
-def test_live_pp_hang_names_culprit_and_site(no_leftover_processes, tmp_path):
+def test_live_pp_hang_names_culprit_and_site(no_leftover_processes, tmp_path, capsys):
     with FakeCluster("pp-hang", 2) as cluster:
         pids = [a for pid in cluster.pids for a in ("--pid", str(pid))]
         exit_code, data = triage_json(*pids, "--interval", "0.2", "--save", str(tmp_path))
+        first = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+        # a second save into the same folder is refused before sampling: the bundle is kept
+        err = one_line_error([*pids, "--save", str(tmp_path)], capsys)
+        assert "--save bundle is written once" in err
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == first
         assert all(psutil.pid_exists(p) for p in cluster.pids)  # read-only
     assert (exit_code, data["kind"], data["cause"]) == (12, "hang", "protocol-deadlock")
     assert data["culprit"]["label"] == "PP1 TP0" and data["samples"] == 2

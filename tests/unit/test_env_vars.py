@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from hicache_diag.cli.main import run_cli
-from hicache_diag.env_vars import ENV_VARS, check_environment, switch_on
+from hicache_diag.env_vars import (
+    ENV_VARS,
+    INTERNAL,
+    TESTS_ONLY,
+    check_environment,
+    environment_warnings,
+    switch_on,
+)
 from hicache_diag.errors import UsageError
 
 
@@ -67,7 +74,27 @@ def test_the_table_names_each_variable_the_code_reads():
         if "sglang_plugin" in path.parts:  # runs inside SGLang; reads SGLang's own variables
             continue
         read |= set(re.findall(r'"(HICACHE_DIAG_[A-Z_]+)"', path.read_text()))
-    internal = {"HICACHE_DIAG_LAUNCHER_PID", "HICACHE_DIAG_LAUNCHED_AT"}  # set by us for ranks
+    internal = set(INTERNAL) | set(TESTS_ONLY)  # set by us for ranks, or read by tests only
     assert read - internal <= {v.name for v in ENV_VARS}, (
         read - internal - {v.name for v in ENV_VARS}
     )
+
+
+def test_a_variable_the_tool_does_not_read_is_named_in_a_warning():
+    said = environment_warnings(
+        {"HICACHE_DIAG_RANKSTART": "spawn", "HICACHE_DIAG_RANK": "1", "HICACHE_DIAG_CACHE": "/x"}
+    )
+    assert said == [
+        "HICACHE_DIAG_RANK is set by hicache-diag for its own processes; ignored here",
+        "HICACHE_DIAG_RANKSTART is not a variable hicache-diag reads; ignored",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "good"),
+    [("SLURM_JOB_ID", "garbage", "12345"), ("SLURM_JOB_ID", "1.5", "77_3")],
+)
+def test_slurm_job_id_is_checked(name, value, good):
+    check_environment({name: good})
+    with pytest.raises(UsageError, match="must be a Slurm job id"):
+        check_environment({name: value})
