@@ -34,3 +34,16 @@ def consensus_lines(logs: dict[int, str]) -> list[str]:
             )
             break
     return out
+
+
+def first_event_difference(events: dict[int, list[str]]) -> tuple[int, dict[int, str]] | None:
+    """The first position where the ranks' consensus events differ, with each rank's event
+    there ("<none>" past a rank's last); None when all agree or fewer than two ranks wrote."""
+    if len(events) < 2:
+        return None
+    longest = max(len(e) for e in events.values())
+    for i in range(longest):
+        at = {r: e[i] if i < len(e) else "<none>" for r, e in sorted(events.items())}
+        if len(set(at.values())) > 1:
+            return i, at
+    return None

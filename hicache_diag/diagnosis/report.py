@@ -28,6 +28,8 @@ class RunReport:
     written: list[Path] = field(default_factory=list)  # every file this report wrote
     notes: list[str] = field(default_factory=list)  # what an old or partial run lacks
     reclassified: str | None = None  # --reclassify: what the recorded verdict.json said
+    # first_divergence/rank{r}.json: each rank's state when SGLang's consensus checker fired
+    blocks: dict[int, ev.DivergenceBlock] = field(default_factory=dict)
 
 
 def _recorded_verdict(run: RunData) -> Verdict | None:
@@ -78,6 +80,10 @@ def build_report(run_dir: Path, plots: bool = False, reclassify: bool = False) -
     window = around(run.frames, fd.step, fd.field) if fd else pd.DataFrame()
     report = RunReport(run, verdict, recorded is not None, window, timelines(run.frames))
     report.notes = _notes(run)
+    try:
+        report.blocks = ev.read_blocks(run_dir)
+    except ValueError as exc:
+        report.notes.append(f"first-divergence block unreadable: {exc}")
     if reclassify:
         report.reclassified = _reclassified_line(run)
     if plots:

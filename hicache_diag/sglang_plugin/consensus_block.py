@@ -34,9 +34,9 @@ MAX_FRAMES = 40
 
 
 def checker_enabled(environ: dict[str, str] | None = None) -> bool:
-    """SGLang's own reading of the switch (EnvBool: true/1/yes/on, any case)."""
+    """SGLang's own reading of the switch (srt/environ.py EnvBool.parse: true/1/yes/y, any case)."""
     value = (environ if environ is not None else os.environ).get(ENV_VAR, "")
-    return value.strip().lower() in ("1", "true", "yes", "y", "on")
+    return value.lower() in ("true", "1", "yes", "y")
 
 
 class BlockHandler(logging.Handler):
