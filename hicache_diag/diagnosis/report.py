@@ -9,6 +9,7 @@ import pandas as pd
 
 from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.classify import verdict_from
+from hicache_diag.diagnosis.consensus import checker_silent
 from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.diagnosis.series import around, timelines
 from hicache_diag.errors import RunDirError
@@ -84,6 +85,9 @@ def build_report(run_dir: Path, plots: bool = False, reclassify: bool = False) -
         report.blocks = ev.read_blocks(run_dir)
     except ValueError as exc:
         report.notes.append(f"first-divergence block unreadable: {exc}")
+    silent = checker_silent(run.logs, report.blocks)
+    if silent:
+        report.notes.append(silent)
     if reclassify:
         report.reclassified = _reclassified_line(run)
     if plots:

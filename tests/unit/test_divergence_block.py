@@ -13,6 +13,7 @@ from rich.console import Console
 from hicache_diag import evidence as ev
 from hicache_diag.cli.main import run_cli
 from hicache_diag.cli.render.divergence_block import markdown_blocks, render_blocks
+from hicache_diag.diagnosis.consensus import checker_silent
 from hicache_diag.evidence import divergence
 from hicache_diag.export.divergence_block import block_section
 
@@ -127,3 +128,12 @@ def test_report_on_a_run_with_blocks_shows_them(tmp_path, capsys):
     ev.divergence_json(run, 1).write_text("not json")
     assert run_cli(["report", str(run)]) == 0
     assert "first-divergence block unreadable" in capsys.readouterr().out
+
+
+def test_a_silent_checker_is_a_note_and_a_fired_one_without_blocks_another():
+    on = "[PP0] Rank consensus checker is enabled. The server will suicide if ...\n"
+    fired = on + "Found rank divergence for 1 events(s)! local hash: ab, events = ['x']\n"
+    assert checker_silent({0: "plain log\n"}, {}) is None
+    assert checker_silent({0: on, 1: on}, {0: _block(0)}) is None
+    assert "reported no divergence before the run ended" in checker_silent({0: on}, {})
+    assert "no rank wrote a first-divergence block" in checker_silent({0: fired}, {})
