@@ -18,7 +18,7 @@ from hicache_diag.evidence.step import StepRecord
 
 DETECTED_BY = "sglang-rank-consensus-checker"
 LAST_STEPS = 16  # the step lines kept: enough to see the ranks part, small enough to read
-TAIL_BYTES = 1 << 20  # how far back in rank{r}.jsonl the last steps are looked for
+TAIL_BYTES = 1 << 18  # how far back in rank{r}.jsonl the last steps are looked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,7 @@ class DivergenceBlock(Record):
     tree_digest: str | None = None
     stacks: list[ThreadStack] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    took_ms: float | None = None  # building the block, from SGLang's line to the write
 
     @property
     def last_step(self) -> StepRecord | None:

@@ -18,7 +18,6 @@ import os
 import sys
 import threading
 import time
-import traceback
 from typing import Any
 
 from hicache_diag import evidence as ev
@@ -71,6 +70,7 @@ def install(run_dir: str, rank: int, pp_rank: int, tp_rank: int, state: Any) -> 
 
 
 def build_block(handler: BlockHandler, message: str) -> ev.DivergenceBlock:
+    start = time.perf_counter()
     errors: list[str] = []
     fields = _cache_state(handler.state, errors, follower=handler.pp_rank > 0)
     recorder = getattr(handler.state, "recorder", None)
@@ -95,6 +95,7 @@ def build_block(handler: BlockHandler, message: str) -> ev.DivergenceBlock:
         tree_digest=fields.get("tree_digest"),
         stacks=thread_stacks(),
         errors=errors,
+        took_ms=round((time.perf_counter() - start) * 1000.0, 3),
     )
 
 
@@ -123,20 +124,23 @@ def _cache_state(state: Any, errors: list[str], follower: bool) -> dict[str, Any
 
 
 def thread_stacks() -> list[ev.ThreadStack]:
-    """Every Python thread's stack, innermost frame last (as traceback prints it)."""
+    """Every Python thread's stack, innermost frame last. Frames are named from their code
+    objects, never their source lines: linecache reads files, and the scheduler thread runs on
+    meanwhile (a TP peer's mismatched forward aborts the process within milliseconds)."""
     frames = sys._current_frames()
     out = []
     for thread in threading.enumerate():
         frame = frames.get(thread.ident) if thread.ident is not None else None
         if frame is None:
             continue
-        summary = traceback.extract_stack(frame)[-MAX_FRAMES:]
+        names = []
+        while frame is not None and len(names) < MAX_FRAMES:
+            code = frame.f_code
+            names.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
+            frame = frame.f_back
         out.append(
             ev.ThreadStack(
-                name=thread.name,
-                ident=thread.ident,
-                daemon=thread.daemon,
-                frames=[f"{f.filename}:{f.lineno} in {f.name}" for f in summary],
+                name=thread.name, ident=thread.ident, daemon=thread.daemon, frames=names[::-1]
             )
         )
     return out
