@@ -2,7 +2,13 @@
 ranks part writes first_divergence/rank{r}.json for every rank before SGLang's checker exits
 them, and `report` shows it (docs/evidence.md, "first_divergence/rank{r}.json").
 
-Slow: one real launch (startup alone takes 4-8 minutes on a loaded 2-core box)."""
+The scenario is the PP2 flush-clock one: PP1 flushes its tree and PP0 times out, and the next
+shared-prefix request makes both stages call `match_prefix` with different results (64 hit
+tokens against 0), which the checker compares. The divergences that one stage acts on alone
+(form A/B/C host-shortage, the session reap) are invisible to it: the peer never makes the
+matching call, or crashes in the same slot first (docs/evidence.md).
+
+Slow: one real launch, 12-15 minutes here (start-up alone takes 4-8 on a loaded 2-core box)."""
 
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from hicache_diag.sglang.install import probe_sglang
 from tests.conftest import assert_no_children
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIO = ROOT / "samples" / "scenarios" / "sglang" / "form_c_tp_host_alloc_0.5.23.toml"
+SCENARIO = ROOT / "samples" / "scenarios" / "sglang" / "flush_clock_0.5.23.toml"
 READY_TIMEOUT_S = "1200"  # SGLang's start-up on a loaded box (HICACHE_DIAG_SGLANG_READY_TIMEOUT)
 
 
