@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from hicache_diag.cli.render.divergence_block import markdown_blocks, render_blocks
 from hicache_diag.diagnosis.report import RunReport
 from hicache_diag.verdict import Verdict
 
@@ -99,6 +100,7 @@ def render_report(report: RunReport, console: Console) -> None:
             title = f"{fd.field} around step {fd.step}"
             console.print(_frame_table(report.window, title, "step", "rank "))
     console.print(_rank_table(v))
+    render_blocks(report.blocks, [r.rank for r in v.ranks], console)
     if not report.timelines.empty:
         view = _timeline_view(report).reset_index().set_index("step")
         console.print(_frame_table(view, "per-rank timelines", "step"))
@@ -137,7 +139,9 @@ def markdown_summary(report: RunReport, path: Path, files: list[Path]) -> str:
         md += [f"## First divergence: step {fd.step}, `{fd.field}` ({fd.source.value})", ""]
         if not report.window.empty:
             md += _md_table(report.window.rename(columns=lambda r: f"rank {r}"), "step") + [""]
-    md += ["## Ranks", ""] + _md_table(ranks_frame(v), "rank") + ["", "## Evidence", ""]
+    md += ["## Ranks", ""] + _md_table(ranks_frame(v), "rank") + [""]
+    md += markdown_blocks(report.blocks, [r.rank for r in v.ranks])
+    md += ["## Evidence", ""]
     md += [f"- {line}" for line in v.evidence] + [""]
     if report.notes:
         md += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]

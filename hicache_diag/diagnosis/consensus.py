@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 MARK = "Found rank divergence for"
+ENABLED = "Rank consensus checker is enabled"  # each rank's warning at configure()
 _LINE = re.compile(r"Found rank divergence for (\d+) events?\(s\)! local hash: ([0-9a-f]+)")
 MAX_EVENTS_CHARS = 300
 
@@ -34,3 +35,31 @@ def consensus_lines(logs: dict[int, str]) -> list[str]:
             )
             break
     return out
+
+
+def first_event_difference(events: dict[int, list[str]]) -> tuple[int, dict[int, str]] | None:
+    """The first position where the ranks' consensus events differ, with each rank's event
+    there ("<none>" past a rank's last); None when all agree or fewer than two ranks wrote."""
+    if len(events) < 2:
+        return None
+    longest = max(len(e) for e in events.values())
+    for i in range(longest):
+        at = {r: e[i] if i < len(e) else "<none>" for r, e in sorted(events.items())}
+        if len(set(at.values())) > 1:
+            return i, at
+    return None
+
+
+def checker_silent(logs: dict[int, str], blocks: dict) -> str | None:
+    """A note when SGLang's checker ran and reported nothing: its checks cover the tree's
+    `@rank_consensus` calls only, made on every rank (docs/evidence.md), so a divergence that
+    one rank acts on alone, or a crash in the same slot, ends the run before it can report."""
+    if blocks or not any(ENABLED in text for text in logs.values()):
+        return None
+    if consensus_lines(logs):
+        return "SGLang's rank consensus checker fired, but no rank wrote a first-divergence block"
+    return (
+        "SGLang's rank consensus checker was on and reported no divergence before the run "
+        "ended: it compares the tree's @rank_consensus calls every rank makes, so a call one "
+        "rank makes alone, or a crash in the slot the ranks part in, ends the run first"
+    )

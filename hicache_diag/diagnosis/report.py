@@ -9,6 +9,7 @@ import pandas as pd
 
 from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.classify import verdict_from
+from hicache_diag.diagnosis.consensus import checker_silent
 from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.diagnosis.series import around, timelines
 from hicache_diag.errors import RunDirError
@@ -28,6 +29,8 @@ class RunReport:
     written: list[Path] = field(default_factory=list)  # every file this report wrote
     notes: list[str] = field(default_factory=list)  # what an old or partial run lacks
     reclassified: str | None = None  # --reclassify: what the recorded verdict.json said
+    # first_divergence/rank{r}.json: each rank's state when SGLang's consensus checker fired
+    blocks: dict[int, ev.DivergenceBlock] = field(default_factory=dict)
 
 
 def _recorded_verdict(run: RunData) -> Verdict | None:
@@ -78,6 +81,13 @@ def build_report(run_dir: Path, plots: bool = False, reclassify: bool = False) -
     window = around(run.frames, fd.step, fd.field) if fd else pd.DataFrame()
     report = RunReport(run, verdict, recorded is not None, window, timelines(run.frames))
     report.notes = _notes(run)
+    try:
+        report.blocks = ev.read_blocks(run_dir)
+    except ValueError as exc:
+        report.notes.append(f"first-divergence block unreadable: {exc}")
+    silent = checker_silent(run.logs, report.blocks)
+    if silent:
+        report.notes.append(silent)
     if reclassify:
         report.reclassified = _reclassified_line(run)
     if plots:

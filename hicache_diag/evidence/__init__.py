@@ -5,6 +5,13 @@ bundle follows these absolute imports: hicache_diag/sglang/bundle.py).
 
 `verdict.json`'s record is `hicache_diag.verdict.Verdict` (the verdict contract's home)."""
 
+from hicache_diag.evidence.divergence import (
+    DivergenceBlock,
+    ThreadStack,
+    read_blocks,
+    tail_steps,
+    write_block,
+)
 from hicache_diag.evidence.launcher import (
     FirstFailure,
     HangRecord,
@@ -16,6 +23,7 @@ from hicache_diag.evidence.layout import (
     BATCH_KEYS,
     BUDGET,
     EVIDENCE_VERSION,
+    FIRST_DIVERGENCE,
     LAUNCHER,
     LAYOUT,
     MANIFEST,
@@ -35,6 +43,7 @@ from hicache_diag.evidence.layout import (
     SGLANG_LAYOUT,
     STACKS,
     VERDICT,
+    divergence_json,
     rank_files,
     rank_jsonl,
     rank_log,
@@ -57,6 +66,7 @@ __all__ = [
     "BATCH_KEYS",
     "BUDGET",
     "EVIDENCE_VERSION",
+    "FIRST_DIVERGENCE",
     "HEAD_KEYS",
     "LAUNCHER",
     "LAYOUT",
@@ -78,6 +88,7 @@ __all__ = [
     "STACKS",
     "VERDICT",
     "Budget",
+    "DivergenceBlock",
     "FirstFailure",
     "HangRecord",
     "LauncherRecord",
@@ -86,8 +97,10 @@ __all__ = [
     "Record",
     "StacksRecord",
     "StepRecord",
+    "ThreadStack",
     "Topology",
     "TopologyRank",
+    "divergence_json",
     "json_text",
     "rank_files",
     "rank_jsonl",
@@ -95,9 +108,12 @@ __all__ = [
     "rank_of",
     "read_json",
     "read_record",
+    "read_blocks",
     "read_steps",
     "stack_json",
     "stack_txt",
+    "tail_steps",
     "utc_now",
+    "write_block",
     "write_json",
 ]

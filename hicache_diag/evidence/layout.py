@@ -19,6 +19,7 @@ PLUGIN = "plugin.json"  # the sglang engine: what the plugin was told
 SCRIPT = "script.json"  # the sglang engine: a scripted workload's client events
 VERDICT = "verdict.json"  # written last, atomically
 STACKS = "stacks"
+FIRST_DIVERGENCE = "first_divergence"  # the sglang engine: SGLang's consensus checker fired
 RANK_JSONL_GLOB = "rank*.jsonl"
 RANK_LOG_GLOB = "rank*.log"
 # A rank's own file: rank{r}.jsonl / rank{r}.log (in stacks/: rank{r}.json / rank{r}.txt).
@@ -42,6 +43,11 @@ def stack_json(run_dir: Path | str, rank: int) -> Path:
 def stack_txt(run_dir: Path | str, rank: int) -> Path:
     """The rank's own faulthandler dump (SIGUSR1), when py-spy could not dump it."""
     return Path(run_dir) / STACKS / f"rank{rank}.txt"
+
+
+def divergence_json(run_dir: Path | str, rank: int) -> Path:
+    """The rank's first-divergence block, written as SGLang's consensus checker exits it."""
+    return Path(run_dir) / FIRST_DIVERGENCE / f"rank{rank}.json"
 
 
 def rank_of(path: Path | str) -> int | None:
@@ -93,4 +99,4 @@ LAYOUT = (
     BUDGET,
     VERDICT,
 )
-SGLANG_LAYOUT = (SERVER_LOG, PLUGIN, REQUESTS, SCRIPT)
+SGLANG_LAYOUT = (SERVER_LOG, PLUGIN, REQUESTS, SCRIPT, "first_divergence/rank{r}.json")

@@ -39,6 +39,8 @@ class Case:
     last_rows: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     model_config: dict[str, Any] | None = None
     numbers: dict[str, int] = field(default_factory=dict)  # values the test template takes
+    # first_divergence/rank{r}.json, where SGLang's consensus checker fired (else empty)
+    blocks: dict[int, ev.DivergenceBlock] = field(default_factory=dict)
 
     @property
     def storage(self) -> bool:
@@ -169,4 +171,12 @@ def load_case(run_dir: Path) -> Case:
         last_rows={r: data.rank_frames(r).tail(3).to_dict("records") for r in data.ranks},
         model_config=_model_config(manifest),
         numbers=_numbers(data, rank),
+        blocks=_blocks(run_dir),
     )
+
+
+def _blocks(run_dir: Path) -> dict[int, ev.DivergenceBlock]:
+    try:
+        return ev.read_blocks(run_dir)
+    except ValueError as exc:
+        raise RunDirError(f"first-divergence block unreadable: {exc}") from exc

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hicache_diag.export import report_extra
 from hicache_diag.export.case import Case
+from hicache_diag.export.divergence_block import block_section
 from hicache_diag.export.recipes import Recipe
 from hicache_diag.export.source_lines import locate, present
 
@@ -101,6 +102,7 @@ def render(
     lines += ["", f"## Mechanism (SGLang {case.version})", ""]
     lines += mechanism_lines(recipe, package, case.version)
     lines += _evidence_lines(case)
+    lines += block_section(case.blocks, sorted(case.last_rows))
     lines += _reproduce_lines(case, recipe, files)
     lines += report_extra.sections(case, recipe)
     lines += ["", "## Related upstream threads", "", "| thread | state | what |", "|---|---|---|"]

@@ -9,7 +9,7 @@ import logging
 import os
 import time
 
-from hicache_diag.sglang_plugin import hook_points, source_probes
+from hicache_diag.sglang_plugin import consensus_block, hook_points, source_probes
 from hicache_diag.sglang_plugin.config import PluginConfig
 from hicache_diag.sglang_plugin.hook_points import STATE
 from hicache_diag.sglang_plugin.post_import import patch_attr, when_imported
@@ -67,6 +67,8 @@ def _arm_rank(server_args, tp_rank: int, pp_rank: int) -> None:
         STATE.recorder = StepRecorder(path, rank, pp_rank, tp_rank, hooks)
         depth = int(getattr(server_args, "pp_async_batch_depth", 0) or 0)
         STATE.recorder.pp_loop_size = int(getattr(server_args, "pp_size", 1) or 1) + depth
+    if consensus_block.checker_enabled():  # --sglang-consensus-checker
+        consensus_block.install(_config.run_dir, rank, pp_rank, tp_rank, STATE)
     os.environ["HICACHE_DIAG_RANK"] = str(rank)
 
 
@@ -87,6 +89,7 @@ def _wrap_step(original):
     @functools.wraps(original)
     def get_next_batch_to_run(self, *args, **kwargs):
         recorder, hooks = STATE.recorder, STATE.hooks
+        STATE.scheduler = self
         if recorder is not None:
             recorder.begin_step()
         if hooks is not None:

@@ -228,7 +228,7 @@ class StepRecorder:
         if self.pp_loop_size:
             line["slot"] = self.step % self.pp_loop_size
         line.update(_batch_fields(batch))
-        line.update(_cache_fields(scheduler, follower=self.pp_rank > 0))
+        line.update(cache_fields(scheduler, follower=self.pp_rank > 0))
         line["acks_consumed"] = {"write": self._consumed["write"], "load": self._consumed["load"]}
         line["write_backs"] = self._counts["write_backs"]
         line["load_backs"] = self._counts["load_backs"]
@@ -345,7 +345,7 @@ def _prefix_len(req: Any) -> int:
     return _size(getattr(req, "prefix_indices", None))
 
 
-def _cache_fields(scheduler: Any, follower: bool = False) -> dict[str, Any]:
+def cache_fields(scheduler: Any, follower: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     allocator = getattr(scheduler, "token_to_kv_pool_allocator", None)
     if allocator is not None:
