@@ -30,6 +30,8 @@ class EngineEntry:
     source_tree: Callable[[Path | None, str | None], Any]
     switches: Callable[[], Mapping[str, Any]] = field(default=dict)  # its --fix switches
     preload: tuple[str, ...] = ()  # modules a warm trial server imports for its trials
+    # `--warm-server`: warm(root) -> its pool (harness/warm_trials.py WarmPool); None: none.
+    warm: Callable[[Path], Any] | None = None
 
     @property
     def options(self) -> type[RunOptions]:
@@ -60,9 +62,12 @@ def _sglang() -> EngineEntry:
     from hicache_diag.sglang.build import build
     from hicache_diag.sglang.source_tree import sglang_engine_tree
     from hicache_diag.sglang.trial import run_sglang_trial
+    from hicache_diag.sglang.warm import WarmSglang
 
     preload = ("hicache_diag.sglang.trial",)
-    return EngineEntry("sglang", build, run_sglang_trial, sglang_engine_tree, preload=preload)
+    return EngineEntry(
+        "sglang", build, run_sglang_trial, sglang_engine_tree, preload=preload, warm=WarmSglang
+    )
 
 
 def engine(name: str) -> EngineEntry:

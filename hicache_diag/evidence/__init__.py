@@ -5,6 +5,13 @@ bundle follows these absolute imports: hicache_diag/sglang/bundle.py).
 
 `verdict.json`'s record is `hicache_diag.verdict.Verdict` (the verdict contract's home)."""
 
+from hicache_diag.evidence.clean_state import (
+    CLEAN_STATE,
+    UNKNOWN,
+    CleanStateProof,
+    WarmServerRecord,
+    clean_state_json,
+)
 from hicache_diag.evidence.launcher import (
     FirstFailure,
     HangRecord,
@@ -54,6 +61,11 @@ from hicache_diag.evidence.record import Record, json_text, read_json, read_reco
 from hicache_diag.evidence.step import StepRecord, read_steps
 
 __all__ = [
+    "CLEAN_STATE",
+    "UNKNOWN",
+    "CleanStateProof",
+    "WarmServerRecord",
+    "clean_state_json",
     "BATCH_KEYS",
     "BUDGET",
     "EVIDENCE_VERSION",

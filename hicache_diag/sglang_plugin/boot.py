@@ -67,6 +67,10 @@ def _arm_rank(server_args, tp_rank: int, pp_rank: int) -> None:
         STATE.recorder = StepRecorder(path, rank, pp_rank, tp_rank, hooks)
         depth = int(getattr(server_args, "pp_async_batch_depth", 0) or 0)
         STATE.recorder.pp_loop_size = int(getattr(server_args, "pp_size", 1) or 1) + depth
+    if _config.control_dir:
+        from hicache_diag.sglang_plugin.clean_state import Boundary
+
+        STATE.boundary = Boundary(_config.control_dir, rank)
     os.environ["HICACHE_DIAG_RANK"] = str(rank)
 
 
@@ -102,6 +106,8 @@ def _wrap_step(original):
             raise
         if recorder is not None:
             recorder.end_step(self, getattr(plan, "batch_to_run", plan))
+        if STATE.boundary is not None:  # a warm server: the harness may ask for a proof
+            STATE.boundary.poll(self, recorder)
         return plan
 
     return get_next_batch_to_run

@@ -16,13 +16,14 @@ class _State:
     hooks: Hooks | None = None  # of this scheduler process
     recorder: Any = None  # recorder.StepRecorder
     side_pool: SidePool | None = None  # made on the first host_hold
+    boundary: Any = None  # clean_state.Boundary: a warm server's trial boundary
 
 
 STATE = _State()
 
 
 def reset() -> None:
-    STATE.hooks = STATE.recorder = STATE.side_pool = None
+    STATE.hooks = STATE.recorder = STATE.side_pool = STATE.boundary = None
 
 
 def apply_hook(point: str, value: Any, **ctx: Any) -> Any:
