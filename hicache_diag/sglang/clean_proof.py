@@ -21,6 +21,7 @@ UNKNOWN = ev.UNKNOWN
 # Facts that are 0 on any clean server, fresh or warm (the others: equal to the fresh server's).
 ZERO = (
     "tree_nodes",
+    "tree_values",
     "evictable_size",
     "protected_size",
     "ongoing_write_through",

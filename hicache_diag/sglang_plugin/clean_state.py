@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -58,10 +59,15 @@ def _call(obj: Any, name: str) -> Any:
 
 def tree_nodes(tree: Any) -> Any:
     """Nodes under the root (0: an empty tree): RadixCache/HiRadixCache keep `root_node` on the
-    tree, UnifiedRadixCache (0.5.2x) on its `tree_core`."""
-    root = getattr(tree, "root_node", None)
-    if root is None:
-        root = getattr(getattr(tree, "tree_core", None), "root_node", None)
+    tree, UnifiedRadixCache (0.5.2x) on its `tree_core`; None where the core keeps no Python
+    nodes (0.5.23's Rust tree core raises on `root_node`)."""
+    core = getattr(tree, "tree_core", None)
+    try:
+        root = getattr(tree, "root_node", None)
+        if root is None and core is not None:
+            root = core.root_node
+    except NotImplementedError:
+        return None
     if root is None or not hasattr(root, "children"):
         return UNKNOWN
     n, stack = 0, list(root.children.values())
@@ -72,17 +78,33 @@ def tree_nodes(tree: Any) -> Any:
     return n
 
 
+def _tree_values(tree: Any) -> Any:
+    """Device KV slots the tree holds (`all_values_flatten`, every release): 0 with the host
+    pool fully free and nothing evictable or protected means no node holds anything."""
+    fn = getattr(tree, "all_values_flatten", None)
+    if not callable(fn):
+        return UNKNOWN
+    values = fn()
+    return int(values.numel()) if hasattr(values, "numel") else len(values)
+
+
 def _tree_facts(tree: Any) -> dict[str, Any]:
+    nodes = tree_nodes(tree)
     facts = {
-        "tree_nodes": tree_nodes(tree),
+        "tree_values": _tree_values(tree),
         "evictable_size": _call(tree, "evictable_size"),
         "protected_size": _call(tree, "protected_size"),
         "total_size": _call(tree, "total_size"),
     }
+    if nodes is not None:  # a Rust core has no Python nodes: its values above say it
+        facts["tree_nodes"] = nodes
+    # In-flight work a release keeps only in some configs: absent, there is none to be left.
     for name in _ONGOING:
-        facts[name] = _count(getattr(tree, name, None))
-    slots = getattr(getattr(tree, "session", None), "slots", None)  # 0.5.2x streaming sessions
-    facts["session_slots"] = _count(slots)
+        if hasattr(tree, name):
+            facts[name] = _count(getattr(tree, name))
+    session = getattr(tree, "session", None)  # 0.5.2x: the tree's streaming-session slots
+    if hasattr(session, "slots"):
+        facts["session_slots"] = _count(session.slots)
     return facts
 
 
@@ -136,13 +158,11 @@ def _reseed(scheduler: Any) -> dict[str, Any]:
     seed = getattr(scheduler, "random_seed", None)
     if seed is None:
         seed = getattr(getattr(scheduler, "server_args", None), "random_seed", None)
-    try:
-        from sglang.srt.utils import set_random_seed
-
-        if seed is not None:
-            set_random_seed(int(seed))
-            info["rng_reseeded"] = int(seed)
-    except ImportError:
+    try:  # the scheduler imported it at start; a step never imports
+        set_random_seed = sys.modules["sglang.srt.utils"].set_random_seed
+        set_random_seed(int(seed))
+        info["rng_reseeded"] = int(seed)
+    except Exception:  # noqa: BLE001 - no seed or no such function in this release
         info["rng_reseeded"] = UNKNOWN
     last_reap = getattr(getattr(scheduler, "session_controller", None), "_last_reap_time", None)
     if last_reap is not None:
@@ -194,8 +214,13 @@ class Boundary:
         except (OSError, ValueError):
             self._version = None  # written as we read it: read it again next poll
             return
-        if int(request.get("seq", 0)) > self.seq:
+        if int(request.get("seq", 0)) <= self.seq:
+            return
+        try:
             self.answer(scheduler, recorder, request)
+        except Exception as exc:  # noqa: BLE001 - never SGLang's step: the harness restarts
+            text = json.dumps({"seq": self.seq, "error": f"{type(exc).__name__}: {exc}"})
+            _write_atomic(ack_path(self.control_dir, self.rank), text)
 
     def answer(self, scheduler: Any, recorder: Any, request: dict[str, Any]) -> None:
         self.seq = int(request["seq"])

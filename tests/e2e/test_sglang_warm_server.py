@@ -83,7 +83,7 @@ def test_warm_server_reuses_a_clean_server_and_restarts_a_dirty_one(tmp_path, mo
         assert warm.reused and not warm.differences, warm.differences
         assert warm.server_pid == pids[0] and warm.server_trial == 1
         assert warm.proof == warm.fresh and set(warm.proof) == {"0", "1"}
-        assert warm.proof["0"]["tree_nodes"] == 0 and warm.proof["1"]["sessions"] == 0
+        assert warm.proof["0"]["tree_values"] == 0 and warm.proof["1"]["sessions"] == 0
         assert _startup(dirs[1]) < _startup(dirs[0]) / 2
         for rank in (0, 1):  # each trial's steps in its own run dir
             assert ev.rank_jsonl(dirs[1], rank).stat().st_size > 0
