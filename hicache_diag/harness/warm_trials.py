@@ -1,27 +1,24 @@
-"""N trials of one engine config on a warm server (`--warm-server`): one after another in this
-process, each in its own run dir with seed + j as bisect lays them out, through the engine's
-warm pool (engines.py `EngineEntry.warm`: sglang/warm.py), which reuses its server only when
-every rank proved it clean and says so in each trial's manifest. The trial timeout is a timer
-that interrupts the trial (its server is then restarted, as after any failure)."""
+"""Trials on a warm server (`--warm-server`): a cell's trials one after another in this process,
+each in its own run dir with its seed as bisect lays them out, through the engine's warm pool
+(engines.py `EngineEntry.warm`: sglang/warm.py), which reuses its server only when every rank
+proved it clean and says so in each trial's manifest. The trial timeout is a timer that
+interrupts the trial (its server is then restarted, as after any failure)."""
 
 from __future__ import annotations
 
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hicache_diag.diagnosis.bisect_table import Cell
-from hicache_diag.harness.bisect import BisectConfig, trial_argv
 from hicache_diag.harness.bisect_trials import PlannedTrial, result_of, timed_out
 from hicache_diag.verdict import Outcome
 
 if TYPE_CHECKING:
-    from hicache_diag.diagnosis.bisect_table import TrialResult
-    from hicache_diag.harness.engine import EngineConfig
+    from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
+    from hicache_diag.harness.bisect import BisectConfig
 
-OnResult = Callable[[Cell, "TrialResult"], None]
+OnResult = Callable[["Cell", "TrialResult"], None]
 
 
 class WarmPool(Protocol):
@@ -55,32 +52,24 @@ class _Timer:
         signal.signal(signal.SIGALRM, self._old)
 
 
-def run_warm_trials(
-    cfg: EngineConfig,
-    trials: int,
-    seed: int,
-    out: Path,
-    trial_timeout_s: float,
-    pool: WarmPool,
-    on_result: OnResult | None = None,
-) -> tuple[list[TrialResult], bool]:
-    """(each trial's result in order, whether Ctrl-C cut them short); `pool` is closed here."""
-    cell, plan = Cell({}), BisectConfig((), trials, 1, seed, out, (), trial_timeout_s, (cfg,))
-    try:
-        for j in range(trials):
-            s = seed + j
-            run_out = out / "cell0-base" / f"trial{j}-seed{s}"
-            argv = [*trial_argv(plan, {}, s, run_out), "--warm-server"]
-            planned = PlannedTrial(0, s, run_out, argv, cfg.for_trial(s, str(run_out)))
-            res = _one(pool, planned, trial_timeout_s)
-            if res is None:
-                return cell.results, True
-            cell.results.append(res)
-            if on_result is not None:
-                on_result(cell, res)
-    finally:
-        pool.close()
-    return cell.results, False
+def run_warm_cells(
+    cfg: BisectConfig, cells: list[Cell], planned: list[PlannedTrial], on_result: Any
+) -> bool:
+    """Each cell's trials one after another on that cell's own warm pool (`cfg.warm`), the
+    cells one after another; True when Ctrl-C cut them short. Every pool is closed here."""
+    for index, cell in enumerate(cells):
+        pool = cfg.warm(cfg.out / f"warm-server-cell{index}")
+        try:
+            for trial in (t for t in planned if t.cell == index):
+                res = _one(pool, trial, cfg.trial_timeout_s)
+                if res is None:
+                    return True
+                cell.results.append(res)
+                if on_result is not None:
+                    on_result(cell, res)
+        finally:
+            pool.close()
+    return False
 
 
 def _one(pool: WarmPool, planned: PlannedTrial, timeout_s: float) -> TrialResult | None:
