@@ -177,11 +177,7 @@ def run(
     with PhaseStatus(err_console, quiet=json_, first="checking the run"):
         scenario_file = load_scenario_file(scenario)
         expect = _expectation(scenario_file) if check else None
-        if warm_server and not (expect is not None and expect.is_rate):
-            raise UsageError(
-                "--warm-server has no effect on one trial: it reuses a server across the "
-                "trials of run --check on a scenario that states a rate"
-            )
+        _refuse_lone_warm(warm_server, expect)
         options = parse_run_options(ctx.params, scenario_file)
         if expect is not None:
             expect.check_ranks(options.world_size, f"scenario {scenario!r}")
@@ -189,6 +185,14 @@ def run(
     if expect is not None and expect.is_rate:
         raise typer.Exit(_check_rate_and_render(cfg, options, expect, json_))
     raise typer.Exit(_run_and_render(cfg, json_, expect))
+
+
+def _refuse_lone_warm(warm_server: bool, expect: Expectation | None) -> None:
+    if warm_server and not (expect is not None and expect.is_rate):
+        raise UsageError(
+            "--warm-server has no effect on one trial: it reuses a server across the trials of "
+            "run --check on a scenario that states a rate (and of bisect and hunt)"
+        )
 
 
 def register(app: typer.Typer) -> None:
