@@ -243,7 +243,10 @@ class SglangEngine(Engine):
             if warm.release(self.cfg, watch, done):
                 watch.timings["shutdown_s"] = 0.0  # kept warm for the next trial
                 return
-            warm.server = None
+            t0 = time.time()
+            warm.stop()
+            watch.timings["shutdown_s"] = round(time.time() - t0, 3)
+            return
         watch.timings["shutdown_s"] = round(self.server.close(), 3)
 
     def finish_evidence(self, watch: TrialWatch) -> None:

@@ -45,7 +45,7 @@ class WarmSglang:
         self.fresh_problems: list[str] = []
         self.server_trial = 0  # trials run on the current server so far
         self.reusable = ""  # why the last trial's server may not be reused ("" : it may)
-        self.log_offset = 0
+        self.generation = 0  # servers started so far: each watches its own control dir
 
     @property
     def log_path(self) -> Path:
@@ -53,7 +53,8 @@ class WarmSglang:
 
     @property
     def control_dir(self) -> Path:
-        return self.root / "control"
+        """The next (or current) server's: a new server never reads an old one's requests."""
+        return self.root / f"control{self.generation}"
 
     def trial(self, cfg: SglangRunConfig, argv: list[str] | None = None) -> TrialResult:
         """One trial on this pool's server (harness/warm_trials.py `WarmPool`)."""
@@ -160,6 +161,7 @@ class WarmSglang:
     def stop(self) -> None:
         if self.server is not None:
             self.server.close()
+            self.generation += 1
         self.server = None
 
     def close(self) -> None:

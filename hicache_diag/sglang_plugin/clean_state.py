@@ -237,5 +237,6 @@ class Boundary:
             path.parent.mkdir(parents=True, exist_ok=True)
             _write_atomic(str(path), ev.json_text(proof))
         if steps_dir and recorder is not None:  # the next trial's steps go to its run dir
+            os.makedirs(steps_dir, exist_ok=True)
             recorder.switch(str(ev.rank_jsonl(steps_dir, self.rank)))
         _write_atomic(ack_path(self.control_dir, self.rank), json.dumps({"seq": self.seq}))

@@ -296,9 +296,9 @@ class StepRecorder:
 
     def switch(self, path: str) -> None:
         """A warm server's next trial (clean_state.py): its lines go to `path` from the next
-        step on; the step count runs on, so the ranks stay aligned."""
-        self._fh.close()
-        self._fh = open(path, "a", buffering=1)
+        step on (the old file kept if it cannot be opened); the step count runs on."""
+        self._fh, old = open(path, "a", buffering=1), self._fh
+        old.close()
         self._armed_written = self._crash_written = False
         self._idle, self._last_write = 0, 0.0
 

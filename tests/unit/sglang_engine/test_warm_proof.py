@@ -198,3 +198,33 @@ def test_the_manifest_keeps_the_warm_server_record_losslessly():
     assert manifest.warm_server == record
     assert manifest.to_json() == data
     assert "warm_server" not in ev.Manifest.from_json({"tool": "hicache-diag"}).to_json()
+
+
+def test_a_move_to_a_new_dir_creates_it_and_a_failed_one_keeps_the_old_file(tmp_path):
+    first = tmp_path / "trial0"
+    first.mkdir()
+    recorder = StepRecorder(str(ev.rank_jsonl(first, 0)), 0, 0, 0, Hooks(rank=0))
+    boundary = Boundary(str(tmp_path / "control"), 0)
+    (tmp_path / "control").mkdir()
+    parked = tmp_path / "between-trials"  # not there yet
+    boundary.answer(_scheduler(), recorder, {"seq": 1, "steps_dir": str(parked)})
+    recorder.begin_step()
+    recorder.end_step(_scheduler(), None)
+    assert ev.rank_jsonl(parked, 0).stat().st_size > 0
+    with pytest.raises(OSError):
+        recorder.switch(str(tmp_path / "control" / "ack-rank0.json" / "rank0.jsonl"))
+    recorder._last_write = 0.0  # the next idle step writes its heartbeat
+    recorder.begin_step()
+    recorder.end_step(_scheduler(), None)  # still writing, to the old file
+    assert ev.rank_jsonl(parked, 0).read_text().count("\n") == 2
+    recorder.close()
+
+
+def test_a_new_server_watches_a_new_control_dir(tmp_path):
+    from hicache_diag.sglang.warm import WarmSglang
+
+    pool = WarmSglang(tmp_path)
+    before = pool.control_dir
+    pool.server = SimpleNamespace(close=lambda: 0.0)
+    pool.stop()
+    assert pool.server is None and pool.control_dir != before  # no stale request is seen
