@@ -132,8 +132,10 @@ def _slug(values: dict[str, str]) -> str:
 
 
 def cell_argv(cfg: BisectConfig, values: dict[str, str]) -> list[str]:
-    """The `run` flags of one cell as typed: the pass-through flags, then the axis values."""
-    argv = [*cfg.run_args]
+    """The `run` flags of one cell as typed: the pass-through flags, then the axis values.
+    `--warm-server` says how trials are scheduled, not what one is: a trial's line leaves it
+    out (its manifest's `warm_server` says whether it ran on a reused server)."""
+    argv = [a for a in cfg.run_args if a != "--warm-server"]
     for axis in cfg.axes:
         argv += axis.args(values[axis.name])
     return argv

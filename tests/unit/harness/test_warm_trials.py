@@ -80,3 +80,11 @@ def test_warm_trials_refuse_parallel_jobs(tmp_path):
 
 def _fields(cfg: BisectConfig) -> dict:
     return {name: getattr(cfg, name) for name in BisectConfig.__slots__}
+
+
+def test_a_trials_reproducing_line_leaves_the_scheduling_flag_out(tmp_path):
+    from hicache_diag.harness.bisect import trial_argv
+
+    cfg = BisectConfig((), 1, 1, 0, tmp_path, ("--warm-server", "--requests", "4"), 60.0)
+    argv = trial_argv(cfg, {}, 3, tmp_path / "t")
+    assert "--warm-server" not in argv and argv[2:4] == ["--requests", "4"]
