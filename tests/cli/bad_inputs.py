@@ -430,6 +430,8 @@ PAIRS: list[tuple[list[str], int, str]] = [
     (["run", "--engine", "sglang", "--protocol", "legacy"], 2, "--protocol is a builtin-engine"),
     (["run", "--engine", "sglang", "--fix", "ack-count=local"], 2, "--fix is a builtin-engine"),
     (["run", "--engine", "sglang", "--max-steps", "10"], 2, "--max-steps applies to --engine"),
+    (["run", "--engine", "sglang", "--warm-server"], 2, "--warm-server has no effect on one"),
+    (["run", "--scenario", "{root}/warm_key.toml"], 2, "unknown key 'warm_server'"),
     (["run", "--check"], 2, "--check needs --scenario"),
     (["run", "--check", "--scenario", "{root}/pp_two.toml"], 2, "has no [expect] table"),
     (["triage", "--save", "{root}/save", "--dumps", "{root}/dumps"], 2, "--save writes live"),
@@ -499,6 +501,7 @@ def make_files(root: Path) -> None:
     (root / "far_culprit.toml").write_text("pp = 2\n[expect]\nculprit_rank = 5\n")
     (root / "env_bool.toml").write_text('engine = "sglang"\nsglang_env = {X = true}\n')
     (root / "env_builtin.toml").write_text('sglang_env = {SGLANG_X = "1"}\n')
+    (root / "warm_key.toml").write_text('engine = "sglang"\nwarm_server = true\n')
     for name in ("list_verdict", "list_launcher"):
         shutil.copytree(SAMPLE_RUN, root / name)
     (root / "list_verdict" / "verdict.json").write_text(json.dumps([1, 2]))
