@@ -228,3 +228,55 @@ def test_a_new_server_watches_a_new_control_dir(tmp_path):
     pool.server = SimpleNamespace(close=lambda: 0.0)
     pool.stop()
     assert pool.server is None and pool.control_dir != before  # no stale request is seen
+
+
+def _pool_with_server(tmp_path):
+    from hicache_diag.sglang.warm import WarmSglang
+
+    pool = WarmSglang(tmp_path)
+    closed = []
+    pool.server = SimpleNamespace(
+        close=lambda: closed.append(1) or 0.0,
+        alive=lambda: True,
+        popen=SimpleNamespace(pid=4242),
+        url="http://127.0.0.1:9",
+    )
+    return pool, closed
+
+
+def _cfg(faults=(), backend=None):
+    spec = SimpleNamespace(hicache_storage_backend=backend)
+    return SimpleNamespace(
+        python="p", sglang_version="v", spec=spec, cpu_kernel_names={}, faults=faults, world_size=2
+    )
+
+
+@pytest.mark.parametrize(
+    ("cfg", "why"),
+    [
+        (_cfg(faults=("dma-delay",)), "restarted: this trial has faults"),
+        (_cfg(backend="file"), "restarted: an L3 backend"),
+        (_cfg(), "restarted: this trial's launch differs"),
+    ],
+)
+def test_a_server_is_not_reused_for_faults_an_l3_backend_or_another_launch(tmp_path, cfg, why):
+    from hicache_diag.sglang.warm import _key
+
+    pool, closed = _pool_with_server(tmp_path)
+    pool.key = _key(_cfg(backend="other"))
+    record = pool.boundary(cfg, tmp_path / "trial")
+    assert not record.reused and record.why.startswith(why) and record.server_pid == 4242
+    assert closed == [1] and pool.server is None
+
+
+def test_a_trial_with_faults_or_a_failure_is_always_followed_by_a_restart(tmp_path):
+    from hicache_diag.harness.engine import TrialWatch
+
+    pool, closed = _pool_with_server(tmp_path)
+    assert not pool.release(_cfg(faults=("dma-delay",)), TrialWatch(), done=True)
+    assert "faults" in pool.reusable
+    failed = TrialWatch(first_failure=ev.FirstFailure(1, 0.0, 7, 1))
+    assert not pool.release(_cfg(), failed, done=True) and "failed or hung" in pool.reusable
+    assert not pool.release(_cfg(), TrialWatch(), done=False)
+    record = pool.boundary(_cfg(), tmp_path / "trial")
+    assert record.why == "restarted: the previous trial left requests unanswered"
