@@ -4,8 +4,13 @@ Each trial is a fresh `hicache-diag run --engine sglang --json` CLI process. The
 the run dir's own clocks: the manifest's `started_at` (checks done, launch begins), SGLang's
 server.log (`Load weight begin/end`, second resolution), launcher.json (`startup_s`: launch to
 ready; `workload_s`; `shutdown_s`; `ended_at`) and verdict.json's write time. Printed as a table
-per trial and the median; never asserts on time. Ends with the one line
-`fresh trial F s, warm trial W s` (W is `n/a` until a warm server exists).
+per trial and the median; never asserts on time.
+
+Then the same workload on a warm server (sglang/warm.py, `--warm-server`), in this process: one
+trial starts the server (and takes the fresh clean-state proof), the next runs on it once every
+rank proved it clean. W is that trial's wall time from "trial starts" to its verdict; F is the
+fresh trial's CLI start to exit. Ends with the one line `fresh trial F s, warm trial W s`
+(W `n/a`, with why, when the proof did not pass).
 Usage: python bench/sglang_trial_cost.py [--trials 1] [--sglang-python PY] [-- run flags]
 """
 
@@ -86,6 +91,49 @@ def one_trial(out: Path, extra: list[str]) -> dict[str, float | None]:
     return row
 
 
+def _warm_config(extra: list[str], out: Path):
+    """The fresh trials' config, parsed by the `run` command's own parser and built."""
+    import typer
+
+    from hicache_diag.cli.main import app
+    from hicache_diag.engines import build
+    from hicache_diag.parse_options import parse_run_options
+
+    command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
+    ctx = command.make_context("run", ["--engine", "sglang", "--out", str(out), *extra])
+    return build(parse_run_options(ctx.params))
+
+
+def warm_trials(extra: list[str], root: Path) -> tuple[float | None, str]:
+    """(the warm trial's seconds from start to verdict, what its manifest says)."""
+    from hicache_diag import evidence as ev
+    from hicache_diag.sglang.warm import WarmSglang
+
+    cfg = _warm_config(extra, root / "cfg")
+    pool = WarmSglang(root / "warm-server")
+    try:
+        t0 = time.time()
+        first = pool.trial(cfg.for_trial(cfg.seed, str(root / "w0")))
+        print(
+            f"warm pool trial 0 (starts the server): {first.verdict.outcome.value}, "
+            f"{time.time() - t0:.1f} s"
+        )
+        t1 = time.time()
+        # The same seed: the fresh trials' workload, whose transformers reference is cached.
+        second = pool.trial(cfg.for_trial(cfg.seed, str(root / "w1")))
+        took = time.time() - t1
+    finally:
+        pool.close()
+    warm = ev.read_record(ev.Manifest, root / "w1" / ev.MANIFEST).warm_server
+    launcher = ev.read_record(ev.LauncherRecord, root / "w1" / ev.LAUNCHER)
+    said = (
+        f"outcome {second.verdict.outcome.value}, reused {warm.reused} ({warm.why}), "
+        f"boundary {warm.boundary_s} s, workload {launcher.timings.get('workload_s')} s, "
+        f"differences {warm.differences or 'none'}"
+    )
+    return (took if warm.reused else None), said
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1)
@@ -100,6 +148,8 @@ def main() -> int:
         for i in range(args.trials):
             rows.append(one_trial(Path(tmp) / f"t{i}", extra))
             print(f"trial {i}: outcome {rows[-1]['outcome']}, {rows[-1]['total']} s")
+        warm_s, warm_said = warm_trials(extra, Path(tmp) / "warm")
+        print(f"warm pool trial 1 (on the warm server): {warm_said}")
     names = [f"trial {i}" for i in range(len(rows))]
     print(f"\n{'phase':16s} " + " ".join(f"{n:>9s}" for n in names) + "  what")
     for name, what in (*PHASES, ("total", "CLI start -> CLI exit")):
@@ -108,7 +158,8 @@ def main() -> int:
     fresh = statistics.median(r["total"] for r in rows)
     # Trial 0 may compute the transformers reference; later trials of the same prompts read it
     # from the cache (sglang/reference.py).
-    print(f"\nfresh trial {fresh:.1f} s, warm trial n/a s (no warm server: see the README)")
+    warm = f"{warm_s:.1f}" if warm_s is not None else "n/a"
+    print(f"\nfresh trial {fresh:.1f} s, warm trial {warm} s")
     return 0
 
 

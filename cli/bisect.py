@@ -141,7 +141,10 @@ def with_cell_configs(
     if trial_timeout is None:  # each engine's own: real SGLang starts in tens of seconds
         trial_timeout = type(base).trial_timeout_s
     preload = engine(base.engine).preload
-    done = replace(cfg, cells=tuple(configs), trial_timeout_s=trial_timeout, preload=preload)
+    warm = engine(base.engine).warm if getattr(base, "warm_server", False) else None
+    done = replace(
+        cfg, cells=tuple(configs), trial_timeout_s=trial_timeout, preload=preload, warm=warm
+    )
     return done, world
 
 

@@ -64,6 +64,15 @@ CheckOpt = Annotated[
         help="Compare the verdict with the scenario's [expect] table: exit 0 on a match, 4 if not.",
     ),
 ]
+WarmServerOpt = Annotated[
+    bool,
+    _opt(
+        "--warm-server",
+        help="sglang engine, several trials (run --check on a rate scenario): run them one "
+        "after another on one server, reused only when every rank proves its state equal to "
+        "a fresh server's (else restarted); each trial's manifest says which.",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print only the verdict JSON on stdout.")]
 PpOpt = Annotated[int | None, _opt("--pp", metavar="N", key="pp", help="Pipeline stages.")]
 TpOpt = Annotated[

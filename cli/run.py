@@ -173,12 +173,14 @@ def run(
     check: o.CheckOpt = False,
     list_faults: ListFaultsOpt = False,
     sglang_consensus_checker: ConsensusCheckerOpt = False,
+    warm_server: o.WarmServerOpt = False,
 ) -> None:
     """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
     # With --engine sglang the checks probe the release and may build the model: seconds.
     with PhaseStatus(err_console, quiet=json_, first="checking the run"):
         scenario_file = load_scenario_file(scenario)
         expect = _expectation(scenario_file) if check else None
+        _refuse_lone_warm(warm_server, expect)
         options = parse_run_options(ctx.params, scenario_file)
         if expect is not None:
             expect.check_ranks(options.world_size, f"scenario {scenario!r}")
@@ -186,6 +188,14 @@ def run(
     if expect is not None and expect.is_rate:
         raise typer.Exit(_check_rate_and_render(cfg, options, expect, json_))
     raise typer.Exit(_run_and_render(cfg, json_, expect))
+
+
+def _refuse_lone_warm(warm_server: bool, expect: Expectation | None) -> None:
+    if warm_server and not (expect is not None and expect.is_rate):
+        raise UsageError(
+            "--warm-server has no effect on one trial: it reuses a server across the trials of "
+            "run --check on a scenario that states a rate (and of bisect and hunt)"
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -212,8 +222,10 @@ def _check_rate_and_render(
     out = Path(options.out) if options.out else Path("runs") / f"check-{stamp}"
     progress, on_result = trial_progress(err_console, expect.trials, quiet=json_)
     with progress:
-        timeout, preload = type(options).trial_timeout_s, engine(cfg.engine).preload
-        check = run_rate_check(cfg, expect, out, timeout, on_result, preload)
+        entry = engine(cfg.engine)
+        timeout, preload = type(options).trial_timeout_s, entry.preload
+        warm = entry.warm if getattr(options, "warm_server", False) else None
+        check = run_rate_check(cfg, expect, out, timeout, on_result, preload, warm)
     if json_:
         print_json(check.to_json())
     else:

@@ -33,6 +33,8 @@ class EngineEntry:
     switches: Callable[[], Mapping[str, Any]] = field(default=dict)  # its --fix switches
     preload: tuple[str, ...] = ()  # modules a warm trial server imports for its trials
     records_reads: bool = False
+    # `--warm-server`: warm(root) -> its pool (harness/warm_trials.py WarmPool); None: none.
+    warm: Callable[[Path], Any] | None = None
 
     @property
     def options(self) -> type[RunOptions]:
@@ -70,9 +72,20 @@ def _sglang() -> EngineEntry:
 
         return run_sglang_trial(*args)
 
+    def warm_sglang(root: Path) -> Any:
+        from hicache_diag.sglang.warm import WarmSglang  # torch: only when a pool is made
+
+        return WarmSglang(root)
+
     preload = ("hicache_diag.sglang.trial",)
     return EngineEntry(
-        "sglang", build, run_sglang_trial, sglang_engine_tree, preload=preload, records_reads=True
+        "sglang",
+        build,
+        run_sglang_trial,
+        sglang_engine_tree,
+        preload=preload,
+        records_reads=True,
+        warm=warm_sglang,
     )
 
 

@@ -132,6 +132,15 @@ def _idle_nodes(o: RunOptions) -> str | None:
     return None
 
 
+def _warm_across_nodes(o: RunOptions) -> str | None:
+    if getattr(o, "warm_server", False) and getattr(o, "nnodes", 1) > 1:
+        return (
+            f"--warm-server and {o.how('nnodes')} {o.nnodes} together: a warm server is proven "
+            "clean on one node only; drop one of them"
+        )
+    return None
+
+
 RULES: tuple[Rule, ...] = (
     Rule("size-and-ratio", _size_and_ratio),
     Rule("storage-options-without-storage", _storage_options),
@@ -140,6 +149,7 @@ RULES: tuple[Rule, ...] = (
     Rule("fault-of-zero-size", _fault_of_zero_size),
     Rule("contradicting-fixes", _contradicting_fixes),
     Rule("nodes-without-ranks", _idle_nodes),
+    Rule("warm-server-across-nodes", _warm_across_nodes),
 )
 
 

@@ -25,7 +25,14 @@ if TYPE_CHECKING:
 FLAG_FIELDS = {"fault": "faults"}
 SCENARIO_FIELDS = {**OPTION_ALIASES, "fix": "scenario_fix"}
 # Fields a scenario cannot set (the run dir and the run's own switches are the command's).
-NOT_SCENARIO = ("out", "check", "faults", "scenario_fix", "sglang_consensus_checker")
+NOT_SCENARIO = (
+    "out",
+    "check",
+    "faults",
+    "scenario_fix",
+    "sglang_consensus_checker",
+    "warm_server",
+)
 
 _INT, _NUM, _STR, _LIST = (int,), (int, float), (str,), (list,)
 _KINDS = {"int": _INT, "int | None": _INT, "float": _NUM, "str": _STR, "str | None": _STR}

@@ -189,6 +189,8 @@ class SglangOptions(RunOptions):
     sglang_version: str | None = None  # a scenario's release (bisect: --sglang-version)
     sglang_consensus_checker: bool = False
     nnodes: int = 1  # SGLang's --nnodes: one server per node, PP stages on different nodes
+    # Trials of one config reuse a server proven clean on every rank (sglang/warm.py).
+    warm_server: bool = False
 
     def __post_init__(self) -> None:
         RunOptions.__post_init__(self)

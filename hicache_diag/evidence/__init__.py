@@ -11,6 +11,12 @@ from hicache_diag.evidence.divergence import (
     read_blocks,
     tail_steps,
     write_block,
+from hicache_diag.evidence.clean_state import (
+    CLEAN_STATE,
+    UNKNOWN,
+    CleanStateProof,
+    WarmServerRecord,
+    clean_state_json,
 )
 from hicache_diag.evidence.launcher import (
     FirstFailure,
@@ -63,6 +69,11 @@ from hicache_diag.evidence.record import Record, json_text, read_json, read_reco
 from hicache_diag.evidence.step import StepRecord, read_steps
 
 __all__ = [
+    "CLEAN_STATE",
+    "UNKNOWN",
+    "CleanStateProof",
+    "WarmServerRecord",
+    "clean_state_json",
     "BATCH_KEYS",
     "BUDGET",
     "EVIDENCE_VERSION",

@@ -123,4 +123,3 @@ def events_of(message: str) -> list[str]:
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return []
     return [str(v) for v in value] if isinstance(value, list) else []
-

@@ -99,4 +99,11 @@ LAYOUT = (
     BUDGET,
     VERDICT,
 )
-SGLANG_LAYOUT = (SERVER_LOG, PLUGIN, REQUESTS, SCRIPT, "first_divergence/rank{r}.json")
+SGLANG_LAYOUT = (
+    SERVER_LOG,
+    PLUGIN,
+    REQUESTS,
+    SCRIPT,
+    "first_divergence/rank{r}.json",
+    "clean_state/rank{r}.json",
+)

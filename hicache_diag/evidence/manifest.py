@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from hicache_diag.evidence.clean_state import WarmServerRecord
 from hicache_diag.evidence.layout import EVIDENCE_VERSION
 from hicache_diag.evidence.record import Record
 
@@ -45,7 +46,7 @@ class Manifest(Record):
     """manifest.json. `evidence_version` 0: a run from before the evidence was versioned;
     `engine` None: the builtin runtime (only the sglang engine writes the key)."""
 
-    nested = {"topology": Topology}
+    nested = {"topology": Topology, "warm_server": WarmServerRecord}
 
     tool: str = "hicache-diag"
     version: str = ""
@@ -63,6 +64,8 @@ class Manifest(Record):
     sglang: dict[str, Any] | None = None  # the release: version, python, argv, torch, ...
     notes: list[str] = field(default_factory=list)  # how the sglang engine adapted the launch
     started_at: str = ""
+    # The sglang engine's warm server: reused or restarted, with each rank's clean-state proof.
+    warm_server: WarmServerRecord | None = None
 
     @classmethod
     def head(cls, argv: list[str] | None, version: str) -> Manifest:

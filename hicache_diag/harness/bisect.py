@@ -73,6 +73,8 @@ class BisectConfig:
     # The trial function, "module:function"; tests substitute a stand-in.
     trial: str = TRIAL
     preload: tuple[str, ...] = ()  # the cells' engines' modules, for the warm trial server
+    # `--warm-server`: the engine's warm pool factory (harness/warm_trials.py); None: fresh.
+    warm: Callable[[Path], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.trials < 1:
@@ -81,6 +83,8 @@ class BisectConfig:
             raise UsageError(f"--jobs must be >= 1 (got {self.jobs})")
         if self.trial_timeout_s <= 0:
             raise UsageError(f"--trial-timeout must be > 0 (got {self.trial_timeout_s})")
+        if self.warm is not None and self.jobs > 1:
+            raise UsageError("--warm-server runs a cell's trials one after another: drop --jobs")
 
 
 def parse_values(flag: str, text: str) -> tuple[str, ...]:
@@ -128,8 +132,10 @@ def _slug(values: dict[str, str]) -> str:
 
 
 def cell_argv(cfg: BisectConfig, values: dict[str, str]) -> list[str]:
-    """The `run` flags of one cell as typed: the pass-through flags, then the axis values."""
-    argv = [*cfg.run_args]
+    """The `run` flags of one cell as typed: the pass-through flags, then the axis values.
+    `--warm-server` says how trials are scheduled, not what one is: a trial's line leaves it
+    out (its manifest's `warm_server` says whether it ran on a reused server)."""
+    argv = [a for a in cfg.run_args if a != "--warm-server"]
     for axis in cfg.axes:
         argv += axis.args(values[axis.name])
     return argv
@@ -174,6 +180,14 @@ def run_bisect(cfg: BisectConfig, on_result: OnResult | None = None) -> BisectTa
 def _run_bisect(cfg: BisectConfig, on_result: OnResult | None) -> BisectTable:
     cells, trials = _plan(cfg)
     table = BisectTable([a.name for a in cfg.axes], cells, describe=_describer(cfg.axes))
+    if cfg.warm is not None:  # one after another in this process, each cell on its server
+        from hicache_diag.harness.warm_trials import run_warm_cells
+
+        try:
+            table.interrupted = run_warm_cells(cfg, cells, trials, on_result)
+        except KeyboardInterrupt:
+            table.interrupted = True
+        return table
     runner = TrialRunner(cfg.trial_timeout_s, trial_fn=cfg.trial)
     pool = ThreadPoolExecutor(max_workers=cfg.jobs, thread_name_prefix="bisect-trial")
     futures: dict[Future, PlannedTrial] = {}

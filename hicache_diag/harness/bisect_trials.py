@@ -59,7 +59,8 @@ def read_verdict(run_dir: Path) -> Verdict | None:
         return None
 
 
-def _result(trial: PlannedTrial, rc: int, wall_s: float) -> TrialResult:
+def result_of(trial: PlannedTrial, rc: int, wall_s: float) -> TrialResult:
+    """The trial's result from its verdict.json (what bisect tabulates)."""
     if rc == ExitCode.BAD_INPUT:
         why = _last_line(trial.log).removeprefix("hicache-diag: error: ")
         return TrialResult(trial.seed, str(trial.out), None, error=f"bad input: {why}")
@@ -187,7 +188,7 @@ class TrialRunner:
             trial.plan.unlink(missing_ok=True)
         if self.stopping.is_set():
             return None  # killed by Ctrl-C: not a trial outcome
-        return _result(trial, rc, time.monotonic() - start)
+        return result_of(trial, rc, time.monotonic() - start)
 
     def kill_all(self) -> None:
         with self._lock:

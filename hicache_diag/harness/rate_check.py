@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
     from hicache_diag.faults.expect import Expectation
     from hicache_diag.harness.engine import EngineConfig
+    from hicache_diag.harness.warm_trials import WarmPool
 
 _NOT_DECIDED = (Outcome.UNDECIDED, Outcome.INTERRUPTED)
 
@@ -102,10 +103,12 @@ def run_rate_check(
     trial_timeout_s: float,
     on_result: Callable[[Cell, TrialResult], None] | None = None,
     preload: tuple[str, ...] = (),
+    warm: Callable[[Path], WarmPool] | None = None,
 ) -> RateCheck:
-    """`expect.trials` trials of `cfg` (seeds cfg.seed + j) under `out`, judged."""
+    """`expect.trials` trials of `cfg` (seeds cfg.seed + j) under `out`, judged; with `warm`
+    (`--warm-server`: the engine's warm pool factory) one after another on a warm server."""
     runs, interrupted = run_trials(
-        cfg, expect.trials, cfg.seed, out, trial_timeout_s, on_result, preload
+        cfg, expect.trials, cfg.seed, out, trial_timeout_s, on_result, preload, warm
     )
     trials = tuple(_checked(r, expect) for r in runs)
     matched = sum(1 for t in trials if t.matched)

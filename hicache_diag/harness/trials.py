@@ -15,6 +15,7 @@ from hicache_diag.verdict import Verdict
 if TYPE_CHECKING:
     from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
     from hicache_diag.harness.engine import EngineConfig
+    from hicache_diag.harness.warm_trials import WarmPool
 
 OnResult = Callable[["Cell", "TrialResult"], None]
 
@@ -27,10 +28,14 @@ def run_trials(
     trial_timeout_s: float,
     on_result: OnResult | None = None,
     preload: tuple[str, ...] = (),
+    warm: Callable[[Path], WarmPool] | None = None,
 ) -> tuple[list[TrialResult], bool]:
     """(each trial's result in order, whether Ctrl-C cut them short); `preload`: the engine's
-    modules for the warm trial server (engines.py `EngineEntry.preload`)."""
-    plan = BisectConfig((), trials, 1, seed, out, (), trial_timeout_s, (cfg,), preload=preload)
+    modules for the warm trial server (engines.py `EngineEntry.preload`); `warm`: the engine's
+    warm pool factory (`--warm-server`): the trials then run one after another on its server."""
+    plan = BisectConfig(
+        (), trials, 1, seed, out, (), trial_timeout_s, (cfg,), preload=preload, warm=warm
+    )
     table = run_bisect(plan, on_result)
     return table.cells[0].results, table.interrupted
 

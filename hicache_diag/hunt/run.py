@@ -70,11 +70,17 @@ def variant_options(base: RunOptions, variant: Variant) -> RunOptions:
     return options
 
 
-def _trials(cell: Any, n: int, seed: int, out: Path, on_result: Callable | None):
+def _trials(
+    cell: Any, n: int, seed: int, out: Path, on_result: Callable | None, fresh: bool = False
+):
+    """`n` trials of the cell; on a warm server (`--warm-server`) unless `fresh`."""
     from hicache_diag.engines import engine
 
-    timeout, preload = type(cell.options).trial_timeout_s, engine(cell.options.engine).preload
-    return run_trials(cell.cfg, n, seed, out, timeout, on_result, preload)
+    entry = engine(cell.options.engine)
+    timeout, preload = type(cell.options).trial_timeout_s, entry.preload
+    use_warm = not fresh and getattr(cell.options, "warm_server", False)
+    warm = entry.warm if use_warm else None
+    return run_trials(cell.cfg, n, seed, out, timeout, on_result, preload, warm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +125,7 @@ def _first_seed(result: TriggerResult) -> int:
 
 def _confirm(result: TriggerResult, cell: _Cell, out: Path) -> bool:
     """A fresh rerun of the first failing seed; True when it fails again."""
-    runs, interrupted = _trials(cell, 1, _first_seed(result), out / "confirm", None)
+    runs, interrupted = _trials(cell, 1, _first_seed(result), out / "confirm", None, fresh=True)
     if interrupted:
         raise KeyboardInterrupt
     verdict = trial_verdict(runs[0]) if runs else None

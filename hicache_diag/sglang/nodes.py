@@ -114,10 +114,13 @@ class NodeServer(SglangServer):
         ]
 
 
-def make_server(install: SglangInstall, spec: LaunchSpec, run_dir: Path) -> SglangServer:
-    """One server, or with --nnodes > 1 node 0's holding the others."""
+def make_server(
+    install: SglangInstall, spec: LaunchSpec, run_dir: Path, log: Path | None = None
+) -> SglangServer:
+    """One server (its log at `log`: a warm pool's), or with --nnodes > 1 node 0's holding the
+    others (never warm: run_options refuses --warm-server with --nnodes)."""
     if spec.nnodes <= 1:
-        return SglangServer(install, spec, run_dir)
+        return SglangServer(install, spec, run_dir, log)
     specs = node_specs(spec, spec.dist_init_addr or f"{LOCAL_HOST}:{free_port()}")
     peers = tuple(NodeServer(install, s, run_dir) for s in specs[1:])
     return NodeServer(install, specs[0], run_dir, peers)

@@ -133,8 +133,11 @@ def parse_title(cmdline: str) -> RankId | None:
 
 
 class SglangServer:
-    def __init__(self, install: SglangInstall, spec: LaunchSpec, run_dir: Path) -> None:
+    def __init__(
+        self, install: SglangInstall, spec: LaunchSpec, run_dir: Path, log: Path | None = None
+    ) -> None:
         self.install, self.spec, self.run_dir = install, spec, run_dir
+        self._log_path = log or run_dir / ev.SERVER_LOG  # a warm server's: the pool's own
         self.port = free_port()
         self.popen: subprocess.Popen | None = None
         self.schedulers: list[Scheduler] = []
@@ -146,7 +149,7 @@ class SglangServer:
 
     @property
     def log_path(self) -> Path:
-        return self.run_dir / ev.SERVER_LOG
+        return self._log_path
 
     @property
     def url(self) -> str:

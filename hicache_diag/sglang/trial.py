@@ -10,7 +10,6 @@ from SGLang's log prefixes -> the process facts SGLang's log adds -> reference.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -21,23 +20,18 @@ from hicache_diag import evidence as ev
 from hicache_diag.harness.engine import Engine, Failure, TrialWatch
 from hicache_diag.harness.rundir import manifest_head, write_json
 from hicache_diag.harness.trial import TrialResult, run_engine_trial
-from hicache_diag.ranks import RankId, parse_rank_tokens
-from hicache_diag.rules.rank_labels import split_prefix
 from hicache_diag.sglang.client import WorkloadClient
 from hicache_diag.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
 from hicache_diag.sglang.nodes import make_server, placement_evidence
 from hicache_diag.sglang.server import Scheduler, SglangServer
-from hicache_diag.sglang.server_log import harvest_pyspy_dumps, watchdog_firing
 from hicache_diag.sglang.sessions import SESSION_WORKLOADS, make_client
+from hicache_diag.sglang.trial_evidence import finish_evidence, split_rank_logs
 from hicache_diag.sglang_plugin.config import PluginConfig
 from hicache_diag.verdict import Outcome, Verdict
 from hicache_diag.workloads import Workload
 
 POLL_S = 0.2
 CASCADE_GRACE_S = 3.0  # SGLang's survivors log `Connection closed by peer` within a second or two
-_CHILD_EXIT_RE = re.compile(
-    r"Subprocess scheduler_\d+ \(pid=(\d+)\) crashed with exit code (-?\d+)"
-)
 
 Progress = Callable[[dict[str, Any]], None]
 _Watch = TrialWatch  # the loop's record (harness/trial.py)
@@ -68,8 +62,13 @@ class SglangEngine(Engine):
     line_clock = True
     started_at = 0.0  # set at start()
 
-    def __init__(self, cfg: SglangRunConfig, on_progress: Progress | None = None) -> None:
+    def __init__(
+        self, cfg: SglangRunConfig, on_progress: Progress | None = None, warm: Any = None
+    ) -> None:
         self.cfg = cfg
+        self.warm = warm  # sglang/warm.py WarmSglang: the server may outlive this trial
+        self.warm_record: ev.WarmServerRecord | None = None
+        self._log_offset = 0
         self.on_progress = on_progress
         self.started_at = time.time()
         self.server: SglangServer | None = None
@@ -101,11 +100,19 @@ class SglangEngine(Engine):
             launch=cfg.launch_facts,
         )
         self.run_dir = run_dir
-        self.server = make_server(install, cfg.spec, run_dir)
+        warm, control = self.warm, None
+        if warm is not None:
+            self.warm_record = warm.boundary(cfg, run_dir)  # reuse, or stop a dirty server
+            control = str(warm.control_dir)
+        if self.reused:
+            self.server = warm.server
+        else:
+            log = warm.log_path if warm is not None else None
+            self.server = make_server(install, cfg.spec, run_dir, log)
         self.plugin_path = run_dir / ev.PLUGIN
-        PluginConfig(str(run_dir), cfg.seed, cfg.faults, cfg.spec.cpu, cfg.cpu_kernel_names).write(
-            str(self.plugin_path)
-        )
+        kernels = cfg.cpu_kernel_names
+        plugin = PluginConfig(str(run_dir), cfg.seed, cfg.faults, cfg.spec.cpu, kernels)
+        replace(plugin, control_dir=control).write(str(self.plugin_path))
         # A scripted workload's client appends its turns to this list as they are sent.
         scripted = cfg.workload.workload in SESSION_WORKLOADS
         self.requests = [] if scripted else Workload(cfg.workload, cfg.workload_pool()).requests
@@ -139,16 +146,37 @@ class SglangEngine(Engine):
             "protocol": None,
             "faults": list(cfg.faults),
             "topology": cfg.topology(),
+            **({"warm_server": self.warm_record.to_json()} if self.warm_record else {}),
         }
 
+    @property
+    def reused(self) -> bool:
+        return self.warm_record is not None and self.warm_record.reused
+
     def start(self) -> None:
+        if self.warm is not None:
+            self._log_offset = _size(self.warm.log_path)  # this trial's slice starts here
+        if self.reused:
+            self.started_at = time.time()
+            for s in self.server.schedulers:
+                s.state = "running"  # the previous trial marked them finished
+            return
         self.server.start(self.plugin_path)
         self.started_at = self.server.started_at
+        if self.warm is not None:
+            self.warm.adopt(self.server, self.cfg)
 
     def wait_ready(self, watch: TrialWatch, on_progress: Progress | None) -> None:
         """Raises ServerStartError (an EngineStartError) if SGLang never serves."""
+        if self.reused:  # the boundary was this trial's start-up
+            watch.timings["startup_s"] = self.warm_record.boundary_s or 0.0
+            return
         on_phase = _phase_reporter(self.server, self.cfg, on_progress)
         watch.timings["startup_s"] = round(self.server.wait_ready(on_phase=on_phase), 3)
+        if self.warm is not None:
+            t0 = time.time()
+            self.warm.take_fresh_proof(self.run_dir)
+            watch.timings["fresh_proof_s"] = round(time.time() - t0, 3)
 
     def drive(self) -> None:
         self.client = make_client(self.cfg, self.server.url, self.requests, REQUEST_TIMEOUT_S)
@@ -211,12 +239,24 @@ class SglangEngine(Engine):
         if self.server is None:
             return
         self.server.poll()
+        warm = self.warm
+        if warm is not None and warm.server is self.server:
+            done = self.client is not None and self.client.result.done
+            if warm.release(self.cfg, watch, done):
+                watch.timings["shutdown_s"] = 0.0  # kept warm for the next trial
+                return
+            t0 = time.time()
+            warm.stop()
+            watch.timings["shutdown_s"] = round(time.time() - t0, 3)
+            return
         watch.timings["shutdown_s"] = round(self.server.close(), 3)
 
     def finish_evidence(self, watch: TrialWatch) -> None:
         if self.server is None:
             return
-        _finish_evidence(self.run_dir, self.server, self.client, watch)
+        if self.warm is not None:
+            self.warm.log_slice(self.run_dir, self._log_offset)
+        finish_evidence(self.run_dir, self.server, self.client, watch)
         # Only requests that completed can be compared; a crash or hang leaves the rest
         # unanswered.
         done = set(self.client.result.outputs) if self.client is not None else set()
@@ -253,6 +293,13 @@ def _phase_reporter(server: SglangServer, cfg: SglangRunConfig, on_progress: Pro
         )
 
     return report
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _model_config(model: Path) -> dict[str, Any] | None:
@@ -301,85 +348,4 @@ def _reference(cfg: SglangRunConfig, requests: list[Any]) -> dict[str, Any]:
     return compute_reference(cfg.python, cfg.spec.model, requests)
 
 
-def _read_watchdog(text: str, run_dir: Path, server: SglangServer, watch: TrialWatch) -> None:
-    """SGLang's own watchdog declared a hang: the deaths after it are its teardown, the stacks
-    it dumped are the hang's evidence (docs/design.md §8: hangs from py-spy of every scheduler)."""
-    pids = {s.pid: s.rank for s in server.schedulers}
-    dumped = harvest_pyspy_dumps(text, pids, run_dir / ev.STACKS)
-    fired = watchdog_firing(text, server.spec.tp_size)
-    if fired is None or watch.hang is not None:
-        return
-    for s in server.schedulers:
-        if s.state == "crashed":
-            s.state = "killed"  # torn down by SGLang's launcher after its watchdog fired
-    watch.first_failure = None
-    watch.hang = ev.HangRecord(
-        stalled_ranks=[s.rank for s in server.schedulers],
-        last_progress={},
-        proc_status={str(r): st for r, st in watch.stops.last_status.items()},
-        stopped_ranks=sorted(watch.stops.stopped_for(time.time())),
-        detected_by="sglang-watchdog",
-        observed_by=fired.rank,
-        watchdog_line=fired.line,
-    )
-    watch.stacks = ev.StacksRecord("py-spy (SGLang's watchdog)", None if dumped else "none")
-
-
-def _finish_evidence(
-    run_dir: Path, server: SglangServer, client: WorkloadClient | None, watch: TrialWatch
-) -> None:
-    """Per-rank logs from the server log, the exit codes and watchdog SGLang's log records, the
-    answers."""
-    # rank{r}.log: their tracebacks are the classifier's to read (diagnosis/logged_facts.py).
-    split_rank_logs(run_dir / ev.SERVER_LOG, run_dir, server.spec.tp_size)
-    try:
-        text = (run_dir / ev.SERVER_LOG).read_text(errors="replace")
-    except OSError:
-        text = ""  # no log: nothing below finds anything in it
-    _apply_logged_exit_codes(text, server)
-    _read_watchdog(text, run_dir, server, watch)
-    if client is not None:
-        write_json(run_dir / ev.OUTPUTS, client.result.outputs)
-        write_json(
-            run_dir / ev.REQUESTS,
-            {
-                "cached": client.result.cached,
-                "errors": client.result.errors,
-                "aborted": client.result.aborted,
-                "latency_s": client.result.latency_s,
-            },
-        )
-        if getattr(client, "events", None) is not None:  # a scripted workload's own timeline
-            write_json(run_dir / ev.SCRIPT, client.events)
-
-
-def _apply_logged_exit_codes(text: str, server: SglangServer) -> None:
-    """SGLang's launcher logs each scheduler's exit code; ours only sees a vanished pid."""
-    codes = {int(pid): int(code) for pid, code in _CHILD_EXIT_RE.findall(text)}
-    for s in server.schedulers:
-        if s.pid in codes and s.state in ("crashed", "exited"):
-            s.exitcode = codes[s.pid]
-
-
-def split_rank_logs(server_log: Path, run_dir: Path, tp_size: int) -> dict[int, Path]:
-    """rank{r}.log from SGLang's `[ts PP1 TP0]` prefixes; unprefixed lines (traceback bodies)
-    stay with the rank whose line came before them."""
-    try:
-        lines = server_log.read_text(errors="replace").splitlines(keepends=True)
-    except OSError:
-        return {}
-    by_rank: dict[int, list[str]] = {}
-    current: int | None = None
-    for line in lines:
-        prefix = split_prefix(line)  # `[2026-12-01 02:46:52 PP1 TP0]`, the rule book's grammar
-        if prefix is not None and prefix[1]:
-            current = (parse_rank_tokens(prefix[1]) or RankId()).flat(tp_size)
-        elif line.startswith("["):
-            current = None  # the launcher's own lines
-        if current is not None:
-            by_rank.setdefault(current, []).append(line)
-    paths = {}
-    for rank, rank_lines in by_rank.items():
-        paths[rank] = ev.rank_log(run_dir, rank)
-        paths[rank].write_text("".join(rank_lines))
-    return paths
+__all__ = ["SglangEngine", "run_sglang_trial", "split_rank_logs"]

@@ -69,6 +69,10 @@ def _arm_rank(server_args, tp_rank: int, pp_rank: int) -> None:
         STATE.recorder.pp_loop_size = int(getattr(server_args, "pp_size", 1) or 1) + depth
     if consensus_block.checker_enabled():  # --sglang-consensus-checker
         consensus_block.install(_config.run_dir, rank, pp_rank, tp_rank, STATE)
+    if _config.control_dir:
+        from hicache_diag.sglang_plugin.clean_state import Boundary
+
+        STATE.boundary = Boundary(_config.control_dir, rank)
     os.environ["HICACHE_DIAG_RANK"] = str(rank)
 
 
@@ -105,6 +109,8 @@ def _wrap_step(original):
             raise
         if recorder is not None:
             recorder.end_step(self, getattr(plan, "batch_to_run", plan))
+        if STATE.boundary is not None:  # a warm server: the harness may ask for a proof
+            STATE.boundary.poll(self, recorder)
         return plan
 
     return get_next_batch_to_run

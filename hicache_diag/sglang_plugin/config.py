@@ -18,6 +18,7 @@ class PluginConfig:
     cpu_shims: bool = True
     cpu_kernel_names: dict[str, list[str]] = field(default_factory=dict)
     record: bool = True
+    control_dir: str | None = None  # a warm server's trial boundary (clean_state.py)
 
     def write(self, path: str) -> None:
         with open(path, "w") as fh:

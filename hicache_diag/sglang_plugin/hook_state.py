@@ -17,6 +17,7 @@ class _State:
     recorder: Any = None  # recorder.StepRecorder
     side_pool: SidePool | None = None  # made on the first host_hold
     scheduler: Any = None  # the Scheduler, once it stepped (the first-divergence block reads it)
+    boundary: Any = None  # clean_state.Boundary: a warm server's trial boundary
 
 
 STATE = _State()
@@ -24,6 +25,7 @@ STATE = _State()
 
 def reset() -> None:
     STATE.hooks = STATE.recorder = STATE.side_pool = STATE.scheduler = None
+    STATE.boundary = None
 
 
 def apply_hook(point: str, value: Any, **ctx: Any) -> Any:

@@ -294,6 +294,14 @@ class StepRecorder:
         line["faults_fired"] = self.hooks.drain_fired()
         self._write(line)
 
+    def switch(self, path: str) -> None:
+        """A warm server's next trial (clean_state.py): its lines go to `path` from the next
+        step on (the old file kept if it cannot be opened); the step count runs on."""
+        self._fh, old = open(path, "a", buffering=1), self._fh
+        old.close()
+        self._armed_written = self._crash_written = False
+        self._idle, self._last_write = 0, 0.0
+
     def close(self) -> None:
         try:
             if self._errors:  # failed steps since the last error line: counted, not lost

@@ -434,6 +434,13 @@ PAIRS: list[tuple[list[str], int, str]] = [
     (["run", "--engine", "sglang", "--nnodes", "3"], 2, "--nnodes 3 is more nodes than ranks"),
     (["run", "--engine", "sglang", "--nnodes", "2", "--pp", "3"], 2, "does not split --pp 3"),
     (["run", "--engine", "sglang", "--nnodes", "0"], 2, "--nnodes must be"),
+    (["run", "--engine", "sglang", "--warm-server"], 2, "--warm-server has no effect on one"),
+    (
+        ["bisect", "--engine", "sglang", "--warm-server", "--nnodes", "2", "--trials", "2"],
+        2,
+        "a warm server is proven clean on one node only",
+    ),
+    (["run", "--scenario", "{root}/warm_key.toml"], 2, "unknown key 'warm_server'"),
     (["run", "--check"], 2, "--check needs --scenario"),
     (["run", "--check", "--scenario", "{root}/pp_two.toml"], 2, "has no [expect] table"),
     (["triage", "--save", "{root}/save", "--dumps", "{root}/dumps"], 2, "--save writes live"),
@@ -503,6 +510,7 @@ def make_files(root: Path) -> None:
     (root / "far_culprit.toml").write_text("pp = 2\n[expect]\nculprit_rank = 5\n")
     (root / "env_bool.toml").write_text('engine = "sglang"\nsglang_env = {X = true}\n')
     (root / "env_builtin.toml").write_text('sglang_env = {SGLANG_X = "1"}\n')
+    (root / "warm_key.toml").write_text('engine = "sglang"\nwarm_server = true\n')
     for name in ("list_verdict", "list_launcher"):
         shutil.copytree(SAMPLE_RUN, root / name)
     (root / "list_verdict" / "verdict.json").write_text(json.dumps([1, 2]))

@@ -1,0 +1,180 @@
+"""A warm SGLang server across trials (issue 31): a trial runs on the server the previous trial
+left only when every rank proved its state equal to the fresh server's (sglang/clean_proof.py);
+otherwise the server is restarted. The manifest's `warm_server` says which, and why.
+
+The pool lives in the process that runs the trials one after another (harness/warm_trials.py).
+SGLang's whole output goes to the pool's own server.log; each trial gets its slice. A server
+is never reused after a trial that had faults (they are armed at launch and touch the server),
+failed, hung, was interrupted, or ran with an L3 backend (its files are not proven empty).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hicache_diag import evidence as ev
+from hicache_diag.sglang.clean_proof import Control, Proofs, differences, flush_cache, not_empty
+
+if TYPE_CHECKING:
+    from hicache_diag.harness.engine import TrialWatch
+    from hicache_diag.harness.trial import TrialResult
+    from hicache_diag.sglang.config import SglangRunConfig
+    from hicache_diag.sglang.server import SglangServer
+
+PARKED = "between-trials"  # the ranks' idle steps between two trials go here, not to a run dir
+
+
+def _key(cfg: SglangRunConfig) -> tuple[Any, ...]:
+    """What the server was launched with: a trial with another key needs another server."""
+    return (cfg.python, cfg.sglang_version, cfg.spec, cfg.cpu_kernel_names)
+
+
+class WarmSglang:
+    """The warm server and what the next trial's boundary compares against."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.server: SglangServer | None = None
+        self.control: Control | None = None
+        self.key: tuple[Any, ...] | None = None
+        self.fresh: Proofs = {}
+        self.fresh_problems: list[str] = []
+        self.server_trial = 0  # trials run on the current server so far
+        self.reusable = ""  # why the last trial's server may not be reused ("" : it may)
+        self.generation = 0  # servers started so far: each watches its own control dir
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / ev.SERVER_LOG
+
+    @property
+    def control_dir(self) -> Path:
+        """The next (or current) server's: a new server never reads an old one's requests."""
+        return self.root / f"control{self.generation}"
+
+    def trial(self, cfg: SglangRunConfig, argv: list[str] | None = None) -> TrialResult:
+        """One trial on this pool's server (harness/warm_trials.py `WarmPool`)."""
+        from hicache_diag.harness.trial import run_engine_trial
+        from hicache_diag.sglang.trial import SglangEngine
+
+        return run_engine_trial(SglangEngine(cfg, warm=self), cfg, argv)
+
+    # -- the boundary, before the trial's manifest -------------------------------------------
+    def boundary(self, cfg: SglangRunConfig, run_dir: Path) -> ev.WarmServerRecord:
+        """Reuse the server for the trial in `run_dir` if proven clean, else stop it (the trial
+        then starts a fresh one). The record goes into the trial's manifest."""
+        if self.server is None:
+            return ev.WarmServerRecord(why="fresh server: no warm server yet")
+        refusal = self._refusal(cfg)
+        if refusal:
+            pid = self.server.popen.pid if self.server.popen else None
+            self.stop()
+            return ev.WarmServerRecord(why=f"restarted: {refusal}", server_pid=pid)
+        return self._prove(run_dir)
+
+    def _refusal(self, cfg: SglangRunConfig) -> str:
+        if self.reusable:
+            return self.reusable
+        if cfg.faults:
+            return "this trial has faults (armed at launch: they need a server of their own)"
+        if cfg.spec.hicache_storage_backend:
+            return "an L3 backend: its files are not proven empty, so each trial gets its own"
+        if _key(cfg) != self.key:
+            return "this trial's launch differs from the warm server's"
+        if not self.server.alive():
+            return "the warm server is gone"
+        return ""
+
+    def _prove(self, run_dir: Path) -> ev.WarmServerRecord:
+        t0 = time.time()
+        server = self.server
+        problems = []
+        refused = flush_cache(server.url)
+        if refused is not None:
+            problems.append(f"/flush_cache refused: {refused}")
+        proofs = self.control.ask(run_dir, None)
+        if proofs is None:
+            problems.append("a rank did not answer the proof request in time")
+            proofs = {}
+        problems += differences(proofs, self.fresh)
+        if not problems:  # proven clean: the ranks' steps go to this trial's run dir
+            if self.control.ask(None, run_dir) is None:
+                problems.append("a rank did not move its step recorder in time")
+        record = ev.WarmServerRecord(
+            reused=not problems,
+            why="proven clean on every rank" if not problems else "restarted: not clean",
+            server_trial=self.server_trial,
+            server_pid=server.popen.pid if server.popen else None,
+            boundary_s=round(time.time() - t0, 3),
+            proof={str(r): f for r, f in sorted(proofs.items())},
+            fresh={str(r): f for r, f in sorted(self.fresh.items())},
+            differences=problems,
+        )
+        if problems:
+            self.stop()  # a dirty server is never run on
+        return record
+
+    # -- a fresh server -----------------------------------------------------------------------
+    def adopt(self, server: SglangServer, cfg: SglangRunConfig) -> None:
+        """A server just started for a trial: the pool's from now on."""
+        self.server, self.key, self.server_trial = server, _key(cfg), 0
+        self.control = Control(self.control_dir, cfg.world_size)
+        self.fresh, self.fresh_problems, self.reusable = {}, [], ""
+
+    def take_fresh_proof(self, run_dir: Path) -> None:
+        """After the fresh server is ready: flush what its readiness request left in the tree
+        (every trial on it then starts alike), and take the proof every later one is held to."""
+        refused = flush_cache(self.server.url)
+        proofs = self.control.ask(run_dir, None)
+        self.fresh = proofs or {}
+        self.fresh_problems = not_empty(self.fresh)
+        if refused is not None:
+            self.fresh_problems.append(f"/flush_cache refused on the fresh server: {refused}")
+        if proofs is None:
+            self.fresh_problems.append("a rank did not answer the fresh proof request")
+
+    # -- after the trial ----------------------------------------------------------------------
+    def release(self, cfg: SglangRunConfig, watch: TrialWatch, done: bool) -> bool:
+        """After a trial: keep the server for the next one (True) or stop it. Kept only after a
+        trial that ended cleanly (`done`: every request answered), with no fault, and whose
+        ranks moved their steps out of the run dir in time."""
+        self.server_trial += 1
+        why = _spoiled(cfg, watch, done) or "; ".join(self.fresh_problems)
+        if not why and self.control.ask(None, self.root / PARKED) is None:
+            why = "a rank did not park its step recorder in time"
+        if why or not self.server.alive():
+            self.reusable = why or "the warm server is gone"
+            return False
+        self.reusable = ""
+        return True
+
+    def log_slice(self, run_dir: Path, offset: int) -> None:
+        """This trial's part of the pool's server.log, as the trial's own server.log."""
+        with open(self.log_path, "rb") as src, open(run_dir / ev.SERVER_LOG, "wb") as dst:
+            src.seek(offset)
+            shutil.copyfileobj(src, dst)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.generation += 1
+        self.server = None
+
+    def close(self) -> None:
+        self.stop()
+
+
+def _spoiled(cfg: SglangRunConfig, watch: TrialWatch, done: bool) -> str:
+    if cfg.faults:
+        return "the previous trial had faults (every fault run ends in a restart)"
+    if watch.first_failure is not None or watch.hang is not None:
+        return "the previous trial failed or hung"
+    if watch.interrupted or watch.startup_error:
+        return "the previous trial was interrupted or never started"
+    if not done:
+        return "the previous trial left requests unanswered"
+    return ""
