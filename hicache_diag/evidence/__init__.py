@@ -5,18 +5,19 @@ bundle follows these absolute imports: hicache_diag/sglang/bundle.py).
 
 `verdict.json`'s record is `hicache_diag.verdict.Verdict` (the verdict contract's home)."""
 
-from hicache_diag.evidence.divergence import (
-    DivergenceBlock,
-    ThreadStack,
-    read_blocks,
-    tail_steps,
-    write_block,
 from hicache_diag.evidence.clean_state import (
     CLEAN_STATE,
     UNKNOWN,
     CleanStateProof,
     WarmServerRecord,
     clean_state_json,
+)
+from hicache_diag.evidence.divergence import (
+    DivergenceBlock,
+    ThreadStack,
+    read_blocks,
+    tail_steps,
+    write_block,
 )
 from hicache_diag.evidence.launcher import (
     FirstFailure,
