@@ -21,6 +21,8 @@ def _status(result: TriggerResult) -> str:
     via = f" via {result.via}" if result.via else ""
     if result.divergent:
         return f"DIVERGES{via} (confirmed)"
+    if result.failures and result.confirmed is None and result.reruns:
+        return f"failed{via}; its fresh reruns were undecided ({len(result.reruns)}): unknown"
     if result.failures:
         return f"failed{via}, not confirmed on a fresh rerun"
     return "no divergence" if result.trials else "not run"

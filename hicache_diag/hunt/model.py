@@ -24,7 +24,9 @@ class TriggerResult:
     interval: tuple[float, float] = (0.0, 1.0)
     first_failure: str | None = None  # its run dir
     first_divergence: dict[str, Any] | None = None
-    confirmed: bool | None = None  # a fresh rerun of the failing seed failed again
+    confirmed: bool | None = None  # a fresh rerun of the failing seed failed again (None: no
+    # rerun, or every rerun undecided)
+    reruns: list[str] = field(default_factory=list)  # each confirming rerun's outcome
     export: str | None = None  # the export's dir, or why there is none
     shrunk: dict[str, Any] | None = None  # {removed, run}: the shrunk failure that was exported
     skipped: list[str] = field(default_factory=list)  # variants not run, with why
@@ -54,6 +56,7 @@ class TriggerResult:
             "first_failure": self.first_failure,
             "first_divergence": self.first_divergence,
             "confirmed": self.confirmed,
+            "reruns": list(self.reruns),
             "divergent": self.divergent,
             "via": self.via,
             "export": self.export,

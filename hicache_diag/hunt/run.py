@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from hicache_diag.hunt.triggers import Variant
 
 _NOT_DECIDED = (Outcome.UNDECIDED, Outcome.INTERRUPTED)
+CONFIRM_TRIES = 3  # fresh reruns of a failing seed while the environment leaves them undecided
 SHRINK_BUDGET = 8  # trials a hunt spends shrinking a perturbation's failure before its export
 
 
@@ -123,13 +124,20 @@ def _first_seed(result: TriggerResult) -> int:
     return int(read_manifest(Path(result.first_failure)).seed or 0)
 
 
-def _confirm(result: TriggerResult, cell: _Cell, out: Path) -> bool:
-    """A fresh rerun of the first failing seed; True when it fails again."""
-    runs, interrupted = _trials(cell, 1, _first_seed(result), out / "confirm", None, fresh=True)
-    if interrupted:
-        raise KeyboardInterrupt
-    verdict = trial_verdict(runs[0]) if runs else None
-    return verdict is not None and verdict.outcome not in (Outcome.OK, *_NOT_DECIDED)
+def _confirm(result: TriggerResult, cell: _Cell, out: Path) -> bool | None:
+    """A fresh rerun of the first failing seed: True when it fails again, False when it passes,
+    None when the environment left it undecided every time (a rerun that never ran confirms
+    nothing and refutes nothing: tried again, up to CONFIRM_TRIES)."""
+    for attempt in range(CONFIRM_TRIES):
+        where = out / "confirm" / (f"try{attempt}" if attempt else "")
+        runs, interrupted = _trials(cell, 1, _first_seed(result), where, None)
+        if interrupted:
+            raise KeyboardInterrupt
+        verdict = trial_verdict(runs[0]) if runs else None
+        result.reruns.append(verdict.outcome.value if verdict is not None else "no verdict")
+        if verdict is not None and verdict.outcome not in _NOT_DECIDED:
+            return verdict.outcome is not Outcome.OK
+    return None
 
 
 def _shrunk(result: TriggerResult, cell: _Cell, out: Path, budget: _Budget) -> str:

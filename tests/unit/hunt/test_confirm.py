@@ -1,0 +1,43 @@
+"""The hunt's confirming rerun: an undecided rerun (the environment failed) neither confirms nor
+refutes; it is tried again, and after CONFIRM_TRIES undecided ones the result says unknown."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from hicache_diag.hunt import run as hunt_run
+from hicache_diag.hunt.model import TriggerResult
+from hicache_diag.verdict import Outcome
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "confirmed", "reruns"),
+    [
+        ([Outcome.CRASH], True, ["crash"]),
+        ([Outcome.OK], False, ["ok"]),
+        ([Outcome.UNDECIDED, Outcome.CRASH], True, ["undecided", "crash"]),
+        ([Outcome.UNDECIDED, Outcome.UNDECIDED, Outcome.OK], False, ["undecided"] * 2 + ["ok"]),
+        ([Outcome.UNDECIDED] * 3, None, ["undecided"] * 3),
+    ],
+)
+def test_undecided_reruns_are_retried_never_read_as_a_pass(
+    monkeypatch, tmp_path, outcomes, confirmed, reruns
+):
+    left = list(outcomes)
+    monkeypatch.setattr(hunt_run, "_first_seed", lambda result: 7)
+    monkeypatch.setattr(hunt_run, "_trials", lambda *a: ([SimpleNamespace()], False))
+    monkeypatch.setattr(hunt_run, "trial_verdict", lambda run: SimpleNamespace(outcome=left.pop(0)))
+    result = TriggerResult("session-close", "test", ())
+    assert hunt_run._confirm(result, None, tmp_path) is confirmed
+    assert result.reruns == reruns and not left
+
+
+def test_the_table_says_unknown_when_every_rerun_was_undecided():
+    from hicache_diag.cli.render.hunt import _status
+
+    result = TriggerResult("session-close", "test", (), failures=2, trials=2)
+    result.confirmed, result.reruns = None, ["undecided"] * 3
+    assert "reruns were undecided (3): unknown" in _status(result)
+    assert not result.divergent
