@@ -16,7 +16,7 @@ from hicache_diag.errors import UsageError
 EXAMPLES = """\b
 Examples:
   hicache-diag hunt --budget 60m                      # the SGLang of this Python
-  hicache-diag hunt --release 0.5.18 --budget 20 --hicache-storage-backend file
+  hicache-diag hunt --release 0.5.23 --trigger session-close --trials 5
   hicache-diag hunt --engine builtin --protocol legacy --trials 2 --budget 12
 
 Any other `run` flag applies to every trial. Exit: 0 hunt finished (whatever it
@@ -67,6 +67,10 @@ def hunt(
         str | None, typer.Option("--budget", metavar="N|60m", help="Trials, or wall time.")
     ] = None,
     out: Annotated[str | None, typer.Option("--out", metavar="DIR", help="Hunt directory.")] = None,
+    trigger: Annotated[
+        list[str] | None,
+        typer.Option("--trigger", metavar="NAME", help="Only this trigger (repeatable)."),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Run trials against each unaligned per-rank read of a release: natural triggers first,
@@ -80,7 +84,7 @@ def hunt(
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     where = Path(out) if out else Path("runs") / f"hunt-{stamp}"
     base = options_from_argv([*_release_args(release), *ctx.args])
-    session = plan_session(base, trials, budget_trials, budget_s, where)
+    session = plan_session(base, trials, budget_trials, budget_s, where, tuple(trigger or ()))
     progress, on_result = trial_progress(err_console, session.planned_trials, quiet=json_out)
     with progress:
         report = session.run(on_result)

@@ -35,8 +35,30 @@ class HuntSession:
         return report
 
 
+def only_triggers(candidates: list[Candidate], names: tuple[str, ...], release: str):
+    """The candidates of the triggers named (`--trigger`, in the plan's order); a name no
+    trigger has, or one that covers no unaligned read of this release, is refused."""
+    if not names:
+        return candidates
+    from hicache_diag.hunt.triggers import RULES
+
+    known = sorted({r.trigger.name for r in RULES})
+    planned = {c.trigger.name for c in candidates}
+    for name in names:
+        if name not in known:
+            raise UsageError(f"--trigger {name!r}: no such trigger (known: {', '.join(known)})")
+        if name not in planned:
+            raise UsageError(f"--trigger {name!r} covers no unaligned read of {release}")
+    return [c for c in candidates if c.trigger.name in names]
+
+
 def plan_session(
-    base: RunOptions, trials: int, budget_trials: int | None, budget_s: float | None, out: Path
+    base: RunOptions,
+    trials: int,
+    budget_trials: int | None,
+    budget_s: float | None,
+    out: Path,
+    triggers: tuple[str, ...] = (),
 ) -> HuntSession:
     """Every check before a trial starts, then the release's inventory and the plan."""
     from hicache_diag.engines import engine
@@ -52,8 +74,9 @@ def plan_session(
     tree = engine(base.engine).sources(None, getattr(base, "sglang_python", None))
     inventory = scan_tree(tree.root, tree.engine, tree.version)
     candidates, unmapped = plan_hunt(inventory.sources)
-    cfg = HuntConfig(base, trials, budget_trials, budget_s, out)
     release = f"{tree.engine} {tree.version}"
+    candidates = only_triggers(candidates, triggers, release)
+    cfg = HuntConfig(base, trials, budget_trials, budget_s, out)
     return HuntSession(cfg, release, tuple(candidates), tuple(unmapped))
 
 

@@ -18,6 +18,7 @@ from tests.conftest import assert_no_children
         (["--trials", "0"], "--trials must be between 1 and 1000"),
         (["--engine", "builtin", "--out", "{out}"], "give --out to hunt itself"),
         (["--engine", "vllm"], "unknown --engine 'vllm'"),
+        (["--engine", "builtin", "--trigger", "nope"], "--trigger 'nope': no such trigger"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, needle):
