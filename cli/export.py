@@ -15,7 +15,7 @@ EXAMPLES = """\b
 Examples:
   hicache-diag export samples/runs/sglang-0.5.23-form-b
   hicache-diag export runs/20261201T054025.031000-0 --out /tmp/repro
-  hicache-diag export runs/shrink-20261203T101500Z      # a shrink's dir: its shrunk run
+  hicache-diag export runs/shrink-20261203T101500Z   # its shrunk run
 
 Files --out already holds are replaced only with --force; a run's evidence never.
 
