@@ -57,6 +57,7 @@ NOT_OUTPUTS = {
     ("triage", "--dumps"): "read",
     ("triage", "--logs"): "read",
     ("triage", "--ssh-config"): "read",
+    ("bisect", "--ssh-config"): "read",
     ("triage", "more_logs"): "read",
     ("report", "run_dir"): "read",
     ("export", "run_dir"): "read",
