@@ -24,7 +24,7 @@ def _status(result: TriggerResult) -> str:
     if result.failures and result.confirmed is None and result.reruns:
         return f"failed{via}; its fresh reruns were undecided ({len(result.reruns)}): unknown"
     if result.failures:
-        return f"failed{via}, not confirmed on a fresh rerun"
+        return f"failed{via}, not reproduced by {len(result.reruns)} fresh rerun(s)"
     return "no divergence" if result.trials else "not run"
 
 

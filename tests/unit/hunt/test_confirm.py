@@ -1,5 +1,6 @@
-"""The hunt's confirming rerun: an undecided rerun (the environment failed) neither confirms nor
-refutes; it is tried again, and after CONFIRM_TRIES undecided ones the result says unknown."""
+"""The hunt's confirming reruns: up to CONFIRM_TRIES fresh reruns until one fails again; an
+undecided rerun (the environment failed) neither confirms nor refutes; refuted only when every
+decided rerun passed, unknown when none decided."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ from hicache_diag.verdict import Outcome
     ("outcomes", "confirmed", "reruns"),
     [
         ([Outcome.CRASH], True, ["crash"]),
-        ([Outcome.OK], False, ["ok"]),
+        ([Outcome.OK, Outcome.OK, Outcome.OK], False, ["ok"] * 3),
+        ([Outcome.OK, Outcome.CRASH], True, ["ok", "crash"]),
         ([Outcome.UNDECIDED, Outcome.CRASH], True, ["undecided", "crash"]),
         ([Outcome.UNDECIDED, Outcome.UNDECIDED, Outcome.OK], False, ["undecided"] * 2 + ["ok"]),
         ([Outcome.UNDECIDED] * 3, None, ["undecided"] * 3),
     ],
 )
-def test_undecided_reruns_are_retried_never_read_as_a_pass(
+def test_reruns_until_one_fails_and_undecided_is_never_a_pass(
     monkeypatch, tmp_path, outcomes, confirmed, reruns
 ):
     left = list(outcomes)
