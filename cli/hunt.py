@@ -40,10 +40,14 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
     return None, number * {"s": 1, "m": 60, "h": 3600}[unit]
 
 
-def _release_args(release: str | None) -> list[str]:
-    """`--release V`: this Python when its SGLang is V, else the venv that holds V."""
+def _release_args(release: str | None, passed: list[str]) -> list[str]:
+    """`--release V`: this Python when its SGLang is V, else the venv that holds V (it picks
+    the engine and the interpreter: refused beside a pass-through flag that picks either)."""
     if release is None:
         return []
+    for flag in ("--engine", "--sglang-python"):
+        if any(a == flag or a.startswith(flag + "=") for a in passed):
+            raise UsageError(f"--release {release} picks SGLang's engine and Python; drop {flag}")
     from hicache_diag.sglang.release import probe_sglang, release_command, venv_python_for
 
     python = venv_python_for(release)
@@ -83,7 +87,7 @@ def hunt(
     budget_trials, budget_s = parse_budget(budget)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     where = Path(out) if out else Path("runs") / f"hunt-{stamp}"
-    base = options_from_argv([*_release_args(release), *ctx.args])
+    base = options_from_argv([*_release_args(release, ctx.args), *ctx.args])
     session = plan_session(base, trials, budget_trials, budget_s, where, tuple(trigger or ()))
     progress, on_result = trial_progress(err_console, session.planned_trials, quiet=json_out)
     with progress:

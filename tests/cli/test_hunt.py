@@ -19,6 +19,7 @@ from tests.conftest import assert_no_children
         (["--engine", "builtin", "--out", "{out}"], "give --out to hunt itself"),
         (["--engine", "vllm"], "unknown --engine 'vllm'"),
         (["--engine", "builtin", "--trigger", "nope"], "--trigger 'nope': no such trigger"),
+        (["--release", "0.5.23", "--engine", "builtin"], "picks SGLang's engine and Python; drop"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, needle):
