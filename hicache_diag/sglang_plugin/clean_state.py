@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from hicache_diag import evidence as ev
+from hicache_diag.sglang_plugin.recorder import STORAGE_QUEUES
 
 POLL_S = 0.05
 REQUEST = "request.json"
@@ -23,16 +24,6 @@ UNKNOWN = ev.UNKNOWN
 # The tree's in-flight work by SGLang's own names (HiRadixCache and UnifiedRadixCache alike).
 _ONGOING = ("ongoing_write_through", "ongoing_load_back", "ongoing_prefetch", "ongoing_backup")
 _CC_QUEUES = ("write_queue", "load_queue", "ack_write_queue", "ack_load_queue")
-_STORAGE_QUEUES = (
-    "prefetch_queue",
-    "prefetch_buffer",
-    "prefetch_hit_queue",
-    "prefetch_sync_queue",
-    "ack_prefetch_queue",
-    "backup_queue",
-    "ack_backup_queue",
-    "host_mem_release_queue",
-)
 
 
 def _count(obj: Any) -> Any:
@@ -115,7 +106,7 @@ def _controller_facts(cc: Any) -> dict[str, Any]:
     facts["host_size"] = int(host.size) if hasattr(host, "size") else UNKNOWN
     for name in _CC_QUEUES:
         facts[name] = _count(getattr(cc, name, None))
-    for name in _STORAGE_QUEUES:  # None until the storage threads start: nothing queued
+    for name in STORAGE_QUEUES:  # None until the storage threads start: nothing queued
         if hasattr(cc, name):
             queue = getattr(cc, name)
             facts[name] = 0 if queue is None else _count(queue)

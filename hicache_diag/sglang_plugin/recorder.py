@@ -23,7 +23,8 @@ MAX_SHORTAGES = 4  # per step line: the first ones carry the evidence, the count
 # What every rank must hold identically at the same step (only keys actually recorded): the one
 # list (evidence.py, importable here: it imports nothing of ours) and what SGLang aligns besides.
 MUST_AGREE = ev.MUST_AGREE + ev.MUST_AGREE_SGLANG
-_STORAGE_QUEUES = (
+# The storage controller's queues by SGLang's names (0.5.18-0.5.23; the clean-state proof too).
+STORAGE_QUEUES = (
     "prefetch_queue",
     "prefetch_buffer",
     "prefetch_hit_queue",
@@ -369,7 +370,7 @@ def cache_fields(scheduler: Any, follower: bool = False) -> dict[str, Any]:
         name: _len(getattr(cc, name, None))
         for name in ("write_queue", "load_queue", "ack_write_queue", "ack_load_queue")
     }
-    for name in _STORAGE_QUEUES:
+    for name in STORAGE_QUEUES:
         if getattr(cc, name, None) is not None:
             queues[name] = _len(getattr(cc, name))
     out["queues"] = {k: v for k, v in queues.items() if v is not None}
