@@ -184,7 +184,8 @@ def _run_bisect(cfg: BisectConfig, on_result: OnResult | None) -> BisectTable:
         from hicache_diag.harness.warm_trials import run_warm_cells
 
         try:
-            table.interrupted = run_warm_cells(cfg, cells, trials, on_result)
+            where = (cfg.out, cfg.trial_timeout_s)
+            table.interrupted = run_warm_cells(cfg.warm, where, cells, trials, on_result)
         except KeyboardInterrupt:
             table.interrupted = True
         return table

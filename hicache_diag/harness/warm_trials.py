@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hicache_diag.harness.bisect_trials import PlannedTrial, result_of, timed_out
@@ -16,7 +17,6 @@ from hicache_diag.verdict import Outcome
 
 if TYPE_CHECKING:
     from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
-    from hicache_diag.harness.bisect import BisectConfig
 
 OnResult = Callable[["Cell", "TrialResult"], None]
 
@@ -53,15 +53,21 @@ class _Timer:
 
 
 def run_warm_cells(
-    cfg: BisectConfig, cells: list[Cell], planned: list[PlannedTrial], on_result: Any
+    warm: Callable[[Path], WarmPool],
+    where: tuple[Path, float],
+    cells: list[Cell],
+    planned: list[PlannedTrial],
+    on_result: Any,
 ) -> bool:
-    """Each cell's trials one after another on that cell's own warm pool (`cfg.warm`), the
-    cells one after another; True when Ctrl-C cut them short. Every pool is closed here."""
+    """Each cell's trials one after another on that cell's own warm pool (`warm(dir)`, under
+    `where` = (bisect's out, the trial timeout)), the cells one after another; True when Ctrl-C
+    cut them short. Every pool is closed here."""
+    out, timeout_s = where
     for index, cell in enumerate(cells):
-        pool = cfg.warm(cfg.out / f"warm-server-cell{index}")
+        pool = warm(out / f"warm-server-cell{index}")
         try:
             for trial in (t for t in planned if t.cell == index):
-                res = _one(pool, trial, cfg.trial_timeout_s)
+                res = _one(pool, trial, timeout_s)
                 if res is None:
                     return True
                 cell.results.append(res)

@@ -23,8 +23,7 @@ MAX_SHORTAGES = 4  # per step line: the first ones carry the evidence, the count
 # What every rank must hold identically at the same step (only keys actually recorded): the one
 # list (evidence.py, importable here: it imports nothing of ours) and what SGLang aligns besides.
 MUST_AGREE = ev.MUST_AGREE + ev.MUST_AGREE_SGLANG
-# The storage controller's queues by SGLang's names (0.5.18-0.5.23; the clean-state proof too).
-STORAGE_QUEUES = (
+STORAGE_QUEUES = (  # SGLang's names; the clean-state proof reads them too
     "prefetch_queue",
     "prefetch_buffer",
     "prefetch_hit_queue",
