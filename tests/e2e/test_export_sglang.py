@@ -179,5 +179,5 @@ def test_a_shrinks_dir_exports_its_shrunk_run(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert f"the shrunk run {FORM_B}" in done.stderr
-    assert (out / "test_pp_follower_write_through_ack.py").is_file()  # form B's recipe
+    assert (out / "test_write_through_rank_symmetry.py").is_file()  # form B's recipe
     assert f"from run `{FORM_B.name}`" in (out / "REPORT.md").read_text()
