@@ -41,22 +41,21 @@ class _Budget:
     def __init__(self, cfg: HuntConfig) -> None:
         self.cfg, self.used, self.t0 = cfg, 0, time.monotonic()
 
-    def left(self) -> int:
-        """Trials that may still start (0: spent)."""
+    def _room(self, cap: int) -> int:
+        """Trials that may still start, at most `cap` (0: the time or trial budget is spent)."""
         if self.cfg.budget_s is not None and time.monotonic() - self.t0 >= self.cfg.budget_s:
             return 0
         if self.cfg.budget_trials is None:
-            return self.cfg.trials
-        return max(0, min(self.cfg.trials, self.cfg.budget_trials - self.used))
+            return cap
+        return max(0, min(cap, self.cfg.budget_trials - self.used))
+
+    def left(self) -> int:
+        """Trials the next variant may run."""
+        return self._room(self.cfg.trials)
 
     def spare(self) -> int:
-        """Trials a shrink may take: what a trial budget leaves, or a shrink's own cap in time
-        (the clock still stops the hunt before its next variant)."""
-        if self.cfg.budget_s is not None and time.monotonic() - self.t0 >= self.cfg.budget_s:
-            return 0
-        if self.cfg.budget_trials is None:
-            return SHRINK_BUDGET
-        return max(0, self.cfg.budget_trials - self.used)
+        """Trials a shrink may take (the clock still stops the hunt before its next variant)."""
+        return self._room(SHRINK_BUDGET)
 
 
 def variant_options(base: RunOptions, variant: Variant) -> RunOptions:
