@@ -59,6 +59,9 @@ class NodeServer(SglangServer):
         self.node = node_name(spec.node_rank)
         self.peers: list[NodeServer] = list(peers)
 
+    def ranks_here(self) -> int:
+        return len(node_ranks(self.spec))
+
     def env(self, plugin_path: Path) -> dict[str, str]:
         env = super().env(plugin_path)
         if self.spec.cpu and OMP_BIND not in os.environ:

@@ -68,3 +68,21 @@ def test_node_zero_holds_the_others_with_own_ports_and_cores(tmp_path, monkeypat
     assert lines == [("node-0", ["PP0 TP0"]), ("node-1", ["PP1 TP0"])]
     single = make_server(install, LaunchSpec(model=tmp_path, pp_size=2), tmp_path)
     assert type(single) is SglangServer
+
+
+def test_each_rank_gets_its_share_of_cores_not_one_thread_per_core(tmp_path, monkeypatch) -> None:
+    """Without sgl_kernel's binding every rank's torch would open a thread per core; the
+    launcher gives each rank cores // ranks-on-this-machine, and a user's own setting wins."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    install = SglangInstall(python="python3", version="0.5.23", package_dir=tmp_path)
+    plugin = tmp_path / "plugin.json"
+    single = make_server(install, LaunchSpec(model=tmp_path, pp_size=2, tp_size=2), tmp_path)
+    assert single.env(plugin)["OMP_NUM_THREADS"] == "2"  # 4 ranks on 8 cores
+    nodes = make_server(install, LaunchSpec(model=tmp_path, pp_size=2, nnodes=2), tmp_path)
+    assert nodes.env(plugin)["OMP_NUM_THREADS"] == "8"  # one rank on this node
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    tight = make_server(install, LaunchSpec(model=tmp_path, pp_size=4), tmp_path)
+    assert tight.env(plugin)["OMP_NUM_THREADS"] == "1"  # never 0
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert tight.env(plugin)["OMP_NUM_THREADS"] == "3"
