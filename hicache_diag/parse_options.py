@@ -156,6 +156,11 @@ def parse_run_options(flags: Mapping[str, Any], scenario: Scenario | None = None
     return cls(**values, given=given)
 
 
+# How a bisect axis marks the option it sets (`given`): the user typed it on bisect's line.
+AXIS_HOW = "bisect axis"
+
+
 def from_command_line(options: RunOptions, name: str) -> bool:
-    """Whether the command line (not the scenario) set option `name`."""
-    return options.given.get(name, "").startswith("--")
+    """Whether the user's command line (a run flag or a bisect axis), not the scenario, set
+    option `name`."""
+    return options.given.get(name, "").startswith(("--", AXIS_HOW))

@@ -30,6 +30,7 @@ from hicache_diag.harness.bisect_trials import TRIAL, PlannedTrial, TrialRunner,
 from hicache_diag.harness.engine import EngineConfig
 from hicache_diag.harness.signals import sigterm_as_interrupt
 from hicache_diag.harness.trial_server import TrialServer
+from hicache_diag.parse_options import AXIS_HOW
 from hicache_diag.run_options import OPTION_ALIASES, RunOptions
 
 
@@ -47,7 +48,7 @@ class Axis:
 
     def apply(self, options: RunOptions, value: str) -> RunOptions:
         """The cell's options: `options` with this axis at `value`, checked again."""
-        how = f"bisect axis {self.name}={value}"
+        how = f"{AXIS_HOW} {self.name}={value}"
         if self.switch:
             return options.with_value("fix", f"{self.name}={value}", how)
         name = self.name.replace("-", "_")

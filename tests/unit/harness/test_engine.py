@@ -13,8 +13,9 @@ from hicache_diag.builtin.engine import BuiltinEngine
 from hicache_diag.errors import UsageError
 from hicache_diag.faults import Scenario
 from hicache_diag.harness import engine as contract
+from hicache_diag.harness.bisect import Axis
 from hicache_diag.harness.hang_watch import HangWatch
-from hicache_diag.parse_options import parse_run_options
+from hicache_diag.parse_options import from_command_line, parse_run_options
 from hicache_diag.run_options import BuiltinOptions, SglangOptions
 from hicache_diag.sglang.trial import SglangEngine
 
@@ -53,6 +54,17 @@ def test_options_read_flags_over_scenario_over_the_engines_default():
     assert (opts.pp, opts.tp, opts.hang_timeout) == (4, 2, 30.0)
     assert opts.faults == ("rank-stall:ms=1",)
     assert opts.how("pp") == "scenario key 'pp'" and opts.how("tp") == "--tp"
+
+
+def test_a_bisect_axis_is_the_users_pick_over_the_scenarios():
+    """A release (or protocol) axis is typed on bisect's line: the scenario's own pick must not
+    refuse it (the scenario pins 0.5.19; the axis runs 0.5.19 and 0.5.20)."""
+    scenario = Scenario(options={"engine": "sglang", "sglang_version": "0.5.19"}, path="s.toml")
+    opts = parse_run_options({}, scenario)
+    assert not from_command_line(opts, "sglang_python")
+    cell = Axis("sglang-python", ("a", "b")).apply(opts, "/venvs/sglang-0.5.20/bin/python")
+    assert from_command_line(cell, "sglang_python")
+    assert not from_command_line(cell, "sglang_version")  # the scenario's, still
 
 
 @pytest.mark.process
