@@ -107,6 +107,10 @@ def offline_env(bundle: PluginBundle) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["PYTHONPATH"] = bundle.pythonpath(boot=False)
     env["PYTHONNOUSERSITE"] = "1"
+    # One thread: the tiny model's 64-wide layers gain nothing from more, and the task may run
+    # beside a warm server whose ranks hold the cores (torch's thread per core then spins
+    # against them: the reference of 48 prompts took minutes that way).
+    env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
 

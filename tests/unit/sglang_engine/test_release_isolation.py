@@ -103,3 +103,14 @@ def test_what_the_installer_left_out_on_purpose_is_not_missing(tmp_path):
         record={"dropped": {"sglang-kernel": "CUDA-only: ..."}},
     )
     assert missing_requirements(install) == []
+
+
+def test_an_offline_task_runs_one_thread_unless_told(monkeypatch, tmp_path):
+    """The reference may run beside a warm server whose ranks hold the cores."""
+    from hicache_diag.sglang.bundle import PluginBundle, offline_env
+
+    bundle = PluginBundle(root=tmp_path)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert offline_env(bundle)["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert offline_env(bundle)["OMP_NUM_THREADS"] == "4"
