@@ -262,7 +262,7 @@ class SglangEngine(Engine):
         done = set(self.client.result.outputs) if self.client is not None else set()
         write_json(
             self.run_dir / ev.REFERENCE,
-            _reference(self.cfg, [r for r in self.requests if r.rid in done]),
+            _reference(self.cfg, [r for r in self.requests if r.rid in done], self.warm),
         )
 
     def launcher_extra(self) -> dict[str, Any]:
@@ -342,10 +342,11 @@ def _environment_failure(verdict: Verdict, error: str) -> Verdict:
     )
 
 
-def _reference(cfg: SglangRunConfig, requests: list[Any]) -> dict[str, Any]:
+def _reference(cfg: SglangRunConfig, requests: list[Any], warm: Any = None) -> dict[str, Any]:
     from hicache_diag.sglang.reference import compute_reference
 
-    return compute_reference(cfg.python, cfg.spec.model, requests)
+    worker = warm.reference if warm is not None else None
+    return compute_reference(cfg.python, cfg.spec.model, requests, worker)
 
 
 __all__ = ["SglangEngine", "run_sglang_trial", "split_rank_logs"]

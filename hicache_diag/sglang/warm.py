@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hicache_diag import evidence as ev
 from hicache_diag.sglang.clean_proof import Control, Proofs, differences, flush_cache, not_empty
+from hicache_diag.sglang.reference import ReferenceWorker
 
 if TYPE_CHECKING:
     from hicache_diag.harness.engine import TrialWatch
@@ -46,6 +47,7 @@ class WarmSglang:
         self.server_trial = 0  # trials run on the current server so far
         self.reusable = ""  # why the last trial's server may not be reused ("" : it may)
         self.generation = 0  # servers started so far: each watches its own control dir
+        self.reference = ReferenceWorker()  # the trials' reference outputs, one loaded model
 
     @property
     def log_path(self) -> Path:
@@ -166,6 +168,7 @@ class WarmSglang:
 
     def close(self) -> None:
         self.stop()
+        self.reference.close()
 
 
 def _spoiled(cfg: SglangRunConfig, watch: TrialWatch, done: bool) -> str:

@@ -8,6 +8,8 @@ release pins. Standard library at import; the heavy imports happen inside each t
 
     python -m hicache_diag.sglang_plugin.offline build-model OUT SPEC_JSON
     python -m hicache_diag.sglang_plugin.offline reference MODEL_DIR REQUESTS_JSON OUT_JSON
+    python -m hicache_diag.sglang_plugin.offline reference-serve MODEL_DIR
+        (one JSON list of requests a line on stdin, one JSON answer a line on stdout)
     python -m hicache_diag.sglang_plugin.offline check-import KERNEL_NAMES_JSON
 """
 
@@ -99,6 +101,23 @@ def reference(model_dir: Path, requests: list[dict]) -> dict[str, dict[str, list
     each token's top-2 logit gap so that the comparison can tolerate greedy ties."""
     if not requests:
         return {}
+    return _greedy(_load(model_dir), requests)
+
+
+def serve_reference(model_dir: Path) -> None:
+    """`reference` for many batches on one loaded model: a warm pool's trials each ask for new
+    prompts, and the interpreter's imports were most of each one-shot task."""
+    import os
+
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever the libraries print goes to stderr, never into an answer
+    model = _load(model_dir)
+    for line in sys.stdin:
+        answers.write(json.dumps(_greedy(model, json.loads(line))) + "\n")
+        answers.flush()
+
+
+def _load(model_dir: Path):
     _prepare()
     import torch
     from transformers import AutoModelForCausalLM
@@ -111,6 +130,12 @@ def reference(model_dir: Path, requests: list[dict]) -> dict[str, dict[str, list
     except TypeError:  # transformers 4.x names it torch_dtype
         model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
     model.eval()
+    return model
+
+
+def _greedy(model, requests: list[dict]) -> dict[str, dict[str, list]]:
+    import torch
+
     ref = {}
     with torch.no_grad():
         for req in requests:
@@ -146,6 +171,8 @@ def main(argv: list[str]) -> int:
         elif argv[:1] == ["reference"] and len(argv) == 4:
             requests = json.loads(Path(argv[2]).read_text())
             Path(argv[3]).write_text(json.dumps(reference(Path(argv[1]), requests)))
+        elif argv[:1] == ["reference-serve"] and len(argv) == 2:
+            serve_reference(Path(argv[1]))
         elif argv[:1] == ["check-import"] and len(argv) == 2:
             check_import(json.loads(argv[1]))
         else:

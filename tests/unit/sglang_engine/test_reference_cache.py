@@ -54,3 +54,27 @@ def test_other_tokens_interpreter_or_weights_are_a_miss(computed, tmp_path):
     (model / "model.safetensors").write_bytes(b"new weights")
     reference.compute_reference("py", model, [Req("r0", (1, 2), 4)])
     assert computed == [["r0"], ["r0"], ["r0"], ["r0"]]
+
+
+@pytest.mark.process  # the release's interpreter computes, for real
+def test_a_kept_worker_answers_batch_after_batch_as_the_one_shot_task(tmp_path, monkeypatch):
+    """A warm pool's worker loads the model once; its answers equal the one-shot task's, and
+    closing it reaps its process."""
+    from hicache_diag.sglang.model import default_model_dir
+    from hicache_diag.sglang.release import probe_sglang
+
+    install = probe_sglang()
+    model = default_model_dir(install.python, install.transformers)
+    monkeypatch.setenv("HICACHE_DIAG_CACHE", str(tmp_path / "cache"))  # nothing cached
+    first, second = [Req("a", (5, 9, 17), 3)], [Req("b", (7, 8), 2), Req("c", (1, 2, 3, 4), 2)]
+    worker = reference.ReferenceWorker()
+    try:
+        got_a = reference.compute_reference(install.python, model, first, worker)
+        pid = worker.proc.pid
+        got_bc = reference.compute_reference(install.python, model, second, worker)
+        assert worker.proc.pid == pid  # one process for both batches
+    finally:
+        worker.close()
+    assert worker.proc is None
+    assert {**got_a, **got_bc} == reference._compute(install.python, model, first + second)
+    assert [len(got_bc[r]["tokens"]) for r in ("b", "c")] == [2, 2]
