@@ -42,7 +42,11 @@ SESSION_TIMEOUT_S = 2.0  # the sessions' `timeout` (session-timeout)
 SWEEP_S = (-0.4, 1.4)  # second-turn delays after the timeout, spread over more than one tick
 FLUSH_AFTER_S = 0.2  # the flush arrives this long after the long request
 FLUSH_SWEEP_S = (-1.5, 0.5)  # deadline offsets around the long request's expected end
-OVERLOAD_GAP_S = 0.25  # overload: one new request this often, whatever is still unanswered
+# overload: one new request this often, whatever is still unanswered, and at least twice as
+# fast as the server answers one request alone (measured on the first), so that the queue grows
+# on a fast box too: at 0.28 s a request, a 0.25 s gap built no queue and no wait met the timeout.
+OVERLOAD_GAP_S = 0.25
+OVERLOAD_RATIO = 2.0
 _ERRORS = (urllib.error.URLError, OSError, TimeoutError, ValueError)
 
 
@@ -255,10 +259,17 @@ class ScriptedClient(WorkloadClient):
         of every age, so a waiting timeout (SGLANG_REQ_WAITING_TIMEOUT) keeps meeting a request
         right at its deadline on each rank's own clock, as under a production overload."""
         threads = []
+        gap = OVERLOAD_GAP_S
         for i in range(self.count):
             if self._stop.is_set():
                 break
             ids = _tokens(self.rng, 32, self.vocab)
+            if i == 0:  # alone: how fast this server answers one request
+                t0 = time.time()
+                self._turn(f"o{i:03d}", ids)
+                gap = min(OVERLOAD_GAP_S, (time.time() - t0) / OVERLOAD_RATIO)
+                self._event("overload_gap", gap_s=round(gap, 3))
+                continue
             turn = threading.Thread(
                 target=self._turn,
                 args=(f"o{i:03d}", ids),
@@ -267,7 +278,7 @@ class ScriptedClient(WorkloadClient):
             )
             turn.start()
             threads.append(turn)
-            time.sleep(OVERLOAD_GAP_S)
+            time.sleep(gap)
         for turn in threads:
             turn.join(self.timeout_s)
 

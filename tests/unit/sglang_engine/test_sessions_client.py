@@ -103,6 +103,29 @@ def test_flush_timeout_sweeps_the_deadline_and_records_the_refusal(server):
     assert any(p.startswith("/flush_cache?timeout=0.100") for p, _ in _Sglang.calls)
 
 
+def test_overload_arrives_at_least_twice_as_fast_as_one_request_is_served(server, monkeypatch):
+    """The first request goes alone and sets the gap: half its service time, at most 0.25 s, so
+    a fast server still gets a queue (a fixed 0.25 s gap at 0.28 s a request built none)."""
+    import time as _time
+
+    served = {"slow": True}
+    real = _Sglang.do_POST
+
+    def slow_first(self):
+        if served["slow"] and self.path == "/generate":
+            served["slow"] = False
+            _time.sleep(0.2)  # one request alone takes ~0.2 s: the gap must be <= 0.1 s
+        real(self)
+
+    monkeypatch.setattr(_Sglang, "do_POST", slow_first)
+    client, requests = _run(_cfg("overload", 4), server)
+    gap = next(e for e in client.events if e["what"] == "overload_gap")["gap_s"]
+    assert 0.09 <= gap <= 0.15, gap
+    rids = [b["rid"] for p, b in _Sglang.calls if p == "/generate"]
+    assert rids[0] == "o000" and sorted(rids) == ["o000", "o001", "o002", "o003"]
+    assert len(requests) == 4
+
+
 def test_plain_workloads_keep_the_wave_client():
     cfg = _cfg("shared-prefix", 2)
     assert type(sessions.make_client(cfg, "http://x", [], 1.0)) is WorkloadClient
