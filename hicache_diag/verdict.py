@@ -38,6 +38,10 @@ class DivergenceSource(str, enum.Enum):
     L3_PROGRESS = "l3-progress"
     HOST_ALLOC = "host-alloc"
     LRU_CLOCK = "lru-clock"
+    # SGLang's session reap: each rank's own tick (`SessionController.maybe_reap(now)`) closes a
+    # session and releases its tree nodes; the name is the step records' probe
+    # (`sources.session-clock`, hicache_diag/sglang_plugin/probe_table.py).
+    SESSION_CLOCK = "session-clock"
     UNKNOWN = "unknown"
 
 

@@ -210,6 +210,26 @@ def _lru_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | Non
     )
 
 
+def _session_source(window: pd.DataFrame) -> Attribution | None:
+    """A session reap tick that closed sessions on some ranks only (`sessions_closed`, the
+    recorder's count of what each rank's own `maybe_reap` closed): the closed session's nodes
+    were released on those ranks alone. The rank whose tick closed first is named."""
+    closed = only_some(per_rank_sum(window, "sessions_closed"))
+    if not closed:
+        return None
+    hits = window[window["sessions_closed"].fillna(0) > 0]
+    first = {int(r): int(s) for r, s in hits.groupby("rank")["step"].min().items()}
+    culprit = min(first, key=lambda r: (first[r], r))
+    return (
+        DivergenceSource.SESSION_CLOCK,
+        culprit,
+        f"the session reap tick closed sessions on rank(s) {sorted(closed)} only (per rank "
+        f"{closed}, first at step {first[culprit]} on rank {culprit}); each rank reaps on its own "
+        "monotonic clock (SessionController.maybe_reap), and the closed session's tree nodes "
+        "were released there alone",
+    )
+
+
 def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Attribution:
     """Name the divergence source from the recorded per-rank inputs: first those of the
     LOOKBACK_STEPS up to `step`, then, when none explains it, the whole history before it (an
@@ -220,6 +240,7 @@ def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Att
             or host_alloc_source(window, step)
             or host_eviction_source(window, step)
             or _ack_source(window, frames, step, column, values)
+            or _session_source(window)
             or _l3_progress_source(window)
             or _l3_hit_source(window, frames)
             or pool_refusal_source(window, frames, step)

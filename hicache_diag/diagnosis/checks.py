@@ -9,6 +9,7 @@ from hicache_diag import evidence as ev
 from hicache_diag.diagnosis import rank_facts as facts
 from hicache_diag.diagnosis import stacks as stk
 from hicache_diag.diagnosis.divergence import Divergence, first_divergence
+from hicache_diag.diagnosis.idle_slots import ran_past_last_line
 from hicache_diag.diagnosis.load import RunData
 from hicache_diag.diagnosis.outputs import compare_outputs
 from hicache_diag.diagnosis.tracebacks import RankCrash, parse_crash
@@ -304,7 +305,7 @@ def check_hang(run: RunData) -> Finding | None:
 
 
 def check_divergence(run: RunData) -> Divergence | None:
-    return first_divergence(run.frames)
+    return first_divergence(run.frames, ran_past_last_line(run.frames, run.stacks))
 
 
 def check_wrong_output(run: RunData) -> Finding | None:

@@ -20,6 +20,7 @@ from hicache_diag.diagnosis.divergence_values import (
     per_rank_sum,
     rank_values,
 )
+from hicache_diag.diagnosis.idle_slots import FoldedSlots
 from hicache_diag.verdict import DivergenceSource, FirstDivergence
 
 # Within one step, report causes before effects: what a rank consumed or allocated decides the
@@ -73,33 +74,61 @@ def _agreeable(rows: pd.DataFrame, column: str) -> dict[int, Any]:
     return values
 
 
-def find_first(frames: pd.DataFrame) -> tuple[int, str, dict[int, Any]] | None:
-    """(step, field, rank -> value) of the first disagreement, comparing the ranks present."""
+def _first(
+    frames: pd.DataFrame, folded: FoldedSlots
+) -> tuple[int, str, dict[int, Any], list[int]] | None:
+    """The first disagreement and the ranks whose value there is a folded idle slot's."""
     if frames.empty or "must_agree" not in frames.columns:
         return None
+    ranks = sorted(int(r) for r in frames["rank"].unique())
     for step, rows in frames.groupby("step", sort=True):
-        if rows["rank"].nunique() < 2:
+        if rows["rank"].nunique() == len(ranks) == 1:
             continue
         for column in _must_agree_fields(rows):
             values = _agreeable(rows, column)
+            idle = folded.idle_values(rows, ranks, column) if values else {}
+            values = dict(sorted({**values, **idle}.items()))
             if len(values) >= 2 and disagree(values):
-                return int(step), column, values
+                return int(step), column, values, sorted(idle)
     return None
 
 
-def first_divergence(frames: pd.DataFrame) -> Divergence | None:
-    found = find_first(frames)
+def find_first(frames: pd.DataFrame) -> tuple[int, str, dict[int, Any]] | None:
+    """(step, field, rank -> value) of the first disagreement, comparing the ranks present at
+    a step and those that ran it as a folded idle slot (idle_slots.py)."""
+    found = _first(frames, FoldedSlots(frames))
+    return found[:3] if found else None
+
+
+def first_divergence(
+    frames: pd.DataFrame, ran_to: dict[int, int] | None = None
+) -> Divergence | None:
+    """`ran_to`: rank -> the last slot a hung rank is known to have run past its last line
+    (idle_slots.ran_past_last_line)."""
+    folded = FoldedSlots(frames, ran_to)
+    found = _first(frames, folded)
     if found is None:
         return None
-    step, column, values = found
+    step, column, values, idle = found
     source, culprit, why = attribute(frames, step, column, values)
     first = FirstDivergence(
         step=step, field=column, values={str(r): v for r, v in values.items()}, source=source
     )
-    lines = [
-        f"first divergence at step {step} in {column}: {values}",
-        f"source {source.value}: {why}",
-    ]
+    lines = [f"first divergence at step {step} in {column}: {values}"]
+    if idle:
+        ran = rank_values(frames[frames["step"] == step], "rids")
+        lines.append(
+            f"at step {step} rank(s) {idle} ran no batch (an idle slot the recorder folded) "
+            f"while {ran} ran"
+        )
+        last = frames.groupby("rank")["step"].max()
+        for rank in (r for r in idle if folded.folded_at(r, step) == folded.ran_to.get(r)):
+            lines.append(
+                f"rank {rank}'s last line is at step {int(last[rank])}: at the hang it waited "
+                f"for a request list, so it had run every slot up to step {folded.ran_to[rank]} "
+                "(its upstream stage's last line), those it did not write idle"
+            )
+    lines.append(f"source {source.value}: {why}")
     return Divergence(first=first, culprit_rank=culprit, evidence=lines)
 
 

@@ -78,7 +78,7 @@ def build_report(run_dir: Path, plots: bool = False, reclassify: bool = False) -
         if fresh.outcome in (Outcome.UNDECIDED, Outcome.INTERRUPTED):
             verdict, recorded = fresh, None
     fd = verdict.first_divergence
-    window = around(run.frames, fd.step, fd.field) if fd else pd.DataFrame()
+    window = around(run.frames, fd.step, fd.field, at_step=fd.values) if fd else pd.DataFrame()
     report = RunReport(run, verdict, recorded is not None, window, timelines(run.frames))
     report.notes = _notes(run)
     try:

@@ -38,8 +38,17 @@ def timelines(frames: pd.DataFrame) -> pd.DataFrame:
     return out.apply(pd.to_numeric, errors="coerce").sort_values(["step", "rank"])
 
 
-def around(frames: pd.DataFrame, step: int, field: str, before: int = 3, after: int = 2):
-    """The diverging field per rank for the steps around the first divergence (step x rank)."""
+def around(
+    frames: pd.DataFrame,
+    step: int,
+    field: str,
+    before: int = 3,
+    after: int = 2,
+    at_step: dict[str, object] | None = None,
+):
+    """The diverging field per rank for the steps around the first divergence (step x rank).
+    `at_step`: the values the verdict compared at `step` (rank -> value), which include a
+    rank's folded idle slot that wrote no line (idle_slots.py)."""
     if frames.empty or field not in frames.columns:
         return pd.DataFrame()
     rows = frames[(frames["step"] >= step - before) & (frames["step"] <= step + after)]
@@ -47,4 +56,6 @@ def around(frames: pd.DataFrame, step: int, field: str, before: int = 3, after: 
     data: dict[int, dict[int, object]] = {}
     for s, r, v in zip(rows["step"], rows["rank"], rows[field], strict=True):
         data.setdefault(int(s), {})[int(r)] = v
+    for r, v in (at_step or {}).items():
+        data.setdefault(int(step), {}).setdefault(int(r), v)
     return pd.DataFrame.from_dict(data, orient="index").sort_index()
