@@ -183,11 +183,20 @@ def _try_variant(
 
 
 def _hunt_one(
-    cand: Candidate, result: TriggerResult, cfg: HuntConfig, budget: _Budget, on_result
+    cand: Candidate,
+    result: TriggerResult,
+    cfg: HuntConfig,
+    budget: _Budget,
+    on_result,
+    natural: bool,
 ) -> None:
+    """The candidate's natural variants (`natural`) or its perturbations, in order, until one
+    diverges."""
     from hicache_diag.engines import build
 
     for i, variant in enumerate(cand.trigger.variants):
+        if (variant.fault is None) != natural:
+            continue
         if not budget.left():
             result.skipped.append(f"{variant.fault or 'natural'}: budget spent")
             continue
@@ -211,16 +220,26 @@ def run_hunt(
     release: str,
     on_result: Callable[[Cell, TrialResult], None] | None = None,
 ) -> HuntReport:
+    """Every candidate's natural trigger first, then the perturbations of those that did not
+    diverge: a divergence SGLang has with no fault is what the hunt is for, and a budget spent
+    on one candidate's faults must not starve another's natural trigger."""
     report = HuntReport(release)
     budget = _Budget(cfg)
+    results: dict[str, TriggerResult] = {}
     try:
-        for cand in candidates:
-            if not budget.left():
-                report.stopped = "budget"
-                break
-            result = TriggerResult(cand.trigger.name, cand.trigger.what, cand.sources)
-            report.results.append(result)  # kept, partial, on Ctrl-C
-            _hunt_one(cand, result, cfg, budget, on_result)
+        for natural in (True, False):
+            for cand in candidates:
+                if not budget.left():
+                    report.stopped = "budget"
+                    break
+                result = results.get(cand.trigger.name)
+                if result is None:
+                    result = TriggerResult(cand.trigger.name, cand.trigger.what, cand.sources)
+                    results[cand.trigger.name] = result
+                    report.results.append(result)  # kept, partial, on Ctrl-C
+                elif result.failures:
+                    continue  # diverged naturally: no perturbation needed
+                _hunt_one(cand, result, cfg, budget, on_result, natural)
     except KeyboardInterrupt:
         report.stopped = "interrupted"
     report.trials_run = budget.used

@@ -43,3 +43,32 @@ def test_the_table_says_unknown_when_every_rerun_was_undecided():
     result.confirmed, result.reruns = None, ["undecided"] * 3
     assert "reruns were undecided (3): unknown" in _status(result)
     assert not result.divergent
+
+
+def test_every_natural_trigger_runs_before_any_perturbation(monkeypatch, tmp_path):
+    """A budget spent on one candidate's faults must not starve another's natural trigger; a
+    candidate that diverged naturally gets no perturbation."""
+    from hicache_diag.hunt.plan import Candidate
+    from hicache_diag.hunt.triggers import Trigger, Variant
+
+    ran: list[tuple[str, str]] = []
+
+    def try_variant(result, cell, n, seed, out, ctx):
+        ran.append((result.name, result.fault or "natural"))
+        diverged = result.name == "b" and result.fault is None
+        result.failures += diverged
+        return diverged
+
+    monkeypatch.setattr(hunt_run, "_try_variant", try_variant)
+    monkeypatch.setattr(hunt_run, "variant_options", lambda base, v: SimpleNamespace(seed=0))
+    monkeypatch.setattr("hicache_diag.engines.build", lambda options: None)
+    both = (Variant(), Variant({}, "f1"))
+    cands = [
+        Candidate(Trigger("a", "", both), ()),
+        Candidate(Trigger("b", "", both), ()),
+        Candidate(Trigger("c", "", (Variant({}, "f2"),)), ()),  # a perturbation only
+    ]
+    cfg = hunt_run.HuntConfig(base=None, trials=1, out=tmp_path)
+    report = hunt_run.run_hunt(cfg, cands, "0.5.23")
+    assert ran == [("a", "natural"), ("b", "natural"), ("a", "f1"), ("c", "f2")]
+    assert [r.name for r in report.results] == ["a", "b", "c"]
