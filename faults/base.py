@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hicache_diag.errors import UsageError
 from hicache_diag.faults import keys as K
+from hicache_diag.faults.schedule import Schedule
 
 if TYPE_CHECKING:  # the runtime's Hooks; imported lazily so validation stays light
-    from hicache_diag.faults.schedule import Schedule
     from hicache_diag.hooks import Hooks
 
 COMMON_KEYS = ("rank", "p", "after", "until", "seed")
@@ -100,6 +100,11 @@ class Fault:
 
     def targets(self, rank: int) -> bool:
         return self.rank is None or rank in self.rank
+
+    def schedule(self, *, run_seed: int, index: int, rank: int) -> Schedule:
+        """The seeded schedule of spec number `index` of a run on global `rank`."""
+        every = getattr(self, "every", 1)  # only faults that expose `every` have it
+        return Schedule(self.p, self.after, self.until, every, run_seed, self.seed, index, rank)
 
     def install(self, hooks: Hooks, schedule: Schedule) -> None:
         raise NotImplementedError

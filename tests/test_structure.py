@@ -1,8 +1,9 @@
 """The house's walls, read from the source with `ast` (style.md §5, docs/structure.md).
 
 Three checks over `hicache_diag/`, `cli/` (hicache_diag.cli) and `faults/` (hicache_diag.faults):
-- no import circle among the imports that run: at module level or in a function body (a lazy
-  import closes a circle as soon as the function is called), `if TYPE_CHECKING:` left out;
+- no import circle among all imports: module level, function bodies (a lazy import closes a
+  circle as soon as the function is called) and `if TYPE_CHECKING:` (an annotation-only import
+  still ties the two modules' meaning: each needs the other to be read);
 - every import points down the layers (`LAYERS`), and no import crosses a `WALLS` pair;
 - no file over 400 lines, no function over 50 lines (def line to last line, decorators left out).
 Each check has an allow-list with a reason per entry: today's offenders, being fixed in parallel
@@ -88,26 +89,17 @@ def _module_files() -> dict[str, Path]:
     return mods
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", None)
-    return name == "TYPE_CHECKING"
-
-
-def _imports(body: list[ast.stmt], executed: bool) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The import statements in `body`, function bodies included. With executed, only those
-    that can run: not under `if TYPE_CHECKING:` (annotations only). A function-body import runs
-    when the function is called, so it ties modules as much as a module-level one does."""
+def _imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements in `body`: module level, function bodies (a lazy import ties
+    modules as soon as the function is called) and `if TYPE_CHECKING:` blocks alike."""
     for stmt in body:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             yield stmt
             continue
-        if executed and isinstance(stmt, ast.If) and _is_type_checking(stmt.test):
-            yield from _imports(stmt.orelse, executed)
-            continue
         for field in ("body", "orelse", "finalbody", "handlers", "cases"):
             sub = getattr(stmt, field, None)
             if isinstance(sub, list):
-                yield from _imports(sub, executed)
+                yield from _imports(sub)
 
 
 def _targets(name: str, path: Path, stmt: ast.Import | ast.ImportFrom, mods: dict) -> set[str]:
@@ -129,13 +121,13 @@ def _targets(name: str, path: Path, stmt: ast.Import | ast.ImportFrom, mods: dic
 
 
 @cache
-def _graph(executed: bool) -> dict[str, frozenset[str]]:
+def _graph() -> dict[str, frozenset[str]]:
     mods = _module_files()
     graph = {}
     for name, path in mods.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         edges: set[str] = set()
-        for stmt in _imports(tree.body, executed):
+        for stmt in _imports(tree.body):
             edges |= _targets(name, path, stmt, mods)
         graph[name] = frozenset(edges - {name})
     return graph
@@ -189,8 +181,7 @@ def _short(module: str) -> str:
 
 
 def _layer_breaks(graph: dict[str, frozenset[str]]) -> dict[str, str]:
-    """Every import (module level, function bodies and TYPE_CHECKING alike: a dependency is a
-    dependency) that points up or sideways, or crosses a wall; edge -> why."""
+    """Every import that points up or sideways, or crosses a wall; edge -> why."""
     layer = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}
     breaks = {}
     for importer, imported in sorted(graph.items()):
@@ -237,13 +228,13 @@ def test_every_unit_has_a_layer() -> None:
 
 def test_no_import_circles() -> None:
     mods = _module_files()
-    circles = _circles(_graph(executed=True))
+    circles = _circles(_graph())
     listing = [" <-> ".join(str(mods[m].relative_to(ROOT)) for m in circle) for circle in circles]
     assert not circles, "import circles:\n" + "\n".join(listing)
 
 
 def test_imports_point_down_the_layers() -> None:
-    breaks = _layer_breaks(_graph(executed=False))
+    breaks = _layer_breaks(_graph())
     _check_allow_list(breaks, LAYER_ALLOW, "import against the layers")
 
 
@@ -266,8 +257,8 @@ def test_no_long_functions() -> None:
 
 
 def test_the_checker_sees_a_circle_and_a_layer_break() -> None:
-    """The checks can fail: a two-module circle is found, a TYPE_CHECKING import is not an
-    edge but a function-body (lazy) import is, and an upward import from the runtime into the
+    """The checks can fail: a two-module circle is found, a TYPE_CHECKING import and a
+    function-body (lazy) import are edges, and an upward import from the runtime into the
     harness is a break."""
     graph = {"a": frozenset({"b"}), "b": frozenset({"a"}), "c": frozenset({"a"})}
     assert _circles(graph) == [["a", "b"]]
@@ -275,8 +266,8 @@ def test_the_checker_sees_a_circle_and_a_layer_break() -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\nimport y\n"
         "def main():\n    import z\n"
     )
-    names = [a.name for s in _imports(ast.parse(source).body, True) for a in s.names]
-    assert names == ["TYPE_CHECKING", "y", "z"]
+    names = [a.name for s in _imports(ast.parse(source).body) for a in s.names]
+    assert names == ["TYPE_CHECKING", "x", "y", "z"]
     up = {"hicache_diag.runtime.m": frozenset({"hicache_diag.harness.n", "hicache_diag.hooks"})}
     assert list(_layer_breaks(up)) == ["runtime.m -> harness.n"]
     walled = {"hicache_diag.diagnosis.m": frozenset({"hicache_diag.runtime.n"})}
