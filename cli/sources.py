@@ -89,7 +89,7 @@ def _scan(tree):
     from hicache_diag.sources.scan import scan_tree
 
     err_console.print(f"sources: scanning {tree.engine} {tree.version} at {tree.root}")
-    return scan_tree(tree.root, tree.engine, tree.version)
+    return scan_tree(tree)
 
 
 def _run_sources(a: SourcesArgs):

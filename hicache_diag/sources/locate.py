@@ -9,20 +9,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hicache_diag.errors import UsageError
+from hicache_diag.sources.rules import BUILTIN_SCOPE, SGLANG_SCOPE, Scope
 
 
 @dataclass(frozen=True, slots=True)
 class Tree:
-    engine: str  # sglang | builtin
+    engine: str  # the engine it is the source of (Release.engine)
     root: Path  # the sglang package dir, or hicache_diag/runtime
     version: str
+    scope: Scope  # which of its files `scan_tree` reads
 
 
 def builtin_tree() -> Tree:
     import hicache_diag
     from hicache_diag import runtime
 
-    return Tree("builtin", Path(runtime.__file__).parent, hicache_diag.__version__)
+    return Tree("builtin", Path(runtime.__file__).parent, hicache_diag.__version__, BUILTIN_SCOPE)
 
 
 def source_tree(path: Path) -> Tree:
@@ -33,7 +35,7 @@ def source_tree(path: Path) -> Tree:
         raise UsageError(f"--source {path}: no such directory")
     for pkg in (path, path / "sglang"):
         if (pkg / "srt").is_dir():
-            return Tree("sglang", pkg.resolve(), _version(pkg))
+            return Tree("sglang", pkg.resolve(), _version(pkg), SGLANG_SCOPE)
     raise UsageError(f"--source {path}: no SGLang source there (expected srt/ or sglang/srt/)")
 
 
