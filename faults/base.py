@@ -41,7 +41,8 @@ class Fault:
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = ()
     CANNOT: ClassVar[str] = ""
     UNREACHABLE: ClassVar[str] = ""
-    # Why the builtin runtime cannot run this fault (it lacks the mechanism); "" = it can.
+    # Why the builtin runtime cannot run this fault (it lacks the mechanism); "" = it can. Each
+    # engine's options ask for their own refusal (RunOptions.fault_refusal).
     BUILTIN_REFUSAL: ClassVar[str] = ""
 
     rank: tuple[int, ...] | None = K.key(
@@ -93,10 +94,10 @@ class Fault:
             )
 
     @classmethod
-    def refusal(cls, engine: str, version: str | None = None) -> str | None:
-        """Why this fault cannot run on `engine` ("builtin" | "sglang", with the release's
-        version), or None. One line, shown with exit 2 before anything starts."""
-        return (cls.BUILTIN_REFUSAL or None) if engine == "builtin" else None
+    def sglang_refusal(cls, version: str | None = None) -> str | None:
+        """Why SGLang release `version` cannot run this fault (it lacks the mechanism), or
+        None. One line, shown with exit 2 before anything starts."""
+        return None
 
     def targets(self, rank: int) -> bool:
         return self.rank is None or rank in self.rank

@@ -13,12 +13,15 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hicache_diag.errors import UsageError
 from hicache_diag.limits import check_async_depth, check_int, check_seconds, check_seed
 from hicache_diag.no_effect import refuse_no_effect
 from hicache_diag.sizes import parse_size
+
+if TYPE_CHECKING:
+    from hicache_diag.faults.base import Fault
 
 WORKLOADS = ("shared-prefix", "random", "long-prompt", "idle")
 # Scripted over SGLang's HTTP API (hicache_diag/sglang/sessions.py): --engine sglang only.
@@ -117,6 +120,11 @@ class RunOptions:
         """How the user wrote option `name` (the flag by default)."""
         return self.given.get(name) or "--" + name.replace("_", "-")
 
+    def fault_refusal(self, fault: Fault) -> str | None:
+        """Why this engine cannot run `fault` (it lacks the mechanism), or None: one line, exit 2
+        before anything starts (faults/validate.py)."""
+        return None
+
     @property
     def storage(self) -> bool:
         return self.hicache_storage_backend != "none"
@@ -164,6 +172,9 @@ class BuiltinOptions(RunOptions):
             )
         if self.max_steps is not None:
             check_int(self.how("max_steps"), self.max_steps, 1)
+
+    def fault_refusal(self, fault: Fault) -> str | None:
+        return fault.BUILTIN_REFUSAL or None
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -215,6 +226,10 @@ class SglangOptions(RunOptions):
                 "for smaller pools"
             )
         self.server_env()
+
+    def fault_refusal(self, fault: Fault) -> str | None:
+        # No release probed yet: sglang/release.py asks again with the release's version.
+        return fault.sglang_refusal(None)
 
     def _check_nodes(self) -> None:
         """SGLang splits PP stages over nodes, or a stage's TP ranks when there are more nodes

@@ -4,7 +4,7 @@ engine's to find: sglang/source_tree.py). Never imports SGLang."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,17 +46,20 @@ def builtin_engine_tree(source: Path | None, python: str | None) -> Tree:
     return builtin_tree()
 
 
-def any_tree(spec: str, from_python: Callable[[str], Tree]) -> Tree:
-    """For --diff: `builtin`, a source directory, or a Python executable (`from_python`: the
-    sglang engine's own finder, sglang/source_tree.py)."""
-    if spec == "builtin":
-        return builtin_tree()
+def any_tree(
+    spec: str, from_python: Callable[[str], Tree], named: Mapping[str, Callable[[], Tree]]
+) -> Tree:
+    """For --diff: a tree by the name the caller gives it (`builtin`), a source directory, or a
+    Python executable (`from_python`: the sglang engine's own finder, sglang/source_tree.py)."""
+    if spec in named:
+        return named[spec]()
     path = Path(spec)
     if path.is_dir():
         return source_tree(path)
     if path.is_file():
         return from_python(spec)
-    raise UsageError(f"--diff {spec}: neither a directory, a Python executable nor 'builtin'")
+    names = " or ".join(repr(n) for n in named)
+    raise UsageError(f"--diff {spec}: neither a directory, a Python executable nor {names}")
 
 
 _VERSION = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""")
