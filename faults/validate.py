@@ -19,7 +19,7 @@ class _Run(Protocol):
     pp: int
     tp: int
 
-    def fault_refusal(self, fault: Fault) -> str | None: ...
+    def fault_refusal(self, fault: type[Fault]) -> str | None: ...
 
 
 def validated_faults(options: _Run) -> tuple[str, ...]:
@@ -29,7 +29,7 @@ def validated_faults(options: _Run) -> tuple[str, ...]:
         return ()
     checked = validate_faults(options.faults, options.pp, options.tp)
     for spec in checked:
-        why = options.fault_refusal(spec.build())
+        why = options.fault_refusal(type(spec.build()))
         if why:
             raise UsageError(f"fault {spec.name!r} cannot run on --engine {options.engine}: {why}")
     return tuple(f.to_spec() for f in checked)

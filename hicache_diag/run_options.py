@@ -120,9 +120,11 @@ class RunOptions:
         """How the user wrote option `name` (the flag by default)."""
         return self.given.get(name) or "--" + name.replace("_", "-")
 
-    def fault_refusal(self, fault: Fault) -> str | None:
+    @classmethod
+    def fault_refusal(cls, fault: type[Fault]) -> str | None:
         """Why this engine cannot run `fault` (it lacks the mechanism), or None: one line, exit 2
-        before anything starts (faults/validate.py)."""
+        before anything starts (faults/validate.py), and the faults `run --list-faults` leaves
+        out. SGLang refuses per release, at its probe (sglang/release.py `refuse_unhookable`)."""
         return None
 
     @property
@@ -173,7 +175,8 @@ class BuiltinOptions(RunOptions):
         if self.max_steps is not None:
             check_int(self.how("max_steps"), self.max_steps, 1)
 
-    def fault_refusal(self, fault: Fault) -> str | None:
+    @classmethod
+    def fault_refusal(cls, fault: type[Fault]) -> str | None:
         return fault.BUILTIN_REFUSAL or None
 
 
@@ -226,10 +229,6 @@ class SglangOptions(RunOptions):
                 "for smaller pools"
             )
         self.server_env()
-
-    def fault_refusal(self, fault: Fault) -> str | None:
-        # No release probed yet: sglang/release.py asks again with the release's version.
-        return fault.sglang_refusal(None)
 
     def _check_nodes(self) -> None:
         """SGLang splits PP stages over nodes, or a stage's TP ranks when there are more nodes
