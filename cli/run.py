@@ -107,10 +107,12 @@ def _catalogue() -> str:
     return "\n".join(lines)
 
 
-def _list_faults(engine_name: str | None) -> int:
-    """`run --list-faults`: what each fault models (faults/catalog.py); with --engine, only the
-    faults that engine does not refuse (its options' `fault_refusal`). Other flags only warn
-    (no_effect.py)."""
+def _list_faults(value: bool, engine_name: str | None) -> None:
+    """`run --list-faults`: what each fault models (faults/catalog.py), then exit 0; with
+    --engine, only the faults that engine does not refuse (its options' `fault_refusal`). Other
+    flags only warn (no_effect.py)."""
+    if not value:
+        return
     from hicache_diag.faults import FAULTS
     from hicache_diag.faults.catalog import catalog_text
 
@@ -119,7 +121,7 @@ def _list_faults(engine_name: str | None) -> int:
         refusal = engine(engine_name).options.fault_refusal
         names = [n for n in names if not refusal(FAULTS[n])]
     sys.stdout.write(catalog_text(names))
-    return 0
+    raise typer.Exit(0)
 
 
 ListFaultsOpt = Annotated[
@@ -143,6 +145,8 @@ ConsensusCheckerOpt = Annotated[
 ]
 
 
+# The checks run under a status line: with --engine sglang they probe the release and may build
+# the model (seconds).
 def run(
     ctx: typer.Context,
     fault: o.FaultOpt = None,
@@ -181,9 +185,7 @@ def run(
     warm_server: o.WarmServerOpt = False,
 ) -> None:
     """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
-    if list_faults:
-        raise typer.Exit(_list_faults(engine))
-    # With --engine sglang the checks probe the release and may build the model: seconds.
+    _list_faults(list_faults, engine)
     with PhaseStatus(err_console, quiet=json_, first="checking the run"):
         scenario_file = load_scenario_file(scenario)
         expect = _expectation(scenario_file) if check else None
