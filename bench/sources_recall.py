@@ -38,7 +38,7 @@ def main() -> int:
         print(f"sources_recall: {args.source} is sglang {tree.version}, the list {truth.version}")
         return 2
     start = time.process_time()
-    inv = scan_tree(tree.root, "sglang", tree.version)
+    inv = scan_tree(tree)
     took = time.process_time() - start
     s = score(inv, truth)
     n = s.total

@@ -107,23 +107,30 @@ def _catalogue() -> str:
     return "\n".join(lines)
 
 
-def _list_faults(value: bool) -> None:
-    """`run --list-faults`: what each fault models, then exit 0 (faults/catalog.py)."""
-    if value:
-        from hicache_diag.faults.catalog import catalog_text
+def _list_faults(value: bool, engine_name: str | None) -> None:
+    """`run --list-faults`: what each fault models (faults/catalog.py), then exit 0; with
+    --engine, only the faults that engine does not refuse (its options' `fault_refusal`). Other
+    flags only warn (no_effect.py)."""
+    if not value:
+        return
+    from hicache_diag.faults import FAULTS
+    from hicache_diag.faults.catalog import catalog_text
 
-        sys.stdout.write(catalog_text())
-        raise typer.Exit(0)
+    names = list(FAULTS)
+    if engine_name is not None:
+        refusal = engine(engine_name).options.fault_refusal
+        names = [n for n in names if not refusal(FAULTS[n])]
+    sys.stdout.write(catalog_text(names))
+    raise typer.Exit(0)
 
 
 ListFaultsOpt = Annotated[
     bool,
     typer.Option(
         "--list-faults",
-        is_eager=True,
-        callback=_list_faults,
-        help="Print every fault: the physical event it models, when production meets it, the "
-        "SGLang function it acts in per release, what it cannot model; then exit.",
+        help="Print every fault (with --engine, those it can run): the physical event it "
+        "models, when production meets it, the SGLang function it acts in per release, what "
+        "it cannot model; then exit.",
     ),
 ]
 
@@ -138,6 +145,8 @@ ConsensusCheckerOpt = Annotated[
 ]
 
 
+# The checks run under a status line: with --engine sglang they probe the release and may build
+# the model (seconds).
 def run(
     ctx: typer.Context,
     fault: o.FaultOpt = None,
@@ -176,7 +185,7 @@ def run(
     warm_server: o.WarmServerOpt = False,
 ) -> None:
     """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
-    # With --engine sglang the checks probe the release and may build the model: seconds.
+    _list_faults(list_faults, engine)
     with PhaseStatus(err_console, quiet=json_, first="checking the run"):
         scenario_file = load_scenario_file(scenario)
         expect = _expectation(scenario_file) if check else None

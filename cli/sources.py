@@ -89,7 +89,7 @@ def _scan(tree):
     from hicache_diag.sources.scan import scan_tree
 
     err_console.print(f"sources: scanning {tree.engine} {tree.version} at {tree.root}")
-    return scan_tree(tree.root, tree.engine, tree.version)
+    return scan_tree(tree)
 
 
 def _run_sources(a: SourcesArgs):
@@ -111,9 +111,10 @@ def _diff_sources(a: SourcesArgs):
         raise UsageError("--diff names both trees: drop --source/--sglang-python")
     from hicache_diag.sglang.source_tree import python_tree
     from hicache_diag.sources.diff import diff_inventories
-    from hicache_diag.sources.locate import any_tree
+    from hicache_diag.sources.locate import any_tree, builtin_tree
 
-    old, new = (_scan(any_tree(spec, python_tree)) for spec in a.diff)
+    named = {"builtin": builtin_tree}
+    old, new = (_scan(any_tree(spec, python_tree, named)) for spec in a.diff)
     return diff_inventories(old, new)
 
 

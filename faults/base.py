@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hicache_diag.errors import UsageError
 from hicache_diag.faults import keys as K
+from hicache_diag.faults.schedule import Schedule
 
 if TYPE_CHECKING:  # the runtime's Hooks; imported lazily so validation stays light
-    from hicache_diag.faults.schedule import Schedule
     from hicache_diag.hooks import Hooks
 
 COMMON_KEYS = ("rank", "p", "after", "until", "seed")
@@ -41,7 +41,8 @@ class Fault:
     ACTS_IN: ClassVar[tuple[tuple[str, str], ...]] = ()
     CANNOT: ClassVar[str] = ""
     UNREACHABLE: ClassVar[str] = ""
-    # Why the builtin runtime cannot run this fault (it lacks the mechanism); "" = it can.
+    # Why the builtin runtime cannot run this fault (it lacks the mechanism); "" = it can. Each
+    # engine's options ask for their own refusal (RunOptions.fault_refusal).
     BUILTIN_REFUSAL: ClassVar[str] = ""
 
     rank: tuple[int, ...] | None = K.key(
@@ -93,13 +94,18 @@ class Fault:
             )
 
     @classmethod
-    def refusal(cls, engine: str, version: str | None = None) -> str | None:
-        """Why this fault cannot run on `engine` ("builtin" | "sglang", with the release's
-        version), or None. One line, shown with exit 2 before anything starts."""
-        return (cls.BUILTIN_REFUSAL or None) if engine == "builtin" else None
+    def sglang_refusal(cls, version: str | None = None) -> str | None:
+        """Why SGLang release `version` cannot run this fault (it lacks the mechanism), or
+        None. One line, shown with exit 2 before anything starts."""
+        return None
 
     def targets(self, rank: int) -> bool:
         return self.rank is None or rank in self.rank
+
+    def schedule(self, *, run_seed: int, index: int, rank: int) -> Schedule:
+        """The seeded schedule of spec number `index` of a run on global `rank`."""
+        every = getattr(self, "every", 1)  # only faults that expose `every` have it
+        return Schedule(self.p, self.after, self.until, every, run_seed, self.seed, index, rank)
 
     def install(self, hooks: Hooks, schedule: Schedule) -> None:
         raise NotImplementedError

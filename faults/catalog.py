@@ -7,6 +7,7 @@ so the CLI and the doc (checked by tests/unit/faults/test_fault_catalog.py) cann
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Collection
 
 from hicache_diag.faults.base import Fault
 from hicache_diag.faults.registry import FAULTS
@@ -31,10 +32,13 @@ def entry(cls: type[Fault]) -> list[tuple[str, str]]:
     return rows
 
 
-def catalog_text(width: int = WIDTH) -> str:
-    """Every registered fault, one block each, plain text (stdout of `run --list-faults`)."""
+def catalog_text(names: Collection[str] | None = None, width: int = WIDTH) -> str:
+    """Every registered fault (or those `names` keeps), one block each, plain text (stdout of
+    `run --list-faults`)."""
     blocks = []
     for name, cls in FAULTS.items():
+        if names is not None and name not in names:
+            continue
         lines = [f"{name}  (keys: {', '.join(cls.key_names())})"]
         for label, text in entry(cls):
             lines += textwrap.wrap(

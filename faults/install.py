@@ -6,7 +6,6 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from hicache_diag.faults.schedule import Schedule
 from hicache_diag.faults.spec import FaultSpec, parse_fault_spec
 
 if TYPE_CHECKING:
@@ -35,7 +34,7 @@ def install_faults(
         fault = spec.build()
         if not fault.targets(rank):
             continue
-        fault.install(hooks, Schedule.for_fault(fault, run_seed=seed, index=index, rank=rank))
+        fault.install(hooks, fault.schedule(run_seed=seed, index=index, rank=rank))
         installed.append(spec.name)
     if installed:
         logger.info("faults on PP%d TP%d (rank %d): %s", pp_rank, tp_rank, rank, installed)

@@ -14,10 +14,6 @@ import random
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from hicache_diag.faults.base import Fault
 
 
 def derive_rng(run_seed: int, spec_seed: int, index: int, rank: int, stream: str) -> random.Random:
@@ -98,9 +94,3 @@ class Schedule:
         """Pure: the steps that would fire for this opportunity sequence, on a fresh copy."""
         probe = self.fresh()
         return [s for s in steps if probe.fires(s)]
-
-    @classmethod
-    def for_fault(cls, fault: Fault, *, run_seed: int, index: int, rank: int) -> Schedule:
-        """The schedule of spec number `index` of a run on global `rank`."""
-        every = getattr(fault, "every", 1)  # only faults that expose `every` have it
-        return cls(fault.p, fault.after, fault.until, every, run_seed, fault.seed, index, rank)

@@ -30,9 +30,10 @@ def _release(version: str | None) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _not_in(engine: str, version: str | None) -> str | None:
-    if engine != "sglang":
-        return "it is SGLang's own injector; the builtin engine has no such mechanism"
+_NO_INJECTOR = "it is SGLang's own injector; the builtin engine has no such mechanism"
+
+
+def _not_in(version: str | None) -> str | None:
     if _release(version) < SINCE:
         return f"sglang {version} has no SGLANG_TEST_HICACHE_* injectors (0.5.23 added them)"
     return None
@@ -60,13 +61,14 @@ class SglangStorageInjector(Fault):
         "a seeded schedule: SGLang draws from its own per-thread random, so runs differ; a "
         "step window (the backend is wrapped once, at start-up)"
     )
+    BUILTIN_REFUSAL: ClassVar[str] = _NO_INJECTOR
 
     failure: float = K.key(0.0, K.probability, "probability that a storage call fails")
     delay_s: float = K.key(0.0, K.seconds, "upper bound of a random delay per storage call (s)")
 
     @classmethod
-    def refusal(cls, engine: str, version: str | None = None) -> str | None:
-        return _not_in(engine, version)
+    def sglang_refusal(cls, version: str | None = None) -> str | None:
+        return _not_in(version)
 
     def install(self, hooks: Hooks, schedule: Schedule) -> None:
         if self.failure:
@@ -92,12 +94,13 @@ class SglangH2dDelay(Fault):
         ("builtin", "refused: no such injector (dma-delay models the event)"),
     )
     CANNOT: ClassVar[str] = "anything on a CPU host: torch.cuda._sleep needs a GPU"
+    BUILTIN_REFUSAL: ClassVar[str] = _NO_INJECTOR
 
     cycles: int = K.key(0, K.tokens, "GPU sleep cycles before each layer's copy")
 
     @classmethod
-    def refusal(cls, engine: str, version: str | None = None) -> str | None:
-        why = _not_in(engine, version)
+    def sglang_refusal(cls, version: str | None = None) -> str | None:
+        why = _not_in(version)
         if why:
             return why
         import importlib.util

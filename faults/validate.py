@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from hicache_diag.errors import UsageError
 from hicache_diag.faults.spec import validate_faults
+
+if TYPE_CHECKING:
+    from hicache_diag.faults.base import Fault
 
 
 class _Run(Protocol):
@@ -16,6 +19,8 @@ class _Run(Protocol):
     pp: int
     tp: int
 
+    def fault_refusal(self, fault: type[Fault]) -> str | None: ...
+
 
 def validated_faults(options: _Run) -> tuple[str, ...]:
     """The options' fault specs, parsed, checked against the topology and refused where the
@@ -24,7 +29,7 @@ def validated_faults(options: _Run) -> tuple[str, ...]:
         return ()
     checked = validate_faults(options.faults, options.pp, options.tp)
     for spec in checked:
-        why = spec.build().refusal(options.engine)
+        why = options.fault_refusal(type(spec.build()))
         if why:
             raise UsageError(f"fault {spec.name!r} cannot run on --engine {options.engine}: {why}")
     return tuple(f.to_spec() for f in checked)

@@ -237,6 +237,17 @@ def _sources_self_or_all(f: Flags) -> str | None:
     return None
 
 
+def _list_faults_with_run_flags(f: Flags) -> str | None:
+    idle = sorted(f.given - {"list_faults", "engine"}) if f.values.get("list_faults") else ()
+    if not idle:
+        return None
+    flags = ", ".join("--" + name.rstrip("_").replace("_", "-") for name in idle)
+    return (
+        f"--list-faults prints the fault catalog and exits; it ignores {flags} (--engine "
+        "keeps the faults that engine can run)"
+    )
+
+
 def _cells(f: Flags) -> int:
     values = [f.values.get(n) for n in ("storage_backend", "hicache_size", "sglang_version")]
     values += [f.values.get("sglang_python")]
@@ -263,6 +274,7 @@ FLAG_RULES: tuple[FlagRule, ...] = (
     FlagRule("triage", "jobid-without-slurm", _jobid_not_slurm),
     FlagRule("triage", "input-read-twice", _read_twice),
     FlagRule("report", "force-without-outputs", _force_without_outputs),
+    FlagRule("run", "list-faults-with-run-flags", _list_faults_with_run_flags, warn=True),
     FlagRule("sources", "engine-against-named-tree", _engine_against_tree),
     FlagRule("sources", "diff-with-itself-or-all-with-run", _sources_self_or_all),
     FlagRule("bisect", "more-jobs-than-trials", _idle_jobs, warn=True),

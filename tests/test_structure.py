@@ -1,9 +1,12 @@
 """The house's walls, read from the source with `ast` (style.md §5, docs/structure.md).
 
-Three checks over `hicache_diag/`, `cli/` (hicache_diag.cli) and `faults/` (hicache_diag.faults):
-- no import circle among the imports that run: at module level or in a function body (a lazy
-  import closes a circle as soon as the function is called), `if TYPE_CHECKING:` left out;
+Four checks over `hicache_diag/`, `cli/` (hicache_diag.cli) and `faults/` (hicache_diag.faults):
+- no import circle among all imports: module level, function bodies (a lazy import closes a
+  circle as soon as the function is called) and `if TYPE_CHECKING:` (an annotation-only import
+  still ties the two modules' meaning: each needs the other to be read);
 - every import points down the layers (`LAYERS`), and no import crosses a `WALLS` pair;
+- below the engines layer, no comparison with an engine's name (`engine == "sglang"`): what
+  differs per engine is an attribute of its entry or its options, or a function it supplies;
 - no file over 400 lines, no function over 50 lines (def line to last line, decorators left out).
 Each check has an allow-list with a reason per entry: today's offenders, being fixed in parallel
 in issue 30; the lead empties the lists at merge. An allow-listed entry that no longer offends
@@ -76,6 +79,14 @@ LAYER_ALLOW: dict[str, str] = {}
 FILE_ALLOW: dict[str, str] = {}
 FUNCTION_ALLOW: dict[str, str] = {}
 
+# Comparisons with an engine's name below the engines layer (`path: comparison`) today.
+ENGINE_NAME_ALLOW: dict[str, str] = {
+    "hicache_diag/no_effect.py: f.values.get('engine') == 'builtin'": (
+        "a `sources` flag rule: no_effect.py sits below run_options.py and engines.py, which know "
+        "the engines that scan an SGLang (owner: lead)"
+    ),
+}
+
 
 def _module_files() -> dict[str, Path]:
     mods: dict[str, Path] = {}
@@ -88,26 +99,17 @@ def _module_files() -> dict[str, Path]:
     return mods
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", None)
-    return name == "TYPE_CHECKING"
-
-
-def _imports(body: list[ast.stmt], executed: bool) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The import statements in `body`, function bodies included. With executed, only those
-    that can run: not under `if TYPE_CHECKING:` (annotations only). A function-body import runs
-    when the function is called, so it ties modules as much as a module-level one does."""
+def _imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements in `body`: module level, function bodies (a lazy import ties
+    modules as soon as the function is called) and `if TYPE_CHECKING:` blocks alike."""
     for stmt in body:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             yield stmt
             continue
-        if executed and isinstance(stmt, ast.If) and _is_type_checking(stmt.test):
-            yield from _imports(stmt.orelse, executed)
-            continue
         for field in ("body", "orelse", "finalbody", "handlers", "cases"):
             sub = getattr(stmt, field, None)
             if isinstance(sub, list):
-                yield from _imports(sub, executed)
+                yield from _imports(sub)
 
 
 def _targets(name: str, path: Path, stmt: ast.Import | ast.ImportFrom, mods: dict) -> set[str]:
@@ -129,13 +131,13 @@ def _targets(name: str, path: Path, stmt: ast.Import | ast.ImportFrom, mods: dic
 
 
 @cache
-def _graph(executed: bool) -> dict[str, frozenset[str]]:
+def _graph() -> dict[str, frozenset[str]]:
     mods = _module_files()
     graph = {}
     for name, path in mods.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         edges: set[str] = set()
-        for stmt in _imports(tree.body, executed):
+        for stmt in _imports(tree.body):
             edges |= _targets(name, path, stmt, mods)
         graph[name] = frozenset(edges - {name})
     return graph
@@ -189,8 +191,7 @@ def _short(module: str) -> str:
 
 
 def _layer_breaks(graph: dict[str, frozenset[str]]) -> dict[str, str]:
-    """Every import (module level, function bodies and TYPE_CHECKING alike: a dependency is a
-    dependency) that points up or sideways, or crosses a wall; edge -> why."""
+    """Every import that points up or sideways, or crosses a wall; edge -> why."""
     layer = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}
     breaks = {}
     for importer, imported in sorted(graph.items()):
@@ -204,6 +205,32 @@ def _layer_breaks(graph: dict[str, frozenset[str]]) -> dict[str, str]:
             elif (src, dst) in WALLS:
                 breaks[edge] = f"wall {src} -> {dst}: {WALLS[(src, dst)]}"
     return breaks
+
+
+def _engine_name_compares(source: str, names: frozenset[str]) -> Iterator[str]:
+    """Each comparison of a value with an engine's name: `x == "sglang"`, `x != ...`,
+    `x in ("sglang", ...)`, `case "sglang":`, and a table keyed by one (`{"sglang": 5e-3}`). A
+    name left of `in` is a substring test (`"sglang" in path`: the package, not the engine)."""
+
+    def named(node: ast.AST) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(named(e) for e in node.elts)
+        return isinstance(node, ast.Constant) and node.value in names
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.MatchValue) and named(node.value):
+            yield f"case {ast.unparse(node.value)}"
+        if isinstance(node, ast.Dict) and any(k is not None and named(k) for k in node.keys):
+            yield ast.unparse(node)
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        for op, a, b in zip(node.ops, sides, sides[1:], strict=False):
+            if (isinstance(op, (ast.Eq, ast.NotEq)) and (named(a) or named(b))) or (
+                isinstance(op, (ast.In, ast.NotIn)) and named(b)
+            ):
+                yield ast.unparse(node)
+                break
 
 
 def _function_lengths(path: Path) -> Iterator[tuple[str, int]]:
@@ -237,14 +264,30 @@ def test_every_unit_has_a_layer() -> None:
 
 def test_no_import_circles() -> None:
     mods = _module_files()
-    circles = _circles(_graph(executed=True))
+    circles = _circles(_graph())
     listing = [" <-> ".join(str(mods[m].relative_to(ROOT)) for m in circle) for circle in circles]
     assert not circles, "import circles:\n" + "\n".join(listing)
 
 
 def test_imports_point_down_the_layers() -> None:
-    breaks = _layer_breaks(_graph(executed=False))
+    breaks = _layer_breaks(_graph())
     _check_allow_list(breaks, LAYER_ALLOW, "import against the layers")
+
+
+def test_no_engine_names_below_the_engines_layer() -> None:
+    from hicache_diag.engines import ENGINES
+
+    names = frozenset(ENGINES.names())
+    depth = {unit: d for d, units in enumerate(LAYERS) for unit in units}
+    found = {}
+    for module, path in _module_files().items():
+        unit = _unit(module)
+        # The engine packages (units named as their engines) may name themselves.
+        if depth[unit] <= depth["engines"] or unit in names:
+            continue
+        for text in _engine_name_compares(path.read_text(), names):
+            found[f"{path.relative_to(ROOT)}: {text}"] = "an engine's name as a branch or a key"
+    _check_allow_list(found, ENGINE_NAME_ALLOW, "engine named below the engines layer")
 
 
 def test_no_long_files() -> None:
@@ -266,18 +309,28 @@ def test_no_long_functions() -> None:
 
 
 def test_the_checker_sees_a_circle_and_a_layer_break() -> None:
-    """The checks can fail: a two-module circle is found, a TYPE_CHECKING import is not an
-    edge but a function-body (lazy) import is, and an upward import from the runtime into the
-    harness is a break."""
+    """The checks can fail: a two-module circle is found, a TYPE_CHECKING import and a
+    function-body (lazy) import are edges, an upward import from the runtime into the harness
+    is a break, and a branch on an engine's name is seen (a substring test is not)."""
     graph = {"a": frozenset({"b"}), "b": frozenset({"a"}), "c": frozenset({"a"})}
     assert _circles(graph) == [["a", "b"]]
     source = (
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\nimport y\n"
         "def main():\n    import z\n"
     )
-    names = [a.name for s in _imports(ast.parse(source).body, True) for a in s.names]
-    assert names == ["TYPE_CHECKING", "y", "z"]
+    names = [a.name for s in _imports(ast.parse(source).body) for a in s.names]
+    assert names == ["TYPE_CHECKING", "x", "y", "z"]
     up = {"hicache_diag.runtime.m": frozenset({"hicache_diag.harness.n", "hicache_diag.hooks"})}
     assert list(_layer_breaks(up)) == ["runtime.m -> harness.n"]
     walled = {"hicache_diag.diagnosis.m": frozenset({"hicache_diag.runtime.n"})}
     assert _layer_breaks(walled)["diagnosis.m -> runtime.n"].startswith("wall diagnosis -> runtime")
+    branches = (
+        "if engine == 'sglang' or 'sglang' in path: pass\nok = e not in ('x', 'builtin')\n"
+        "match e:\n    case 'builtin':\n        pass\ntol = {'sglang': 5e-3}\n"
+    )
+    assert sorted(_engine_name_compares(branches, frozenset({"sglang", "builtin"}))) == [
+        "case 'builtin'",
+        "e not in ('x', 'builtin')",
+        "engine == 'sglang'",
+        "{'sglang': 0.005}",
+    ]

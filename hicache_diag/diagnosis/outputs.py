@@ -5,16 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hicache_diag.run_options import ENGINE_OPTIONS, RunOptions
+
 _TOKEN_KEYS = ("tokens", "outputs", "output_ids")
 _GAP_KEYS = ("gaps", "logit_gaps", "top2_gap", "top2_gaps")
 # reference.json (harness/reference.py) records each token's top-2 logit gap; when the file does
-# not record a tolerance we use the harness's GAP_TOLERANCE: the runtime's float32 sums differ from
-# the reference's by ~1e-5, so a gap under 1e-3 is a greedy tie either token may win.
-DEFAULT_TIE_TOLERANCE = 1e-3
-# Per engine, when the reference records none: SGLang's CPU path (torch_native attention over a
-# cached prefix, float32) strays further from `transformers` than our runtime does: 0.5.19 runs
-# flipped tokens at reference gaps of 0.00115 and 0.0019, the rest of each output identical.
-ENGINE_TIE_TOLERANCE = {"sglang": 5e-3}
+# not record a tolerance, the run's engine gives it (its options' `tie_tolerance`).
+DEFAULT_TIE_TOLERANCE = RunOptions.tie_tolerance  # a run that names no known engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +58,7 @@ def tolerance(reference: Any, engine: str | None = None) -> float:
         for key in ("tolerance", "tie_tolerance", "logit_tolerance"):
             if isinstance(reference.get(key), int | float):
                 return float(reference[key])
-    return ENGINE_TIE_TOLERANCE.get(engine or "", DEFAULT_TIE_TOLERANCE)
+    return ENGINE_OPTIONS.get(engine or "", RunOptions).tie_tolerance
 
 
 def _compare(rid: str, got: list, want: list, gaps: list[float], tol: float) -> Mismatch | None:

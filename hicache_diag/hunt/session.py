@@ -72,7 +72,7 @@ def plan_session(
         raise UsageError("give --out to hunt itself (the parent of every trial's run dir)")
     check_writable(str(out))
     tree = engine(base.engine).sources(None, getattr(base, "sglang_python", None))
-    inventory = scan_tree(tree.root, tree.engine, tree.version)
+    inventory = scan_tree(tree)
     candidates, unmapped = plan_hunt(inventory.sources)
     release = f"{tree.engine} {tree.version}"
     candidates = only_triggers(candidates, triggers, release)

@@ -243,7 +243,7 @@ def refuse_unhookable(install: SglangInstall, faults: tuple[str, ...]) -> None:
 
     for text in faults:
         fault = parse_fault_spec(text).build()
-        why = fault.refusal("sglang", install.version)
+        why = fault.sglang_refusal(install.version)
         if why:
             raise UsageError(f"fault {fault.NAME!r} cannot run on sglang {install.version}: {why}")
         for point in fault.POINTS:

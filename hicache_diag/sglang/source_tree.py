@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hicache_diag.errors import UsageError
 from hicache_diag.sources.locate import Tree, source_tree
+from hicache_diag.sources.rules import SGLANG_SCOPE
 
 
 def python_tree(python: str | None) -> Tree:
@@ -15,7 +16,7 @@ def python_tree(python: str | None) -> Tree:
     install = probe_sglang(python)
     if not (install.package_dir / "srt").is_dir():
         raise UsageError(f"{install.package_dir}: SGLang there has no srt/ source")
-    return Tree("sglang", install.package_dir, install.version)
+    return Tree("sglang", install.package_dir, install.version, SGLANG_SCOPE)
 
 
 def sglang_engine_tree(source: Path | None, python: str | None) -> Tree:

@@ -4,25 +4,27 @@ engine's to find: sglang/source_tree.py). Never imports SGLang."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from hicache_diag.errors import UsageError
+from hicache_diag.sources.rules import BUILTIN_SCOPE, SGLANG_SCOPE, Scope
 
 
 @dataclass(frozen=True, slots=True)
 class Tree:
-    engine: str  # sglang | builtin
+    engine: str  # the engine it is the source of (Release.engine)
     root: Path  # the sglang package dir, or hicache_diag/runtime
     version: str
+    scope: Scope  # which of its files `scan_tree` reads
 
 
 def builtin_tree() -> Tree:
     import hicache_diag
     from hicache_diag import runtime
 
-    return Tree("builtin", Path(runtime.__file__).parent, hicache_diag.__version__)
+    return Tree("builtin", Path(runtime.__file__).parent, hicache_diag.__version__, BUILTIN_SCOPE)
 
 
 def source_tree(path: Path) -> Tree:
@@ -33,7 +35,7 @@ def source_tree(path: Path) -> Tree:
         raise UsageError(f"--source {path}: no such directory")
     for pkg in (path, path / "sglang"):
         if (pkg / "srt").is_dir():
-            return Tree("sglang", pkg.resolve(), _version(pkg))
+            return Tree("sglang", pkg.resolve(), _version(pkg), SGLANG_SCOPE)
     raise UsageError(f"--source {path}: no SGLang source there (expected srt/ or sglang/srt/)")
 
 
@@ -44,17 +46,20 @@ def builtin_engine_tree(source: Path | None, python: str | None) -> Tree:
     return builtin_tree()
 
 
-def any_tree(spec: str, from_python: Callable[[str], Tree]) -> Tree:
-    """For --diff: `builtin`, a source directory, or a Python executable (`from_python`: the
-    sglang engine's own finder, sglang/source_tree.py)."""
-    if spec == "builtin":
-        return builtin_tree()
+def any_tree(
+    spec: str, from_python: Callable[[str], Tree], named: Mapping[str, Callable[[], Tree]]
+) -> Tree:
+    """For --diff: a tree by the name the caller gives it (`builtin`), a source directory, or a
+    Python executable (`from_python`: the sglang engine's own finder, sglang/source_tree.py)."""
+    if spec in named:
+        return named[spec]()
     path = Path(spec)
     if path.is_dir():
         return source_tree(path)
     if path.is_file():
         return from_python(spec)
-    raise UsageError(f"--diff {spec}: neither a directory, a Python executable nor 'builtin'")
+    names = " or ".join(repr(n) for n in named)
+    raise UsageError(f"--diff {spec}: neither a directory, a Python executable nor {names}")
 
 
 _VERSION = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""")

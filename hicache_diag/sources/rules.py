@@ -7,6 +7,8 @@ no rule names is missed, and a decision no rule names is reported as "unknown".
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # --- reads of per-rank physical quantities (kind -> what it is) -----------------------------
 READ_KINDS = {
     "clock": "a wall/monotonic clock read (time.time, time.monotonic, time.perf_counter)",
@@ -200,8 +202,19 @@ GENERIC_NAMES = frozenset(
     }
 )
 
+
 # --- which files are scanned (relative to the package dir) -----------------------------------
-SGLANG_SCOPE = (
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A tree's scanned files: `patterns`, named from `base` where the tree has that folder
+    (SGLang's srt/), widened by one level of imports when `widen`."""
+
+    patterns: tuple[str, ...]
+    base: str = ""
+    widen: bool = False
+
+
+_SGLANG_FILES = (
     "srt/managers/scheduler.py",
     "srt/managers/scheduler_pp_mixin.py",
     "srt/managers/scheduler_components/*.py",
@@ -219,9 +232,5 @@ SGLANG_SCOPE = (
 )
 # Widened by one level of imports: every sglang.srt module that a file defining a decision
 # function imports from (observability/req_time_stats.py's stamps, the storage backends).
-WIDEN_BY_IMPORTS = True
-BUILTIN_SCOPE = (
-    "managers/*.py",
-    "mem_cache/*.py",
-    "distributed/*.py",
-)
+SGLANG_SCOPE = Scope(_SGLANG_FILES, base="srt", widen=True)
+BUILTIN_SCOPE = Scope(("managers/*.py", "mem_cache/*.py", "distributed/*.py"))

@@ -17,30 +17,25 @@ from hicache_diag.sources.links import (
     sort_key_uses,
     sort_keys,
 )
+from hicache_diag.sources.locate import Tree
 from hicache_diag.sources.model import LOGICAL, NONE, Alignment, Inventory, Release, Source, Use
 from hicache_diag.sources.reads import Read, find_reads, lru_stamps, reads_clock
-from hicache_diag.sources.rules import (
-    BUILTIN_SCOPE,
-    CLASSIC,
-    LOGICAL_KINDS,
-    LRU_STAMP_ATTRS,
-    RANDOM_IN_PLACE,
-    SGLANG_SCOPE,
-    WIDEN_BY_IMPORTS,
-)
+from hicache_diag.sources.rules import CLASSIC, LOGICAL_KINDS, LRU_STAMP_ATTRS, RANDOM_IN_PLACE
 from hicache_diag.sources.sync import SyncSummaries
 
 
-def scan_tree(root: Path, engine: str = "sglang", version: str = "unknown") -> Inventory:
-    """`root`: the `sglang` package dir (holding srt/), or hicache_diag/runtime for builtin."""
-    patterns = SGLANG_SCOPE if engine == "sglang" else BUILTIN_SCOPE
-    base = root / "srt" if engine == "sglang" and (root / "srt").is_dir() else root
-    index = build_index(root, patterns, base)
-    if engine == "sglang" and WIDEN_BY_IMPORTS:
+def scan_tree(tree: Tree) -> Inventory:
+    """The files of `tree.scope` under `tree.root` (the `sglang` package dir, or
+    hicache_diag/runtime)."""
+    root, scope = tree.root, tree.scope
+    base = root / scope.base if (root / scope.base).is_dir() else root
+    index = build_index(root, scope.patterns, base)
+    if scope.widen:
         extra = imported_modules(index, Decisions(index), base)
         prefix = base.relative_to(root).as_posix()
-        index = build_index(root, (*patterns, *(f"{prefix}/{rel}" for rel in extra)), base)
-    return scan_index(index, Release(engine, version, str(root)), _notes(root, index))
+        patterns = (*scope.patterns, *(f"{prefix}/{rel}" for rel in extra))
+        index = build_index(root, patterns, base)
+    return scan_index(index, Release(tree.engine, tree.version, str(root)), _notes(root, index))
 
 
 def scan_index(index: SourceIndex, release: Release, notes: tuple[str, ...] = ()) -> Inventory:

@@ -62,6 +62,13 @@ ODD = [
     odd("storage-dir-no-l3", ["run", "--storage-dir", "{tmp}"], "storage-dir does nothing"),
     odd("check-no-scenario", ["run", "--check"], "--check needs --scenario"),
     odd("model-builtin", ["run", "--model", "{tmp}"], "--model applies to --engine sglang"),
+    odd(
+        "list-faults-with-run-flags",
+        ["run", "--list-faults", "--pp", "4", "--fault", "rank-stall:ms=1"],
+        "it ignores --fault, --pp",
+        warn=True,
+        code=0,
+    ),
     # bisect
     odd("bisect-check", ["bisect", *SWITCH, "--check"], "--check does nothing in bisect"),
     odd("bisect-one-value", ["bisect", "--switch", "ack-count=local"], "has one value (local)"),

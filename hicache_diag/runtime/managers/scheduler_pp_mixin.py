@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hicache_diag.runtime.managers.schedule_batch import ScheduleBatch
-
-if TYPE_CHECKING:
-    from hicache_diag.runtime.managers.scheduler import Scheduler
 
 
 def _commit(work: list) -> None:
@@ -25,7 +22,14 @@ def _commit(work: list) -> None:
 
 
 class SchedulerPPMixin:
-    def init_pp_loop_state(self: Scheduler) -> None:
+    """The PP loop of `Scheduler`, the one class it is mixed into. The host supplies the rank's
+    state (server_args, comm, hooks, recorder, model_runner, tree_cache, allocator, pp_rank,
+    pp_size, step, evicted_tokens, waiting_queue, num_active) and the scheduling steps
+    (recv_requests, process_input_requests, get_next_batch_to_run, process_batch_result,
+    decide_stop). Unannotated `self`, unlike SGLang's `self: Scheduler`: the mixin sits below
+    the class that imports it."""
+
+    def init_pp_loop_state(self) -> None:
         sa = self.server_args
         self.pp_loop_size = sa.pp_loop_size
         self.async_depth = sa.pp_async_batch_depth
@@ -39,7 +43,7 @@ class SchedulerPPMixin:
         self.send_output_work: list = []
         self.stopped = False
 
-    def event_loop_pp(self: Scheduler) -> None:
+    def event_loop_pp(self) -> None:
         self.init_pp_loop_state()
         while not self.stopped:
             for mb_id in range(self.pp_loop_size):
@@ -50,7 +54,7 @@ class SchedulerPPMixin:
             _commit(work)
         self.comm.drain_async_work()
 
-    def _pp_loop_step(self: Scheduler, mb_id: int) -> None:
+    def _pp_loop_step(self, mb_id: int) -> None:
         self.hooks.step = self.step
         if self.hooks.has("host_hold") and hasattr(self.tree_cache, "hold_host"):
             self.tree_cache.hold_host(self.hooks)
@@ -90,9 +94,7 @@ class SchedulerPPMixin:
             self.decide_stop()
         self.step += 1
 
-    def _pp_launch_batch(
-        self: Scheduler, batch: ScheduleBatch, proxy: dict | None, mb_id: int = 0
-    ) -> Any:
+    def _pp_launch_batch(self, batch: ScheduleBatch, proxy: dict | None, mb_id: int = 0) -> Any:
         try:
             result = self.model_runner.forward(batch.build_forward_batch(), proxy)
         except Exception as exc:
@@ -111,7 +113,7 @@ class SchedulerPPMixin:
             self.last_rank_comm_queue.append({"next_token_ids": result.next_token_ids})
         return result
 
-    def _pp_exchange_outputs(self: Scheduler, next_first_rank_mb_id: int, next_mb_id: int) -> Any:
+    def _pp_exchange_outputs(self, next_first_rank_mb_id: int, next_mb_id: int) -> Any:
         """Send this stage's pending outputs on and receive those of mbs[next_mb_id]. Even stages
         send first, odd ones receive first, as SGLang orders them by pp_rank parity."""
         if self.pp_size == 1:  # the ring has one stage: the result is our own
@@ -126,7 +128,7 @@ class SchedulerPPMixin:
             self.send_output_work = self._pp_send_output(next_first_rank_mb_id)
         return received
 
-    def _pp_send_output(self: Scheduler, next_first_rank_mb_id: int) -> list:
+    def _pp_send_output(self, next_first_rank_mb_id: int) -> list:
         if self.comm.is_last_rank:
             if self.mbs[next_first_rank_mb_id] is None:
                 return []
@@ -135,7 +137,7 @@ class SchedulerPPMixin:
             return self.comm.send_dict_to_next(self.pp_outputs, "output")
         return []
 
-    def _record_step(self: Scheduler, mb_id: int, batch: ScheduleBatch | None) -> None:
+    def _record_step(self, mb_id: int, batch: ScheduleBatch | None) -> None:
         self.recorder.record(
             step=self.step,
             slot=mb_id,

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-
-if TYPE_CHECKING:
-    from hicache_diag.runtime.mem_cache.radix_cache import TreeNode
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,11 +24,13 @@ class MatchResult:
     last_host_node: deepest node of the match including host-only (evicted, backed-up) nodes;
         equals last_device_node when nothing is host-only.
     host_hit_length: tokens between last_device_node and last_host_node (host-only part).
+    The nodes are the tree's own (`radix_cache.TreeNode`), typed Any as in SGLang's base: the
+    contract sits below the trees that define them.
     """
 
     device_indices: torch.Tensor
-    last_device_node: TreeNode
-    last_host_node: TreeNode
+    last_device_node: Any
+    last_host_node: Any
     host_hit_length: int = 0
 
 
@@ -54,11 +53,11 @@ class BasePrefixCache(ABC):
         host instead of deleting them."""
 
     @abstractmethod
-    def inc_lock_ref(self, node: TreeNode) -> None:
+    def inc_lock_ref(self, node: Any) -> None:
         """Protect `node` and its ancestors from eviction."""
 
     @abstractmethod
-    def dec_lock_ref(self, node: TreeNode) -> None:
+    def dec_lock_ref(self, node: Any) -> None:
         """Undo one `inc_lock_ref`."""
 
     @abstractmethod

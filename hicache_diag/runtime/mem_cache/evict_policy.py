@@ -9,26 +9,33 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from hicache_diag.hooks import Hooks
-    from hicache_diag.runtime.mem_cache.radix_cache import TreeNode
+
+
+class Evictable(Protocol):
+    """What a strategy reads of a node (`radix_cache.TreeNode` has it): the policy stays below
+    the tree that uses it."""
+
+    hit_count: int
+    last_access_time: float
 
 
 class EvictionStrategy(ABC):
     @abstractmethod
-    def get_priority(self, node: TreeNode) -> Any:
+    def get_priority(self, node: Evictable) -> Any:
         """Lower evicts first."""
 
 
 class LRUStrategy(EvictionStrategy):
-    def get_priority(self, node: TreeNode) -> Any:
+    def get_priority(self, node: Evictable) -> Any:
         return node.last_access_time
 
 
 class LFUStrategy(EvictionStrategy):
-    def get_priority(self, node: TreeNode) -> Any:
+    def get_priority(self, node: Evictable) -> Any:
         return (node.hit_count, node.last_access_time)
 
 

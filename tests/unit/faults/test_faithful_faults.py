@@ -11,7 +11,9 @@ from hicache_diag.diagnosis.consensus import consensus_lines
 from hicache_diag.diagnosis.divergence import attribute, find_first
 from hicache_diag.faults import parse_fault_spec
 from hicache_diag.faults.install import install_faults
+from hicache_diag.faults.validate import validated_faults
 from hicache_diag.hooks import Hooks
+from hicache_diag.run_options import SglangOptions
 from hicache_diag.runtime.mem_cache.memory_pool_host import HostKVCache
 from hicache_diag.side_pool import SidePool
 from hicache_diag.verdict import DivergenceSource
@@ -97,12 +99,14 @@ def test_a_held_side_pool_is_not_the_divergence_but_the_skipped_backup_is():
 
 def test_sglang_injectors_pass_through_only_where_the_release_has_them():
     inj = parse_fault_spec("sglang-storage-injector:failure=0.1").build()
-    assert "builtin engine has no such mechanism" in inj.refusal("builtin")
-    assert "0.5.23 added them" in inj.refusal("sglang", "0.5.21")
-    assert inj.refusal("sglang", "0.5.23") is None
+    assert "builtin engine has no such mechanism" in inj.BUILTIN_REFUSAL
+    assert "0.5.23 added them" in inj.sglang_refusal("0.5.21")
+    assert inj.sglang_refusal("0.5.23") is None
+    # Before a release is probed the sglang engine refuses none: its probe asks per release.
+    assert validated_faults(SglangOptions(faults=("sglang-storage-injector:failure=0.1",)))
     h2d = parse_fault_spec("sglang-h2d-delay:cycles=1000").build()
     if not torch.cuda.is_available():
-        assert "no GPU" in h2d.refusal("sglang", "0.5.23")
+        assert "no GPU" in h2d.sglang_refusal("0.5.23")
 
 
 def test_the_consensus_checkers_report_becomes_one_evidence_line_per_rank():

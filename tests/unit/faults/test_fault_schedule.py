@@ -2,14 +2,14 @@
 
 import threading
 
-from hicache_diag.faults import Schedule, parse_fault_spec
+from hicache_diag.faults import parse_fault_spec
 
 STEPS = range(200)
 
 
 def _schedule(text, run_seed=0, index=0, rank=1):
     fault = parse_fault_spec(text).build()
-    return Schedule.for_fault(fault, run_seed=run_seed, index=index, rank=rank)
+    return fault.schedule(run_seed=run_seed, index=index, rank=rank)
 
 
 def test_window_is_inclusive_at_both_ends():

@@ -1,10 +1,11 @@
-"""SGLang runs get their own tie tolerance (diagnosis/outputs.py, by the manifest's engine): the
-0.5.19 flips at reference gaps of 0.00115 and 0.0019 are ties there, a flip at a clear gap is
-still a wrong output, and our runtime keeps 1e-3."""
+"""SGLang runs get their own tie tolerance (its options' `tie_tolerance`, by the manifest's
+engine): the 0.5.19 flips at reference gaps of 0.00115 and 0.0019 are ties there, a flip at a
+clear gap is still a wrong output, and our runtime keeps 1e-3."""
 
 from __future__ import annotations
 
-from hicache_diag.diagnosis.outputs import ENGINE_TIE_TOLERANCE, compare_outputs
+from hicache_diag.diagnosis.outputs import compare_outputs
+from hicache_diag.run_options import SglangOptions
 
 # r0038 of a 0.5.19 PP2 run (SGLANG_REQ_WAITING_TIMEOUT, no L3): token 5 flipped at gap 0.00115.
 REF = {
@@ -17,7 +18,7 @@ GOT = {"r0038": [449, 390, 366, 136, 469, 367, 367, 367]}
 
 
 def test_a_flip_at_a_near_tie_is_a_tie_for_sglang_and_wrong_for_our_runtime() -> None:
-    assert ENGINE_TIE_TOLERANCE["sglang"] > 0.0019
+    assert SglangOptions.tie_tolerance > 0.0019
     assert compare_outputs(GOT, REF, "sglang") == []
     assert [(m.rid, m.position) for m in compare_outputs(GOT, REF, "builtin")] == [("r0038", 5)]
     assert compare_outputs(GOT, REF) == compare_outputs(GOT, REF, "builtin")

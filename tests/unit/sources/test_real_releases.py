@@ -10,6 +10,7 @@ else `~/.cache/hicache-diag/sglang-<version>/` (tests/unit/rules/sglang_source.p
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def _inventory(version: str):
         for pkg in (path / "sglang", path):
             if (pkg / "srt").is_dir():
                 tree = source_tree(pkg)
-                return scan_tree(tree.root, "sglang", version)
+                return scan_tree(replace(tree, version=version))
     pytest.skip(
         f"no sglang {version} source here (set HICACHE_DIAG_SGLANG_RELEASES; see the docstring)"
     )

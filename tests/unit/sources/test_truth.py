@@ -33,7 +33,7 @@ def _inventory():
     tree = source_tree(found[0])
     if tree.version != "0.5.23":
         pytest.skip(f"the sglang found is {tree.version}, not 0.5.23")
-    return scan_tree(tree.root, "sglang", tree.version)
+    return scan_tree(tree)
 
 
 def test_the_truth_list_parses_and_each_entry_says_how_it_was_checked():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from hicache_diag.sources.locate import source_tree
 from hicache_diag.sources.scan import scan_tree
 
 
@@ -20,7 +21,7 @@ def write_tree(root: Path, files: dict[str, str], version: str = "9.9.9") -> Pat
 
 
 def scan(root: Path, files: dict[str, str]):
-    return scan_tree(write_tree(root, files), "sglang", "9.9.9")
+    return scan_tree(source_tree(write_tree(root, files)))
 
 
 def only(inv, **match):
