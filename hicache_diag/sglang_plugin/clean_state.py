@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from hicache_diag import evidence as ev
+from hicache_diag.sglang_plugin.l3_state import storage_facts
 from hicache_diag.sglang_plugin.recorder import STORAGE_QUEUES
 
 POLL_S = 0.05
@@ -110,9 +111,6 @@ def _controller_facts(cc: Any) -> dict[str, Any]:
         if hasattr(cc, name):
             queue = getattr(cc, name)
             facts[name] = 0 if queue is None else _count(queue)
-    if getattr(cc, "storage_backend", None) is not None:
-        # A backend's own state (its files, its index) is not read here: never proven clean.
-        facts["storage_backend"] = UNKNOWN
     return facts
 
 
@@ -139,6 +137,8 @@ def read_facts(scheduler: Any) -> dict[str, Any]:
     facts.update(_tree_facts(tree) if tree is not None else {"tree_nodes": UNKNOWN})
     cc = getattr(tree, "cache_controller", None)
     facts.update(_controller_facts(cc) if cc is not None else {"host_available": UNKNOWN})
+    if getattr(cc, "storage_backend", None) is not None:  # L3: its files, indexes, threads
+        facts.update(storage_facts(tree, cc))
     return facts
 
 

@@ -244,8 +244,8 @@ def _pool_with_server(tmp_path):
     return pool, closed
 
 
-def _cfg(faults=(), backend=None):
-    spec = SimpleNamespace(hicache_storage_backend=backend)
+def _cfg(faults=(), backend=None, storage_dir=None):
+    spec = SimpleNamespace(hicache_storage_backend=backend, hicache_storage_dir=storage_dir)
     return SimpleNamespace(
         python="p", sglang_version="v", spec=spec, cpu_kernel_names={}, faults=faults, world_size=2
     )
@@ -255,11 +255,12 @@ def _cfg(faults=(), backend=None):
     ("cfg", "why"),
     [
         (_cfg(faults=("dma-delay",)), "restarted: this trial has faults"),
-        (_cfg(backend="file"), "restarted: an L3 backend"),
+        (_cfg(backend="nixl"), "restarted: the L3 backend 'nixl'"),
+        (_cfg(backend="file", storage_dir="/data"), "restarted: a user's --hicache-storage-dir"),
         (_cfg(), "restarted: this trial's launch differs"),
     ],
 )
-def test_a_server_is_not_reused_for_faults_an_l3_backend_or_another_launch(tmp_path, cfg, why):
+def test_a_server_is_not_reused_for_faults_an_unproven_l3_or_another_launch(tmp_path, cfg, why):
     from hicache_diag.sglang.warm import _key
 
     pool, closed = _pool_with_server(tmp_path)
