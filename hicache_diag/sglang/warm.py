@@ -71,8 +71,7 @@ class WarmSglang:
     def l3_dir(self, cfg: SglangRunConfig) -> Path | None:
         """The L3 dir the pool gives the next (or current) server of a `file`-backend launch
         without a user's dir (None otherwise); a new server starts with a new, empty one."""
-        spec = cfg.spec
-        if spec.hicache_storage_backend != "file" or spec.hicache_storage_dir:
+        if not cfg.spec.hicache_storage_backend or storage_refusal(cfg.spec):
             return None
         path = self.root / f"l3-{self.generation}"
         path.mkdir(parents=True, exist_ok=True)
@@ -142,7 +141,7 @@ class WarmSglang:
         """SGLang's /flush_cache, then the L3 dir and indexes when the dir is ours."""
         refused = flush_cache(self.server.url)
         problems = [] if refused is None else [f"/flush_cache refused{what}: {refused}"]
-        if self.storage_dir is not None:
+        if self.storage_dir is not None and refused is None:  # never under a running request
             problems += clear_storage(self.server.url, self.storage_dir)
         return problems
 

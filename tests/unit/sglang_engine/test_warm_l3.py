@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
@@ -127,11 +128,13 @@ class _Sglang(BaseHTTPRequestHandler):
     itself (so an index left set stays set)."""
 
     paths: list[str] = []
+    busy = False  # a request still running: SGLang refuses /flush_cache
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         self.paths.append(self.path)
         known = self.path in ("/flush_cache", "/hicache/storage-backend/clear")
-        self.send_response(200 if known else 404)
+        refused = self.busy and self.path == "/flush_cache"
+        self.send_response(400 if refused else 200 if known else 404)
         self.end_headers()
 
     def log_message(self, *args) -> None:
@@ -141,7 +144,7 @@ class _Sglang(BaseHTTPRequestHandler):
 @pytest.fixture
 def sglang_url():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Sglang)
-    _Sglang.paths = []
+    _Sglang.paths, _Sglang.busy = [], False
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -167,35 +170,44 @@ def _l3_cfg():
     )
 
 
+@contextmanager
+def _pool_with_a_rank(tmp_path, url):
+    """A warm pool whose server is the stand-in at `url` and whose one rank answers from a
+    thread; yields (pool, cfg, backend)."""
+    from hicache_diag.sglang.warm import WarmSglang
+
+    pool, cfg = WarmSglang(tmp_path / "warm"), _l3_cfg()
+    server = SimpleNamespace(url=url, alive=lambda: True, popen=None, close=lambda: 0.0)
+    pool.adopt(server, cfg)
+    pool.control = Control(pool.control_dir, world_size=1)
+    backend = HiCacheFile(pool.storage_dir, metadata=True)
+    first, stop = tmp_path / "trial0", threading.Event()
+    first.mkdir()
+    recorder = StepRecorder(str(ev.rank_jsonl(first, 0)), 0, 0, 0, Hooks(rank=0))
+    thread = _rank_thread(
+        pool.control.dir, _l3_scheduler(pool.storage_dir, backend), recorder, stop
+    )
+    try:
+        pool.take_fresh_proof(first)
+        yield pool, cfg, backend
+    finally:
+        stop.set()
+        thread.join(5)
+        recorder.close()
+
+
 @pytest.mark.parametrize("leftover", ["file", "index"])
 def test_the_boundary_empties_our_l3_dir_and_restarts_on_an_index_left_set(
     tmp_path, sglang_url, leftover
 ):
-    from hicache_diag.sglang.warm import WarmSglang
-
-    pool, cfg = WarmSglang(tmp_path / "warm"), _l3_cfg()
-    server = SimpleNamespace(url=sglang_url, alive=lambda: True, popen=None, close=lambda: 0.0)
-    pool.adopt(server, cfg)
-    pool.control = Control(pool.control_dir, world_size=1)
-    l3 = pool.l3_dir(cfg)
-    assert pool.storage_dir == l3 == tmp_path / "warm" / "l3-0"
-    backend = HiCacheFile(l3, metadata=True)
-    scheduler, stop = _l3_scheduler(l3, backend), threading.Event()
-    first = tmp_path / "trial0"
-    first.mkdir()
-    recorder = StepRecorder(str(ev.rank_jsonl(first, 0)), 0, 0, 0, Hooks(rank=0))
-    thread = _rank_thread(pool.control.dir, scheduler, recorder, stop)
-    try:
-        pool.take_fresh_proof(first)
+    with _pool_with_a_rank(tmp_path, sglang_url) as (pool, cfg, backend):
+        l3 = pool.storage_dir
+        assert l3 == tmp_path / "warm" / "l3-0"
         assert pool.fresh_problems == [] and pool.fresh[0]["l3_files"] == 0
         (l3 / "k_model_0_1_2_0.bin").write_bytes(b"kv")  # the trial's page, always
         if leftover == "index":
             backend.metadata_cache.cache["k_model_0_1_2_0"] = 1.0
         record = pool.boundary(cfg, tmp_path / "trial1")
-    finally:
-        stop.set()
-        thread.join(5)
-        recorder.close()
     assert list(l3.iterdir()) == []  # the harness emptied it either way
     assert _Sglang.paths.count("/hicache/storage-backend/clear") == 2
     if leftover == "file":
@@ -204,3 +216,13 @@ def test_the_boundary_empties_our_l3_dir_and_restarts_on_an_index_left_set(
         assert not record.reused and record.why == "restarted: not clean"
         assert record.differences == ["rank0: l3_metadata_keys 1 (fresh server: 0)"]
         assert pool.server is None and pool.storage_dir is None
+
+
+def test_a_refused_flush_leaves_l3_alone_and_restarts(tmp_path, sglang_url):
+    with _pool_with_a_rank(tmp_path, sglang_url) as (pool, cfg, _):
+        (pool.storage_dir / "page.bin").write_bytes(b"kv")  # a running request's page
+        _Sglang.busy, _Sglang.paths = True, []
+        record = pool.boundary(cfg, tmp_path / "trial1")
+    assert not record.reused and "/flush_cache refused: HTTP 400" in record.differences[0]
+    assert _Sglang.paths == ["/flush_cache"]  # never emptied under a running request
+    assert (tmp_path / "warm" / "l3-0" / "page.bin").exists() and pool.server is None
