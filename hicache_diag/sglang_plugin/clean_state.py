@@ -83,7 +83,9 @@ def _tree_values(tree: Any) -> Any:
 def _tree_facts(tree: Any) -> dict[str, Any]:
     nodes = tree_nodes(tree)
     facts = {
-        "tree_values": _tree_values(tree),
+        # No node under the root holds no value; and 0.5.18's RadixCache.all_values_flatten
+        # raises on an empty tree (torch.cat of an empty list, radix_cache.py:674).
+        "tree_values": 0 if nodes == 0 else _tree_values(tree),
         "evictable_size": _call(tree, "evictable_size"),
         "protected_size": _call(tree, "protected_size"),
         "total_size": _call(tree, "total_size"),

@@ -281,3 +281,16 @@ def test_a_trial_with_faults_or_a_failure_is_always_followed_by_a_restart(tmp_pa
     assert not pool.release(_cfg(), TrialWatch(), done=False)
     record = pool.boundary(_cfg(), tmp_path / "trial")
     assert record.why == "restarted: the previous trial left requests unanswered"
+
+
+def test_an_empty_python_tree_holds_no_values_without_asking_it():
+    def flatten():  # 0.5.18 RadixCache.all_values_flatten: torch.cat([]) on an empty tree
+        raise ValueError("torch.cat(): expected a non-empty list of Tensors")
+
+    scheduler = _scheduler(new_names=False)
+    scheduler.tree_cache.all_values_flatten = flatten
+    facts = read_facts(scheduler)
+    assert facts["tree_nodes"] == facts["tree_values"] == 0 and "error" not in facts
+    scheduler.tree_cache.root_node = _node(_node())  # a tree with nodes is still asked
+    with pytest.raises(ValueError):
+        read_facts(scheduler)
