@@ -17,8 +17,9 @@ from typing import Any
 
 UNKNOWN = "unknown"  # evidence.UNKNOWN; this module imports nothing of ours
 FILE_BACKEND = "HiCacheFile"
-# The controller's storage threads by SGLang's names (0.5.18: the first and last only);
-# `reset()` joins and restarts them, so a clean server has as many alive as a fresh one.
+# The controller's storage threads by SGLang's names (0.5.18 has no sync thread; its prefetch
+# thread starts the aux one); `reset()` joins and restarts them, so a clean server has as many
+# alive as a fresh one.
 STORAGE_THREADS = ("prefetch_thread", "prefetch_io_aux_thread", "prefetch_sync_thread")
 STORAGE_THREADS += ("backup_thread",)
 
