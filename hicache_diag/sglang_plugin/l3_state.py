@@ -44,18 +44,20 @@ def _file_backend(backend: Any) -> dict[str, Any]:
         facts["l3_files"] = len(os.listdir(backend.file_path))
     except (AttributeError, OSError):
         facts["l3_files"] = UNKNOWN
-    if not hasattr(backend, "metadata_cache"):
-        facts["l3_metadata_keys"] = UNKNOWN
-    else:
-        cache = backend.metadata_cache
-        facts["l3_metadata_keys"] = 0 if cache is None else _size(getattr(cache, "cache", None))
+    cache = getattr(backend, "metadata_cache", UNKNOWN)
+    facts["l3_metadata_keys"] = 0 if cache is None else _named_size(cache, "cache")
     evictor = getattr(backend, "_evictor", None)
-    facts["l3_evictor_keys"] = _size(getattr(evictor, "_lru", None)) if evictor else UNKNOWN
-    facts["l3_evictor_pending"] = (
-        _size(getattr(evictor, "_pending_writes", None)) if evictor else UNKNOWN
-    )
+    facts["l3_evictor_keys"] = _named_size(evictor, "_lru")
+    facts["l3_evictor_pending"] = _named_size(evictor, "_pending_writes")
     facts["l3_evictor_bytes"] = getattr(evictor, "_total_bytes", UNKNOWN)
     return facts
+
+
+def _named_size(obj: Any, name: str) -> Any:
+    """The size of `obj.name`; "unknown" when the release has no such name (renamed)."""
+    if obj is None or obj == UNKNOWN or not hasattr(obj, name):
+        return UNKNOWN
+    return _size(getattr(obj, name))
 
 
 def _existence_beliefs(beliefs: Any) -> Any:

@@ -106,6 +106,11 @@ def test_another_backend_or_a_renamed_index_is_unknown_never_clean(tmp_path):
     del renamed._evictor
     facts = storage_facts(SimpleNamespace(), SimpleNamespace(storage_backend=renamed))
     assert facts["l3_evictor_keys"] == ev.UNKNOWN and facts["l3_files"] == 0
+    renamed = HiCacheFile(tmp_path, metadata=True)
+    del renamed._evictor._lru, renamed.metadata_cache.cache
+    facts = storage_facts(SimpleNamespace(), SimpleNamespace(storage_backend=renamed))
+    assert facts["l3_evictor_keys"] == facts["l3_metadata_keys"] == ev.UNKNOWN
+    assert facts["l3_evictor_pending"] == 0
 
 
 @pytest.mark.parametrize(
