@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -14,6 +15,8 @@ from typing import Any
 
 from hicache_diag import evidence as ev
 from hicache_diag.sglang_plugin.clean_state import REQUEST, ack_path
+from hicache_diag.sglang_plugin.l3_state import ZERO_FACTS as L3_ZERO
+from hicache_diag.sglang_plugin.recorder import STORAGE_QUEUES
 
 ACK_TIMEOUT_S = 60.0  # every rank steps (idle polls) many times a second; a loaded box is slow
 FLUSH_TIMEOUT_S = 60.0
@@ -36,6 +39,8 @@ ZERO = (
     "load_queue",
     "ack_write_queue",
     "ack_load_queue",
+    *STORAGE_QUEUES,
+    *L3_ZERO,
 )
 
 Proofs = dict[int, dict[str, Any]]  # rank -> facts
@@ -131,10 +136,53 @@ def read_proofs(run_dir: Path, world_size: int, seq: int) -> Proofs:
     return out
 
 
+def storage_refusal(spec: Any) -> str:
+    """Why a server launched with `spec` (sglang/launch_spec.py, before the trial picks its L3
+    dir) is never reused across trials for its L3; "" when its L3 can be proven empty: the
+    `file` backend in a dir the harness gives it (and may empty)."""
+    backend = spec.hicache_storage_backend
+    if not backend:
+        return ""
+    if backend != "file":
+        return f"the L3 backend {backend!r}: only the file backend's state is read and emptied"
+    if spec.hicache_storage_dir:
+        return "a user's --hicache-storage-dir: never emptied by us, so each trial gets its own"
+    return ""
+
+
 def flush_cache(url: str, timeout_s: float = FLUSH_TIMEOUT_S) -> str | None:
-    """SGLang's own /flush_cache (it refuses while a request is queued or running); None when it
-    flushed, else what it answered."""
-    req = urllib.request.Request(url + "/flush_cache", data=b"", method="POST")
+    """SGLang's own /flush_cache (it refuses while a request is queued or running; it resets
+    the tree and the controller's queues and restarts its storage threads, but leaves the L3
+    backend, its files and indexes, as they are); None when it flushed, else what it
+    answered."""
+    return _post(url, "/flush_cache", timeout_s)
+
+
+def clear_storage(url: str, storage_dir: Path, timeout_s: float = FLUSH_TIMEOUT_S) -> list[str]:
+    """After /flush_cache, the L3 of a server whose file-backend dir is ours (never a user's):
+    empty the dir, then SGLang's own POST /hicache/storage-backend/clear, which on every rank
+    clears the backend's indexes (HiCacheFile.clear: its files, now none, the evictor's LRU,
+    the metadata cache) and the tree's storage-existence beliefs. The dir goes first: every
+    rank's clear lists and removes the one shared dir, and a file another rank removed under
+    it raises before that rank's indexes are cleared. What went wrong, if anything; the
+    ranks' proofs then say whether it is empty."""
+    problems = []
+    try:
+        for entry in storage_dir.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    except OSError as exc:
+        problems.append(f"the L3 dir {storage_dir} could not be emptied: {exc}")
+    refused = _post(url, "/hicache/storage-backend/clear", timeout_s)
+    if refused is not None:
+        problems.append(f"/hicache/storage-backend/clear refused: {refused}")
+    return problems
+
+
+def _post(url: str, path: str, timeout_s: float) -> str | None:
+    req = urllib.request.Request(url + path, data=b"", method="POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return None if resp.status == 200 else f"HTTP {resp.status}"

@@ -66,6 +66,7 @@ class SglangEngine(Engine):
         self, cfg: SglangRunConfig, on_progress: Progress | None = None, warm: Any = None
     ) -> None:
         self.cfg = cfg
+        self.given = cfg  # as the trial was given: the warm pool's launch key (its L3 dir unset)
         self.warm = warm  # sglang/warm.py WarmSglang: the server may outlive this trial
         self.warm_record: ev.WarmServerRecord | None = None
         self._log_offset = 0
@@ -82,8 +83,14 @@ class SglangEngine(Engine):
 
     def prepare(self, run_dir: Path) -> None:
         cfg = self.cfg
+        warm, control = self.warm, None
+        if warm is not None:
+            self.warm_record = warm.boundary(cfg, run_dir)  # reuse, or stop a dirty server
+            control = str(warm.control_dir)
         if cfg.spec.hicache_storage_backend and not cfg.spec.hicache_storage_dir:
-            l3 = run_dir / "l3"  # SGLang's default (/tmp/hicache) would mix unrelated runs
+            # SGLang's default (/tmp/hicache) would mix unrelated runs: the trial's own dir, or
+            # on a warm server the pool's, emptied at every boundary (sglang/warm.py).
+            l3 = (warm.l3_dir(cfg) if warm is not None else None) or run_dir / "l3"
             # Made here: each stage's TP rank 0 creates a missing dir with a bare os.makedirs
             # (hicache_storage.py HiCacheFile.__init__, 0.5.18-0.5.23), so PP>1 races to
             # FileExistsError at start-up.
@@ -100,10 +107,6 @@ class SglangEngine(Engine):
             launch=cfg.launch_facts,
         )
         self.run_dir = run_dir
-        warm, control = self.warm, None
-        if warm is not None:
-            self.warm_record = warm.boundary(cfg, run_dir)  # reuse, or stop a dirty server
-            control = str(warm.control_dir)
         if self.reused:
             self.server = warm.server
         else:
@@ -164,7 +167,7 @@ class SglangEngine(Engine):
         self.server.start(self.plugin_path)
         self.started_at = self.server.started_at
         if self.warm is not None:
-            self.warm.adopt(self.server, self.cfg)
+            self.warm.adopt(self.server, self.given)
 
     def wait_ready(self, watch: TrialWatch, on_progress: Progress | None) -> None:
         """Raises ServerStartError (an EngineStartError) if SGLang never serves."""

@@ -5,7 +5,10 @@ otherwise the server is restarted. The manifest's `warm_server` says which, and 
 The pool lives in the process that runs the trials one after another (harness/warm_trials.py).
 SGLang's whole output goes to the pool's own server.log; each trial gets its slice. A server
 is never reused after a trial that had faults (they are armed at launch and touch the server),
-failed, hung, was interrupted, or ran with an L3 backend (its files are not proven empty).
+failed, hung or was interrupted. With the L3 `file` backend the pool gives each server its own
+dir (`l3-{generation}`) and empties it, and SGLang's backend indexes, at every boundary; the
+ranks' proofs then show it empty. Another backend, or a user's --hicache-storage-dir, means a
+server per trial (clean_proof.py `storage_refusal`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hicache_diag import evidence as ev
-from hicache_diag.sglang.clean_proof import Control, Proofs, differences, flush_cache, not_empty
+from hicache_diag.sglang.clean_proof import (
+    Control,
+    Proofs,
+    clear_storage,
+    differences,
+    flush_cache,
+    not_empty,
+    storage_refusal,
+)
 from hicache_diag.sglang.reference import ReferenceWorker
 
 if TYPE_CHECKING:
@@ -47,6 +58,7 @@ class WarmSglang:
         self.server_trial = 0  # trials run on the current server so far
         self.reusable = ""  # why the last trial's server may not be reused ("" : it may)
         self.generation = 0  # servers started so far: each watches its own control dir
+        self.storage_dir: Path | None = None  # the current server's L3 dir, when it is ours
         self.reference = ReferenceWorker()  # the trials' reference outputs, one loaded model
 
     @property
@@ -57,6 +69,15 @@ class WarmSglang:
     def control_dir(self) -> Path:
         """The next (or current) server's: a new server never reads an old one's requests."""
         return self.root / f"control{self.generation}"
+
+    def l3_dir(self, cfg: SglangRunConfig) -> Path | None:
+        """The L3 dir the pool gives the next (or current) server of a `file`-backend launch
+        without a user's dir (None otherwise); a new server starts with a new, empty one."""
+        if not cfg.spec.hicache_storage_backend or storage_refusal(cfg.spec):
+            return None
+        path = self.root / f"l3-{self.generation}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     def trial(self, cfg: SglangRunConfig, argv: list[str] | None = None) -> TrialResult:
         """One trial on this pool's server (harness/warm_trials.py `WarmPool`)."""
@@ -83,8 +104,8 @@ class WarmSglang:
             return self.reusable
         if cfg.faults:
             return "this trial has faults (armed at launch: they need a server of their own)"
-        if cfg.spec.hicache_storage_backend:
-            return "an L3 backend: its files are not proven empty, so each trial gets its own"
+        if storage_refusal(cfg.spec):
+            return storage_refusal(cfg.spec)
         if _key(cfg) != self.key:
             return "this trial's launch differs from the warm server's"
         if not self.server.alive():
@@ -94,10 +115,7 @@ class WarmSglang:
     def _prove(self, run_dir: Path) -> ev.WarmServerRecord:
         t0 = time.time()
         server = self.server
-        problems = []
-        refused = flush_cache(server.url)
-        if refused is not None:
-            problems.append(f"/flush_cache refused: {refused}")
+        problems = self._flush()
         proofs = self.control.ask(run_dir, None)
         if proofs is None:
             problems.append("a rank did not answer the proof request in time")
@@ -121,21 +139,29 @@ class WarmSglang:
         return record
 
     # -- a fresh server -----------------------------------------------------------------------
+    def _flush(self, what: str = "") -> list[str]:
+        """SGLang's /flush_cache, then the L3 dir and indexes when the dir is ours."""
+        refused = flush_cache(self.server.url)
+        problems = [] if refused is None else [f"/flush_cache refused{what}: {refused}"]
+        if self.storage_dir is not None and refused is None:  # never under a running request
+            problems += clear_storage(self.server.url, self.storage_dir)
+        return problems
+
     def adopt(self, server: SglangServer, cfg: SglangRunConfig) -> None:
-        """A server just started for a trial: the pool's from now on."""
+        """A server just started for a trial (`cfg` as the trial was given, before its L3 dir
+        was picked): the pool's from now on."""
         self.server, self.key, self.server_trial = server, _key(cfg), 0
+        self.storage_dir = self.l3_dir(cfg)
         self.control = Control(self.control_dir, cfg.world_size)
         self.fresh, self.fresh_problems, self.reusable = {}, [], ""
 
     def take_fresh_proof(self, run_dir: Path) -> None:
         """After the fresh server is ready: flush what its readiness request left in the tree
         (every trial on it then starts alike), and take the proof every later one is held to."""
-        refused = flush_cache(self.server.url)
+        problems = self._flush(" on the fresh server")
         proofs = self.control.ask(run_dir, None)
         self.fresh = proofs or {}
-        self.fresh_problems = not_empty(self.fresh)
-        if refused is not None:
-            self.fresh_problems.append(f"/flush_cache refused on the fresh server: {refused}")
+        self.fresh_problems = not_empty(self.fresh) + problems
         if proofs is None:
             self.fresh_problems.append("a rank did not answer the fresh proof request")
 
@@ -164,7 +190,7 @@ class WarmSglang:
         if self.server is not None:
             self.server.close()
             self.generation += 1
-        self.server = None
+        self.server, self.storage_dir = None, None
 
     def close(self) -> None:
         self.stop()

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from hicache_diag import evidence as ev
+from hicache_diag.sglang_plugin.l3_state import storage_facts
 from hicache_diag.sglang_plugin.recorder import STORAGE_QUEUES
 
 POLL_S = 0.05
@@ -82,7 +83,9 @@ def _tree_values(tree: Any) -> Any:
 def _tree_facts(tree: Any) -> dict[str, Any]:
     nodes = tree_nodes(tree)
     facts = {
-        "tree_values": _tree_values(tree),
+        # No node under the root holds no value; and 0.5.18's RadixCache.all_values_flatten
+        # raises on an empty tree (torch.cat of an empty list, radix_cache.py:674).
+        "tree_values": 0 if nodes == 0 else _tree_values(tree),
         "evictable_size": _call(tree, "evictable_size"),
         "protected_size": _call(tree, "protected_size"),
         "total_size": _call(tree, "total_size"),
@@ -110,9 +113,6 @@ def _controller_facts(cc: Any) -> dict[str, Any]:
         if hasattr(cc, name):
             queue = getattr(cc, name)
             facts[name] = 0 if queue is None else _count(queue)
-    if getattr(cc, "storage_backend", None) is not None:
-        # A backend's own state (its files, its index) is not read here: never proven clean.
-        facts["storage_backend"] = UNKNOWN
     return facts
 
 
@@ -139,6 +139,8 @@ def read_facts(scheduler: Any) -> dict[str, Any]:
     facts.update(_tree_facts(tree) if tree is not None else {"tree_nodes": UNKNOWN})
     cc = getattr(tree, "cache_controller", None)
     facts.update(_controller_facts(cc) if cc is not None else {"host_available": UNKNOWN})
+    if getattr(cc, "storage_backend", None) is not None:  # L3: its files, indexes, threads
+        facts.update(storage_facts(tree, cc))
     return facts
 
 

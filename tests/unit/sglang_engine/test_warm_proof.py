@@ -244,8 +244,8 @@ def _pool_with_server(tmp_path):
     return pool, closed
 
 
-def _cfg(faults=(), backend=None):
-    spec = SimpleNamespace(hicache_storage_backend=backend)
+def _cfg(faults=(), backend=None, storage_dir=None):
+    spec = SimpleNamespace(hicache_storage_backend=backend, hicache_storage_dir=storage_dir)
     return SimpleNamespace(
         python="p", sglang_version="v", spec=spec, cpu_kernel_names={}, faults=faults, world_size=2
     )
@@ -255,11 +255,12 @@ def _cfg(faults=(), backend=None):
     ("cfg", "why"),
     [
         (_cfg(faults=("dma-delay",)), "restarted: this trial has faults"),
-        (_cfg(backend="file"), "restarted: an L3 backend"),
+        (_cfg(backend="nixl"), "restarted: the L3 backend 'nixl'"),
+        (_cfg(backend="file", storage_dir="/data"), "restarted: a user's --hicache-storage-dir"),
         (_cfg(), "restarted: this trial's launch differs"),
     ],
 )
-def test_a_server_is_not_reused_for_faults_an_l3_backend_or_another_launch(tmp_path, cfg, why):
+def test_a_server_is_not_reused_for_faults_an_unproven_l3_or_another_launch(tmp_path, cfg, why):
     from hicache_diag.sglang.warm import _key
 
     pool, closed = _pool_with_server(tmp_path)
@@ -280,3 +281,16 @@ def test_a_trial_with_faults_or_a_failure_is_always_followed_by_a_restart(tmp_pa
     assert not pool.release(_cfg(), TrialWatch(), done=False)
     record = pool.boundary(_cfg(), tmp_path / "trial")
     assert record.why == "restarted: the previous trial left requests unanswered"
+
+
+def test_an_empty_python_tree_holds_no_values_without_asking_it():
+    def flatten():  # 0.5.18 RadixCache.all_values_flatten: torch.cat([]) on an empty tree
+        raise ValueError("torch.cat(): expected a non-empty list of Tensors")
+
+    scheduler = _scheduler(new_names=False)
+    scheduler.tree_cache.all_values_flatten = flatten
+    facts = read_facts(scheduler)
+    assert facts["tree_nodes"] == facts["tree_values"] == 0 and "error" not in facts
+    scheduler.tree_cache.root_node = _node(_node())  # a tree with nodes is still asked
+    with pytest.raises(ValueError):
+        read_facts(scheduler)
