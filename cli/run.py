@@ -200,20 +200,33 @@ def run(
     """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
     # With --engine sglang the checks probe the release and may build the model: seconds.
     with PhaseStatus(err_console, quiet=json_, first="checking the run"):
-        scenario_file = load_scenario_file(scenario)
-        expect = _expectation(scenario_file) if check else None
-        _refuse_lone_warm(warm_server, expect)
-        options = parse_run_options(ctx.params, scenario_file)
-        if expect is not None:
-            expect.check_ranks(options.world_size, f"scenario {scenario!r}")
-        cfg = build(options)
-        if getattr(cfg, "hosts", ()):  # every host answers and shares the run dir's path
-            from hicache_diag.cluster.remote_nodes import place
-
-            cfg = place(cfg)
+        options, expect = _checked_options(ctx, scenario, check, warm_server)
+        cfg = _placed(build(options))
     if expect is not None and expect.is_rate:
         raise typer.Exit(_check_rate_and_render(cfg, options, expect, json_))
     raise typer.Exit(_run_and_render(cfg, json_, expect))
+
+
+def _checked_options(
+    ctx: typer.Context, scenario: str | None, check: bool, warm_server: bool
+) -> tuple[RunOptions, Expectation | None]:
+    """The run options (flags over the scenario) and, with --check, the scenario's [expect]."""
+    scenario_file = load_scenario_file(scenario)
+    expect = _expectation(scenario_file) if check else None
+    _refuse_lone_warm(warm_server, expect)
+    options = parse_run_options(ctx.params, scenario_file)
+    if expect is not None:
+        expect.check_ranks(options.world_size, f"scenario {scenario!r}")
+    return options, expect
+
+
+def _placed(cfg: EngineConfig) -> EngineConfig:
+    """--hosts: every host answers and shares the run dir's path, before anything starts."""
+    if not getattr(cfg, "hosts", ()):
+        return cfg
+    from hicache_diag.cluster.remote_nodes import place
+
+    return place(cfg)
 
 
 def _refuse_lone_warm(warm_server: bool, expect: Expectation | None) -> None:

@@ -146,12 +146,10 @@ class Engine:
 
         return {p.rank: status_of(p.pid) for p in self.live()}
 
-    def dump_stacks(self, run_dir: Path, skip: set[int]) -> ev.StacksRecord:
-        """Every `alive()` rank's stack (but `skip`'s) into stacks/: py-spy here, then the
-        ranks' faulthandler where they have one."""
-        from hicache_diag.harness.trial import dump_rank_stacks
-
-        return dump_rank_stacks(self, run_dir, skip=skip, fallback=self.faulthandler)
+    def dump_stacks(self, run_dir: Path, skip: set[int]) -> ev.StacksRecord | None:
+        """Every `alive()` rank's stack (but `skip`'s) into stacks/, where the loop cannot
+        take them itself; None: the loop's own (py-spy here, then the ranks' faulthandler)."""
+        return None
 
     def startup_grace(self, hang_timeout: float) -> float:
         from hicache_diag.harness.hang_watch import startup_grace

@@ -169,7 +169,7 @@ def _note_interrupt_stall(engine: Engine, run_dir: Path, watch: TrialWatch) -> N
         last_steps=hang.last_steps() if hang else {},
         idle_s={r: round(now - t, 3) for r, t in last.items()},
     )
-    watch.stacks = engine.dump_stacks(run_dir, stopped)
+    watch.stacks = _stacks(engine, run_dir, stopped)
 
 
 def _handle_hang(
@@ -185,8 +185,16 @@ def _handle_hang(
         detected_at=now,
         during_startup=not hang.stepped,
     )
-    watch.stacks = engine.dump_stacks(run_dir, stopped)
+    watch.stacks = _stacks(engine, run_dir, stopped)
     engine.stop("hung")
+
+
+def _stacks(engine: Engine, run_dir: Path, stopped: set[int]) -> ev.StacksRecord:
+    """The engine's own way to the stacks (its ranks on other machines), else ours."""
+    taken = engine.dump_stacks(run_dir, stopped)
+    if taken is not None:
+        return taken
+    return dump_rank_stacks(engine, run_dir, skip=stopped, fallback=engine.faulthandler)
 
 
 def dump_rank_stacks(

@@ -227,10 +227,10 @@ class SglangEngine(Engine):
             return self.server.kernel_states(self.live())
         return super().kernel_states()
 
-    def dump_stacks(self, run_dir: Path, skip: set[int]) -> ev.StacksRecord:
+    def dump_stacks(self, run_dir: Path, skip: set[int]) -> ev.StacksRecord | None:
         if self.server.remote:  # the collector on each node, as `triage --live --via ssh`
             return self.server.dump_stacks(run_dir, [s for s in self.alive() if s.rank not in skip])
-        return super().dump_stacks(run_dir, skip)
+        return None  # py-spy here (the trial loop's)
 
     def startup_grace(self, hang_timeout: float) -> float:
         return hang_timeout  # SGLang already serves: its own readiness request has run

@@ -86,3 +86,59 @@ def test_run_hosts_form_b_names_node_1_on_its_host(ssh_cluster, tmp_path):
     assert {n["schedulers_left"] for n in nodes.values()} <= {0, None}
     assert not _sglang_left(ssh_cluster), "a node's SGLang outlived the run"
     print(f"run --hosts form B: {took:.0f} s")
+
+
+def _busy_steps(path: Path) -> int:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return 0
+    return sum(1 for ln in lines if ln.startswith("{") and not json.loads(ln).get("idle"))
+
+
+def _stop_pp1(cluster: SshCluster) -> int:
+    """SIGSTOP PP1's scheduler inside the second host's namespace; its host pid."""
+    node = cluster.nodes[1]
+    for p in psutil.Process(node.init_pid()).children(recursive=True):
+        if (p.cmdline() or [""])[0].startswith("sglang::scheduler_PP1"):
+            p.suspend()
+            return p.pid
+    raise AssertionError("no PP1 scheduler on 127.0.0.3")
+
+
+def test_run_hosts_stopped_pp1_on_node_1_is_hang_c(ssh_cluster, tmp_path):
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("real SGLang not installed (python -m hicache_diag.sglang.install)")
+    config = _config_by_address(ssh_cluster)
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "hicache_diag.cli.main", "run", "--engine", "sglang"]
+    cmd += ["--nnodes", "2", "--pp", "2", "--hosts", "127.0.0.2,127.0.0.3"]
+    cmd += ["--ssh-config", str(config), "--requests", "400", "--hang-timeout", "20"]
+    cmd += ["--out", str(run_dir), "--json"]
+    env = {**os.environ, "HICACHE_DIAG_SGLANG_READY_TIMEOUT": "600"}
+    t0 = time.monotonic()
+    with open(tmp_path / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        try:
+            while _busy_steps(run_dir / "rank1.jsonl") < 20:  # serving the workload
+                assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()[-3000:]
+                assert time.monotonic() - t0 < 1200, "SGLang did not serve in 20 min"
+                time.sleep(1.0)
+            _stop_pp1(ssh_cluster)
+            out, _ = proc.communicate(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    took = time.monotonic() - t0
+    assert proc.returncode == 12, f"{took:.0f} s\n{(tmp_path / 'stderr.txt').read_text()[-3000:]}"
+    verdict = json.loads(out)
+    assert (verdict["outcome"], verdict["form"], verdict["culprit_rank"]) == ("hang", "C", 1)
+    pp1 = next(r for r in verdict["ranks"] if r["rank"] == 1)
+    assert (pp1["node"], pp1["host"], pp1["state"]) == ("node-1", "127.0.0.3", "stopped")
+    launcher = json.loads((run_dir / "launcher.json").read_text())
+    assert launcher["stacks"]["tool"] == "collector.py over ssh", launcher["stacks"]
+    assert launcher["stack_links"]["0"][0]["link"] == "py-spy"  # PP0's, taken on its host
+    assert (run_dir / "stacks" / "rank0.json").is_file()
+    assert launcher["hang"]["stopped_ranks"] == [1]
+    assert not _sglang_left(ssh_cluster), "a node's SGLang outlived the run"
+    print(f"run --hosts hang C: {took:.0f} s")
