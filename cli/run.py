@@ -78,9 +78,7 @@ Examples:
       --scenario samples/scenarios/sglang/form_b_host_alloc_0.5.23.toml
                   # PP0 on node-0, PP1 on node-1 (SGLang's --nnodes, loopback)
                   # form B, culprit rank 1 (node-1 PP1 TP0), exit 11
-  hicache-diag run --engine sglang --nnodes 2 --hosts gpu1,gpu2 --out /shared/runs/r1 \
-      --scenario samples/scenarios/sglang/form_b_host_alloc_0.5.23.toml
-                  # the same, node i on the i-th host through ssh
+                  # add --hosts gpu1,gpu2: node i on the i-th host (ssh)
 
 Exit: 0 ok, 10/11/12 form A/B/C, 13 diverged, 14 wrong output, 15 leak,
 16 other crash, 3 undecided (also: step budget exhausted), 4 --check mismatch,
