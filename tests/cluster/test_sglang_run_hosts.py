@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -142,3 +143,36 @@ def test_run_hosts_stopped_pp1_on_node_1_is_hang_c(ssh_cluster, tmp_path):
     assert launcher["hang"]["stopped_ranks"] == [1]
     assert not _sglang_left(ssh_cluster), "a node's SGLang outlived the run"
     print(f"run --hosts hang C: {took:.0f} s")
+
+
+def test_run_hosts_ctrl_c_leaves_nothing_on_either_host(ssh_cluster, tmp_path):
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("real SGLang not installed (python -m hicache_diag.sglang.install)")
+    config = _config_by_address(ssh_cluster)
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "hicache_diag.cli.main", "run", "--engine", "sglang"]
+    cmd += ["--nnodes", "2", "--pp", "2", "--hosts", "127.0.0.2,127.0.0.3"]
+    cmd += ["--ssh-config", str(config), "--requests", "400", "--out", str(run_dir), "--json"]
+    env = {**os.environ, "HICACHE_DIAG_SGLANG_READY_TIMEOUT": "600"}
+    t0 = time.monotonic()
+    with open(tmp_path / "stderr.txt", "w") as err:
+        # A test run from a background shell inherits SIGINT ignored: the CLI gets it back.
+        reset = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, preexec_fn=reset
+        )
+        try:
+            while _busy_steps(run_dir / "rank1.jsonl") < 20:
+                assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()[-3000:]
+                assert time.monotonic() - t0 < 1200, "SGLang did not serve in 20 min"
+                time.sleep(1.0)
+            proc.send_signal(signal.SIGINT)  # Ctrl-C
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, (tmp_path / "stderr.txt").read_text()[-3000:]
+    assert json.loads(out)["outcome"] == "interrupted"
+    assert not _sglang_left(ssh_cluster), "a node's SGLang outlived the Ctrl-C"
+    launcher = json.loads((run_dir / "launcher.json").read_text())
+    assert {n["schedulers_left"] for n in launcher["nodes"].values()} == {0}
