@@ -10,14 +10,21 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
 
 from hicache_diag.cluster.base import Node
 from hicache_diag.cluster.node_server import SEEN_BY, SshNodes
+from hicache_diag.cluster.remote_nodes import place
 from hicache_diag.cluster.ssh import SshExecutor
+from hicache_diag.errors import UsageError
 from hicache_diag.sglang.install import SglangInstall
 from hicache_diag.sglang.launch_spec import LaunchSpec
 from hicache_diag.sglang.nodes import host_specs
@@ -76,8 +83,11 @@ def test_node_facts_and_stacks_come_through_the_collector(pp2_job, tmp_path):
         assert server.stack_links["0"][0]["link"] == "py-spy"
         cluster.node("node-2").stop_sshd()
         for child in psutil.Process(cluster.node("node-2").init_pid()).children(recursive=True):
-            if "sshd" in child.name():  # the watch's session: its link is cut
-                child.kill()
+            try:
+                if "sshd" in child.name():  # the watch's session: its link is cut
+                    child.kill()
+            except psutil.NoSuchProcess:
+                pass  # ended with the listener
         end = time.monotonic() + 15
         while time.monotonic() < end and server.watches[1].lost is None:
             time.sleep(0.2)
@@ -91,3 +101,37 @@ def test_node_facts_and_stacks_come_through_the_collector(pp2_job, tmp_path):
             pass
         for w in server.watches:
             w.close()
+
+
+@dataclass(frozen=True)
+class _Cfg:
+    """What `place` reads of the sglang run config."""
+
+    hosts: tuple[str, ...]
+    ssh_config: str
+    python: str
+    out: str
+    spec: SimpleNamespace
+    placement: object = None
+
+
+def _cfg(cluster, out: Path, python: str = sys.executable) -> _Cfg:
+    model = SimpleNamespace(model=out.parent)
+    return _Cfg(("node-1", "node-2"), str(cluster.client_config), python, str(out), model)
+
+
+def test_place_checks_the_hosts_and_resolves_their_addresses(ssh_cluster, tmp_path):
+    cfg = place(_cfg(ssh_cluster, tmp_path / "run"))
+    assert cfg.placement.hosts == ("node-1", "node-2")
+    assert cfg.placement.addresses == ("127.0.0.2", "127.0.0.3")  # ssh -G: their HostName
+    assert not list(tmp_path.glob(".hicache-diag-shared-*"))  # the token is removed
+    with pytest.raises(UsageError, match="no /nonexistent/python3 there"):
+        place(_cfg(ssh_cluster, tmp_path / "run", "/nonexistent/python3"))
+    private = tmp_path / "private"  # mounted after the nodes' namespaces were made: theirs
+    private.mkdir()  # stays the empty folder (private mount propagation)
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(private)], check=True)
+    try:
+        with pytest.raises(UsageError, match="node-1 does not see .*private"):
+            place(_cfg(ssh_cluster, private / "run"))
+    finally:
+        subprocess.run(["umount", str(private)], check=True)
