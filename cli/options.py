@@ -240,6 +240,6 @@ NnodesOpt = Annotated[
         metavar="N",
         key="nnodes",
         help="sglang engine: one server per node with SGLang's --nnodes/--node-rank/"
-        "--dist-init-addr, PP stages on different nodes (here: loopback nodes on this machine).",
+        "--dist-init-addr, PP stages on different nodes (loopback nodes here; --hosts: machines).",
     ),
 ]

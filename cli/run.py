@@ -15,6 +15,7 @@ from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.cli.render.progress import LiveProgress
 from hicache_diag.cli.render.status import PhaseStatus
 from hicache_diag.cli.render.verdict import render_check, render_verdict
+from hicache_diag.cli.triage_cluster import SshConfig
 from hicache_diag.engines import build, engine, run_trial
 from hicache_diag.errors import UsageError
 from hicache_diag.harness.engine import EngineConfig
@@ -77,6 +78,7 @@ Examples:
       --scenario samples/scenarios/sglang/form_b_host_alloc_0.5.23.toml
                   # PP0 on node-0, PP1 on node-1 (SGLang's --nnodes, loopback)
                   # form B, culprit rank 1 (node-1 PP1 TP0), exit 11
+                  # add --hosts gpu1,gpu2: node i on the i-th host (ssh)
 
 Exit: 0 ok, 10/11/12 form A/B/C, 13 diverged, 14 wrong output, 15 leak,
 16 other crash, 3 undecided (also: step budget exhausted), 4 --check mismatch,
@@ -145,6 +147,21 @@ ConsensusCheckerOpt = Annotated[
 ]
 
 
+RunHosts = Annotated[
+    str | None,
+    typer.Option(
+        "--hosts",
+        metavar="A,B",
+        help="sglang engine with --nnodes N: node i on the i-th host (your ssh config names), "
+        "through ssh; --out on a path every host shares (docs/cluster.md).",
+    ),
+]
+RunVia = Annotated[
+    str | None,
+    typer.Option("--via", metavar="ssh", help="How --hosts are reached: ssh (the only one)."),
+]
+
+
 # The checks run under a status line: with --engine sglang they probe the release and may build
 # the model (seconds).
 def run(
@@ -183,20 +200,40 @@ def run(
     list_faults: ListFaultsOpt = False,
     sglang_consensus_checker: ConsensusCheckerOpt = False,
     warm_server: o.WarmServerOpt = False,
+    hosts: RunHosts = None,
+    via: RunVia = None,
+    ssh_config: SshConfig = None,
 ) -> None:
     """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
     _list_faults(list_faults, engine)
     with PhaseStatus(err_console, quiet=json_, first="checking the run"):
-        scenario_file = load_scenario_file(scenario)
-        expect = _expectation(scenario_file) if check else None
-        _refuse_lone_warm(warm_server, expect)
-        options = parse_run_options(ctx.params, scenario_file)
-        if expect is not None:
-            expect.check_ranks(options.world_size, f"scenario {scenario!r}")
-        cfg = build(options)
+        options, expect = _checked_options(ctx, scenario, check, warm_server)
+        cfg = _placed(build(options))
     if expect is not None and expect.is_rate:
         raise typer.Exit(_check_rate_and_render(cfg, options, expect, json_))
     raise typer.Exit(_run_and_render(cfg, json_, expect))
+
+
+def _checked_options(
+    ctx: typer.Context, scenario: str | None, check: bool, warm_server: bool
+) -> tuple[RunOptions, Expectation | None]:
+    """The run options (flags over the scenario) and, with --check, the scenario's [expect]."""
+    scenario_file = load_scenario_file(scenario)
+    expect = _expectation(scenario_file) if check else None
+    _refuse_lone_warm(warm_server, expect)
+    options = parse_run_options(ctx.params, scenario_file)
+    if expect is not None:
+        expect.check_ranks(options.world_size, f"scenario {scenario!r}")
+    return options, expect
+
+
+def _placed(cfg: EngineConfig) -> EngineConfig:
+    """--hosts: every host answers and shares the run dir's path, before anything starts."""
+    if not getattr(cfg, "hosts", ()):
+        return cfg
+    from hicache_diag.cluster.remote_nodes import place
+
+    return place(cfg)
 
 
 def _refuse_lone_warm(warm_server: bool, expect: Expectation | None) -> None:

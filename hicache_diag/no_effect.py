@@ -141,6 +141,31 @@ def _warm_across_nodes(o: RunOptions) -> str | None:
     return None
 
 
+def _hosts(o: RunOptions) -> str | None:
+    """--hosts/--via/--ssh-config place the nodes of --nnodes on machines (cluster/
+    remote_nodes.py checks that they answer); each is refused where it would do nothing."""
+    hosts, via, nnodes = getattr(o, "hosts", None), getattr(o, "via", None), getattr(o, "nnodes", 1)
+    if via is not None and via != "ssh":
+        return (
+            f"run --via {via}: not built; run places its nodes on machines through ssh "
+            "(--via ssh --hosts A,B)"
+        )
+    if not hosts:
+        if via or getattr(o, "ssh_config", None):
+            given = "--via ssh" if via else "--ssh-config"
+            return f"{given} places the nodes of --nnodes on --hosts A,B: give --hosts"
+        return None
+    count = len(hosts.split(","))
+    if nnodes <= 1:
+        return f"--hosts places the nodes of --nnodes N on machines: give --nnodes {count}"
+    if count != nnodes:
+        return (
+            f"--hosts names {count} host(s) for {o.how('nnodes')} {nnodes}: give one host per "
+            "node, node 0's first"
+        )
+    return None
+
+
 RULES: tuple[Rule, ...] = (
     Rule("size-and-ratio", _size_and_ratio),
     Rule("storage-options-without-storage", _storage_options),
@@ -150,6 +175,7 @@ RULES: tuple[Rule, ...] = (
     Rule("contradicting-fixes", _contradicting_fixes),
     Rule("nodes-without-ranks", _idle_nodes),
     Rule("warm-server-across-nodes", _warm_across_nodes),
+    Rule("hosts-without-their-nodes", _hosts),
 )
 
 

@@ -211,6 +211,9 @@ class SglangOptions(RunOptions):
     sglang_version: str | None = None  # a scenario's release (bisect: --sglang-version)
     sglang_consensus_checker: bool = False
     nnodes: int = 1  # SGLang's --nnodes: one server per node, PP stages on different nodes
+    hosts: str | None = None  # --hosts A,B: node i on hosts[i] (docs/cluster.md), else loopback
+    via: str | None = None  # the launcher for --hosts: ssh (the only one built for run)
+    ssh_config: str | None = None  # ssh -F FILE
     # Trials of one config reuse a server proven clean on every rank (sglang/warm.py).
     warm_server: bool = False
 

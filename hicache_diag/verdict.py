@@ -102,6 +102,7 @@ class RankState:
     state: str = "exited"  # running|idle|blocked|crashed|exited|killed
     where: str | None = None  # the frame or wait site it stopped in
     node: str | None = None  # a run across nodes (`--nnodes`): the node it ran on
+    host: str | None = None  # --hosts: that node's machine
 
     @property
     def label(self) -> str:
@@ -143,8 +144,9 @@ class Verdict:
         for key in ("extra", "absent", *self.absent):
             data.pop(key, None)
         for rank in data.get("ranks") or []:
-            if rank.get("node") is None:  # a single-node run's ranks, as before nodes existed
-                rank.pop("node", None)
+            for key in ("node", "host"):  # a single-node (loopback) run's, as before
+                if rank.get(key) is None:
+                    rank.pop(key, None)
         data["schema"] = VERDICT_SCHEMA
         data["outcome"] = self.outcome.value
         data["form"] = self.form.value if self.form else None

@@ -43,7 +43,8 @@ def verdict_table(v: Verdict) -> Table:
         t.add_row("first divergence", f"step {fd.step}, {fd.field} ({fd.source.value})")
     for r in v.ranks:
         where = f" at {r.where}" if r.where else ""
-        t.add_row(f"rank {r.rank} {r.label}", f"{r.state}{where}")
+        host = f" on {r.host}" if r.host else ""
+        t.add_row(f"rank {r.rank} {r.label}{host}", f"{r.state}{where}")
     for line in v.evidence:
         t.add_row("evidence", _clean(line))
     for rank, c in sorted(v.cache.items(), key=lambda kv: int(kv[0])):
@@ -56,9 +57,11 @@ def verdict_table(v: Verdict) -> Table:
 
 
 def _rank_text(v: Verdict, rank: int) -> str:
-    """`1`, or `1 (node-1 PP1 TP0)` when the run spans nodes."""
+    """`1`, or `1 (node-1 PP1 TP0)` when the run spans nodes (`on HOST` with --hosts)."""
     state = next((r for r in v.ranks if r.rank == rank and r.node), None)
-    return f"{rank} ({state.label})" if state else str(rank)
+    if state is None:
+        return str(rank)
+    return f"{rank} ({state.label}{f' on {state.host}' if state.host else ''})"
 
 
 def _cache_text(c: dict[str, int]) -> str:

@@ -81,6 +81,30 @@ BOOTSTRAP = (
 )
 
 
+# On the host: chdir, run the command (a trial, a node's SGLang server) in its own process group,
+# and kill that group when stdin ends (the ssh connection is gone: killed on timeout or Ctrl-C,
+# the link dropped) or when the command itself exits, so nothing stays running there.
+LIFELINE = """\
+import os, signal, subprocess, sys, threading
+os.chdir(sys.argv[1])
+p = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, start_new_session=True)
+def lifeline():
+    while os.read(0, 65536):
+        pass
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except OSError:
+        pass
+threading.Thread(target=lifeline, daemon=True).start()
+rc = p.wait()
+try:
+    os.killpg(p.pid, signal.SIGKILL)  # what the command left in its group
+except OSError:
+    pass
+os._exit(128 - rc if rc < 0 else rc)  # not sys.exit: the reader thread holds stdin
+"""
+
+
 def collector_args(node: Node, s: Sampling, size: int) -> list[str]:
     """`python3 -c BOOTSTRAP SIZE ARGS`: the collector arrives through stdin, nothing is
     installed or written on the node."""

@@ -90,12 +90,16 @@ def proc_facts(pid: int) -> dict:
     stat = (_read(f"/proc/{pid}/stat") or "").rsplit(")", 1)[-1].split()
     ticks = int(stat[11]) + int(stat[12]) if len(stat) > 12 else None
     stack = _read(f"/proc/{pid}/stack")
-    return {
+    facts = {
         "state": state.strip(),
         "wchan": (_read(f"/proc/{pid}/wchan") or "").strip() or None,
         "kernel_stack": stack.strip().splitlines()[:16] if stack else None,
         "cpu_ticks": ticks,
     }
+    if state.startswith("Z") and stat:
+        # A zombie's wait status is stat's last field (Linux >= 3.5): its exit code or signal.
+        facts["wait_status"] = int(stat[-1]) if stat[-1].lstrip("-").isdigit() else None
+    return facts
 
 
 def _run(cmd: list[str], timeout: float) -> tuple[int | None, str, str]:
@@ -228,6 +232,18 @@ def collect(args: argparse.Namespace) -> dict:
     return doc
 
 
+def watch(args: argparse.Namespace) -> None:
+    """`--watch SECONDS`: one JSON line per interval, every scheduler's kernel facts (no
+    stacks, no ptrace), until our launcher is gone: a run's eyes on a node it cannot see."""
+    while True:
+        procs = [dict(p, proc=proc_facts(p["pid"])) for p in discover()]
+        line = {"schema": SCHEMA, "node": args.node, "hostname": socket.gethostname()}
+        line.update(t=time.time(), processes=procs)
+        sys.stdout.write(json.dumps(line) + "\n")
+        sys.stdout.flush()
+        time.sleep(args.watch)
+
+
 def _kill_children() -> None:
     with _LOCK:
         for proc in list(_CHILDREN):
@@ -270,8 +286,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--deadline", type=float, default=5.0, help="seconds per link")
     parser.add_argument("--budget", type=float, default=60.0, help="hard limit on our life")
     parser.add_argument("--lifeline", action="store_true", help="exit when stdin ends")
+    parser.add_argument("--watch", type=float, help="print the processes' facts every SECONDS")
     args = parser.parse_args(argv)
     _guard(args.budget, args.lifeline)
+    if args.watch:
+        watch(args)
     try:
         doc = collect(args)
     except Exception as exc:  # noqa: BLE001 - one JSON document, whatever happened

@@ -20,15 +20,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hicache_diag.cluster.base import Node
+from hicache_diag.cluster.base import LIFELINE, Node
 from hicache_diag.cluster.detect import Target, detect
-from hicache_diag.cluster.ssh import SshExecutor, parse_hosts
+from hicache_diag.cluster.ssh import SshExecutor, parse_hosts, probe
 from hicache_diag.errors import HicacheDiagError, UsageError
 
 TRIAL = "hicache_diag.cluster.remote_trials:run_trial"
@@ -36,25 +35,6 @@ REAL_TRIAL = "hicache_diag.engines:run_trial"  # harness/bisect_trials.py's TRIA
 CHILD = "hicache_diag.harness.bisect_child"
 PLACES = ".trial-hosts"  # in bisect's --out: where trials run (places.json) and host locks
 FREE_HOST_POLL_S = 0.2
-
-# On the host: chdir, run the trial in its own process group, and kill that group when stdin
-# ends (the ssh connection is gone: the local trial killed on timeout or Ctrl-C, the link
-# dropped), so nothing stays running there.
-LIFELINE = """\
-import os, signal, subprocess, sys, threading
-os.chdir(sys.argv[1])
-p = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, start_new_session=True)
-def lifeline():
-    while os.read(0, 65536):
-        pass
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except OSError:
-        pass
-threading.Thread(target=lifeline, daemon=True).start()
-rc = p.wait()
-os._exit(128 - rc if rc < 0 else rc)  # not sys.exit: the reader thread holds stdin
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,19 +88,7 @@ def _reachable(hosts: str | None, ssh_config: str | None) -> tuple[str, ...]:
     if shutil.which("ssh") is None:
         raise UsageError("bisect --via ssh: no ssh client (install openssh-client)")
     executor = SshExecutor(nodes=parse_hosts(hosts), config=ssh_config)
-
-    def probe(node: Node) -> str | None:
-        argv = executor.argv(node, ["true"])
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=15)
-        except subprocess.TimeoutExpired:
-            return f"ssh {node.address}: no answer in 15 s"
-        if done.returncode == 0:
-            return None
-        return executor.explain(node, done.returncode, done.stderr)
-
-    with ThreadPoolExecutor(max_workers=min(16, len(executor.nodes))) as pool:
-        errors = [e for e in pool.map(probe, executor.nodes) if e]
+    errors = [why for _, why, _ in probe(executor, ["true"]) if why]
     if errors:
         raise UsageError(f"--hosts: {errors[0]}")
     return tuple(n.address for n in executor.nodes)

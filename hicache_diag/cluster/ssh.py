@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from hicache_diag.cluster.base import Executor, Node, remote_command
@@ -55,3 +57,41 @@ def parse_hosts(text: str) -> list[Node]:
     if len(set(hosts)) != len(hosts):
         raise UsageError(f"--hosts {text!r}: a host is named twice")
     return [Node(h, h) for h in hosts]
+
+
+PROBE_TIMEOUT_S = 15.0
+
+
+def probe(executor: SshExecutor, remote: list[str]) -> list[tuple[Node, str | None, str]]:
+    """Run `remote` on every node at once (`ssh HOST true` says the host answers); per node:
+    (node, why it failed or None, its stdout)."""
+
+    def one(node: Node) -> tuple[Node, str | None, str]:
+        argv = executor.argv(node, remote)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return node, f"ssh {node.address}: no answer in {PROBE_TIMEOUT_S:g} s", ""
+        if done.returncode == 0:
+            return node, None, done.stdout
+        return node, executor.explain(node, done.returncode, done.stderr), done.stdout
+
+    with ThreadPoolExecutor(max_workers=min(16, len(executor.nodes))) as pool:
+        return list(pool.map(one, executor.nodes))
+
+
+def hostname(executor: SshExecutor, node: Node) -> str:
+    """The address ssh connects to for `node` (`ssh -G`: its config's HostName, else the name
+    as given): what the other nodes and this machine dial."""
+    opts = ["-F", executor.config] if executor.config else []
+    try:
+        done = subprocess.run(
+            ["ssh", *opts, "-G", node.address], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return node.address
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "hostname" and value.strip():
+            return value.strip()
+    return node.address

@@ -65,7 +65,7 @@ def _rank_states(run: RunData, crashes: dict) -> list[RankState]:
         elif entry.state == "crashed" and entry.signal and not crash:
             state, where = "killed", f"by {rank_facts.signal_label(entry.signal)}"
         pp, tp = int(entry.pp), int(entry.tp)
-        states.append(RankState(rank, pp, tp, entry.pid, state, where, entry.node))
+        states.append(RankState(rank, pp, tp, entry.pid, state, where, entry.node, entry.host))
     return states
 
 

@@ -67,6 +67,8 @@ class RankProcess(Record):
     title: str | None = None
     vanished: bool | None = None
     node: str | None = None  # the sglang engine's --nnodes: the node its server ran on
+    host: str | None = None  # --hosts: that node's machine
+    seen_by: str | None = None  # --hosts: how its facts were read there (the collector, ssh)
 
 
 @dataclass(frozen=True, slots=True)

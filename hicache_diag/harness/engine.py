@@ -82,7 +82,8 @@ class Engine:
        over HTTP) and anything computed beside it.
     5. Each `poll_s` while `running()`: `poll(now)` -> the failures since the last poll;
        `live()` (running or stopped) and `alive()` (running: py-spy can dump them) ranks;
-       `activity()`, progress the step files cannot show. `busy(line)` says which step lines
+       `activity()`, progress the step files cannot show; `kernel_states()` each live rank's
+       kernel state; `dump_stacks(run_dir, skip)` on a hang. `busy(line)` says which step lines
        are progress (None: every line), `startup_grace(hang_timeout)` how long the first may
        take. After the first failure's grace, or on a hang (stacks taken first), `stop(state)`.
     6. `drained(watch)`: the workload ended with no failure and no hang.
@@ -138,6 +139,17 @@ class Engine:
 
     def activity(self) -> float:
         return 0.0
+
+    def kernel_states(self) -> dict[int, str]:
+        """rank -> its kernel state (psutil's names) for each `live()` rank: read here."""
+        from hicache_diag.harness.proc_facts import status_of
+
+        return {p.rank: status_of(p.pid) for p in self.live()}
+
+    def dump_stacks(self, run_dir: Path, skip: set[int]) -> ev.StacksRecord | None:
+        """Every `alive()` rank's stack (but `skip`'s) into stacks/, where the loop cannot
+        take them itself; None: the loop's own (py-spy here, then the ranks' faulthandler)."""
+        return None
 
     def startup_grace(self, hang_timeout: float) -> float:
         from hicache_diag.harness.hang_watch import startup_grace

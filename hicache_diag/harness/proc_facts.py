@@ -66,10 +66,10 @@ class StopWatch:
     stopped_since: dict[int, float] = field(default_factory=dict)  # rank -> first seen stopped
     last_status: dict[int, str] = field(default_factory=dict)
 
-    def poll(self, ranks: dict[int, int], now: float) -> None:
-        """`ranks`: rank -> pid of every live rank."""
-        for rank, pid in ranks.items():
-            status = status_of(pid)
+    def poll(self, states: dict[int, str], now: float) -> None:
+        """`states`: rank -> psutil's status name of every live rank (the engine's
+        `kernel_states`: `status_of` its pid here, or its node's own facts)."""
+        for rank, status in states.items():
             self.last_status[rank] = status
             if status in STOPPED:
                 self.stopped_since.setdefault(rank, now)

@@ -119,7 +119,7 @@ def _watch_loop(
                 grace_until = now + failure.grace_s
         hang.poll(now)
         hang.note_activity(engine.activity())
-        watch.stops.poll({p.rank: p.pid for p in engine.live()}, now)
+        watch.stops.poll(engine.kernel_states(), now)
         if on_progress is not None:
             on_progress({"ranks": hang.snapshot(), "elapsed_s": now - engine.started_at})
         if grace_until is not None:
@@ -169,7 +169,7 @@ def _note_interrupt_stall(engine: Engine, run_dir: Path, watch: TrialWatch) -> N
         last_steps=hang.last_steps() if hang else {},
         idle_s={r: round(now - t, 3) for r, t in last.items()},
     )
-    watch.stacks = dump_rank_stacks(engine, run_dir, skip=stopped, fallback=engine.faulthandler)
+    watch.stacks = _stacks(engine, run_dir, stopped)
 
 
 def _handle_hang(
@@ -185,8 +185,16 @@ def _handle_hang(
         detected_at=now,
         during_startup=not hang.stepped,
     )
-    watch.stacks = dump_rank_stacks(engine, run_dir, skip=stopped, fallback=engine.faulthandler)
+    watch.stacks = _stacks(engine, run_dir, stopped)
     engine.stop("hung")
+
+
+def _stacks(engine: Engine, run_dir: Path, stopped: set[int]) -> ev.StacksRecord:
+    """The engine's own way to the stacks (its ranks on other machines), else ours."""
+    taken = engine.dump_stacks(run_dir, stopped)
+    if taken is not None:
+        return taken
+    return dump_rank_stacks(engine, run_dir, skip=stopped, fallback=engine.faulthandler)
 
 
 def dump_rank_stacks(

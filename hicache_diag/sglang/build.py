@@ -54,6 +54,8 @@ def build(options: SglangOptions) -> SglangRunConfig:
         launch_facts=install.launch,
         release=install.facts(),
         notes=notes,
+        hosts=tuple(h.strip() for h in options.hosts.split(",")) if options.hosts else (),
+        ssh_config=options.ssh_config,
     )
 
 

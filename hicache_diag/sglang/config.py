@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from hicache_diag.ranks import topology
 from hicache_diag.sglang.launch_facts import LaunchFacts
@@ -30,6 +30,11 @@ class SglangRunConfig:
     launch_facts: LaunchFacts = field(default_factory=LaunchFacts)
     release: dict = field(default_factory=dict)  # SglangInstall.facts(): what the manifest says
     notes: tuple[str, ...] = ()  # how the launch was adapted to this host and release
+    hosts: tuple[str, ...] = ()  # --hosts: node i on hosts[i] (--via ssh)
+    ssh_config: str | None = None
+    # sglang/nodes.py NodePlacement: the checked hosts (cluster/remote_nodes.py `place`, which
+    # `run` calls); a config with hosts and no placement is refused at launch.
+    placement: Any = None
 
     @property
     def world_size(self) -> int:

@@ -3,18 +3,20 @@ multi-node flags (`--nnodes N --node-rank i --dist-init-addr HOST:PORT`), so tha
 places the PP stages on different nodes (entrypoints/engine.py `_calculate_rank_ranges`: pp 2 on
 2 nodes puts PP0 on node 0 and PP1 on node 1).
 
-The nodes are local processes on loopback here (docs/cluster.md): node 0's server answers HTTP
-and owns the rendezvous; every node's launcher appends to the one server.log (SGLang's `[PP1
-TP0]` prefixes are launch-wide, so the per-rank logs split as for one node). Node 0's server
-starts, watches and reaps the others, so the trial loop sees one server whose schedulers each
-name their node (`node-1 PP1 TP0`, the label grammar `triage --live` uses)."""
+Without hosts the nodes are local processes on loopback (docs/cluster.md): node 0's server
+answers HTTP and owns the rendezvous; every node's launcher appends to the one server.log
+(SGLang's `[PP1 TP0]` prefixes are launch-wide, so the per-rank logs split as for one node).
+Node 0's server starts, watches and reaps the others, so the trial loop sees one server whose
+schedulers each name their node (`node-1 PP1 TP0`, the label grammar `triage --live` uses).
+With `--hosts` (a `NodePlacement`, built above this layer by cluster/remote_nodes.py) node i
+runs on hosts[i]: the placement's server launches and watches them there."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hicache_diag.sglang.install import SglangInstall
 from hicache_diag.sglang.launch_spec import LaunchSpec
@@ -22,6 +24,19 @@ from hicache_diag.sglang.server import Scheduler, ServerStartError, SglangServer
 
 LOCAL_HOST = "127.0.0.1"
 OMP_BIND = "SGLANG_CPU_OMP_THREADS_BIND"
+
+
+class NodePlacement(Protocol):
+    """Where the nodes run when not on loopback: `hosts[i]` (as the user named it) runs node i,
+    `addresses[i]` is what the others and this machine dial, `via` the launcher (ssh)."""
+
+    via: str
+    hosts: tuple[str, ...]
+    addresses: tuple[str, ...]
+
+    def server(self, install: SglangInstall, specs: list[LaunchSpec], run_dir: Path) -> Any:
+        """An SglangServer holding every node's launch on its host."""
+        ...
 
 
 def node_name(node_rank: int) -> str:
@@ -34,6 +49,23 @@ def node_specs(spec: LaunchSpec, dist_init_addr: str) -> list[LaunchSpec]:
     return [
         replace(spec, node_rank=rank, dist_init_addr=dist_init_addr) for rank in range(spec.nnodes)
     ]
+
+
+def host_specs(spec: LaunchSpec, addresses: tuple[str, ...], port: int) -> list[LaunchSpec]:
+    """Each node's launch on its host: the rendezvous on node 0's address, and each server
+    listening on its own host's address (node 0's is where this machine sends the workload)."""
+    specs = node_specs(spec, f"{addresses[0]}:{port}")
+    return [replace(s, host=addresses[s.node_rank]) for s in specs]
+
+
+def omp_bind(install: SglangInstall, spec: LaunchSpec) -> str:
+    """SGLANG_CPU_OMP_THREADS_BIND for a node's schedulers: each node counts its cores from 0
+    (gpu_id is node-local), so a node starts one core further on: loopback nodes (and the test
+    rig's namespace "hosts", one machine) do not share a core."""
+    cores = max(1, os.cpu_count() or 1)
+    entries = install.launch.omp_bind_entries(spec.pp_size, spec.tp_size)
+    first = spec.node_rank * len(node_ranks(spec))
+    return "|".join(str((first + r) % cores) for r in range(entries))
 
 
 def node_ranks(spec: LaunchSpec) -> list[tuple[int, int]]:
@@ -65,12 +97,7 @@ class NodeServer(SglangServer):
     def env(self, plugin_path: Path) -> dict[str, str]:
         env = super().env(plugin_path)
         if self.spec.cpu and OMP_BIND not in os.environ:
-            # Each node's schedulers count their cores from 0 (gpu_id is node-local): a node
-            # starts one core further on, so two loopback nodes do not share a core.
-            cores = max(1, os.cpu_count() or 1)
-            entries = self.install.launch.omp_bind_entries(self.spec.pp_size, self.spec.tp_size)
-            first = self.spec.node_rank * len(node_ranks(self.spec))
-            env[OMP_BIND] = "|".join(str((first + r) % cores) for r in range(entries))
+            env[OMP_BIND] = omp_bind(self.install, self.spec)
         return env
 
     def start(self, plugin_path: Path) -> None:
@@ -118,20 +145,34 @@ class NodeServer(SglangServer):
 
 
 def make_server(
-    install: SglangInstall, spec: LaunchSpec, run_dir: Path, log: Path | None = None
+    install: SglangInstall,
+    spec: LaunchSpec,
+    run_dir: Path,
+    log: Path | None = None,
+    placement: NodePlacement | None = None,
 ) -> SglangServer:
     """One server (its log at `log`: a warm pool's), or with --nnodes > 1 node 0's holding the
-    others (never warm: run_options refuses --warm-server with --nnodes)."""
+    others (never warm: run_options refuses --warm-server with --nnodes), or with a placement
+    every node on its host."""
     if spec.nnodes <= 1:
         return SglangServer(install, spec, run_dir, log)
+    if placement is not None:
+        return placement.server(
+            install, host_specs(spec, placement.addresses, free_port()), run_dir
+        )
     specs = node_specs(spec, spec.dist_init_addr or f"{LOCAL_HOST}:{free_port()}")
     peers = tuple(NodeServer(install, s, run_dir) for s in specs[1:])
     return NodeServer(install, specs[0], run_dir, peers)
 
 
-def placement_evidence(server: SglangServer) -> list[str]:
+def placement_evidence(server: SglangServer, placement: NodePlacement | None = None) -> list[str]:
     """One verdict line saying where each rank ran (nothing for a single-node run)."""
-    if not isinstance(server, NodeServer):
+    if server is None or server.spec.nnodes <= 1:
         return []
-    nodes = "; ".join(f"{n['node']}: {', '.join(n['ranks'])}" for n in server.launch_lines())
-    return [f"SGLang across {server.spec.nnodes} nodes (--nnodes, loopback): {nodes}"]
+    lines = server.launch_lines()
+    where = f"{placement.via}: {','.join(placement.hosts)}" if placement else "loopback"
+    nodes = "; ".join(
+        f"{n['node']}{' on ' + n['host'] if n.get('host') else ''}: {', '.join(n['ranks'])}"
+        for n in lines
+    )
+    return [f"SGLang across {server.spec.nnodes} nodes (--nnodes, {where}): {nodes}"]

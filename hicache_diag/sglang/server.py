@@ -66,12 +66,15 @@ class Scheduler:
     ended_at: float | None = None
     proc: psutil.Process | None = field(default=None, repr=False)
     node: str | None = None  # the node whose server runs it (`--nnodes`: sglang/nodes.py)
+    host: str | None = None  # --hosts: the machine of that node
+    seen_by: str | None = None  # --hosts: how its facts were read there (never our /proc)
 
     def own_facts(self) -> dict[str, Any]:
         # vanished: ended with no exit status we could read (its parent reaped it first).
         vanished = self.state == "crashed" and self.exitcode is None and self.signal is None
-        node = {"node": self.node} if self.node else {}
-        return {**node, "title": self.title, "vanished": vanished}
+        where = {k: v for k, v in (("node", self.node), ("host", self.host)) if v}
+        seen = {"seen_by": self.seen_by} if self.seen_by else {}
+        return {**where, "title": self.title, "vanished": vanished, **seen}
 
 
 # SGLang derives more ports from --port (0.5.1x: a gRPC port at port + 10000, checked <= 65535
@@ -133,6 +136,10 @@ def parse_title(cmdline: str) -> RankId | None:
 
 
 class SglangServer:
+    # Its processes are on other machines (cluster/node_server.py): watched and dumped there,
+    # never through this machine's psutil, /proc or py-spy.
+    remote = False
+
     def __init__(
         self, install: SglangInstall, spec: LaunchSpec, run_dir: Path, log: Path | None = None
     ) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag import evidence as ev
+from hicache_diag.errors import UsageError
 from hicache_diag.harness.engine import Engine, Failure, TrialWatch
 from hicache_diag.harness.rundir import manifest_head, write_json
 from hicache_diag.harness.trial import TrialResult, run_engine_trial
@@ -83,6 +84,11 @@ class SglangEngine(Engine):
 
     def prepare(self, run_dir: Path) -> None:
         cfg = self.cfg
+        if cfg.hosts and cfg.placement is None:  # `run` places them (cluster/remote_nodes.py)
+            raise UsageError(
+                "--hosts: only `run` places nodes on hosts; for trials across hosts use "
+                "bisect --via ssh --hosts"
+            )
         warm, control = self.warm, None
         if warm is not None:
             self.warm_record = warm.boundary(cfg, run_dir)  # reuse, or stop a dirty server
@@ -111,7 +117,7 @@ class SglangEngine(Engine):
             self.server = warm.server
         else:
             log = warm.log_path if warm is not None else None
-            self.server = make_server(install, cfg.spec, run_dir, log)
+            self.server = make_server(install, cfg.spec, run_dir, log, cfg.placement)
         self.plugin_path = run_dir / ev.PLUGIN
         kernels = cfg.cpu_kernel_names
         plugin = PluginConfig(str(run_dir), cfg.seed, cfg.faults, cfg.spec.cpu, kernels)
@@ -219,6 +225,16 @@ class SglangEngine(Engine):
     def activity(self) -> float:
         return self.client.result.completed_at if self.client is not None else 0.0
 
+    def kernel_states(self) -> dict[int, str]:
+        if self.server.remote:  # its nodes' own facts: our /proc does not hold their pids
+            return self.server.kernel_states(self.live())
+        return super().kernel_states()
+
+    def dump_stacks(self, run_dir: Path, skip: set[int]) -> ev.StacksRecord | None:
+        if self.server.remote:  # the collector on each node, as `triage --live --via ssh`
+            return self.server.dump_stacks(run_dir, [s for s in self.alive() if s.rank not in skip])
+        return None  # py-spy here (the trial loop's)
+
     def startup_grace(self, hang_timeout: float) -> float:
         return hang_timeout  # SGLang already serves: its own readiness request has run
 
@@ -269,7 +285,8 @@ class SglangEngine(Engine):
         )
 
     def launcher_extra(self) -> dict[str, Any]:
-        return {"engine": "sglang"}
+        remote = self.server.launcher_extra() if self.server and self.server.remote else {}
+        return {"engine": "sglang", **remote}
 
     def amend(self, verdict: Verdict, watch: TrialWatch) -> Verdict:
         if watch.startup_error and not _any_step_recorded(self.run_dir, self.cfg.world_size):
@@ -277,8 +294,9 @@ class SglangEngine(Engine):
         elif watch.startup_error:  # the schedulers were serving (SGLang's readiness request)
             verdict.evidence.append(f"it ended before SGLang reported ready: {watch.startup_error}")
         verdict.evidence += [f"launch adapted: {note}" for note in self.cfg.notes]
-        verdict.evidence += placement_evidence(self.server)
-        return verdict
+        verdict.evidence += placement_evidence(self.server, self.cfg.placement)
+        lost = getattr(self.server, "lost", None)
+        return _lost_node(verdict, lost) if lost else verdict
 
 
 def _phase_reporter(server: SglangServer, cfg: SglangRunConfig, on_progress: Progress | None):
@@ -341,6 +359,26 @@ def _environment_failure(verdict: Verdict, error: str) -> Verdict:
         evidence=[
             f"SGLang never became ready (the environment failed, not a rank): {cause}",
             f"launcher: {error}",
+        ],
+    )
+
+
+def _lost_node(verdict: Verdict, lost: dict[str, str]) -> Verdict:
+    """A node whose ssh link ended mid-run: the environment's failure (`undecided`), the node
+    named, its ranks (and the cascade on the others) never blamed."""
+    said = "; ".join(f"{node}: {why}" for node, why in lost.items())
+    return replace(
+        verdict,
+        outcome=Outcome.UNDECIDED,
+        form=None,
+        failed_rank=None,
+        culprit_rank=None,
+        first_divergence=None,
+        signature=f"a node's ssh link ended mid-run ({said})",
+        evidence=[
+            f"lost {said}: the run ended with it (the environment failed, not a rank); its "
+            "ranks are not judged, never blamed",
+            *verdict.evidence,
         ],
     )
 

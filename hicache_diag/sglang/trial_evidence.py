@@ -76,7 +76,10 @@ def finish_evidence(
 def _apply_logged_exit_codes(text: str, server: SglangServer) -> None:
     """SGLang's launcher logs each scheduler's exit code; ours only sees a vanished pid."""
     codes = {int(pid): int(code) for pid, code in _CHILD_EXIT_RE.findall(text)}
+    pids = [s.pid for s in server.schedulers]
     for s in server.schedulers:
+        if pids.count(s.pid) > 1:  # nodes on other machines: one pid, two processes
+            continue
         if s.pid in codes and s.state in ("crashed", "exited"):
             s.exitcode = codes[s.pid]
 

@@ -18,6 +18,7 @@ DUMPS = str(SAMPLES / "dumps" / "pp_hang_pp_sync")
 CRASH_RUN = str(SAMPLES / "runs" / "form_a")  # builtin: form A crash
 OK_RUN = str(SAMPLES / "runs" / "healthy")
 SWITCH = ["--switch", "ack-count=local,leader"]
+SGLANG = ["--engine", "sglang"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,35 @@ ODD = [
         "it ignores --fault, --pp",
         warn=True,
         code=0,
+    ),
+    # run across hosts (cluster/remote_nodes.py checks the hosts themselves)
+    odd("hosts-builtin", ["run", "--hosts", "a,b"], "--hosts applies to --engine sglang"),
+    odd("hosts-no-nnodes", ["run", *SGLANG, "--hosts", "a,b"], "give --nnodes 2"),
+    odd(
+        "hosts-count",
+        ["run", *SGLANG, "--nnodes", "2", "--hosts", "a,b,c"],
+        "--hosts names 3 host(s) for --nnodes 2",
+    ),
+    odd(
+        "run-via-slurm",
+        ["run", *SGLANG, "--nnodes", "2", "--hosts", "a,b", "--via", "slurm"],
+        "run --via slurm: not built",
+    ),
+    odd(
+        "run-via-kubectl",
+        ["run", *SGLANG, "--nnodes", "2", "--hosts", "a,b", "--via", "kubectl"],
+        "run --via kubectl: not built",
+    ),
+    odd("run-via-ssh-no-hosts", ["run", *SGLANG, "--nnodes", "2", "--via", "ssh"], "--via ssh"),
+    odd(
+        "run-ssh-config-no-hosts",
+        ["run", *SGLANG, "--nnodes", "2", "--ssh-config", "{tmp}/file"],
+        "--ssh-config places",
+    ),
+    odd(
+        "run-warm-server-hosts",
+        ["run", *SGLANG, "--nnodes", "2", "--hosts", "a,b", "--warm-server"],
+        "--warm-server",
     ),
     # bisect
     odd("bisect-check", ["bisect", *SWITCH, "--check"], "--check does nothing in bisect"),

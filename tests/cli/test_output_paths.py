@@ -58,6 +58,7 @@ NOT_OUTPUTS = {
     ("triage", "--logs"): "read",
     ("triage", "--ssh-config"): "read",
     ("bisect", "--ssh-config"): "read",
+    ("run", "--ssh-config"): "read",
     ("triage", "more_logs"): "read",
     ("report", "run_dir"): "read",
     ("export", "run_dir"): "read",

@@ -15,6 +15,8 @@ from hicache_diag.sglang.server import Scheduler
 
 
 class FakeServer:
+    remote = False  # its schedulers are on this machine (SglangServer's)
+
     def __init__(self, states):
         self.schedulers = [
             Scheduler(pid=10**7 + r, pp=r, tp=0, title=f"sglang::scheduler_PP{r}", rank=r, state=st)

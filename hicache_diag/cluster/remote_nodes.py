@@ -1,0 +1,116 @@
+"""`run --engine sglang --nnodes N --hosts A,B`: the hosts checked before anything starts, and
+the placement (sglang/nodes.py `NodePlacement`) whose server runs node i on hosts[i]
+(node_server.py).
+
+The run dir must be on a path every host sees at the same path (a shared filesystem): SGLang's
+schedulers on each host write their recorder files there as they run, and the hang watch reads
+them while the run goes on, so copying back at the end would be too late. The release's Python,
+the plugin bundle and the model are needed at the same paths too. Checked here, each host in
+parallel: `ssh HOST true` answers; then the release's Python reads a token file written here,
+next to the run dir, and says which of those paths it lacks. Each failure is one line, exit 2,
+nothing started. The addresses the nodes dial (the rendezvous, node 0's HTTP port) are each
+host's `HostName` as ssh resolves it (`ssh -G`)."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from hicache_diag.cluster.base import Node
+from hicache_diag.cluster.ssh import SshExecutor, hostname, parse_hosts, probe
+from hicache_diag.errors import UsageError
+from hicache_diag.sglang.install import SglangInstall
+from hicache_diag.sglang.launch_spec import LaunchSpec
+from hicache_diag.sglang.nodes import node_name
+
+# On the host: print the token file, then each given path the host lacks.
+SHARED_PROBE = (
+    "import os,sys;a=sys.argv[1];print(open(a).read() if os.path.isfile(a) else '');"
+    "print('\\n'.join(p for p in sys.argv[2:] if not os.path.exists(p)))"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SshPlacement:
+    """sglang/nodes.py `NodePlacement` through ssh: node i on hosts[i]."""
+
+    hosts: tuple[str, ...]
+    addresses: tuple[str, ...]
+    ssh_config: str | None = None
+    via: str = "ssh"
+
+    def executor(self) -> SshExecutor:
+        nodes = [Node(node_name(i), h) for i, h in enumerate(self.hosts)]
+        return SshExecutor(nodes=nodes, config=self.ssh_config)
+
+    def server(self, install: SglangInstall, specs: list[LaunchSpec], run_dir: Path) -> Any:
+        from hicache_diag.cluster.node_server import SshNodes
+
+        return SshNodes(install, specs, run_dir, self.executor())
+
+
+def place(cfg: Any) -> Any:
+    """The sglang run config with its nodes placed on `cfg.hosts` (unchanged without hosts)."""
+    if not cfg.hosts:
+        return cfg
+    if shutil.which("ssh") is None:
+        raise UsageError("--hosts: no ssh client here (install openssh-client)")
+    hosts = tuple(n.address for n in parse_hosts(",".join(cfg.hosts)))
+    placement = SshPlacement(hosts, hosts, cfg.ssh_config)
+    executor = placement.executor()
+    _check(probe(executor, ["true"]))
+    _check_shared(executor, cfg)
+    addresses = tuple(hostname(executor, n) for n in executor.nodes)
+    return replace(cfg, placement=replace(placement, addresses=addresses))
+
+
+def _check(results: list[tuple[Node, str | None, str]]) -> None:
+    errors = [why for _, why, _ in results if why]
+    if errors:
+        raise UsageError(f"--hosts: {errors[0]}")
+
+
+def shared_paths(cfg: Any) -> list[str]:
+    """What every host must see at the same path: the release's Python, the plugin bundle, the
+    model (the run dir's folder is the token's)."""
+    from hicache_diag.sglang.bundle import plugin_bundle
+
+    return [cfg.python, str(plugin_bundle().root), str(cfg.spec.model)]
+
+
+def run_parent(out: str | None) -> Path:
+    """The folder the run dir will be made in (harness/rundir.py prepare_run_dir), or its
+    nearest existing ancestor (the run makes the rest): the hosts must see it."""
+    parent = (Path(out) if out else Path("runs") / "x").resolve().parent
+    while not parent.is_dir() and parent != parent.parent:
+        parent = parent.parent
+    return parent
+
+
+def _check_shared(executor: SshExecutor, cfg: Any) -> None:
+    parent = run_parent(cfg.out)
+    token_text = secrets.token_hex(16)
+    token = parent / f".hicache-diag-shared-{token_text[:8]}"
+    token.write_text(token_text)
+    paths = shared_paths(cfg)
+    try:
+        results = probe(executor, [cfg.python, "-c", SHARED_PROBE, str(token), *paths])
+    finally:
+        token.unlink(missing_ok=True)
+    for node, why, out in results:
+        lines, host = out.splitlines(), node.address
+        if why is not None:
+            if "no python3" in why:  # exit 127: the shell found no such interpreter
+                why = f"no {cfg.python} there (the release's Python must be at the same path)"
+            raise UsageError(f"--hosts: {why}")
+        if lines[:1] != [token_text]:
+            raise UsageError(
+                f"--hosts: {host} does not see {str(parent)!r} (the run dir must be on a path "
+                "every host shares, at the same path; give --out on a shared filesystem)"
+            )
+        missing = ", ".join(p for p in lines[1:] if p)
+        if missing:
+            raise UsageError(f"--hosts: {host} lacks {missing} (needed at the same path there)")
