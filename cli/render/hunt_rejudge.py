@@ -1,0 +1,62 @@
+"""A saved hunt re-judged from its runs (`report HUNT_DIR`): the hunt's own table, with what
+each trigger's first failing run says now, and what a save changed."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.text import Text
+
+from hicache_diag.cli.render.hunt import render_hunt
+from hicache_diag.hunt.rejudge import HuntRejudge, Rejudged
+
+TABLE_WIDTH = 120  # table.txt: wide enough that no column is cut
+
+
+def _divergence(fd: dict | None) -> str:
+    if not fd:
+        return "none"
+    return f"step {fd.get('step')} {fd.get('field')} ({fd.get('source')})"
+
+
+def _note(item: Rejudged) -> str:
+    if item.run is None:
+        return f"run dir {item.recorded_run} is not here: the recorded first divergence is kept"
+    if item.error is not None:
+        return f"its run could not be classified ({item.error}): the recorded entry is kept"
+    where = "" if str(item.run) == item.recorded_run else f" (found at {item.run})"
+    if not item.changed:
+        return f"re-judged from its run{where}: as recorded"
+    return f"re-judged from its run{where}; recorded by the hunt: {_divergence(item.before)}"
+
+
+def rejudge_notes(rejudge: HuntRejudge) -> dict[str, list[str]]:
+    return {item.trigger: [_note(item)] for item in rejudge.runs}
+
+
+def render_rejudge(console: Console, rejudge: HuntRejudge) -> None:
+    render_hunt(console, rejudge.report, rejudge_notes(rejudge))
+    judged = sum(item.judged for item in rejudge.runs)
+    console.print(
+        Text(
+            f"re-judged {judged} of {len(rejudge.runs)} first failing run(s) from their files; "
+            f"{len(rejudge.changed)} first divergence(s) differ from hunt.json",
+            style="dim",
+        )
+    )
+
+
+def table_text(rejudge: HuntRejudge) -> str:
+    """table.txt: what `render_rejudge` prints, as plain text."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=TABLE_WIDTH, color_system=None, highlight=False)
+    render_rejudge(console, rejudge)
+    return buf.getvalue()
+
+
+def change_lines(rejudge: HuntRejudge) -> list[str]:
+    return [
+        f"{item.trigger}: first_divergence {_divergence(item.before)} -> {_divergence(item.after)}"
+        for item in rejudge.changed
+    ]
