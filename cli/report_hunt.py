@@ -44,9 +44,10 @@ def _save(rejudge) -> list[str]:
     from hicache_diag.output_paths import write_atomic
 
     lines = []
-    for name, text in ((HUNT_JSON, rejudge.hunt_json()), (TABLE_TXT, table_text(rejudge))):
+    hunt_json = rejudge.hunt_json() if rejudge.changed else None  # else left as it was
+    for name, text in ((HUNT_JSON, hunt_json), (TABLE_TXT, table_text(rejudge))):
         path = rejudge.hunt_dir / name
-        if path.is_file() and path.read_text() == text:
+        if text is None or (path.is_file() and path.read_text() == text):
             lines.append(f"{path}: unchanged")
             continue
         write_atomic(path, text)
@@ -57,7 +58,7 @@ def _save(rejudge) -> list[str]:
 
 
 def report_hunt(hunt_dir: Path, save: bool, json_out: bool) -> None:
-    from hicache_diag.cli.render.console import err_console, print_json
+    from hicache_diag.cli.render.console import print_json
     from hicache_diag.cli.render.hunt_rejudge import render_rejudge
     from hicache_diag.hunt.rejudge import rejudge_hunt
 
@@ -70,5 +71,5 @@ def report_hunt(hunt_dir: Path, save: bool, json_out: bool) -> None:
 
         width = None if sys.stdout.isatty() else 140
         render_rejudge(Console(highlight=False, width=width), rejudge)
-    for line in written:
-        err_console.print(line, highlight=False, markup=False)
+    for line in written:  # whole lines (paths unwrapped), as report's notes are written
+        sys.stderr.write(line + "\n")

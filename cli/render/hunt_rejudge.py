@@ -31,8 +31,10 @@ def _note(item: Rejudged) -> str:
     return f"re-judged from its run{where}; recorded by the hunt: {_divergence(item.before)}"
 
 
-def rejudge_notes(rejudge: HuntRejudge) -> dict[str, list[str]]:
-    return {item.trigger: [_note(item)] for item in rejudge.runs}
+def rejudge_notes(rejudge: HuntRejudge, kept_only: bool = False) -> dict[str, list[str]]:
+    """Each trigger's line; `kept_only`: only where the recorded entry was kept (what stays
+    true after a save, for table.txt)."""
+    return {i.trigger: [_note(i)] for i in rejudge.runs if not (kept_only and i.judged)}
 
 
 def render_rejudge(console: Console, rejudge: HuntRejudge) -> None:
@@ -48,10 +50,12 @@ def render_rejudge(console: Console, rejudge: HuntRejudge) -> None:
 
 
 def table_text(rejudge: HuntRejudge) -> str:
-    """table.txt: what `render_rejudge` prints, as plain text."""
+    """table.txt: the hunt's table as plain text, first divergences as judged now; it says
+    the same after a second save (no comparison with the hunt.json it replaces)."""
     buf = io.StringIO()
     console = Console(file=buf, width=TABLE_WIDTH, color_system=None, highlight=False)
-    render_rejudge(console, rejudge)
+    render_hunt(console, rejudge.report, rejudge_notes(rejudge, kept_only=True))
+    console.print("(first divergences re-judged from the runs: hicache-diag report HUNT_DIR)")
     return buf.getvalue()
 
 
