@@ -52,7 +52,9 @@ Save = Annotated[
         help="A hunt dir: rewrite hunt.json's first divergences and table.txt (with --force).",
     ),
 ]
-JsonOut = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")]
+JsonOut = Annotated[
+    bool, typer.Option("--json", help="Print the verdict (a hunt dir: its report) as JSON.")
+]
 Reclassify = Annotated[
     bool, typer.Option("--reclassify", help="Ignore verdict.json; classify afresh.")
 ]
@@ -138,8 +140,6 @@ EXAMPLES = """\b
 Examples:
   hicache-diag report runs/20261201T030000.000000-0
   hicache-diag report samples/runs/form_a --plots /tmp/plots
-  hicache-diag report samples/runs/form_a --html /tmp/form_a.html
-  hicache-diag report samples/hunt/sglang-0.5.23-sessions     # a hunt, re-judged
   hicache-diag report samples/hunt/sglang-0.5.23-sessions --save --force
 
 Outputs are written only where nothing exists yet, or with --force; a run's

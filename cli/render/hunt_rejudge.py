@@ -11,7 +11,7 @@ from rich.text import Text
 from hicache_diag.cli.render.hunt import render_hunt
 from hicache_diag.hunt.rejudge import HuntRejudge, Rejudged
 
-TABLE_WIDTH = 120  # table.txt: wide enough that no column is cut
+TABLE_WIDTH = 140  # table.txt: as `report` prints to a pipe, wide enough that no column is cut
 
 
 def _divergence(fd: dict | None) -> str:
@@ -20,21 +20,21 @@ def _divergence(fd: dict | None) -> str:
     return f"step {fd.get('step')} {fd.get('field')} ({fd.get('source')})"
 
 
-def _note(item: Rejudged) -> str:
+def _notes(item: Rejudged) -> list[str]:
     if item.run is None:
-        return f"run dir {item.recorded_run} is not here: the recorded first divergence is kept"
+        return [f"run dir {item.recorded_run} is not here: the recorded first divergence is kept"]
     if item.error is not None:
-        return f"its run could not be classified ({item.error}): the recorded entry is kept"
-    where = "" if str(item.run) == item.recorded_run else f" (found at {item.run})"
+        return [f"its run could not be classified ({item.error}): the recorded entry is kept"]
+    where = [] if str(item.run) == item.recorded_run else [f"found at {item.run}"]
     if not item.changed:
-        return f"re-judged from its run{where}: as recorded"
-    return f"re-judged from its run{where}; recorded by the hunt: {_divergence(item.before)}"
+        return [*where, "re-judged from its run: as recorded"]
+    return [*where, f"re-judged from its run; recorded by the hunt: {_divergence(item.before)}"]
 
 
 def rejudge_notes(rejudge: HuntRejudge, kept_only: bool = False) -> dict[str, list[str]]:
-    """Each trigger's line; `kept_only`: only where the recorded entry was kept (what stays
+    """Each trigger's lines; `kept_only`: only where the recorded entry was kept (what stays
     true after a save, for table.txt)."""
-    return {i.trigger: [_note(i)] for i in rejudge.runs if not (kept_only and i.judged)}
+    return {i.trigger: _notes(i) for i in rejudge.runs if not (kept_only and i.judged)}
 
 
 def render_rejudge(console: Console, rejudge: HuntRejudge) -> None:

@@ -35,15 +35,23 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 @pytest.fixture
 def moved_sessions(tmp_path, monkeypatch) -> Path:
-    """The sessions hunt copied into another checkout, run from a folder outside it: its
-    repo-relative run dirs are found from the hunt dir's parents, not from the cwd."""
+    """The sessions hunt as the hunt wrote it (no first divergence: the finder did not yet
+    read folded idle slots), copied into another checkout and run from a folder outside it:
+    its repo-relative run dirs are found from the hunt dir's parents, not from the cwd."""
     hunt = tmp_path / "repo" / SESSIONS
     shutil.copytree(ROOT / SESSIONS, hunt)
+    data = json.loads((hunt / "hunt.json").read_text())
+    for entry in data["results"]:
+        entry["first_divergence"] = entry["via"] = None
+    (hunt / "hunt.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    (hunt / "table.txt").write_text("session-close: no first divergence recorded\n")
     monkeypatch.chdir(tmp_path)
     return hunt
 
 
 def test_a_hunt_dir_is_rejudged_from_its_runs_and_nothing_is_written(capsys, monkeypatch):
+    """The committed samples were refreshed with `report --save --force`: their runs,
+    judged again, say what hunt.json says (a finder change that alters it fails here)."""
     monkeypatch.chdir(ROOT)
     before = _snapshot(ROOT / SESSIONS)
     assert run_cli(["report", str(SESSIONS)]) == 0
@@ -51,7 +59,7 @@ def test_a_hunt_dir_is_rejudged_from_its_runs_and_nothing_is_written(capsys, mon
     assert "session-close: first divergence at step 2383, evicted: rank 0: 0, rank 1: 96" in out
     assert "session-timeout: first divergence at step 2568, rids" in out
     assert "DIVERGES via session-clock (confirmed)" in out
-    assert out.count("re-judged from its run; recorded by the hunt: none") == 2
+    assert out.count("re-judged from its run: as recorded") == 2
     assert "no first divergence recorded" not in out
     assert _snapshot(ROOT / SESSIONS) == before
 
@@ -83,7 +91,7 @@ def test_an_older_hunt_keeps_its_recorded_confirmation_and_names_each_source(cap
     assert "session-timeout: first divergence at step 421, evicted" in out
     assert "host-pool: no first divergence recorded" in out
     assert "step 510, host_free: rank 0: 364, rank 1: 516 (source unknown)" in out
-    assert out.count("re-judged from its run: as recorded") == 2
+    assert out.count("re-judged from its run: as recorded") == 4
 
 
 def test_save_needs_force_then_rewrites_only_the_first_divergences(moved_sessions, capsys):
@@ -95,6 +103,10 @@ def test_save_needs_force_then_rewrites_only_the_first_divergences(moved_session
     assert _snapshot(hunt) == before
 
     recorded = json.loads((hunt / "hunt.json").read_text())
+    assert run_cli(["report", str(hunt)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("re-judged from its run; recorded by the hunt: none") == 2
+    assert "2 first divergence(s) differ from hunt.json" in out
     assert run_cli(["report", str(hunt), "--save", "--force"]) == 0
     err = capsys.readouterr().err
     assert f"wrote {hunt / 'hunt.json'}" in err and f"wrote {hunt / 'table.txt'}" in err
@@ -107,8 +119,10 @@ def test_save_needs_force_then_rewrites_only_the_first_divergences(moved_session
         k: v for k, v in recorded.items() if k != "results"
     }
     assert saved["results"][0]["first_divergence"] == CLOSE
+    assert saved == json.loads((ROOT / SESSIONS / "hunt.json").read_text())  # the refresh
     table = (hunt / "table.txt").read_text()
     assert "step 2383, evicted" in table and "no first divergence recorded" not in table
+    assert table == (ROOT / SESSIONS / "table.txt").read_text()
     assert "\x1b[" not in table  # plain text
     assert not list(hunt.glob(".*.tmp"))  # atomic writes leave no temporary file
 
