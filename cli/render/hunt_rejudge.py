@@ -11,6 +11,7 @@ from rich.text import Text
 from hicache_diag.cli.render.hunt import render_hunt
 from hicache_diag.hunt.rejudge import HuntRejudge, Rejudged
 
+NOT_FAILED = ("ok", "undecided", "interrupted")
 TABLE_WIDTH = 140  # table.txt: as `report` prints to a pipe, wide enough that no column is cut
 
 
@@ -26,6 +27,8 @@ def _notes(item: Rejudged) -> list[str]:
     if item.error is not None:
         return [f"its run could not be classified ({item.error}): the recorded entry is kept"]
     where = [] if str(item.run) == item.recorded_run else [f"found at {item.run}"]
+    if item.outcome in NOT_FAILED:  # the counts and status stay the hunt's; say they disagree
+        where.append(f"its run now classifies as {item.outcome}, not a failure")
     if not item.changed:
         return [*where, "re-judged from its run: as recorded"]
     return [*where, f"re-judged from its run; recorded by the hunt: {_divergence(item.before)}"]

@@ -9,6 +9,24 @@ from typing import Any
 SCHEMA = "hicache-diag/hunt/v1"
 
 
+_COUNTS = ("trials", "failures", "undecided")
+_NONE = type(None)
+# What each key of a hunt.json result holds (from_json refuses anything else: exit 2).
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    **dict.fromkeys(_COUNTS, int),
+    "fault": (str, _NONE),
+    "natural": bool,
+    "forms": dict,
+    "first_failure": (str, _NONE),
+    "first_divergence": (dict, _NONE),
+    "confirmed": (bool, _NONE),
+    "reruns": list,
+    "export": (str, _NONE),
+    "shrunk": (dict, _NONE),
+    "skipped": list,
+}
+
+
 @dataclass(slots=True)
 class TriggerResult:
     """What one trigger did: its variant run (a fault when natural was not enough), the
@@ -74,7 +92,12 @@ class TriggerResult:
             raise ValueError("a result without a trigger name")
         names = {f.name for f in fields(cls)} - {"name", "what", "sources", "interval"}
         kept = {k: data[k] for k in names if k in data}
+        for key, value in kept.items():
+            if not isinstance(value, _TYPES[key]) or (isinstance(value, bool) and key in _COUNTS):
+                raise ValueError(f"{data['trigger']}: {key} {value!r} is not what the hunt writes")
         interval = data.get("interval") or (0.0, 1.0)
+        if not isinstance(data.get("sources", []), list) or len(interval) != 2:
+            raise ValueError(f"{data['trigger']}: its sources or interval are malformed")
         return cls(
             data["trigger"],
             str(data.get("what", "")),

@@ -33,6 +33,7 @@ class Rejudged:
     run: Path | None
     before: dict[str, Any] | None
     after: dict[str, Any] | None = None
+    outcome: str | None = None  # the fresh verdict's (a failure, unless the classifier changed)
     error: str | None = None
 
     @property
@@ -108,9 +109,10 @@ def _judge(result: TriggerResult, hunt_dir: Path) -> Rejudged:
     if run is None:
         return judged
     try:
-        return replace(judged, after=first_divergence_of(classify_run(run)))
+        verdict = classify_run(run)
     except (RunDirError, OSError, ValueError) as exc:
         return replace(judged, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    return replace(judged, after=first_divergence_of(verdict), outcome=verdict.outcome.value)
 
 
 def rejudge_hunt(hunt_dir: Path) -> HuntRejudge:

@@ -150,6 +150,29 @@ def test_run_dirs_not_here_keep_their_recorded_entries(tmp_path, capsys, monkeyp
     assert json.loads((hunt / "hunt.json").read_text()) == data
 
 
+def test_a_first_failure_the_classifier_now_passes_says_so(tmp_path, capsys):
+    data = json.loads((ROOT / SESSIONS / "hunt.json").read_text())
+    data["results"] = data["results"][:1]
+    data["results"][0]["first_failure"] = str(ROOT / "samples" / "runs" / "healthy")
+    (tmp_path / "hunt.json").write_text(json.dumps(data))
+    assert run_cli(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "its run now classifies as ok, not a failure" in out
+    assert "session-close: no first divergence recorded" in out
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("forms", ["A"]), ("trials", "4"), ("interval", [0.1]), ("trials", True)]
+)
+def test_a_result_the_hunt_would_not_write_is_one_line_exit_2(tmp_path, capsys, key, value):
+    data = json.loads((ROOT / SESSIONS / "hunt.json").read_text())
+    data["results"][1][key] = value
+    (tmp_path / "hunt.json").write_text(json.dumps(data))
+    assert run_cli(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "hunt.json is damaged: session-timeout:" in err[0], err
+
+
 def test_a_moved_hunt_finds_an_absolute_run_dir_by_its_trigger_tail(tmp_path):
     run = tmp_path / "h" / "session-close" / "variant0" / "cell0-base" / "trial1-seed1"
     shutil.copytree(ROOT / SESSIONS / "runs" / "session-close", run)
