@@ -49,7 +49,6 @@ class Rejudged:
 class HuntRejudge:
     hunt_dir: Path
     raw: dict[str, Any]  # hunt.json as read: saving rewrites only its first divergences
-    recorded: HuntReport
     report: HuntReport  # the recorded report with each judged run's first divergence
     runs: list[Rejudged]
 
@@ -117,8 +116,7 @@ def _judge(result: TriggerResult, hunt_dir: Path) -> Rejudged:
 
 def rejudge_hunt(hunt_dir: Path) -> HuntRejudge:
     """Every trigger with a first failing run, judged again; the others as recorded."""
-    raw, recorded = load_hunt(hunt_dir)
-    report = HuntReport.from_json(raw)  # a second copy, updated below
+    raw, report = load_hunt(hunt_dir)  # `raw` stays as read; `report` is updated below
     runs = [_judge(r, hunt_dir) for r in report.results if r.first_failure]
     by_name = {r.trigger: r for r in runs}
     report.results = [
@@ -127,4 +125,4 @@ def rejudge_hunt(hunt_dir: Path) -> HuntRejudge:
         else r
         for r in report.results
     ]
-    return HuntRejudge(hunt_dir, raw, recorded, report, runs)
+    return HuntRejudge(hunt_dir, raw, report, runs)
