@@ -1,4 +1,5 @@
-"""`hicache-diag report RUN_DIR`: render a run directory (verdict, divergence, timelines, plots)."""
+"""`hicache-diag report RUN_DIR`: render a run directory (verdict, divergence, timelines, plots),
+or a hunt's directory re-judged from its runs (cli/report_hunt.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from hicache_diag.cli.render.console import print_json
 RunDir = Annotated[
     str,
     typer.Argument(
-        metavar="RUN_DIR", help="A run directory (runs/<utc>-<seed>/).", show_default=False
+        metavar="RUN_DIR",
+        help="A run directory (runs/<utc>-<seed>/), or a hunt's (its hunt.json).",
+        show_default=False,
     ),
 ]
 Plots = Annotated[
@@ -42,7 +45,16 @@ Force = Annotated[
     bool,
     typer.Option("--force", help="Replace existing output files (never a run's evidence)."),
 ]
-JsonOut = Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")]
+Save = Annotated[
+    bool,
+    typer.Option(
+        "--save",
+        help="A hunt dir: rewrite hunt.json's first divergences and table.txt (with --force).",
+    ),
+]
+JsonOut = Annotated[
+    bool, typer.Option("--json", help="Print the verdict (a hunt dir: its report) as JSON.")
+]
 Reclassify = Annotated[
     bool, typer.Option("--reclassify", help="Ignore verdict.json; classify afresh.")
 ]
@@ -128,10 +140,13 @@ EXAMPLES = """\b
 Examples:
   hicache-diag report runs/20261201T030000.000000-0
   hicache-diag report samples/runs/form_a --plots /tmp/plots
-  hicache-diag report samples/runs/form_a --html /tmp/form_a.html
+  hicache-diag report samples/hunt/sglang-0.5.23-sessions --save --force
 
 Outputs are written only where nothing exists yet, or with --force; a run's
-evidence (manifest.json, rank*.jsonl, verdict.json and the rest) never.
+evidence (manifest.json, rank*.jsonl, verdict.json and the rest) never. A hunt
+dir (hunt.json) shows the hunt's table with each trigger's first failing run
+classified afresh; --save --force rewrites its hunt.json (first divergences
+only) and table.txt. A run dir no longer here keeps its recorded entry.
 
 Exit: 0 rendered, 3 the run dir cannot decide (never finished or stepped),
 2 bad input (not a run directory, a damaged file, a bad or taken output path),
@@ -150,12 +165,24 @@ def register(app: typer.Typer) -> None:
         force: Force = False,
         json_out: JsonOut = False,
         reclassify: Reclassify = False,
+        save: Save = False,
     ) -> None:
         """Render a run directory: verdict, first divergence, per-rank timelines and plots."""
+        from hicache_diag.errors import UsageError
+        from hicache_diag.hunt.rejudge import is_hunt_dir
         from hicache_diag.paths import input_dir
         from hicache_diag.verdict import ExitCode
 
         input_dir("RUN_DIR", run_dir)
+        if is_hunt_dir(Path(run_dir)):  # a hunt is always classified afresh (--reclassify)
+            from hicache_diag.cli.report_hunt import check_hunt_flags, report_hunt
+
+            given = {"--plots": plots, "--summary": summary, "--html": html}
+            check_hunt_flags(Path(run_dir), given, save, force)
+            report_hunt(Path(run_dir), save, json_out)
+            raise typer.Exit(0)
+        if save:
+            raise UsageError(f"--save rewrites a hunt's hunt.json; {run_dir!r} holds none")
         outs = claim_outputs(plots, summary, html, force)
         result = make_report(Path(run_dir), outs, reclassify, quiet=json_out)
         _render(result, json_out)

@@ -242,8 +242,11 @@ def _read_twice(f: Flags) -> str | None:
 
 
 def _force_without_outputs(f: Flags) -> str | None:
-    if f.values.get("force") and not f.has("plots", "summary", "html"):
-        return "--force replaces output files: it does nothing without --plots, --summary or --html"
+    if f.values.get("force") and not f.has("plots", "summary", "html", "save"):
+        return (
+            "--force replaces output files: it does nothing without --plots, --summary, "
+            "--html or --save"
+        )
     return None
 
 

@@ -14,7 +14,8 @@ def _first(result: TriggerResult) -> str:
     if not fd:
         return "no first divergence recorded"
     values = ", ".join(f"rank {r}: {v}" for r, v in (fd.get("values") or {}).items())
-    return f"first divergence at step {fd.get('step')}, {fd.get('field')}: {values}"
+    source = f" (source {fd['source']})" if fd.get("source") else ""
+    return f"first divergence at step {fd.get('step')}, {fd.get('field')}: {values}{source}"
 
 
 def _status(result: TriggerResult) -> str:
@@ -23,6 +24,8 @@ def _status(result: TriggerResult) -> str:
         return f"DIVERGES{via} (confirmed)"
     if result.failures and result.confirmed is None and result.reruns:
         return f"failed{via}; its fresh reruns were undecided ({len(result.reruns)}): unknown"
+    if result.failures and result.confirmed is False and not result.reruns:
+        return f"failed{via}, not confirmed on a fresh rerun"  # a hunt.json before `reruns`
     if result.failures:
         return f"failed{via}, not reproduced by {len(result.reruns)} fresh rerun(s)"
     return "no divergence" if result.trials else "not run"
@@ -41,11 +44,16 @@ def hunt_table(report: HuntReport) -> Table:
     return table
 
 
-def render_hunt(console: Console, report: HuntReport) -> None:
+def render_hunt(
+    console: Console, report: HuntReport, notes: dict[str, list[str]] | None = None
+) -> None:
+    """`notes`: lines under a trigger's first failing run (a re-judged hunt's, say)."""
     console.print(hunt_table(report))
     for r in report.results:
         if r.first_failure:
             console.print(Text(f"{r.name}: {_first(r)}\n  run dir {r.first_failure}"))
+        for note in (notes or {}).get(r.name, []):
+            console.print(Text(f"  {note}"))
         if r.export:
             console.print(Text(f"  export: {r.export}"))
         for why in r.skipped:

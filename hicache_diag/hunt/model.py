@@ -3,8 +3,28 @@ hicache-diag/hunt/v1)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+SCHEMA = "hicache-diag/hunt/v1"
+
+
+_COUNTS = ("trials", "failures", "undecided")
+_NONE = type(None)
+# What each key of a hunt.json result holds (from_json refuses anything else: exit 2).
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    **dict.fromkeys(_COUNTS, int),
+    "fault": (str, _NONE),
+    "natural": bool,
+    "forms": dict,
+    "first_failure": (str, _NONE),
+    "first_divergence": (dict, _NONE),
+    "confirmed": (bool, _NONE),
+    "reruns": list,
+    "export": (str, _NONE),
+    "shrunk": (dict, _NONE),
+    "skipped": list,
+}
 
 
 @dataclass(slots=True)
@@ -64,6 +84,28 @@ class TriggerResult:
             "skipped": list(self.skipped),
         }
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TriggerResult:
+        """One entry of hunt.json's `results`; keys an older hunt did not write keep their
+        defaults (`reruns`, `shrunk`), derived ones (`divergent`, `via`) are recomputed."""
+        if not isinstance(data, dict) or not isinstance(data.get("trigger"), str):
+            raise ValueError("a result without a trigger name")
+        names = {f.name for f in fields(cls)} - {"name", "what", "sources", "interval"}
+        kept = {k: data[k] for k in names if k in data}
+        for key, value in kept.items():
+            if not isinstance(value, _TYPES[key]) or (isinstance(value, bool) and key in _COUNTS):
+                raise ValueError(f"{data['trigger']}: {key} {value!r} is not what the hunt writes")
+        interval = data.get("interval") or (0.0, 1.0)
+        if not isinstance(data.get("sources", []), list) or len(interval) != 2:
+            raise ValueError(f"{data['trigger']}: its sources or interval are malformed")
+        return cls(
+            data["trigger"],
+            str(data.get("what", "")),
+            tuple(data.get("sources") or ()),
+            interval=(float(interval[0]), float(interval[1])),
+            **kept,
+        )
+
 
 @dataclass(slots=True)
 class HuntReport:
@@ -79,7 +121,7 @@ class HuntReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "schema": "hicache-diag/hunt/v1",
+            "schema": SCHEMA,
             "release": self.release,
             "trials_run": self.trials_run,
             "stopped": self.stopped,
@@ -87,3 +129,19 @@ class HuntReport:
             "results": [r.to_json() for r in self.results],
             "unmapped": list(self.unmapped),
         }
+
+    @classmethod
+    def from_json(cls, data: Any) -> HuntReport:
+        """hunt.json as `save_report` wrote it (ValueError: not a hunt report)."""
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise ValueError(f"not a hunt report (schema {SCHEMA!r})")
+        results = data.get("results")
+        if not isinstance(results, list):
+            raise ValueError("its results are not a list")
+        return cls(
+            str(data.get("release", "")),
+            [TriggerResult.from_json(r) for r in results],
+            list(data.get("unmapped") or ()),
+            int(data.get("trials_run") or 0),
+            data.get("stopped"),
+        )

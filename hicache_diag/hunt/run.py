@@ -16,7 +16,7 @@ from hicache_diag.errors import UsageError
 from hicache_diag.harness.trials import run_trials, trial_verdict, verdict_in
 from hicache_diag.hunt.model import HuntReport, TriggerResult
 from hicache_diag.run_options import RunOptions
-from hicache_diag.verdict import Outcome
+from hicache_diag.verdict import Outcome, Verdict
 
 if TYPE_CHECKING:
     from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
@@ -89,6 +89,12 @@ class _Cell:
     cfg: Any  # the engine's config
 
 
+def first_divergence_of(verdict: Verdict) -> dict[str, Any] | None:
+    """What hunt.json records of a failing run's verdict (also when a saved hunt is re-judged,
+    hunt/rejudge.py): its first divergence as the verdict writes it."""
+    return verdict.to_json().get("first_divergence")
+
+
 def _tally(result: TriggerResult, runs: list[TrialResult]) -> None:
     for res in runs:
         verdict = trial_verdict(res)
@@ -103,7 +109,7 @@ def _tally(result: TriggerResult, runs: list[TrialResult]) -> None:
         result.forms[form] = result.forms.get(form, 0) + 1
         if result.first_failure is None:
             result.first_failure = res.run_dir
-            result.first_divergence = verdict.to_json().get("first_divergence")
+            result.first_divergence = first_divergence_of(verdict)
     result.interval = wilson(result.failures, result.trials)
 
 
@@ -246,4 +252,4 @@ def run_hunt(
     return report
 
 
-__all__ = ["HuntConfig", "run_hunt", "variant_options"]
+__all__ = ["HuntConfig", "first_divergence_of", "run_hunt", "variant_options"]

@@ -90,6 +90,11 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
     (["report", "{root}/list_verdict"], 2, "verdict.json is damaged: it holds a JSON list"),
     (["report", "{root}/list_launcher"], 2, "launcher.json is damaged: it holds a JSON list"),
     (["report", "{root}/list_verdict", "--plots", "{root}/afile"], 2, "is a file"),
+    # report of a hunt dir (hunt.json): damaged, or asked for a run dir's outputs
+    (["report", "{root}/list_hunt"], 2, "hunt.json is damaged: not a hunt report"),
+    (["report", "{root}/torn_hunt"], 2, "hunt.json is damaged: Unterminated"),
+    (["report", "{root}/list_hunt", "--plots", "{root}/p"], 2, "--plots renders one run dir"),
+    (["report", "{sample}", "--save"], 2, "--save rewrites a hunt's hunt.json"),
 ]
 
 
@@ -511,6 +516,9 @@ def make_files(root: Path) -> None:
     (root / "env_bool.toml").write_text('engine = "sglang"\nsglang_env = {X = true}\n')
     (root / "env_builtin.toml").write_text('sglang_env = {SGLANG_X = "1"}\n')
     (root / "warm_key.toml").write_text('engine = "sglang"\nwarm_server = true\n')
+    for name, text in (("list_hunt", "[]"), ("torn_hunt", '{"schema": "hicache-diag/hu')):
+        (root / name).mkdir()
+        (root / name / "hunt.json").write_text(text)
     for name in ("list_verdict", "list_launcher"):
         shutil.copytree(SAMPLE_RUN, root / name)
     (root / "list_verdict" / "verdict.json").write_text(json.dumps([1, 2]))

@@ -61,6 +61,8 @@ NOT_OUTPUTS = {
     ("run", "--ssh-config"): "read",
     ("triage", "more_logs"): "read",
     ("report", "run_dir"): "read",
+    ("report", "--save"): "a switch, not a path: a hunt dir's hunt.json and table.txt, "
+    "replaced only with --force (tests/cli/test_report_hunt.py)",
     ("export", "run_dir"): "read",
     ("shrink", "run_dir"): "read",
     ("sources", "--source"): "read",
