@@ -30,6 +30,12 @@ class ClientResult:
     done: bool = False
 
 
+# The scheduler's own abort of a turn whose session is gone (reaped on its timeout) or closing:
+# `set_finish_with_abort` in handle_generate_request (0.5.23 scheduler.py:3094-3110), answered
+# as HTTP 400. A session-timeout workload sends turns after the timeout on purpose.
+_SESSION_ABORTS = ("Invalid request: session id ", "Invalid request: close was requested")
+
+
 def abort_message(status: int, text: str) -> str | None:
     """The server's own abort of a request, from its reply, else None. SGLang answers an abort
     it decided (SGLANG_REQ_WAITING_TIMEOUT, a client abort) with the finish reason `abort` and
@@ -46,6 +52,8 @@ def abort_message(status: int, text: str) -> str | None:
         message = err.get("message") if isinstance(err, dict) else data.get("message")
         if status == 503 and message:
             return f"HTTP 503: {message}"
+        if isinstance(message, str) and message.startswith(_SESSION_ABORTS):
+            return f"HTTP {status}: {message}"
     return "HTTP 503: Service Unavailable" if status == 503 else None
 
 

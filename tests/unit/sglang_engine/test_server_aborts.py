@@ -21,6 +21,10 @@ def test_abort_message_reads_the_servers_abort_and_nothing_else() -> None:
     assert abort_message(200, json.dumps(finish)) == "HTTP 200: aborted by client"
     assert abort_message(500, json.dumps({"error": {"message": "Internal"}})) is None
     assert abort_message(400, json.dumps({"error": {"message": "bad session"}})) is None
+    # The scheduler's abort of a turn whose session its timeout reaped (a session-timeout
+    # trial sends such turns on purpose): a reply, as printed by 0.5.23 (hunt run, 2026-12-04).
+    gone = "Invalid request: session id s003 does not exist"
+    assert abort_message(400, json.dumps({"error": {"message": gone}})) == f"HTTP 400: {gone}"
 
 
 def _run_with(tmp_path: Path, requests: dict) -> Path:
