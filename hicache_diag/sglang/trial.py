@@ -92,6 +92,7 @@ class SglangEngine(Engine):
         warm, control = self.warm, None
         if warm is not None:
             self.warm_record = warm.boundary(cfg, run_dir)  # reuse, or stop a dirty server
+            warm.note_trial(run_dir)
             control = str(warm.control_dir)
         if cfg.spec.hicache_storage_backend and not cfg.spec.hicache_storage_dir:
             # SGLang's default (/tmp/hicache) would mix unrelated runs: the trial's own dir, or

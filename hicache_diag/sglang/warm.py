@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hicache_diag import evidence as ev
+from hicache_diag.harness.trials import verdict_in
 from hicache_diag.sglang.clean_proof import (
     Control,
     Proofs,
@@ -60,6 +61,7 @@ class WarmSglang:
         self.generation = 0  # servers started so far: each watches its own control dir
         self.storage_dir: Path | None = None  # the current server's L3 dir, when it is ours
         self.reference = ReferenceWorker()  # the trials' reference outputs, one loaded model
+        self.last_run: Path | None = None  # the previous trial's run dir (its verdict)
 
     @property
     def log_path(self) -> Path:
@@ -99,9 +101,19 @@ class WarmSglang:
             return ev.WarmServerRecord(why=f"restarted: {refusal}", server_pid=pid)
         return self._prove(run_dir)
 
+    def note_trial(self, run_dir: Path) -> None:
+        """The trial now on this pool's server: its verdict, once written, decides the next
+        boundary."""
+        self.last_run = run_dir
+
     def _refusal(self, cfg: SglangRunConfig) -> str:
         if self.reusable:
             return self.reusable
+        judged = _judged(self.last_run)
+        if judged not in ("ok", None):
+            # Decided after release(): a silent divergence (the stages ran different requests)
+            # leaves no failure for the watch, yet the ranks took different paths on this server.
+            return f"the previous trial's verdict was {judged}"
         if cfg.faults:
             return "this trial has faults (armed at launch: they need a server of their own)"
         if storage_refusal(cfg.spec):
@@ -195,6 +207,14 @@ class WarmSglang:
     def close(self) -> None:
         self.stop()
         self.reference.close()
+
+
+def _judged(run_dir: Path | None) -> str | None:
+    """The outcome of `run_dir`'s verdict; "no verdict" when it has none; None: no run."""
+    if run_dir is None:
+        return None
+    verdict = verdict_in(run_dir)
+    return verdict.outcome.value if verdict is not None else "no verdict"
 
 
 def _spoiled(cfg: SglangRunConfig, watch: TrialWatch, done: bool) -> str:

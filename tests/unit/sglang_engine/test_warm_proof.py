@@ -294,3 +294,30 @@ def test_an_empty_python_tree_holds_no_values_without_asking_it():
     scheduler.tree_cache.root_node = _node(_node())  # a tree with nodes is still asked
     with pytest.raises(ValueError):
         read_facts(scheduler)
+
+
+@pytest.mark.parametrize(("outcome", "reused"), [("diverged", False), (None, False), ("ok", True)])
+def test_a_trial_judged_not_ok_after_release_still_restarts_the_server(
+    tmp_path, monkeypatch, outcome, reused
+):
+    """A silent divergence is known only from the verdict, after the server was released: the
+    next boundary reads it (None: the trial left no verdict)."""
+    from hicache_diag.sglang import warm
+    from hicache_diag.verdict import Outcome, Verdict
+
+    pool, closed = _pool_with_server(tmp_path)
+    cfg = _cfg()
+    pool.key = warm._key(cfg)
+    last = tmp_path / "trial0"
+    last.mkdir()
+    if outcome is not None:
+        Verdict(outcome=Outcome(outcome)).write(last / "verdict.json")
+    pool.note_trial(last)
+    proven = ev.WarmServerRecord(reused=True, why="proven clean on every rank")
+    monkeypatch.setattr(warm.WarmSglang, "_prove", lambda self, run_dir: proven)
+    record = pool.boundary(cfg, tmp_path / "trial1")
+    assert record.reused is reused
+    if not reused:
+        said = outcome or "no verdict"
+        assert record.why == f"restarted: the previous trial's verdict was {said}"
+        assert closed == [1]
