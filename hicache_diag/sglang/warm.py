@@ -5,9 +5,10 @@ otherwise the server is restarted. The manifest's `warm_server` says which, and 
 The pool lives in the process that runs the trials one after another (harness/warm_trials.py).
 SGLang's whole output goes to the pool's own server.log; each trial gets its slice. A server
 is never reused after a trial that had faults (they are armed at launch and touch the server),
-failed, hung or was interrupted. With the L3 `file` backend the pool gives each server its own
-dir (`l3-{generation}`) and empties it, and SGLang's backend indexes, at every boundary; the
-ranks' proofs then show it empty. Another backend, or a user's --hicache-storage-dir, means a
+failed, hung, was interrupted or was judged anything but ok (read from its verdict at the next
+boundary: a silent divergence leaves the watch nothing). With the L3 `file` backend the pool
+gives each server its own dir (`l3-{generation}`) and empties it, and SGLang's backend indexes,
+at every boundary; the ranks' proofs then show it empty. Another backend, or a user's --hicache-storage-dir, means a
 server per trial (clean_proof.py `storage_refusal`).
 """
 
