@@ -349,25 +349,24 @@ def _environment_failure(verdict: Verdict, error: str) -> Verdict:
     cause is the exception the classifier read from the first scheduler that raised (the rule
     book's traceback parser), else the launcher's own last error line."""
     cause = verdict.signature if verdict.outcome is Outcome.CRASH and verdict.signature else error
-    return replace(
-        verdict,
-        outcome=Outcome.UNDECIDED,
-        form=None,
-        failed_rank=None,
-        culprit_rank=None,
-        first_divergence=None,
-        signature=f"SGLang never became ready: {cause}",
-        evidence=[
-            f"SGLang never became ready (the environment failed, not a rank): {cause}",
-            f"launcher: {error}",
-        ],
-    )
+    said = f"SGLang never became ready (the environment failed, not a rank): {cause}"
+    return _undecided(verdict, f"SGLang never became ready: {cause}", [said, f"launcher: {error}"])
 
 
 def _lost_node(verdict: Verdict, lost: dict[str, str]) -> Verdict:
     """A node whose ssh link ended mid-run: the environment's failure (`undecided`), the node
     named, its ranks (and the cascade on the others) never blamed."""
     said = "; ".join(f"{node}: {why}" for node, why in lost.items())
+    line = (
+        f"lost {said}: the run ended with it (the environment failed, not a rank); its "
+        "ranks are not judged, never blamed"
+    )
+    signature = f"a node's ssh link ended mid-run ({said})"
+    return _undecided(verdict, signature, [line, *verdict.evidence])
+
+
+def _undecided(verdict: Verdict, signature: str, evidence: list[str]) -> Verdict:
+    """The environment's failure: no form, no failed or culprit rank, no divergence judged."""
     return replace(
         verdict,
         outcome=Outcome.UNDECIDED,
@@ -375,12 +374,8 @@ def _lost_node(verdict: Verdict, lost: dict[str, str]) -> Verdict:
         failed_rank=None,
         culprit_rank=None,
         first_divergence=None,
-        signature=f"a node's ssh link ended mid-run ({said})",
-        evidence=[
-            f"lost {said}: the run ended with it (the environment failed, not a rank); its "
-            "ranks are not judged, never blamed",
-            *verdict.evidence,
-        ],
+        signature=signature,
+        evidence=evidence,
     )
 
 

@@ -8,8 +8,8 @@ is never reused after a trial that had faults (they are armed at launch and touc
 failed, hung, was interrupted or was judged anything but ok (read from its verdict at the next
 boundary: a silent divergence leaves the watch nothing). With the L3 `file` backend the pool
 gives each server its own dir (`l3-{generation}`) and empties it, and SGLang's backend indexes,
-at every boundary; the ranks' proofs then show it empty. Another backend, or a user's --hicache-storage-dir, means a
-server per trial (clean_proof.py `storage_refusal`).
+at every boundary; the ranks' proofs then show it empty. Another backend, or a user's
+--hicache-storage-dir, means a server per trial (clean_proof.py `storage_refusal`).
 """
 
 from __future__ import annotations
