@@ -26,6 +26,8 @@ def _status(result: TriggerResult) -> str:
         return f"failed{via}; its fresh reruns were undecided ({len(result.reruns)}): unknown"
     if result.failures and result.confirmed is False and not result.reruns:
         return f"failed{via}, not confirmed on a fresh rerun"  # a hunt.json before `reruns`
+    if result.failures and result.confirmed is None:  # no rerun ran (the hunt was stopped)
+        return f"failed{via}; not confirmed: no fresh rerun ran"
     if result.failures:
         return f"failed{via}, not reproduced by {len(result.reruns)} fresh rerun(s)"
     return "no divergence" if result.trials else "not run"

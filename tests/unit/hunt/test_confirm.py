@@ -72,3 +72,11 @@ def test_every_natural_trigger_runs_before_any_perturbation(monkeypatch, tmp_pat
     report = hunt_run.run_hunt(cfg, cands, "0.5.23")
     assert ran == [("a", "natural"), ("b", "natural"), ("a", "f1"), ("c", "f2")]
     assert [r.name for r in report.results] == ["a", "b", "c"]
+
+
+def test_a_failure_stopped_before_its_rerun_says_so_not_zero_reruns():
+    from hicache_diag.cli.render.hunt import _status
+
+    result = TriggerResult("session-timeout", "test", (), failures=3, trials=3)
+    result.confirmed, result.reruns = None, []
+    assert _status(result) == "failed; not confirmed: no fresh rerun ran"
