@@ -32,11 +32,11 @@ from hicache_diag.harness.signals import die_with_parent
 from hicache_diag.sglang.install import SglangInstall
 from hicache_diag.sglang.launch_spec import LaunchSpec
 from hicache_diag.sglang.nodes import OMP_BIND, node_ranks, omp_bind
+from hicache_diag.sglang.ports import http_url
 from hicache_diag.sglang.server import (
     Scheduler,
     ServerStartError,
     SglangServer,
-    free_port,
     last_error_line,
     parse_title,
 )
@@ -63,16 +63,22 @@ STATES = {
 
 
 class SshNodes(SglangServer):
-    """Every node of the launch on its host (`executor.nodes[i]`: node-i at hosts[i])."""
+    """Every node of the launch on its host (`executor.nodes[i]`: node-i at hosts[i]), its
+    `--port` `ports[i]`, free on that host (remote_nodes.py asked it)."""
 
     remote = True
 
     def __init__(
-        self, install: SglangInstall, specs: list[LaunchSpec], run_dir: Path, executor: SshExecutor
+        self,
+        install: SglangInstall,
+        specs: list[LaunchSpec],
+        run_dir: Path,
+        executor: SshExecutor,
+        ports: list[int],
     ) -> None:
         super().__init__(install, specs[0], run_dir)
         self.specs, self.executor = specs, executor
-        self.ports = [self.port] + [free_port() for _ in specs[1:]]
+        self.ports, self.port = list(ports), ports[0]
         self.launchers: list[subprocess.Popen] = []
         self.watches = [NodeWatch(executor, n) for n in executor.nodes]
         self.exited_at: dict[int, float] = {}
@@ -82,7 +88,7 @@ class SshNodes(SglangServer):
 
     @property
     def url(self) -> str:
-        return f"http://{self.spec.host}:{self.port}"  # node 0's address (nodes.host_specs)
+        return http_url(self.spec.host, self.port)  # node 0's address (nodes.host_specs)
 
     def host_of(self, i: int) -> str:
         return self.executor.nodes[i].address

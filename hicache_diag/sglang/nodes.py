@@ -14,25 +14,42 @@ runs on hosts[i]: the placement's server launches and watches them there."""
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from hicache_diag.sglang.install import SglangInstall
 from hicache_diag.sglang.launch_spec import LaunchSpec
-from hicache_diag.sglang.server import Scheduler, ServerStartError, SglangServer, free_port
+from hicache_diag.sglang.ports import free_port, host_port
+from hicache_diag.sglang.server import Scheduler, ServerStartError, SglangServer
 
 LOCAL_HOST = "127.0.0.1"
 OMP_BIND = "SGLANG_CPU_OMP_THREADS_BIND"
 
 
+@dataclass(frozen=True, slots=True)
+class NodePorts:
+    """The TCP ports SGLang (0.5.23) binds on one node's host, free there. `http` is its
+    `--port`: node 0's HTTP server, and on node i > 0 the health-check server
+    (engine.py `launch_dummy_health_check_server`). `dist_init` is used on node 0 only: the
+    `--dist-init-addr` port, where rank 0's torch.distributed TCPStore listens. Not ours:
+    `nccl_port` (SGLang picks it on the host, and dials it only without --dist-init-addr) and
+    the tokenizer/scheduler/detokenizer/rpc/metrics endpoints (ipc:// files without DP
+    attention; with it, TCP ports derived from the --dist-init-addr port)."""
+
+    http: int
+    dist_init: int
+
+
 class NodePlacement(Protocol):
     """Where the nodes run when not on loopback: `hosts[i]` (as the user named it) runs node i,
-    `addresses[i]` is what the others and this machine dial, `via` the launcher (ssh)."""
+    `addresses[i]` is what the others and this machine dial, `ports[i]` are free on hosts[i]
+    (asked of the host), `via` the launcher (ssh)."""
 
     via: str
     hosts: tuple[str, ...]
     addresses: tuple[str, ...]
+    ports: tuple[NodePorts, ...]
 
     def server(self, install: SglangInstall, specs: list[LaunchSpec], run_dir: Path) -> Any:
         """An SglangServer holding every node's launch on its host."""
@@ -53,8 +70,9 @@ def node_specs(spec: LaunchSpec, dist_init_addr: str) -> list[LaunchSpec]:
 
 def host_specs(spec: LaunchSpec, addresses: tuple[str, ...], port: int) -> list[LaunchSpec]:
     """Each node's launch on its host: the rendezvous on node 0's address, and each server
-    listening on its own host's address (node 0's is where this machine sends the workload)."""
-    specs = node_specs(spec, f"{addresses[0]}:{port}")
+    listening on its own host's address (node 0's is where this machine sends the workload).
+    `port` is free on node 0's host; an IPv6 address is bracketed as SGLang's parser needs."""
+    specs = node_specs(spec, host_port(addresses[0], port))
     return [replace(s, host=addresses[s.node_rank]) for s in specs]
 
 
@@ -157,10 +175,9 @@ def make_server(
     if spec.nnodes <= 1:
         return SglangServer(install, spec, run_dir, log)
     if placement is not None:
-        return placement.server(
-            install, host_specs(spec, placement.addresses, free_port()), run_dir
-        )
-    specs = node_specs(spec, spec.dist_init_addr or f"{LOCAL_HOST}:{free_port()}")
+        specs = host_specs(spec, placement.addresses, placement.ports[0].dist_init)
+        return placement.server(install, specs, run_dir)
+    specs = node_specs(spec, spec.dist_init_addr or host_port(LOCAL_HOST, free_port()))
     peers = tuple(NodeServer(install, s, run_dir) for s in specs[1:])
     return NodeServer(install, specs[0], run_dir, peers)
 

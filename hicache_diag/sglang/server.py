@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -30,6 +29,7 @@ from hicache_diag.ranks import RankId, parse_rank_tokens
 from hicache_diag.sglang import build_locks
 from hicache_diag.sglang.bundle import plugin_bundle
 from hicache_diag.sglang.launch_spec import LaunchSpec
+from hicache_diag.sglang.ports import free_port
 from hicache_diag.sglang.release import SglangInstall
 from hicache_diag.sglang_plugin import config as plugin_config
 
@@ -77,11 +77,6 @@ class Scheduler:
         return {**where, "title": self.title, "vanished": vanished, **seen}
 
 
-# SGLang derives more ports from --port (0.5.1x: a gRPC port at port + 10000, checked <= 65535
-# at start-up), so the HTTP port stays below that headroom.
-_MAX_PORT = 65535 - 10000
-
-
 # Log lines that open each start-up phase (SGLang 0.5.x), latest first.
 _PHASES = (
     (
@@ -115,16 +110,6 @@ def _log_tail(path: Path, size: int = 64 * 1024) -> str:
             return fh.read().decode(errors="replace")
     except OSError:
         return ""
-
-
-def free_port() -> int:
-    for _ in range(64):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port <= _MAX_PORT:
-            return port
-    return port
 
 
 def parse_title(cmdline: str) -> RankId | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ from hicache_diag.errors import UsageError
 from hicache_diag.sglang.install import SglangInstall
 from hicache_diag.sglang.launch_spec import LaunchSpec
 from hicache_diag.sglang.nodes import host_specs
+from hicache_diag.sglang.ports import MAX_PORT
 from tests.cluster.sshd import scheduler_pid
 
 pytestmark = [pytest.mark.multinode, pytest.mark.process]
@@ -40,7 +42,7 @@ def _server(cluster, tmp_path) -> SshNodes:
     )
     install = SglangInstall(python="python3", version="0.5.23", package_dir=tmp_path)
     specs = host_specs(LaunchSpec(model=tmp_path, pp_size=2, nnodes=2), ("a", "b"), 1)
-    server = SshNodes(install, specs, tmp_path, executor)
+    server = SshNodes(install, specs, tmp_path, executor, [1, 2])
     for w in server.watches:  # the watch alone: the launches are fake_rank.py's, started above
         w.start()
     server.launchers = [_Running(), _Running()]  # fake_rank.py's launches, not ours to watch
@@ -124,6 +126,11 @@ def test_place_checks_the_hosts_and_resolves_their_addresses(ssh_cluster, tmp_pa
     cfg = place(_cfg(ssh_cluster, tmp_path / "run"))
     assert cfg.placement.hosts == ("node-1", "node-2")
     assert cfg.placement.addresses == ("127.0.0.2", "127.0.0.3")  # ssh -G: their HostName
+    for ports in cfg.placement.ports:  # asked of each host in the same check
+        assert ports.http != ports.dist_init and max(ports.http, ports.dist_init) <= MAX_PORT
+        for port in (ports.http, ports.dist_init):
+            with socket.socket() as s:  # the nodes share this machine's network
+                s.bind(("127.0.0.1", port))
     assert not list(tmp_path.glob(".hicache-diag-shared-*"))  # the token is removed
     with pytest.raises(UsageError, match="no /nonexistent/python3 there"):
         place(_cfg(ssh_cluster, tmp_path / "run", "/nonexistent/python3"))

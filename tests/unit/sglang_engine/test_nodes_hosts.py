@@ -20,13 +20,14 @@ from hicache_diag.cluster.ssh import SshExecutor
 from hicache_diag.errors import UsageError
 from hicache_diag.sglang.install import SglangInstall
 from hicache_diag.sglang.launch_spec import LaunchSpec
-from hicache_diag.sglang.nodes import host_specs, make_server, placement_evidence
+from hicache_diag.sglang.nodes import NodePorts, host_specs, make_server, placement_evidence
 from hicache_diag.sglang.server import Scheduler
 from hicache_diag.sglang.trial import _lost_node
 from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict
 
 HOSTS = ("gpu-a", "gpu-b")
 ADDRS = ("10.0.0.1", "10.0.0.2")
+PORTS = (NodePorts(30001, 29501), NodePorts(30002, 29502))  # as the hosts answered
 
 
 def _flag(argv: list[str], name: str) -> str:
@@ -37,7 +38,7 @@ def _nodes(tmp_path: Path, monkeypatch) -> SshNodes:
     monkeypatch.delenv("SGLANG_CPU_OMP_THREADS_BIND", raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 4)
     install = SglangInstall(python="/opt/py/bin/python3", version="0.5.23", package_dir=tmp_path)
-    placement = SshPlacement(HOSTS, ADDRS, "/etc/my_ssh_config")
+    placement = SshPlacement(HOSTS, ADDRS, PORTS, "/etc/my_ssh_config")
     spec = LaunchSpec(model=tmp_path, pp_size=2, nnodes=2)
     server = make_server(install, spec, tmp_path, placement=placement)
     assert isinstance(server, SshNodes) and server.remote
@@ -68,10 +69,9 @@ def test_a_node_runs_through_ssh_under_the_lifeline(tmp_path, monkeypatch) -> No
         sglang = remote[remote.index("/opt/py/bin/python3", 5) :]
         assert sglang[1:3] == ["-m", "sglang.launch_server"]
         assert _flag(sglang, "--node-rank") == str(i) and _flag(sglang, "--host") == ADDRS[i]
-        assert _flag(sglang, "--dist-init-addr").startswith("10.0.0.1:")
-    assert server.url.startswith("http://10.0.0.1:")
-    ports = [_flag(n["argv"], "--port") for n in server.launch_lines()]
-    assert len(set(ports)) == 2  # one test machine may hold both "hosts"
+        assert _flag(sglang, "--dist-init-addr") == "10.0.0.1:29501"  # node 0's host's port
+        assert _flag(sglang, "--port") == str(PORTS[i].http)  # free on its own host
+    assert server.url == "http://10.0.0.1:30001"
 
 
 def test_the_manifest_and_evidence_name_each_host(tmp_path, monkeypatch) -> None:
@@ -81,7 +81,7 @@ def test_the_manifest_and_evidence_name_each_host(tmp_path, monkeypatch) -> None
         ("node-0", "gpu-a", "ssh", ["PP0 TP0"]),
         ("node-1", "gpu-b", "ssh", ["PP1 TP0"]),
     ]
-    (line,) = placement_evidence(server, SshPlacement(HOSTS, ADDRS))
+    (line,) = placement_evidence(server, SshPlacement(HOSTS, ADDRS, PORTS))
     assert line == (
         "SGLang across 2 nodes (--nnodes, ssh: gpu-a,gpu-b): node-0 on gpu-a: PP0 TP0; "
         "node-1 on gpu-b: PP1 TP0"

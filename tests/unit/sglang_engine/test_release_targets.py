@@ -137,6 +137,6 @@ def test_pages_over_one_need_triton_only_where_the_kernel_has_no_other_path(tmp_
 
 
 def test_free_port_leaves_sglangs_grpc_headroom():
-    from hicache_diag.sglang.server import _MAX_PORT, free_port
+    from hicache_diag.sglang.ports import MAX_PORT, free_port
 
-    assert all(free_port() <= _MAX_PORT for _ in range(20))
+    assert all(free_port() <= MAX_PORT for _ in range(20))
