@@ -114,15 +114,20 @@ def offline_env(bundle: PluginBundle) -> dict[str, str]:
     return env
 
 
+def offline_launch(python: str, *args: str) -> dict:
+    """The args, env and cwd of `python -m hicache_diag.sglang_plugin.offline ARGS` in the
+    release's interpreter: one home for a one-shot task and a kept worker alike."""
+    bundle = plugin_bundle()
+    argv = [python, "-m", "hicache_diag.sglang_plugin.offline", *args]
+    return {"args": argv, "env": offline_env(bundle), "cwd": bundle.root}
+
+
 def run_offline(python: str, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
     """`python -m hicache_diag.sglang_plugin.offline ARGS` in the release's interpreter."""
-    bundle = plugin_bundle()
     return subprocess.run(
-        [python, "-m", "hicache_diag.sglang_plugin.offline", *args],
+        **offline_launch(python, *args),
         capture_output=True,
         text=True,
         timeout=timeout_s,
         check=False,
-        env=offline_env(bundle),
-        cwd=bundle.root,
     )

@@ -100,19 +100,16 @@ class ReferenceWorker:
         return json.loads(line)
 
     def _start(self, python: str, model_dir: Path) -> None:
-        from hicache_diag.sglang.bundle import offline_env, plugin_bundle
+        from hicache_diag.sglang.bundle import offline_launch
 
-        bundle = plugin_bundle()
         self._stderr.seek(0)
         self._stderr.truncate()
         self.proc = subprocess.Popen(
-            [python, "-m", "hicache_diag.sglang_plugin.offline", "reference-serve", str(model_dir)],
+            **offline_launch(python, "reference-serve", str(model_dir)),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             text=True,
-            env=offline_env(bundle),
-            cwd=bundle.root,
         )
 
     def close(self) -> None:
