@@ -32,7 +32,16 @@ def describe(read: Located) -> str:
 
 
 def unaligned(reads: Iterable[Located]) -> list[Located]:
-    return [r for r in reads if getattr(r.alignment, "mechanism", None) == UNALIGNED]
+    """Reads the PP stages may see differently: nothing aligns them, or only a collective that
+    stays inside one stage does (a MIN over its TP group, as 0.5.18's L3 queue drain: each stage
+    then agrees with itself, not with the other stages)."""
+    return [r for r in reads if _parts_stages(r.alignment)]
+
+
+def _parts_stages(alignment: object) -> bool:
+    if getattr(alignment, "mechanism", None) == UNALIGNED:
+        return True
+    return getattr(alignment, "covers_pp", None) is False
 
 
 def plan_hunt(reads: Iterable[Located]) -> tuple[list[Candidate], list[str]]:

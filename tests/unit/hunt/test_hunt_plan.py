@@ -18,6 +18,7 @@ from hicache_diag.run_options import BuiltinOptions, SglangOptions
 @dataclass(frozen=True)
 class _Alignment:
     mechanism: str
+    covers_pp: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -28,10 +29,11 @@ class _Read:
     file: str = "managers/scheduler.py"
     line: int = 1
     function: str = "f"
+    covers_pp: bool | None = None
 
     @property
     def alignment(self) -> _Alignment:
-        return _Alignment(self.mechanism)
+        return _Alignment(self.mechanism, self.covers_pp)
 
 
 def test_unaligned_reads_group_under_their_trigger_and_the_rest_are_listed():
@@ -49,6 +51,22 @@ def test_unaligned_reads_group_under_their_trigger_and_the_rest_are_listed():
     waiting = next(c for c in candidates if c.trigger is WAITING_TIMEOUT)
     assert waiting.sources == ("managers/scheduler.py:20 f (clock -> request-abort)",)
     assert unmapped == ["managers/scheduler.py:30 f (thread-value -> unknown)"]
+
+
+def test_a_collective_inside_one_stage_does_not_align_the_stages():
+    # 0.5.18's L3 drain: a MIN over each stage's own TP group (covers_pp False) is a candidate;
+    # the same MIN relayed down PP (covers_pp True) is not; unknown coverage is not guessed at.
+    drain = ("queue-size", ("storage-queue-drain",))
+    reads = [
+        _Read(*drain, mechanism="min", covers_pp=False, line=1561),
+        _Read(*drain, mechanism="min+leader-relay", covers_pp=True, line=1006),
+        _Read(*drain, mechanism="min", covers_pp=None, line=7),
+    ]
+    candidates, _ = plan_hunt(reads)
+    assert [c.trigger.name for c in candidates] == ["l3-storage"]
+    assert candidates[0].sources == (
+        "managers/scheduler.py:1561 f (queue-size -> storage-queue-drain)",
+    )
 
 
 def test_a_trigger_the_engine_cannot_take_is_refused_by_the_options_parser():
