@@ -61,7 +61,7 @@ WAITING_TIMEOUT = Trigger(
         Variant(
             {
                 "workload": "overload",
-                "requests": 48,
+                "requests": 96,
                 "sglang_env": ["SGLANG_REQ_WAITING_TIMEOUT=1.5"],
             }
         ),

@@ -78,7 +78,7 @@ def test_a_trigger_the_engine_cannot_take_is_refused_by_the_options_parser():
     with pytest.raises(UsageError, match="not a run option of --engine builtin"):
         variant_options(BuiltinOptions(), sglang_only)
     sglang = variant_options(SglangOptions(), WAITING_TIMEOUT.variants[0])
-    assert sglang.workload == "overload" and sglang.requests == 48
+    assert sglang.workload == "overload" and sglang.requests == 96
     assert sglang.server_env() == (("SGLANG_REQ_WAITING_TIMEOUT", "1.5"),)
     flush = variant_options(SglangOptions(), FLUSH_DEADLINE.variants[1])
     assert flush.faults == ("flush-clock:rank=1,offset-ms=3000",)
