@@ -31,6 +31,8 @@ from hicache_diag.diagnosis.host_attribution import (
 )
 from hicache_diag.verdict import DivergenceSource
 
+L3_DRAIN_PROBE = "l3-control-queues"  # sglang_plugin/probe_table.py: the counts each rank drained
+
 # A copy in flight at the divergence finishes later: its pending age shows a few steps after.
 ACK_AFTER_STEPS = 3
 SLOW_DMA_RATIO, SLOW_DMA_MIN_MS = 2.0, 5.0
@@ -187,6 +189,53 @@ def _l3_hit_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | 
     return DivergenceSource.L3_HIT, culprit, f"{why}; off PP0's (rank {leader}): {sorted(off)}"
 
 
+def _drained(cell: Any) -> list[int] | None:
+    """What one step's `sources.l3-control-queues` record says the rank drained, summed:
+    [storage hits, backups, host-memory releases] (probe_table.py), None when it drained none."""
+    record = cell.get(L3_DRAIN_PROBE) if isinstance(cell, dict) else None
+    outcomes = record.get("d") if isinstance(record, dict) else None
+    if not outcomes:
+        return None
+    total = [0, 0, 0]
+    for counts in outcomes:
+        for i, n in enumerate(counts[:3] if isinstance(counts, list) else ()):
+            total[i] += int(n or 0)
+    return total
+
+
+def _l3_drain_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | None:
+    """The stages drained their L3 control queues by different amounts: each applied the
+    storage hits, backups and host-memory releases its own storage threads had finished by
+    then (0.5.18 agrees on the counts within a stage's TP group only), so their trees took
+    different hits or kept different host copies."""
+    if "sources" not in window.columns:
+        return None
+    totals: dict[int, list[int]] = {}
+    steps: dict[int, list[int]] = {}
+    for rank, step, cell in zip(window["rank"], window["step"], window["sources"], strict=True):
+        drained = _drained(cell)
+        if drained is None:
+            continue
+        mine = totals.setdefault(int(rank), [0, 0, 0])
+        totals[int(rank)] = [a + b for a, b in zip(mine, drained, strict=True)]
+        steps.setdefault(int(rank), []).append(int(step))
+    ranks = {int(r) for r in frames["rank"].unique()}
+    values = {r: tuple(totals.get(r, (0, 0, 0))) for r in sorted(ranks)}
+    if len(values) < 2 or not totals or not disagree(values):
+        return None
+    leader = _leader_rank(frames)
+    off = {r: v for r, v in values.items() if v != values.get(leader)}
+    culprit = odd_rank(off) if len(off) > 1 and disagree(off) else min(off, default=None)
+    at = {r: steps.get(r, []) for r in sorted(ranks)}
+    return (
+        DivergenceSource.L3_PROGRESS,
+        culprit,
+        f"the stages drained their L3 control queues differently (storage hits, backups, "
+        f"host-memory releases per rank {values}, drained at steps {at}); each stage drains "
+        f"what its own storage threads finished, off PP0's (rank {leader}): {sorted(off)}",
+    )
+
+
 def _lru_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | None:
     hit = step_disagreement(window, "evict_victims")
     if not hit or "tree_digest" not in frames.columns:
@@ -243,6 +292,7 @@ def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Att
             or _session_source(window)
             or _l3_progress_source(window)
             or _l3_hit_source(window, frames)
+            or _l3_drain_source(window, frames)
             or pool_refusal_source(window, frames, step)
             or _lru_source(window, frames)
             or device_hold_source(window, step)

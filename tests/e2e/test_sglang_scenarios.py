@@ -1,5 +1,6 @@
 """Real-SGLang scenarios (samples/scenarios/sglang/): each replays its release and its [expect]
-holds, through `run --check` (exit 0). Slow: one SGLang launch per file, 1-3 minutes each here.
+holds, through `run --check` (exit 0), a rate scenario's trials on a warm server
+(`--warm-server`). Slow: one SGLang launch per file (and per restart), 1-3 minutes each here.
 
 A file whose release is not held (our interpreter, or $HICACHE_DIAG_SGLANG_VENVS/sglang-X) is
 skipped with the install command, not failed: holding several releases is a set-up choice."""
@@ -48,6 +49,8 @@ def test_sglang_scenario_meets_its_expectation(path, tmp_path):
         "--check",
         "--out",
         str(tmp_path / "run"),
+        # A rate scenario's trials share a kept server when it proves clean, as a user's would.
+        *(["--warm-server"] if scenario.expect.is_rate else []),
     ]
     timeout = 900 * scenario.expect.trials  # a rate scenario runs its trials
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
