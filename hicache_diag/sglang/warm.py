@@ -119,8 +119,9 @@ class WarmSglang:
             return f"the previous trial's verdict was {judged}"
         if cfg.faults:
             return "this trial has faults (armed at launch: they need a server of their own)"
-        if storage_refusal(cfg.spec):
-            return storage_refusal(cfg.spec)
+        storage = storage_refusal(cfg.spec)
+        if storage:
+            return storage
         if _key(cfg) != self.key:
             return "this trial's launch differs from the warm server's"
         if not self.server.alive():
