@@ -4,6 +4,7 @@ committed non-fix patch and its row in samples/exports/README.md."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,16 @@ def test_committed_export_is_what_export_writes_today(finding, tmp_path, monkeyp
             f"samples/exports/{finding}/{name} is stale: regenerate with `hicache-diag export "
             f"samples/runs/{run} --out samples/exports/{finding}`"
         )
+
+
+@pytest.mark.parametrize("finding", sorted(FINDINGS) + sorted(OLDER))
+def test_each_exported_run_records_its_models_config(finding):
+    """Else export reads the model dir the manifest names, if this machine has it: the
+    committed export (model_config.json, REPORT.md's model line) then depends on the machine."""
+    run = FINDINGS.get(finding) or OLDER[finding][0]
+    manifest = json.loads((RUNS / run / "manifest.json").read_text())
+    assert manifest["config"].get("model_config"), f"samples/runs/{run}: no model_config"
+    assert (EXPORTS / finding / "model_config.json").is_file()
 
 
 @pytest.mark.parametrize("finding", sorted(FINDINGS) + sorted(OLDER))
