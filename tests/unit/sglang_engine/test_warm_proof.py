@@ -13,7 +13,7 @@ import pytest
 
 from hicache_diag import evidence as ev
 from hicache_diag.hooks import Hooks
-from hicache_diag.sglang.clean_proof import Control, differences, not_empty
+from hicache_diag.sglang.clean_proof import SETTLE_S, Control, differences, not_empty
 from hicache_diag.sglang_plugin.clean_state import Boundary, read_facts, tree_nodes
 from hicache_diag.sglang_plugin.recorder import StepRecorder
 
@@ -336,12 +336,13 @@ def _recorded_look(pp1_tokens=0, problems=()):
 
 
 def _pool_looking(tmp_path, monkeypatch, looks):
-    """A warm pool whose boundary sees `looks` in turn (no SGLang, no wait)."""
+    """A warm pool whose boundary sees `looks` in turn (no SGLang); the waits it would sleep
+    are recorded in `pool.waits` instead."""
     from hicache_diag.sglang import clean_proof, warm
 
-    monkeypatch.setattr(clean_proof, "SETTLE_S", 0.0)
-    monkeypatch.setattr(clean_proof.time, "sleep", lambda s: None)
     pool, closed = _pool_with_server(tmp_path)
+    pool.waits = []
+    monkeypatch.setattr(clean_proof.time, "sleep", pool.waits.append)
     seen = iter(looks)
     monkeypatch.setattr(warm.WarmSglang, "_look", lambda self, run_dir: next(seen))
     pool.control = SimpleNamespace(ask=lambda proof_dir, steps_dir: {})
@@ -352,7 +353,7 @@ def test_a_stage_still_flushing_gets_a_second_look_and_the_first_is_recorded(tmp
     pool, closed = _pool_looking(tmp_path, monkeypatch, [_recorded_look(234), _recorded_look()])
     record = pool._prove(tmp_path / "trial1")
     assert record.reused and record.why == "proven clean on every rank" and closed == []
-    assert record.second_look and record.differences == []
+    assert record.second_look and record.differences == [] and pool.waits == [SETTLE_S]
     assert record.first_look["proof"]["1"]["tree_values"] == 234
     assert "rank1: tree_values 234 (fresh server: 0)" in record.first_look["differences"]
     assert ev.Manifest.from_json({"warm_server": record.to_json()}).warm_server == record
@@ -375,5 +376,5 @@ def test_one_look_decides_a_clean_server_or_a_refused_flush(tmp_path, monkeypatc
     second look; a clean first look needs none."""
     pool, _ = _pool_looking(tmp_path, monkeypatch, [first])  # a second look would raise
     record = pool._prove(tmp_path / "trial1")
-    assert not record.second_look and record.first_look == {}
+    assert not record.second_look and record.first_look == {} and pool.waits == []
     assert record.reused is first.clean
