@@ -146,7 +146,8 @@ Outputs are written only where nothing exists yet, or with --force; a run's
 evidence (manifest.json, rank*.jsonl, verdict.json and the rest) never. A hunt
 dir (hunt.json) shows the hunt's table with each trigger's first failing run
 classified afresh; --save --force rewrites its hunt.json (first divergences
-only) and table.txt. A run dir no longer here keeps its recorded entry.
+only) and table.txt. A run dir no longer here keeps its recorded entry;
+--reclassify is for a run dir (a hunt's first failing runs always are).
 
 Exit: 0 rendered, 3 the run dir cannot decide (never finished or stepped),
 2 bad input (not a run directory, a damaged file, a bad or taken output path),
@@ -174,10 +175,11 @@ def register(app: typer.Typer) -> None:
         from hicache_diag.verdict import ExitCode
 
         input_dir("RUN_DIR", run_dir)
-        if is_hunt_dir(Path(run_dir)):  # a hunt is always classified afresh (--reclassify)
+        if is_hunt_dir(Path(run_dir)):  # its first failing runs are always classified afresh
             from hicache_diag.cli.report_hunt import check_hunt_flags, report_hunt
 
             given = {"--plots": plots, "--summary": summary, "--html": html}
+            given["--reclassify"] = reclassify or None
             check_hunt_flags(Path(run_dir), given, save, force)
             report_hunt(Path(run_dir), save, json_out)
             raise typer.Exit(0)

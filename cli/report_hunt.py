@@ -25,6 +25,14 @@ def check_hunt_flags(hunt_dir: Path, given: dict[str, object], save: bool, force
                 f"{flag} renders one run dir; {str(hunt_dir)!r} is a hunt (hunt.json): "
                 "give one of its runs"
             )
+    if given.get("--reclassify") is not None:
+        # Re-tallying every trial afresh would leave the hunt's confirming reruns, shrink and
+        # export pointing at a first failure that may no longer be the first: refused.
+        raise UsageError(
+            f"--reclassify: {str(hunt_dir)!r} is a hunt: its report already classifies each "
+            "trigger's first failing run afresh (verdict.json ignored) and keeps the hunt's own "
+            "trial counts; give one run dir to reclassify it"
+        )
     if not save:
         return
     for name in (HUNT_JSON, TABLE_TXT):

@@ -39,7 +39,10 @@ class WarmServerRecord(Record):
     """manifest.json `warm_server`: whether this trial runs on the server the previous trial
     left (`reused`), why (or why it was restarted), which trial of that server it is (0: the
     server was started for it), the proofs by rank ("0", "1", ...) and the fresh server's they
-    were compared with, every difference, and how long the boundary took."""
+    were compared with, every difference, and how long the boundary took. `second_look`: the
+    first look after /flush_cache differed (a later PP stage may still be flushing), so the
+    decision is the second one's; `first_look` keeps what the first saw (`proof` by rank and
+    `differences`)."""
 
     reused: bool = False
     why: str = ""
@@ -49,3 +52,5 @@ class WarmServerRecord(Record):
     proof: dict[str, Any] = field(default_factory=dict)
     fresh: dict[str, Any] = field(default_factory=dict)
     differences: list[str] = field(default_factory=list)
+    second_look: bool = False
+    first_look: dict[str, Any] = field(default_factory=dict)

@@ -10,6 +10,8 @@ import shutil
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,9 @@ from hicache_diag.sglang_plugin.recorder import STORAGE_QUEUES
 
 ACK_TIMEOUT_S = 60.0  # every rank steps (idle polls) many times a second; a loaded box is slow
 FLUSH_TIMEOUT_S = 60.0
+# Under PP /flush_cache answers once PP0 flushed; a later stage flushes a little after (PP1's
+# tree was measured still holding 234 tokens right after the answer): a second look waits this.
+SETTLE_S = 1.0
 UNKNOWN = ev.UNKNOWN
 # Facts that are 0 on any clean server, fresh or warm (the others: equal to the fresh server's).
 ZERO = (
@@ -77,6 +82,31 @@ def not_empty(fresh: Proofs) -> list[str]:
         for key in ZERO
         if key in facts and facts[key] not in (0, UNKNOWN)
     ]
+
+
+@dataclass
+class Look:
+    """One look at a kept server after /flush_cache: each rank's facts, what went wrong in the
+    flush or the asking (`problems`), and how the facts differ from the fresh server's."""
+
+    proofs: Proofs
+    problems: list[str] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems and not self.differences
+
+
+def look_twice(look: Callable[[], Look], settle_s: float = SETTLE_S) -> tuple[Look, Look | None]:
+    """`look()`, and once more after `settle_s` when only the facts differed (the flush was
+    taken and every rank answered): a later PP stage may still be flushing. The look to decide
+    on, and the first one when there were two. Still dirty on the second look is dirty."""
+    first = look()
+    if first.clean or first.problems:
+        return first, None
+    time.sleep(settle_s)
+    return look(), first
 
 
 class Control:

@@ -23,10 +23,12 @@ from hicache_diag import evidence as ev
 from hicache_diag.harness.trials import verdict_in
 from hicache_diag.sglang.clean_proof import (
     Control,
+    Look,
     Proofs,
     clear_storage,
     differences,
     flush_cache,
+    look_twice,
     not_empty,
     storage_refusal,
 )
@@ -117,8 +119,9 @@ class WarmSglang:
             return f"the previous trial's verdict was {judged}"
         if cfg.faults:
             return "this trial has faults (armed at launch: they need a server of their own)"
-        if storage_refusal(cfg.spec):
-            return storage_refusal(cfg.spec)
+        storage = storage_refusal(cfg.spec)
+        if storage:
+            return storage
         if _key(cfg) != self.key:
             return "this trial's launch differs from the warm server's"
         if not self.server.alive():
@@ -128,12 +131,8 @@ class WarmSglang:
     def _prove(self, run_dir: Path) -> ev.WarmServerRecord:
         t0 = time.time()
         server = self.server
-        problems = self._flush()
-        proofs = self.control.ask(run_dir, None)
-        if proofs is None:
-            problems.append("a rank did not answer the proof request in time")
-            proofs = {}
-        problems += differences(proofs, self.fresh)
+        look, first = look_twice(lambda: self._look(run_dir))
+        problems = look.problems + look.differences
         if not problems:  # proven clean: the ranks' steps go to this trial's run dir
             if self.control.ask(None, run_dir) is None:
                 problems.append("a rank did not move its step recorder in time")
@@ -143,13 +142,24 @@ class WarmSglang:
             server_trial=self.server_trial,
             server_pid=server.popen.pid if server.popen else None,
             boundary_s=round(time.time() - t0, 3),
-            proof={str(r): f for r, f in sorted(proofs.items())},
-            fresh={str(r): f for r, f in sorted(self.fresh.items())},
+            proof=_by_rank(look.proofs),
+            fresh=_by_rank(self.fresh),
             differences=problems,
+            second_look=first is not None,
+            first_look=_first_look(first),
         )
         if problems:
             self.stop()  # a dirty server is never run on
         return record
+
+    def _look(self, run_dir: Path) -> Look:
+        """Flush, then every rank's proof into `run_dir`, compared with the fresh server's."""
+        problems = self._flush()
+        proofs = self.control.ask(run_dir, None)
+        if proofs is None:
+            problems.append("a rank did not answer the proof request in time")
+            proofs = {}
+        return Look(proofs, problems, differences(proofs, self.fresh))
 
     # -- a fresh server -----------------------------------------------------------------------
     def _flush(self, what: str = "") -> list[str]:
@@ -208,6 +218,17 @@ class WarmSglang:
     def close(self) -> None:
         self.stop()
         self.reference.close()
+
+
+def _by_rank(proofs: Proofs) -> dict[str, Any]:
+    return {str(r): f for r, f in sorted(proofs.items())}
+
+
+def _first_look(first: Look | None) -> dict[str, Any]:
+    """What the first of two looks saw (empty: one look decided)."""
+    if first is None:
+        return {}
+    return {"proof": _by_rank(first.proofs), "differences": first.differences}
 
 
 def _judged(run_dir: Path | None) -> str | None:

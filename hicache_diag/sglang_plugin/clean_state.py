@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from hicache_diag import evidence as ev
-from hicache_diag.sglang_plugin.l3_state import storage_facts
+from hicache_diag.sglang_plugin.l3_state import count, storage_facts
 from hicache_diag.sglang_plugin.recorder import STORAGE_QUEUES
 
 POLL_S = 0.05
@@ -25,18 +25,6 @@ UNKNOWN = ev.UNKNOWN
 # The tree's in-flight work by SGLang's own names (HiRadixCache and UnifiedRadixCache alike).
 _ONGOING = ("ongoing_write_through", "ongoing_load_back", "ongoing_prefetch", "ongoing_backup")
 _CC_QUEUES = ("write_queue", "load_queue", "ack_write_queue", "ack_load_queue")
-
-
-def _count(obj: Any) -> Any:
-    """A queue's, list's or dict's length; "unknown" when there is no such object."""
-    if obj is None:
-        return UNKNOWN
-    if hasattr(obj, "qsize"):
-        return int(obj.qsize())
-    try:
-        return len(obj)
-    except TypeError:
-        return UNKNOWN
 
 
 def _call(obj: Any, name: str) -> Any:
@@ -95,10 +83,10 @@ def _tree_facts(tree: Any) -> dict[str, Any]:
     # In-flight work a release keeps only in some configs: absent, there is none to be left.
     for name in _ONGOING:
         if hasattr(tree, name):
-            facts[name] = _count(getattr(tree, name))
+            facts[name] = count(getattr(tree, name))
     session = getattr(tree, "session", None)  # 0.5.2x: the tree's streaming-session slots
     if hasattr(session, "slots"):
-        facts["session_slots"] = _count(session.slots)
+        facts["session_slots"] = count(session.slots)
     return facts
 
 
@@ -108,19 +96,18 @@ def _controller_facts(cc: Any) -> dict[str, Any]:
     facts["host_available"] = _call(host, "available_size")
     facts["host_size"] = int(host.size) if hasattr(host, "size") else UNKNOWN
     for name in _CC_QUEUES:
-        facts[name] = _count(getattr(cc, name, None))
+        facts[name] = count(getattr(cc, name, None))
     for name in STORAGE_QUEUES:  # None until the storage threads start: nothing queued
         if hasattr(cc, name):
-            queue = getattr(cc, name)
-            facts[name] = 0 if queue is None else _count(queue)
+            facts[name] = count(getattr(cc, name), none=0)
     return facts
 
 
 def _sessions(scheduler: Any) -> Any:
     controller = getattr(scheduler, "session_controller", None)  # 0.5.2x
     if controller is not None:
-        return _count(getattr(controller, "sessions", None))
-    return _count(getattr(scheduler, "sessions", None))  # earlier releases: on the scheduler
+        return count(getattr(controller, "sessions", None))
+    return count(getattr(scheduler, "sessions", None))  # earlier releases: on the scheduler
 
 
 def read_facts(scheduler: Any) -> dict[str, Any]:
@@ -131,9 +118,9 @@ def read_facts(scheduler: Any) -> dict[str, Any]:
     facts["device_size"] = int(allocator.size) if hasattr(allocator, "size") else UNKNOWN
     req_pool = getattr(scheduler, "req_to_token_pool", None)
     facts["req_slots_available"] = _call(req_pool, "available_size")
-    facts["waiting_queue"] = _count(getattr(scheduler, "waiting_queue", None))
+    facts["waiting_queue"] = count(getattr(scheduler, "waiting_queue", None))
     running = getattr(scheduler, "running_batch", None)
-    facts["running_reqs"] = _count(getattr(running, "reqs", None))
+    facts["running_reqs"] = count(getattr(running, "reqs", None))
     facts["sessions"] = _sessions(scheduler)
     tree = getattr(scheduler, "tree_cache", None)
     facts.update(_tree_facts(tree) if tree is not None else {"tree_nodes": UNKNOWN})

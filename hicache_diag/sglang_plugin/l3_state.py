@@ -24,9 +24,11 @@ STORAGE_THREADS = ("prefetch_thread", "prefetch_io_aux_thread", "prefetch_sync_t
 STORAGE_THREADS += ("backup_thread",)
 
 
-def _size(obj: Any) -> Any:
+def count(obj: Any, none: Any = UNKNOWN) -> Any:
+    """A queue's (`qsize()`), list's or dict's length, "unknown" when it has none; `none` when
+    there is no object. The one count of the whole proof (clean_state.py reads with it too)."""
     if obj is None:
-        return 0
+        return none
     if hasattr(obj, "qsize"):
         return int(obj.qsize())
     try:
@@ -57,7 +59,7 @@ def _named_size(obj: Any, name: str) -> Any:
     """The size of `obj.name`; "unknown" when the release has no such name (renamed)."""
     if obj is None or obj == UNKNOWN or not hasattr(obj, name):
         return UNKNOWN
-    return _size(getattr(obj, name))
+    return count(getattr(obj, name), none=0)
 
 
 def _existence_beliefs(beliefs: Any) -> Any:
@@ -69,7 +71,7 @@ def _existence_beliefs(beliefs: Any) -> Any:
             return sum(len(p._entries) + len(p._inflight) for p in pools.values())
         except (AttributeError, TypeError):
             return UNKNOWN
-    return _size(beliefs)
+    return count(beliefs, none=0)
 
 
 def storage_facts(tree: Any, cc: Any) -> dict[str, Any]:
@@ -86,12 +88,12 @@ def storage_facts(tree: Any, cc: Any) -> dict[str, Any]:
     # 0.5.2x's PP prefetch tickets and per-pool host releases, where the controller has them.
     for name in ("pp_prefetch_states", "pp_prefetch_decisions", "pp_prefetch_command_queue"):
         if hasattr(cc, name):
-            facts[name] = _size(getattr(cc, name))
+            facts[name] = count(getattr(cc, name), none=0)
     extra = getattr(cc, "extra_host_mem_release_queues", None)
     if isinstance(extra, dict):
-        facts["extra_host_mem_release_queues"] = sum(_size(q) for q in extra.values())
+        facts["extra_host_mem_release_queues"] = sum(count(q, none=0) for q in extra.values())
     if hasattr(tree, "prefetch_loaded_tokens_by_reqid"):
-        facts["prefetch_loaded_tokens"] = _size(tree.prefetch_loaded_tokens_by_reqid)
+        facts["prefetch_loaded_tokens"] = count(tree.prefetch_loaded_tokens_by_reqid, none=0)
     if hasattr(tree, "storage_existence_cache"):
         facts["l3_existence_beliefs"] = _existence_beliefs(tree.storage_existence_cache)
     return facts

@@ -184,3 +184,22 @@ def test_a_moved_hunt_finds_an_absolute_run_dir_by_its_trigger_tail(tmp_path):
 def test_hunt_json_round_trips_through_the_model():
     raw = json.loads((ROOT / SESSIONS / "hunt.json").read_text())
     assert HuntReport.from_json(raw).to_json() == raw
+
+
+def test_reclassify_on_a_hunt_dir_is_refused_in_one_line_and_writes_nothing(
+    tmp_path, capsys, monkeypatch
+):
+    """The hunt's report already classifies each first failing run afresh; re-tallying every
+    trial would leave its confirmations and export on a run that may no longer be the first."""
+    hunt = tmp_path / "repo" / SESSIONS
+    shutil.copytree(ROOT / SESSIONS, hunt)
+    before = _snapshot(hunt)
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(["report", str(hunt), "--reclassify"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "--reclassify" in lines[0], captured.err
+    assert "classifies each trigger's first failing run afresh" in lines[0]
+    assert run_cli(["report", str(hunt), "--reclassify", "--save", "--force"]) == 2
+    assert _snapshot(hunt) == before

@@ -214,7 +214,10 @@ def test_the_boundary_empties_our_l3_dir_and_restarts_on_an_index_left_set(
             backend.metadata_cache.cache["k_model_0_1_2_0"] = 1.0
         record = pool.boundary(cfg, tmp_path / "trial1")
     assert list(l3.iterdir()) == []  # the harness emptied it either way
-    assert _Sglang.paths.count("/hicache/storage-backend/clear") == 2
+    # The fresh proof's clear and the boundary's; an index left set is looked at twice.
+    looks = 1 if leftover == "file" else 2
+    assert _Sglang.paths.count("/hicache/storage-backend/clear") == 1 + looks
+    assert record.second_look is (looks == 2)
     if leftover == "file":
         assert record.reused and record.proof["0"]["l3_files"] == 0, record.differences
     else:
@@ -231,3 +234,17 @@ def test_a_refused_flush_leaves_l3_alone_and_restarts(tmp_path, sglang_url):
     assert not record.reused and "/flush_cache refused: HTTP 400" in record.differences[0]
     assert _Sglang.paths == ["/flush_cache"]  # never emptied under a running request
     assert (tmp_path / "warm" / "l3-0" / "page.bin").exists() and pool.server is None
+
+
+def test_one_count_reads_queues_lists_and_what_is_not_there():
+    """The one count both halves of the proof read with (l3_state.count): a missing object is
+    unknown unless the caller says it means none left."""
+    from queue import Queue
+
+    from hicache_diag.sglang_plugin import clean_state, l3_state
+
+    q = Queue()
+    q.put(1)
+    assert [l3_state.count(x) for x in (q, [1, 2], {"a": 1}, 3)] == [1, 2, 1, ev.UNKNOWN]
+    assert l3_state.count(None) == ev.UNKNOWN and l3_state.count(None, none=0) == 0
+    assert not hasattr(clean_state, "_count") and not hasattr(l3_state, "_size")

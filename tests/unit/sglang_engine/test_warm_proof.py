@@ -13,7 +13,7 @@ import pytest
 
 from hicache_diag import evidence as ev
 from hicache_diag.hooks import Hooks
-from hicache_diag.sglang.clean_proof import Control, differences, not_empty
+from hicache_diag.sglang.clean_proof import SETTLE_S, Control, differences, not_empty
 from hicache_diag.sglang_plugin.clean_state import Boundary, read_facts, tree_nodes
 from hicache_diag.sglang_plugin.recorder import StepRecorder
 
@@ -321,3 +321,60 @@ def test_a_trial_judged_not_ok_after_release_still_restarts_the_server(
         said = outcome or "no verdict"
         assert record.why == f"restarted: the previous trial's verdict was {said}"
         assert closed == [1]
+
+
+def _recorded_look(pp1_tokens=0, problems=()):
+    """A look as the boundary recorded it: PP1's tree still holding `pp1_tokens` (its flush
+    lands a little after PP0's answered /flush_cache), compared with a clean fresh server."""
+    from hicache_diag.sglang.clean_proof import Look
+
+    fresh = {r: read_facts(_scheduler()) for r in (0, 1)}
+    now = {r: dict(f) for r, f in fresh.items()}
+    if pp1_tokens:
+        now[1].update(tree_values=pp1_tokens, evictable_size=pp1_tokens)
+    return Look(now, list(problems), differences(now, fresh))
+
+
+def _pool_looking(tmp_path, monkeypatch, looks):
+    """A warm pool whose boundary sees `looks` in turn (no SGLang); the waits it would sleep
+    are recorded in `pool.waits` instead."""
+    from hicache_diag.sglang import clean_proof, warm
+
+    pool, closed = _pool_with_server(tmp_path)
+    pool.waits = []
+    monkeypatch.setattr(clean_proof.time, "sleep", pool.waits.append)
+    seen = iter(looks)
+    monkeypatch.setattr(warm.WarmSglang, "_look", lambda self, run_dir: next(seen))
+    pool.control = SimpleNamespace(ask=lambda proof_dir, steps_dir: {})
+    return pool, closed
+
+
+def test_a_stage_still_flushing_gets_a_second_look_and_the_first_is_recorded(tmp_path, monkeypatch):
+    pool, closed = _pool_looking(tmp_path, monkeypatch, [_recorded_look(234), _recorded_look()])
+    record = pool._prove(tmp_path / "trial1")
+    assert record.reused and record.why == "proven clean on every rank" and closed == []
+    assert record.second_look and record.differences == [] and pool.waits == [SETTLE_S]
+    assert record.first_look["proof"]["1"]["tree_values"] == 234
+    assert "rank1: tree_values 234 (fresh server: 0)" in record.first_look["differences"]
+    assert ev.Manifest.from_json({"warm_server": record.to_json()}).warm_server == record
+
+
+def test_a_server_still_dirty_on_the_second_look_restarts(tmp_path, monkeypatch):
+    pool, closed = _pool_looking(tmp_path, monkeypatch, [_recorded_look(234), _recorded_look(234)])
+    record = pool._prove(tmp_path / "trial1")
+    assert not record.reused and record.why == "restarted: not clean" and closed == [1]
+    assert record.second_look and "rank1: tree_values 234 (fresh server: 0)" in record.differences
+
+
+@pytest.mark.parametrize(
+    "first",
+    [_recorded_look(), _recorded_look(234, problems=["/flush_cache refused: HTTP 400"])],
+    ids=["clean", "flush-refused"],
+)
+def test_one_look_decides_a_clean_server_or_a_refused_flush(tmp_path, monkeypatch, first):
+    """A refused flush (a request still running) or a rank that did not answer is no race: no
+    second look; a clean first look needs none."""
+    pool, _ = _pool_looking(tmp_path, monkeypatch, [first])  # a second look would raise
+    record = pool._prove(tmp_path / "trial1")
+    assert not record.second_look and record.first_look == {} and pool.waits == []
+    assert record.reused is first.clean

@@ -1,6 +1,6 @@
 """Streaming sessions are released on each rank's own reap tick, SGLang 0.5.23.
 
-Exported from a hicache-diag run (trial0-seed0, no fault injected): the reap tick closed a session on one rank only (`sessions_closed` / `sources.session-clock`): rank 0 at step(s) 512; rank 1 at step(s) 511
+Exported from a hicache-diag run (session-close, no fault injected): the reap tick closed a session on one rank only (`sessions_closed` / `sources.session-clock`): rank 0 at step(s) 512; rank 1 at step(s) 511
 
 `Scheduler.process_input_requests` calls `SessionController.maybe_reap(time.monotonic())` on
 every rank. `maybe_reap` runs only when that rank's own 1 s tick fires (`_last_reap_time` is

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Streaming sessions are released on each rank's own reap tick: SGLang 0.5.23, end to end.
-# Exported by hicache-diag from run trial0-seed0; see REPORT.md.
+# Exported by hicache-diag from run session-timeout; see REPORT.md.
 #   PYTHON  the interpreter with that SGLang (default: python)
 #   MODEL   a model directory (REPORT.md says which model the run served)
 #   GPU=1   leave out the run's CPU-only flags

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A deferred /flush_cache ends by each rank's own deadline: SGLang 0.5.23, end to end.
-# Exported by hicache-diag from run trial0-seed0; see REPORT.md.
+# Exported by hicache-diag from run flush-deadline; see REPORT.md.
 #   PYTHON  the interpreter with that SGLang (default: python)
 #   MODEL   a model directory (REPORT.md says which model the run served)
 #   GPU=1   leave out the run's CPU-only flags

@@ -1,6 +1,6 @@
 """A deferred /flush_cache ends by a per-rank deadline, SGLang 0.5.23.
 
-Exported from a hicache-diag run (trial0-seed0): `sources.flush-deadline` ended the flush at steps {0: [431], 1: [508]}
+Exported from a hicache-diag run (flush-deadline): `sources.flush-deadline` ended the flush at steps {0: [431], 1: [508]}
 
 `/flush_cache?timeout=T` reaches every scheduler; `SchedulerFlushWrapper.handle` stamps a
 deadline `time.monotonic() + T` on each rank when that rank handles the request, and

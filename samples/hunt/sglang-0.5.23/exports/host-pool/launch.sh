@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A PP follower pops a write-through ack it never enqueued: SGLang 0.5.23, end to end.
-# Exported by hicache-diag from run trial0-seed0; see REPORT.md.
+# A write-through backup is decided on one rank alone: SGLang 0.5.23, end to end.
+# Exported by hicache-diag from run host-pool; see REPORT.md.
 #   PYTHON  the interpreter with that SGLang (default: python)
 #   MODEL   a model directory (REPORT.md says which model the run served)
 #   GPU=1   leave out the run's CPU-only flags
