@@ -181,12 +181,16 @@ class WarmSglang:
     def take_fresh_proof(self, run_dir: Path) -> None:
         """After the fresh server is ready: flush what its readiness request left in the tree
         (every trial on it then starts alike), and take the proof every later one is held to."""
+        look, _ = look_twice(lambda: self._fresh_look(run_dir))  # PP1 may still be flushing
+        self.fresh = look.proofs
+        self.fresh_problems = look.differences + look.problems
+
+    def _fresh_look(self, run_dir: Path) -> Look:
         problems = self._flush(" on the fresh server")
         proofs = self.control.ask(run_dir, None)
-        self.fresh = proofs or {}
-        self.fresh_problems = not_empty(self.fresh) + problems
         if proofs is None:
-            self.fresh_problems.append("a rank did not answer the fresh proof request")
+            problems.append("a rank did not answer the fresh proof request")
+        return Look(proofs or {}, problems, not_empty(proofs or {}))
 
     # -- after the trial ----------------------------------------------------------------------
     def release(self, cfg: SglangRunConfig, watch: TrialWatch, done: bool) -> bool:

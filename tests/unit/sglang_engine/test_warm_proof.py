@@ -378,3 +378,27 @@ def test_one_look_decides_a_clean_server_or_a_refused_flush(tmp_path, monkeypatc
     record = pool._prove(tmp_path / "trial1")
     assert not record.second_look and record.first_look == {} and pool.waits == []
     assert record.reused is first.clean
+
+
+def _fresh_look(pp1_tokens=0):
+    from hicache_diag.sglang.clean_proof import Look
+
+    now = {r: read_facts(_scheduler()) for r in (0, 1)}
+    if pp1_tokens:  # the readiness request's prefix, PP1 not yet flushed
+        now[1].update(tree_values=pp1_tokens, evictable_size=pp1_tokens)
+    return Look(now, [], not_empty(now))
+
+
+@pytest.mark.parametrize(("second", "reference"), [(0, True), (9, False)])
+def test_a_fresh_server_still_flushing_gets_a_second_look(tmp_path, monkeypatch, second, reference):
+    from hicache_diag.sglang import clean_proof, warm
+
+    pool, _ = _pool_with_server(tmp_path)
+    waits = []
+    monkeypatch.setattr(clean_proof.time, "sleep", waits.append)
+    seen = iter([_fresh_look(9), _fresh_look(second)])
+    monkeypatch.setattr(warm.WarmSglang, "_fresh_look", lambda self, run_dir: next(seen))
+    pool.take_fresh_proof(tmp_path / "trial0")
+    assert waits == [SETTLE_S]
+    assert (pool.fresh_problems == []) is reference
+    assert pool.fresh[1]["tree_values"] == second
