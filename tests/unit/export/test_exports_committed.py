@@ -28,7 +28,13 @@ _HAND_MADE = {"nonfix.patch"}
 HUNTS = ROOT / "samples" / "hunt"
 # The hunt exported these from a shrink's last failing run, which is not committed (only each
 # trigger's first failing run is): kept as the hunt wrote them, not regenerated here.
-FROM_SHRINKS = {"sglang-0.5.23-60m/flush-deadline", "sglang-0.5.23-60m/host-pool"}
+FROM_SHRINKS = {
+    f"{hunt}/{trigger}"
+    for hunt in ("sglang-0.5.23-60m", "sglang-0.5.18")
+    for trigger in ("flush-deadline", "host-pool")
+}
+# A hunt on an older release exported with exactly these releases' source (their range table).
+HUNT_RELEASES = {"sglang-0.5.18": ("0.5.18", "0.5.19", "0.5.20")}
 
 
 # The older finding's export reads 0.5.19's source and lists 0.5.19 and 0.5.20 in its range:
@@ -101,11 +107,17 @@ def test_every_hunt_export_is_checked_or_from_a_shrink_not_committed():
 @pytest.mark.process  # finds the release's source by probing this interpreter
 @pytest.mark.parametrize("export", sorted(set(_hunt_exports()) - FROM_SHRINKS))
 def test_committed_hunt_export_is_what_export_writes_today(export, tmp_path, monkeypatch):
+    hunt, trigger = export.split("/")
+    versions = HUNT_RELEASES.get(hunt)
+    picked = _only(versions, tmp_path) if versions else None
     for name in ("HICACHE_DIAG_SGLANG_RELEASES", "HICACHE_DIAG_SGLANG_VENVS"):
         monkeypatch.delenv(name, raising=False)
-    if run_release("0.5.23", None) is None:
+    if versions:
+        if picked is None:
+            pytest.skip(f"needs SGLang {', '.join(versions)}'s source (unzipped wheels or venvs)")
+        monkeypatch.setenv("HICACHE_DIAG_SGLANG_RELEASES", str(picked))
+    elif run_release("0.5.23", None) is None:
         pytest.skip("the committed hunt exports quote file:line from SGLang 0.5.23's source")
-    hunt, trigger = export.split("/")
     run = ROOT / _hunt_exports()[export][0]
     _assert_exported_today(run, HUNTS / hunt / "exports" / trigger, tmp_path / trigger)
 
