@@ -352,8 +352,15 @@ def last_error_line(log: Path) -> str:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:
         return "(no log)"
-    for line in reversed(lines):
-        text = line.strip()
-        if re.search(r"(Error|Exception|error:|Traceback|Killed|exited)", text):
-            return text[:300]
+    # A line logged as an ERROR (uvicorn's failed bind: another process took the port between
+    # our pick and SGLang's bind) says why; a traceback SGLang logged as a warning does not.
+    for pattern in (_FATAL_LINE, _ERROR_LINE):
+        for line in reversed(lines):
+            text = line.strip()
+            if pattern.search(text) and text != "Traceback (most recent call last):":
+                return text[:300]
     return lines[-1][:300] if lines else "(empty log)"
+
+
+_FATAL_LINE = re.compile(r"\bERROR\b|address already in use")
+_ERROR_LINE = re.compile(r"(Error|Exception|error:|Traceback|Killed|exited)")
