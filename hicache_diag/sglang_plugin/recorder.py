@@ -251,6 +251,8 @@ class StepRecorder:
             line[key] = round(ms, 3)
         if self._counts["sessions_closed"]:  # by this rank's own reap tick (hook_points.py)
             line["sessions_closed"] = self._counts["sessions_closed"]
+        if self._counts["waiting_timeouts"]:  # by this rank's own waiting clock (source_probes)
+            line["waiting_timeouts"] = self._counts["waiting_timeouts"]
         if self._sync:
             line["sync_received"] = dict(self._sync)
         if self._counted:
