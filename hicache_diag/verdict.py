@@ -42,6 +42,10 @@ class DivergenceSource(str, enum.Enum):
     # session and releases its tree nodes; the name is the step records' probe
     # (`sources.session-clock`, hicache_diag/sglang_plugin/probe_table.py).
     SESSION_CLOCK = "session-clock"
+    # SGLang 0.5.1x-0.5.19's waiting timeout: each rank drops from its own waiting queue what
+    # its own perf_counter says is due (`Scheduler._abort_on_waiting_timeout`); the probe
+    # `sources.waiting-clock` records the rids dropped.
+    WAITING_CLOCK = "waiting-clock"
     UNKNOWN = "unknown"
 
 

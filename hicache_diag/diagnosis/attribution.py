@@ -32,6 +32,9 @@ from hicache_diag.diagnosis.host_attribution import (
 from hicache_diag.verdict import DivergenceSource
 
 L3_DRAIN_PROBE = "l3-control-queues"  # sglang_plugin/probe_table.py: the counts each rank drained
+# sglang_plugin/probe_table.py: the rids each rank's own waiting timeout dropped
+WAITING_PROBE = "waiting-clock"
+MAX_RIDS_SAID = 4  # per rank, in the evidence line: an overload drops dozens
 
 # A copy in flight at the divergence finishes later: its pending age shows a few steps after.
 ACK_AFTER_STEPS = 3
@@ -279,6 +282,70 @@ def _session_source(window: pd.DataFrame) -> Attribution | None:
     )
 
 
+def _dropped_rids(cell: Any) -> list[str]:
+    """The rids one step's `sources.waiting-clock` record says the rank's timeout dropped."""
+    record = cell.get(WAITING_PROBE) if isinstance(cell, dict) else None
+    outcomes = record.get("d") if isinstance(record, dict) else None
+    return [str(rid) for rids in outcomes or () if isinstance(rids, list) for rid in rids]
+
+
+def _first_drops(rows: pd.DataFrame) -> dict[int, dict[str, int]]:
+    """rank -> rid -> the step at which that rank's waiting timeout dropped it."""
+    out: dict[int, dict[str, int]] = {int(r): {} for r in rows["rank"].unique()}
+    if "sources" not in rows.columns:
+        return out
+    ordered = rows.sort_values("step", kind="stable")
+    for rank, step, cell in zip(ordered["rank"], ordered["step"], ordered["sources"], strict=True):
+        for rid in _dropped_rids(cell):
+            out[int(rank)].setdefault(rid, int(step))
+    return out
+
+
+def _drop_list(rank: int, drops: list[tuple[int, str]]) -> str:
+    if not drops:
+        return f"rank {rank} none"
+    named = ", ".join(f"{rid} (step {step})" for step, rid in drops[:MAX_RIDS_SAID])
+    more = f" and {len(drops) - MAX_RIDS_SAID} more" if len(drops) > MAX_RIDS_SAID else ""
+    return f"rank {rank} dropped {named}{more}"
+
+
+def _waiting_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | None:
+    """A waiting timeout that dropped a request on some ranks only, in the window: each rank
+    drops from its own waiting queue what its own clock says is due, so a request at the
+    deadline is dropped on one stage and admitted on another. Named: the rank that dropped
+    first what another had not dropped by the window's end."""
+    if window.empty or "waiting_timeouts" not in window.columns:
+        return None
+    last, start = int(window["step"].max()), int(window["step"].min())
+    drops = _first_drops(frames[frames["step"] <= last])
+    lone = {
+        (step, rank, rid)
+        for rank, mine in drops.items()
+        for rid, step in mine.items()
+        if step >= start and any(rid not in other for other in drops.values())
+    }
+    if not lone:
+        if any(drops.values()):
+            return None  # the ranks dropped the same requests (the rids say so)
+        counts = only_some(per_rank_sum(window, "waiting_timeouts"))  # counts without rids
+        if not counts:
+            return None
+        culprit = min(counts)
+        said = f"dropped {counts} requests per rank, on rank(s) {sorted(counts)} only"
+    else:
+        step, culprit, rid = min(lone)
+        per_rank = {r: sorted((s, x) for s, rr, x in lone if rr == r) for r in sorted(drops)}
+        said = "; ".join(_drop_list(r, v) for r, v in per_rank.items())
+        said = f"dropped on some ranks only: {said}; first {rid} on rank {culprit} at step {step}"
+    return (
+        DivergenceSource.WAITING_CLOCK,
+        culprit,
+        f"the waiting timeout {said}; each rank drops from its own waiting queue what its own "
+        "perf_counter says is past SGLANG_REQ_WAITING_TIMEOUT "
+        "(Scheduler._abort_on_waiting_timeout), so another rank admitted what this one dropped",
+    )
+
+
 def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Attribution:
     """Name the divergence source from the recorded per-rank inputs: first those of the
     LOOKBACK_STEPS up to `step`, then, when none explains it, the whole history before it (an
@@ -290,6 +357,7 @@ def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Att
             or host_eviction_source(window, step)
             or _ack_source(window, frames, step, column, values)
             or _session_source(window)
+            or _waiting_source(window, frames)
             or _l3_progress_source(window)
             or _l3_hit_source(window, frames)
             or _l3_drain_source(window, frames)

@@ -101,6 +101,7 @@ class StepRecord(Record):
     sources_armed: list[str] | None = None
     probe_errors: int | None = None
     sessions_closed: int | None = None
+    waiting_timeouts: int | None = None
 
     def line(self) -> str:
         """The line as both recorders write it (keys sorted; a value JSON cannot hold, a

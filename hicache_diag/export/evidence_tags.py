@@ -15,6 +15,7 @@ from pathlib import Path
 SESSION = "session-clock"
 FLUSH = "flush-deadline"
 WAITING = "waiting-timeout"
+WAITING_PROBE = "waiting-clock"  # the plugin's probe of the same clock (0.5.1x)
 SHORTAGE = "host-shortage"
 _WAITING_ABORT = "Request waiting timeout reached"
 _FLUSH_LINES = (
@@ -104,9 +105,38 @@ def _flush(run_dir: Path, steps: dict[int, list[dict]]) -> Tag | None:
     return None
 
 
+def _waiting_probe(steps: dict[int, list[dict]]) -> Tag | None:
+    """The plugin's `waiting-clock` probe (0.5.1x): the rids each rank's own waiting timeout
+    dropped differ across ranks; the tag's step is the first lone drop."""
+    dropped: dict[int, dict[str, int]] = {}
+    for rank, rows in steps.items():
+        mine = dropped.setdefault(rank, {})
+        for row in rows:
+            record = (row.get("sources") or {}).get(WAITING_PROBE) or {}
+            for rids in record.get("d") or ():
+                for rid in rids if isinstance(rids, list) else ():
+                    mine.setdefault(str(rid), int(row.get("step", -1)))
+    lone = sorted(
+        (step, rank, rid)
+        for rank, mine in dropped.items()
+        for rid, step in mine.items()
+        if any(rid not in other for other in dropped.values())
+    )
+    if len(dropped) < 2 or not lone:
+        return None
+    step, rank, rid = lone[0]
+    return Tag(
+        WAITING,
+        f"the waiting timeout dropped {rid} on rank {rank} at step {step} and not on every "
+        f"rank (`sources.{WAITING_PROBE}`; {len(lone)} such drops in the run)",
+        step,
+    )
+
+
 def _waiting(run_dir: Path) -> Tag | None:
     """The stages ran different requests at the first divergence, and one of them is a request
-    the server answered with its own waiting-timeout abort (no recorder probe reads that clock)."""
+    the server answered with its own waiting-timeout abort (runs recorded before the plugin
+    probed that clock: `_waiting_probe`)."""
     try:
         fd = json.loads((run_dir / "verdict.json").read_text()).get("first_divergence") or {}
         aborted = json.loads((run_dir / "requests.json").read_text()).get("aborted") or {}
@@ -180,6 +210,11 @@ def _host_shortage(steps: dict[int, list[dict]]) -> Tag | None:
 def run_tags(run_dir: Path) -> dict[str, Tag]:
     """The mechanisms the run's evidence names, by probe name."""
     steps = _steps(run_dir)
-    found = [_session(steps), _flush(run_dir, steps), _waiting(run_dir), _host_shortage(steps)]
+    found = [
+        _session(steps),
+        _flush(run_dir, steps),
+        _waiting_probe(steps) or _waiting(run_dir),
+        _host_shortage(steps),
+    ]
     found = [t for t in found if t is not None]
     return {t.name: t for t in found}

@@ -41,6 +41,21 @@ PROBES: tuple[Probe, ...] = (
         "sessions the reap tick closed, when it closed any",
         ("process_input_requests",),
     ),
+    # 0.5.1x-0.5.19 only: from 0.5.20 PP0 TP0 decides (`_poll_timeout_aborts`) and relays the
+    # aborts with its requests, so no rank reads its own clock for it and the probe is not armed.
+    Probe(
+        "waiting-clock",
+        "clock",
+        None,
+        "request-abort",
+        "Scheduler._abort_on_waiting_timeout: time.perf_counter() - SGLANG_REQ_WAITING_TIMEOUT "
+        "against each waiting request's wait_queue_entry_time",
+        ("Scheduler._abort_on_waiting_timeout",),
+        "seconds the rank's oldest waiting request is past the timeout, by the rank's own "
+        "perf_counter (3 decimals; > 0: due), in a step with a waiting request",
+        "the rids the rank dropped from its own waiting queue, when it dropped any",
+        ("_abort_on_waiting_timeout",),
+    ),
     Probe(
         "flush-deadline",
         "clock",

@@ -241,16 +241,16 @@ class StepRecorder:
         line["host_shortage"] = self._counts["host_shortage"]
         if self._shortages:
             line["host_shortages"] = list(self._shortages)
-        # device-alloc-fail's load-backs; source probes that failed (source_probes.py)
-        for key in ("device_held", "load_back_declined", "probe_errors"):
+        # device-alloc-fail's load-backs; source probes that failed (source_probes.py); what
+        # this rank's own clocks released: its reap tick (hook_points.py), its waiting timeout
+        keys = ("device_held", "load_back_declined", "probe_errors")
+        for key in (*keys, "sessions_closed", "waiting_timeouts"):
             if self._counts[key]:
                 line[key] = self._counts[key]
         if self.host_held:
             line["host_held"] = self.host_held
         for key, ms in self._waits.items():
             line[key] = round(ms, 3)
-        if self._counts["sessions_closed"]:  # by this rank's own reap tick (hook_points.py)
-            line["sessions_closed"] = self._counts["sessions_closed"]
         if self._sync:
             line["sync_received"] = dict(self._sync)
         if self._counted:

@@ -100,6 +100,44 @@ def _wrap_check_pending(original):
     return check_pending
 
 
+def _past_timeout(scheduler: Any, timeout_s: float) -> float | None:
+    """Seconds the oldest waiting request is past `timeout_s` on this rank's perf_counter, as
+    `_abort_on_waiting_timeout` compares them (an entry time of 0 is never stamped: skipped)."""
+    stamps = [req.time_stats.wait_queue_entry_time for req in scheduler.waiting_queue]
+    stamps = [t for t in stamps if t > 0]
+    return round(time.perf_counter() - min(stamps) - timeout_s, 3) if stamps else None
+
+
+def _wrap_waiting_timeout(original):
+    """0.5.1x's waiting timeout: each rank drops from its own waiting queue what its own clock
+    says is due, so one stage may drop a request the other admits (probe `waiting-clock`)."""
+    envs = original.__globals__.get("envs")  # the scheduler module's own SGLang env registry
+
+    @functools.wraps(original)
+    def _abort_on_waiting_timeout(self, *args, **kwargs):
+        queue = getattr(self, "waiting_queue", None)
+        if STATE.recorder is None or not queue:
+            return original(self, *args, **kwargs)
+        try:
+            timeout_s = float(envs.SGLANG_REQ_WAITING_TIMEOUT.get())
+        except Exception:  # noqa: BLE001 - a probe must never break SGLang's call
+            STATE.recorder.count("probe_errors", 1)
+            return original(self, *args, **kwargs)
+        if timeout_s <= 0:  # SGLang's own early return: nothing read
+            return original(self, *args, **kwargs)
+        read("waiting-clock", lambda: _past_timeout(self, timeout_s))
+        result = original(self, *args, **kwargs)
+        if self.waiting_queue is not queue:  # SGLang rebinds the queue only when it dropped some
+            kept = {id(req) for req in self.waiting_queue}
+            dropped = [str(req.rid) for req in queue if id(req) not in kept]
+            if dropped and STATE.recorder is not None:
+                STATE.recorder.count("waiting_timeouts", len(dropped))
+                decided("waiting-clock", dropped)
+        return result
+
+    return _abort_on_waiting_timeout
+
+
 def _arm(module: str, owner: str, method: str, probes: tuple[str, ...], make=None) -> None:
     def patch(mod) -> None:
         cls = getattr(mod, owner, None)
@@ -130,6 +168,13 @@ def install_source_probes() -> None:
         "check_pending",
         ("flush-deadline",),
         _wrap_check_pending,
+    )
+    _arm(
+        "sglang.srt.managers.scheduler",
+        "Scheduler",
+        "_abort_on_waiting_timeout",
+        ("waiting-clock",),
+        _wrap_waiting_timeout,
     )
     # Recorded by hook_points' own wrappers of these methods.
     _arm(

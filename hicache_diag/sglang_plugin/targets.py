@@ -217,6 +217,14 @@ TARGETS: tuple[Target, ...] = (
         ),
         "flush-deadline: time left to the rank's deadline, and how the flush ended",
     ),
+    # 0.5.1x-0.5.19: each rank drops timed-out waiting requests on its own clock (0.5.20 moved
+    # the decision to PP0 TP0, `_poll_timeout_aborts`, relayed: nothing per rank to probe).
+    Target(
+        "source_waiting_clock",
+        "hook:sources",
+        (("sglang.srt.managers.scheduler", "Scheduler._abort_on_waiting_timeout"),),
+        "waiting-clock: the oldest waiting request's age and the rids the rank dropped",
+    ),
     # CPU shims (reference/sglang-on-cpu.md): where SGLang assumes CUDA.
     Target(
         "assign_req_to_token_pool",

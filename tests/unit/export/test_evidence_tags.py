@@ -83,3 +83,20 @@ def test_flush_outcomes_apart_in_the_logs(tmp_path):
     assert "rank 0 timed out" in tag.says and "rank 1 flushed" in tag.says
     (tmp_path / "rank1.log").write_text("[2026-12-02 03:25:55 PP1] Deferred flush_cache timed out")
     assert run_tags(tmp_path) == {}
+
+
+def _drops(path: Path, steps: dict[int, list[str]]) -> None:
+    rows = [
+        {"step": s, "rank": 0, "sources": {"waiting-clock": {"n": 1, "v": [0.1], "d": [rids]}}}
+        for s, rids in steps.items()
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_waiting_tag_from_the_probe_names_the_first_lone_drop(tmp_path):
+    _drops(tmp_path / "rank0.jsonl", {7: ["o035"], 9: ["o036"]})
+    _drops(tmp_path / "rank1.jsonl", {8: ["o035"]})
+    tag = run_tags(tmp_path)[WAITING]
+    assert tag.step == 9 and "dropped o036 on rank 0 at step 9" in tag.says
+    _drops(tmp_path / "rank1.jsonl", {8: ["o035"], 10: ["o036"]})
+    assert run_tags(tmp_path) == {}  # the same requests dropped on both ranks
