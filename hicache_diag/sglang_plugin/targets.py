@@ -20,6 +20,7 @@ class Target:
     role: str  # shim | hook:<point> | probe
     options: tuple[tuple[str, str], ...]  # (module, qualname) alternatives
     why: str
+    until: str | None = None  # the last release that has it: later ones removed it by design
 
 
 TARGETS: tuple[Target, ...] = (
@@ -224,6 +225,7 @@ TARGETS: tuple[Target, ...] = (
         "hook:sources",
         (("sglang.srt.managers.scheduler", "Scheduler._abort_on_waiting_timeout"),),
         "waiting-clock: the oldest waiting request's age and the rids the rank dropped",
+        until="0.5.19",
     ),
     # CPU shims (reference/sglang-on-cpu.md): where SGLang assumes CUDA.
     Target(
