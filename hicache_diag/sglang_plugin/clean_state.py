@@ -132,8 +132,11 @@ def read_facts(scheduler: Any) -> dict[str, Any]:
 
 
 def _reseed(scheduler: Any) -> dict[str, Any]:
-    """The RNG re-seeded as the scheduler's start-up seeded it; the clocks' phase recorded
-    (SGLang exposes no way to re-phase them)."""
+    """The RNG re-seeded as the scheduler's start-up seeded it, and the session reap clock set
+    back to a new controller's `_last_reap_time` (0.0): each rank's next reap then falls on its
+    own first loop after the boundary, as after a launch. Left alone, every trial on one server
+    would share the reap phase its launch drew (measured: session-close parted 1 of 5 warm
+    trials, the three on one kept server none), and trials would not be independent draws."""
     info: dict[str, Any] = {}
     seed = getattr(scheduler, "random_seed", None)
     if seed is None:
@@ -144,9 +147,12 @@ def _reseed(scheduler: Any) -> dict[str, Any]:
         info["rng_reseeded"] = int(seed)
     except Exception:  # noqa: BLE001 - no seed or no such function in this release
         info["rng_reseeded"] = UNKNOWN
-    last_reap = getattr(getattr(scheduler, "session_controller", None), "_last_reap_time", None)
-    if last_reap is not None:
+    controller = getattr(scheduler, "session_controller", None)
+    last_reap = getattr(controller, "_last_reap_time", None)
+    if isinstance(last_reap, int | float):
         info["session_reap_age_s"] = round(time.monotonic() - float(last_reap), 3)
+        controller._last_reap_time = 0.0
+        info["session_reap_reset"] = True
     return info
 
 

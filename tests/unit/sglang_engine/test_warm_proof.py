@@ -51,7 +51,8 @@ def _scheduler(nodes=(), sessions=0, running=0, ack_write=0, new_names=True):
     table = {str(i): None for i in range(sessions)}
     if new_names:  # 0.5.2x: UnifiedRadixCache's tree_core, the session controller
         tree.tree_core = SimpleNamespace(root_node=root)
-        extra = {"session_controller": SimpleNamespace(sessions=table, _last_reap_time=0.0)}
+        controller = SimpleNamespace(sessions=table, _last_reap_time=time.monotonic())
+        extra = {"session_controller": controller}
     else:
         tree.root_node = root
         extra = {"sessions": table}
@@ -165,6 +166,8 @@ def test_the_boundary_round_trip_through_real_files(tmp_path):
         assert proofs == {0: read_facts(scheduler)}
         proof = ev.read_record(ev.CleanStateProof, ev.clean_state_json(second, 0))
         assert proof.seq == 1 and proof.info["rng_reseeded"] in (7, ev.UNKNOWN)
+        assert proof.info["session_reap_reset"] is True
+        assert scheduler.session_controller._last_reap_time == 0.0  # a new controller's phase
         assert not ev.rank_jsonl(second, 0).exists()  # a proof alone moves no steps
         assert control.ask(None, second, timeout_s=10) == {}
         time.sleep(1.2)  # one heartbeat line lands in the new run dir
