@@ -9,7 +9,11 @@ failures, interval and undecided count, how many trials ran on a reused server (
 `warm_server`), and the tool's own conclusion. Prints a table and ends with one line
 `bisect 0.5.19 vs 0.5.20, N trials a cell (warm|fresh): M min; <conclusion>`. Asserts nothing.
 
-Usage: python bench/sglang_release_bisect.py [--trials 10] [--fresh] [--out DIR] [-- bisect flags]
+`--pair l3` runs the other pair instead: 0.5.18 vs 0.5.19 on `l3_no_fault_0.5.18.toml` (the
+L3 control-queue drain, fixed in 0.5.19).
+
+Usage: python bench/sglang_release_bisect.py [--pair waiting|l3] [--trials 10] [--fresh]
+       [--out DIR] [-- bisect flags]
 """
 
 from __future__ import annotations
@@ -23,7 +27,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIO = ROOT / "samples/scenarios/sglang/waiting_timeout_0.5.19.toml"
+SCENARIOS = ROOT / "samples/scenarios/sglang"
+# pair -> (releases, scenario)
+PAIRS = {
+    "waiting": ("0.5.19,0.5.20", SCENARIOS / "waiting_timeout_0.5.19.toml"),
+    "l3": ("0.5.18,0.5.19", SCENARIOS / "l3_no_fault_0.5.18.toml"),
+}
 
 
 def reused(out: Path) -> tuple[int, int]:
@@ -38,20 +47,22 @@ def reused(out: Path) -> tuple[int, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", choices=sorted(PAIRS), default="waiting")
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--fresh", action="store_true", help="fresh servers (no --warm-server)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("bisect_args", nargs="*")
     args = parser.parse_args()
     if not os.environ.get("HICACHE_DIAG_SGLANG_VENVS"):
-        print("set HICACHE_DIAG_SGLANG_VENVS to the folder of sglang-0.5.19/ and sglang-0.5.20/")
+        print("set HICACHE_DIAG_SGLANG_VENVS to the folder of the release venvs (sglang-X.Y.Z/)")
         return 2
     how = "fresh" if args.fresh else "warm"
+    versions, scenario = PAIRS[args.pair]
     out = args.out or Path(f"/tmp/hicache-diag-bench-bisect-{how}-{int(time.time())}")
     argv = [
         sys.executable, "-m", "hicache_diag.cli.main", "bisect", "--engine", "sglang",
-        "--sglang-version", "0.5.19,0.5.20", "--trials", str(args.trials),
-        "--scenario", str(SCENARIO), "--out", str(out),
+        "--sglang-version", versions, "--trials", str(args.trials),
+        "--scenario", str(scenario), "--out", str(out),
         *([] if args.fresh else ["--warm-server"]), *args.bisect_args,
     ]  # fmt: skip
     print("$", " ".join(argv), flush=True)
@@ -72,7 +83,8 @@ def main() -> int:
     print(f"  trials on a reused server: {warm} of {total}")
     said = table.get("verdict") or "no verdict"
     print(
-        f"bisect 0.5.19 vs 0.5.20, {args.trials} trials a cell ({how}): {wall / 60:.1f} min; {said}"
+        f"bisect {versions.replace(',', ' vs ')}, {args.trials} trials a cell ({how}): "
+        f"{wall / 60:.1f} min; {said}"
     )
     return 0
 
