@@ -47,6 +47,9 @@ FLUSH_SWEEP_S = (-1.5, 0.5)  # deadline offsets around the long request's expect
 # on a fast box too: at 0.28 s a request, a 0.25 s gap built no queue and no wait met the timeout.
 OVERLOAD_GAP_S = 0.25
 OVERLOAD_RATIO = 2.0
+# session-close: the close is sent this far into the turn (the previous turn's length measured,
+# a guess for the first), within these bounds.
+CLOSE_FIRST_S, CLOSE_AT, CLOSE_MIN_S, CLOSE_MAX_S = 0.1, 0.5, 0.05, 0.3
 _ERRORS = (urllib.error.URLError, OSError, TimeoutError, ValueError)
 
 
@@ -200,6 +203,7 @@ class ScriptedClient(WorkloadClient):
         self._threads(one, n)
 
     def _session_close(self) -> None:
+        lasted = None  # the previous turn's length, client side
         for i in range(self.count):
             if self._stop.is_set():
                 return
@@ -214,10 +218,18 @@ class ScriptedClient(WorkloadClient):
                 args=(f"{sid}-t1", prompt, self.max_new, sid),
                 daemon=True,
             )
+            # Mid-turn, however fast this box serves one: a close after the turn ended is no
+            # deferral (released at once on every rank, in the same step), and a fixed 0.3 s
+            # came after the whole turn once each rank had its share of the cores (0.28 s).
+            close_after = CLOSE_FIRST_S if lasted is None else lasted * CLOSE_AT
+            close_after = min(CLOSE_MAX_S, max(CLOSE_MIN_S, close_after))
+            t0 = time.time()
             turn.start()
-            time.sleep(0.3)
+            time.sleep(close_after)
+            self._event("close_after", session=sid, s=round(close_after, 3))
             self._close(sid)  # in flight: SGLang defers it to the turn's end (close_on_finish)
             turn.join(self.timeout_s)
+            lasted = time.time() - t0
             if f"{sid}-t1" in self.result.outputs:
                 self._reference_turn(f"{sid}-t1", prompt, self.max_new)
             # Arrive as the session's KV waits for each rank's reap tick.
