@@ -29,11 +29,9 @@ from hicache_diag.diagnosis.host_attribution import (
     host_shortage_source,
     pool_refusal_source,
 )
+from hicache_diag.diagnosis.probe_records import L3_DRAIN, first_drops, lone_drops, outcomes
 from hicache_diag.verdict import DivergenceSource
 
-L3_DRAIN_PROBE = "l3-control-queues"  # sglang_plugin/probe_table.py: the counts each rank drained
-# sglang_plugin/probe_table.py: the rids each rank's own waiting timeout dropped
-WAITING_PROBE = "waiting-clock"
 MAX_RIDS_SAID = 4  # per rank, in the evidence line: an overload drops dozens
 
 # A copy in flight at the divergence finishes later: its pending age shows a few steps after.
@@ -195,12 +193,11 @@ def _l3_hit_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | 
 def _drained(cell: Any) -> list[int] | None:
     """What one step's `sources.l3-control-queues` record says the rank drained, summed:
     [storage hits, backups, host-memory releases] (probe_table.py), None when it drained none."""
-    record = cell.get(L3_DRAIN_PROBE) if isinstance(cell, dict) else None
-    outcomes = record.get("d") if isinstance(record, dict) else None
-    if not outcomes:
+    drained = outcomes(cell, L3_DRAIN)
+    if not drained:
         return None
     total = [0, 0, 0]
-    for counts in outcomes:
+    for counts in drained:
         for i, n in enumerate(counts[:3] if isinstance(counts, list) else ()):
             total[i] += int(n or 0)
     return total
@@ -282,25 +279,6 @@ def _session_source(window: pd.DataFrame) -> Attribution | None:
     )
 
 
-def _dropped_rids(cell: Any) -> list[str]:
-    """The rids one step's `sources.waiting-clock` record says the rank's timeout dropped."""
-    record = cell.get(WAITING_PROBE) if isinstance(cell, dict) else None
-    outcomes = record.get("d") if isinstance(record, dict) else None
-    return [str(rid) for rids in outcomes or () if isinstance(rids, list) for rid in rids]
-
-
-def _first_drops(rows: pd.DataFrame) -> dict[int, dict[str, int]]:
-    """rank -> rid -> the step at which that rank's waiting timeout dropped it."""
-    out: dict[int, dict[str, int]] = {int(r): {} for r in rows["rank"].unique()}
-    if "sources" not in rows.columns:
-        return out
-    ordered = rows.sort_values("step", kind="stable")
-    for rank, step, cell in zip(ordered["rank"], ordered["step"], ordered["sources"], strict=True):
-        for rid in _dropped_rids(cell):
-            out[int(rank)].setdefault(rid, int(step))
-    return out
-
-
 def _drop_list(rank: int, drops: list[tuple[int, str]]) -> str:
     if not drops:
         return f"rank {rank} none"
@@ -317,13 +295,11 @@ def _waiting_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution |
     if window.empty or "waiting_timeouts" not in window.columns:
         return None
     last, start = int(window["step"].max()), int(window["step"].min())
-    drops = _first_drops(frames[frames["step"] <= last])
-    lone = {
-        (step, rank, rid)
-        for rank, mine in drops.items()
-        for rid, step in mine.items()
-        if step >= start and any(rid not in other for other in drops.values())
-    }
+    upto = frames[frames["step"] <= last]
+    cells = upto["sources"] if "sources" in upto.columns else [None] * len(upto)
+    rows = zip(upto["rank"], upto["step"], cells, strict=True)
+    drops = first_drops(upto["rank"].unique(), rows)
+    lone = [d for d in lone_drops(drops) if d[0] >= start]
     if not lone:
         if any(drops.values()):
             return None  # the ranks dropped the same requests (the rids say so)
@@ -333,7 +309,7 @@ def _waiting_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution |
         culprit = min(counts)
         said = f"dropped {counts} requests per rank, on rank(s) {sorted(counts)} only"
     else:
-        step, culprit, rid = min(lone)
+        step, culprit, rid = lone[0]
         per_rank = {r: sorted((s, x) for s, rr, x in lone if rr == r) for r in sorted(drops)}
         said = "; ".join(_drop_list(r, v) for r, v in per_rank.items())
         said = f"dropped on some ranks only: {said}; first {rid} on rank {culprit} at step {step}"

@@ -12,10 +12,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hicache_diag.diagnosis.probe_records import WAITING as WAITING_PROBE
+from hicache_diag.diagnosis.probe_records import first_drops, lone_drops, outcomes
+
 SESSION = "session-clock"
 FLUSH = "flush-deadline"
 WAITING = "waiting-timeout"
-WAITING_PROBE = "waiting-clock"  # the plugin's probe of the same clock (0.5.1x)
 SHORTAGE = "host-shortage"
 _WAITING_ABORT = "Request waiting timeout reached"
 _FLUSH_LINES = (
@@ -51,8 +53,7 @@ def _fired(rows: list[dict], probe: str, counter: str) -> list[int]:
     """Steps at which this rank's probe outcome fired, or its counter counted."""
     hits = []
     for row in rows:
-        src = (row.get("sources") or {}).get(probe) or {}
-        if src.get("d") or row.get(counter):
+        if outcomes(row.get("sources"), probe) or row.get(counter):
             hits.append(int(row.get("step", -1)))
     return hits
 
@@ -108,20 +109,13 @@ def _flush(run_dir: Path, steps: dict[int, list[dict]]) -> Tag | None:
 def _waiting_probe(steps: dict[int, list[dict]]) -> Tag | None:
     """The plugin's `waiting-clock` probe (0.5.1x): the rids each rank's own waiting timeout
     dropped differ across ranks; the tag's step is the first lone drop."""
-    dropped: dict[int, dict[str, int]] = {}
-    for rank, rows in steps.items():
-        mine = dropped.setdefault(rank, {})
-        for row in rows:
-            record = (row.get("sources") or {}).get(WAITING_PROBE) or {}
-            for rids in record.get("d") or ():
-                for rid in rids if isinstance(rids, list) else ():
-                    mine.setdefault(str(rid), int(row.get("step", -1)))
-    lone = sorted(
-        (step, rank, rid)
-        for rank, mine in dropped.items()
-        for rid, step in mine.items()
-        if any(rid not in other for other in dropped.values())
+    rows = (
+        (rank, int(row.get("step", -1)), row.get("sources"))
+        for rank, rank_rows in steps.items()
+        for row in rank_rows
     )
+    dropped = first_drops(steps, rows)
+    lone = lone_drops(dropped)
     if len(dropped) < 2 or not lone:
         return None
     step, rank, rid = lone[0]
