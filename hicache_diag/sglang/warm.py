@@ -152,14 +152,17 @@ class WarmSglang:
             self.stop()  # a dirty server is never run on
         return record
 
-    def _look(self, run_dir: Path) -> Look:
-        """Flush, then every rank's proof into `run_dir`, compared with the fresh server's."""
-        problems = self._flush()
+    def _look(self, run_dir: Path, fresh: bool = False) -> Look:
+        """Flush, then every rank's proof into `run_dir`: compared with the fresh server's, or,
+        for the fresh server's own (`fresh`), held to the facts every clean server has."""
+        problems = self._flush(" on the fresh server" if fresh else "")
         proofs = self.control.ask(run_dir, None)
         if proofs is None:
-            problems.append("a rank did not answer the proof request in time")
+            which = "fresh proof request" if fresh else "proof request in time"
+            problems.append(f"a rank did not answer the {which}")
             proofs = {}
-        return Look(proofs, problems, differences(proofs, self.fresh))
+        off = not_empty(proofs) if fresh else differences(proofs, self.fresh)
+        return Look(proofs, problems, off)
 
     # -- a fresh server -----------------------------------------------------------------------
     def _flush(self, what: str = "") -> list[str]:
@@ -181,16 +184,9 @@ class WarmSglang:
     def take_fresh_proof(self, run_dir: Path) -> None:
         """After the fresh server is ready: flush what its readiness request left in the tree
         (every trial on it then starts alike), and take the proof every later one is held to."""
-        look, _ = look_twice(lambda: self._fresh_look(run_dir))  # PP1 may still be flushing
+        look, _ = look_twice(lambda: self._look(run_dir, fresh=True))  # PP1 may still flush
         self.fresh = look.proofs
         self.fresh_problems = look.differences + look.problems
-
-    def _fresh_look(self, run_dir: Path) -> Look:
-        problems = self._flush(" on the fresh server")
-        proofs = self.control.ask(run_dir, None)
-        if proofs is None:
-            problems.append("a rank did not answer the fresh proof request")
-        return Look(proofs or {}, problems, not_empty(proofs or {}))
 
     # -- after the trial ----------------------------------------------------------------------
     def release(self, cfg: SglangRunConfig, watch: TrialWatch, done: bool) -> bool:

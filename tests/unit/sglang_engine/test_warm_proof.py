@@ -347,7 +347,7 @@ def _pool_looking(tmp_path, monkeypatch, looks):
     pool.waits = []
     monkeypatch.setattr(clean_proof.time, "sleep", pool.waits.append)
     seen = iter(looks)
-    monkeypatch.setattr(warm.WarmSglang, "_look", lambda self, run_dir: next(seen))
+    monkeypatch.setattr(warm.WarmSglang, "_look", lambda self, run_dir, fresh=False: next(seen))
     pool.control = SimpleNamespace(ask=lambda proof_dir, steps_dir: {})
     return pool, closed
 
@@ -400,7 +400,7 @@ def test_a_fresh_server_still_flushing_gets_a_second_look(tmp_path, monkeypatch,
     waits = []
     monkeypatch.setattr(clean_proof.time, "sleep", waits.append)
     seen = iter([_fresh_look(9), _fresh_look(second)])
-    monkeypatch.setattr(warm.WarmSglang, "_fresh_look", lambda self, run_dir: next(seen))
+    monkeypatch.setattr(warm.WarmSglang, "_look", lambda self, run_dir, fresh: next(seen))
     pool.take_fresh_proof(tmp_path / "trial0")
     assert waits == [SETTLE_S]
     assert (pool.fresh_problems == []) is reference
