@@ -53,7 +53,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("no_effect", "env_vars"),  # the tables of inputs refused before anything starts
     ("faults", "side_pool", "link_delay", "output_paths"),
     ("paths",),
-    ("limits", "sizes", "hooks"),  # hooks: the fault points both engines call (§16)
+    # hooks: the fault points both engines call (§16); release_order: one order of versions
+    ("limits", "sizes", "release_order", "hooks"),
     ("evidence", "ranks", "verdict", "registry"),
     ("errors", "__init__"),
 )

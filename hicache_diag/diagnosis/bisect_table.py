@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hicache_diag.diagnosis.stats import median_ttf, wilson
+from hicache_diag.release_order import release_key
 
 BISECT_SCHEMA = "hicache-diag/bisect/v1"
 STORAGE_AXIS = "storage-backend"
@@ -171,7 +172,7 @@ def _release_line(cells: list[Cell], releases: dict[str, str]) -> str | None:
         return None
     order = list(pooled)
     if all(v in releases for v in order):
-        order.sort(key=lambda v: _version_key(releases[v]))
+        order.sort(key=lambda v: release_key(releases[v]))
     name = [releases.get(v, v) for v in order]
     best = None
     for i in range(1, len(order)):
@@ -193,10 +194,6 @@ def _release_line(cells: list[Cell], releases: dict[str, str]) -> str | None:
         return _overlap_line(f"release (largest change at {name[i]})", both)
     moves = "drops" if after[0] * before[1] < before[0] * after[1] else "rises"
     return f"first release where the failure rate {moves}: {name[i]} {both}"
-
-
-def _version_key(version: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else -1 for p in version.replace(".post", ".").split("."))
 
 
 def _switch_lines(cells: list[Cell], axes: list[str], describe) -> list[str]:

@@ -7,15 +7,9 @@ import os
 from pathlib import Path
 
 from hicache_diag.errors import UsageError
+from hicache_diag.release_order import release_key
 
 RELEASES_ENV = "HICACHE_DIAG_SGLANG_RELEASES"  # dir of unzipped wheels: <version>/sglang/
-
-
-def _version_key(version: str) -> tuple:
-    parts = []
-    for piece in version.replace(".post", ".").split("."):
-        parts.append(int(piece) if piece.isdigit() else -1)
-    return tuple(parts)
 
 
 def releases() -> dict[str, Path]:
@@ -31,7 +25,7 @@ def releases() -> dict[str, Path]:
             version = d.parents[3].name.removeprefix("sglang-")
             if (d / "srt").is_dir():
                 found.setdefault(version, d)
-    return dict(sorted(found.items(), key=lambda kv: _version_key(kv[0])))
+    return dict(sorted(found.items(), key=lambda kv: release_key(kv[0])))
 
 
 def run_release(version: str, python: str | None) -> Path | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hicache_diag.release_order import release_key
 from hicache_diag.sglang_plugin.cpu_kernels import scan_cpu_kernel_names
 from hicache_diag.sglang_plugin.targets import TARGETS, scan_targets
 
@@ -84,12 +85,8 @@ def test_installed_sglang_has_every_target():
     removed = {  # a target a later release removed by design is not missing there
         " or ".join(f"{m}.{q}" for m, q in t.options)
         for t in TARGETS
-        if t.until and _release(install.version) > _release(t.until)
+        if t.until and release_key(install.version) > release_key(t.until)
     }
     assert [m for m in scan_targets(install.site_root) if m not in removed] == []
     names = scan_cpu_kernel_names(install.package_dir)
     assert "assign_req_to_token_pool_cpu" in names.get("sgl_kernel", [])
-
-
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("+")[0].split(".")[:3] if p.isdigit())
