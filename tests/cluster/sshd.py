@@ -65,8 +65,9 @@ class SshNode:
     started: list[subprocess.Popen] = field(default_factory=list)
 
     def start(self) -> None:
-        # sh is the namespace's init, sshd its child: stopping sshd leaves the node's ranks up.
-        script = f"{SSHD} -D -e -f {self.sshd_config} & wait"
+        # sh is the namespace's init, sshd its child: stopping sshd leaves the node's ranks up
+        # (init then becomes a sleep: were it to exit, the namespace and its ranks would go).
+        script = f"{SSHD} -D -e -f {self.sshd_config} & wait; exec sleep infinity"
         self.holder = subprocess.Popen(
             ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c", script],
             stdin=subprocess.DEVNULL,
