@@ -286,9 +286,11 @@ def _holding_up(stuck: list[RankView], confirmed: bool) -> Judgement | None:
 def _busy(live: list[RankView], moving: list[RankView]) -> Judgement:
     ev = [f"{len(moving)}/{len(live)} ranks progressed between samples"]
     # A stage computing while its peers wait is a pipeline at work; a rank that sleeps, waits
-    # on a lock or the device while everyone else waits (for it or for work) is a straggler.
+    # on a lock or the device while everyone else sits still in a wait (for it or for work) is
+    # a straggler. A peer that moved between samples is not held up: with every rank moving,
+    # one caught outside communication at the last sample is only where a busy stage was.
     outside = [v for v in live if not v.in_comm and v.kind in (WaitKind.OTHER, WaitKind.DEVICE)]
-    waiting = [v for v in live if v.in_comm or v.idle]
+    waiting = [v for v in live if (v.in_comm or v.idle) and not v.progressed]
     if len(outside) == 1 and len(waiting) == len(live) - 1:
         ev.append(f"{outside[0].rank.label} is the only rank outside communication")
         return _found("busy", "straggler", outside, ev, Reason.OUTSIDE)
