@@ -46,6 +46,10 @@ class DivergenceSource(str, enum.Enum):
     # its own perf_counter says is due (`Scheduler._abort_on_waiting_timeout`); the probe
     # `sources.waiting-clock` records the rids dropped.
     WAITING_CLOCK = "waiting-clock"
+    # SGLang 0.5.13+'s deferred `/flush_cache?timeout=`: each rank waits for idle until its
+    # own time.monotonic() deadline (`SchedulerFlushWrapper.check_pending`), so one stage may
+    # reset its tree while another gives up; the probe `sources.flush-deadline` records how.
+    FLUSH_DEADLINE = "flush-deadline"
     UNKNOWN = "unknown"
 
 

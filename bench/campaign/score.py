@@ -17,8 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from campaign.plan import KINDS, Facts, TrialPlan
+from hicache_diag.verdict import DivergenceSource
 
-SOURCES = ("dma-ack-count", "host-alloc", "lru-clock", "l3-hit", "l3-progress", "unknown")
+# Every source the classifier can name, `unknown` last (the confusion tables' order).
+SOURCES = tuple(s.value for s in DivergenceSource if s is not DivergenceSource.UNKNOWN) + (
+    DivergenceSource.UNKNOWN.value,
+)
 
 
 @dataclass(slots=True)

@@ -37,9 +37,9 @@ from hicache_diag.sglang.server import (
     Scheduler,
     ServerStartError,
     SglangServer,
-    last_error_line,
     parse_title,
 )
+from hicache_diag.sglang.startup_log import last_error_line
 
 SEEN_BY = "collector.py over ssh"
 # The user's own settings SGLang and torch read, sent along (the rest of their environment is
@@ -67,6 +67,7 @@ class SshNodes(SglangServer):
     `--port` `ports[i]`, free on that host (remote_nodes.py asked it)."""
 
     remote = True
+    relaunch_on_taken_port = False  # the nodes' ports are agreed among them (dist-init-addr)
 
     def __init__(
         self,

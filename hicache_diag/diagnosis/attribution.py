@@ -29,7 +29,13 @@ from hicache_diag.diagnosis.host_attribution import (
     host_shortage_source,
     pool_refusal_source,
 )
-from hicache_diag.diagnosis.probe_records import L3_DRAIN, first_drops, lone_drops, outcomes
+from hicache_diag.diagnosis.probe_records import (
+    FLUSH,
+    L3_DRAIN,
+    first_drops,
+    lone_drops,
+    outcomes,
+)
 from hicache_diag.verdict import DivergenceSource
 
 MAX_RIDS_SAID = 4  # per rank, in the evidence line: an overload drops dozens
@@ -322,6 +328,43 @@ def _waiting_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution |
     )
 
 
+def _flush_endings(window: pd.DataFrame) -> dict[int, list[tuple[str, int]]]:
+    """rank -> how each of its deferred flushes ended in the window, in order: (outcome, step)."""
+    out: dict[int, list[tuple[str, int]]] = {int(r): [] for r in window["rank"].unique()}
+    ordered = window.sort_values("step", kind="stable")
+    for rank, step, cell in zip(ordered["rank"], ordered["step"], ordered["sources"], strict=True):
+        out[int(rank)] += [(str(o), int(step)) for o in outcomes(cell, FLUSH)]
+    return out
+
+
+def _flush_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | None:
+    """A deferred flush that ended differently per rank (one reset its tree, another timed out,
+    or they reset at different steps): each rank waits for idle until its own monotonic
+    deadline. Named: the rank(s) whose ending is off PP0's, the ending the fix would relay."""
+    if "sources" not in window.columns:
+        return None
+    endings = _flush_endings(window)
+    if len(endings) < 2 or not any(endings.values()):
+        return None
+    leader = _leader_rank(frames)
+    mine = endings.get(leader, [])
+    off = {r: tuple(v) for r, v in endings.items() if v != mine}
+    if not off:
+        return None
+    culprit = odd_rank(off) if len(off) > 1 and disagree(off) else min(off)
+    said = "; ".join(
+        f"rank {r} " + (", ".join(f"{o} at step {s}" for o, s in v) or "no ending")
+        for r, v in sorted(endings.items())
+    )
+    return (
+        DivergenceSource.FLUSH_DEADLINE,
+        culprit,
+        f"the deferred flush ended differently per rank ({said}); each rank waits for idle until "
+        "its own time.monotonic() deadline (SchedulerFlushWrapper.check_pending), so one stage "
+        f"reset its tree where another did not; off PP0's (rank {leader}): {sorted(off)}",
+    )
+
+
 def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Attribution:
     """Name the divergence source from the recorded per-rank inputs: first those of the
     LOOKBACK_STEPS up to `step`, then, when none explains it, the whole history before it (an
@@ -334,6 +377,7 @@ def attribute(frames: pd.DataFrame, step: int, column: str, values: dict) -> Att
             or _ack_source(window, frames, step, column, values)
             or _session_source(window)
             or _waiting_source(window, frames)
+            or _flush_source(window, frames)
             or _l3_progress_source(window)
             or _l3_hit_source(window, frames)
             or _l3_drain_source(window, frames)

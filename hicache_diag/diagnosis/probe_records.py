@@ -9,6 +9,7 @@ from typing import Any
 
 L3_DRAIN = "l3-control-queues"  # `d`: [storage hits, backups, host-memory releases] drained
 WAITING = "waiting-clock"  # `d`: the rids the rank's own waiting timeout dropped
+FLUSH = "flush-deadline"  # `d`: 'flush' (idle: tree reset) or 'timeout', as the flush ended
 
 
 def outcomes(sources: Any, probe: str) -> list[Any]:

@@ -102,6 +102,8 @@ class NodeServer(SglangServer):
     """One node's `launch_server`. Node 0's (the one the trial loop holds) starts, watches,
     discovers and reaps its `peers` too."""
 
+    relaunch_on_taken_port = False  # the nodes' ports are agreed among them (dist-init-addr)
+
     def __init__(
         self, install: SglangInstall, spec: LaunchSpec, run_dir: Path, peers: tuple = ()
     ) -> None:

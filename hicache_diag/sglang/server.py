@@ -31,6 +31,12 @@ from hicache_diag.sglang.bundle import plugin_bundle
 from hicache_diag.sglang.launch_spec import LaunchSpec
 from hicache_diag.sglang.ports import free_port
 from hicache_diag.sglang.release import SglangInstall
+from hicache_diag.sglang.startup_log import (
+    last_error_line,
+    log_tail,
+    port_taken_line,
+    startup_phase,
+)
 from hicache_diag.sglang_plugin import config as plugin_config
 
 READY_TIMEOUT_S = 240.0  # 35-75 s measured on 2 cores; headroom for a loaded CI box
@@ -77,41 +83,6 @@ class Scheduler:
         return {**where, "title": self.title, "vanished": vanished, **seen}
 
 
-# Log lines that open each start-up phase (SGLang 0.5.x), latest first.
-_PHASES = (
-    (
-        ("Uvicorn running", "Application startup complete", "The server is fired up"),
-        "waiting for /health_generate",
-    ),
-    (
-        ("Memory pool end", "KV Cache is allocated", "Capture cuda graph", "max_total_num_tokens"),
-        "allocating the KV cache",
-    ),
-    (
-        ("Load weight begin", "Loading safetensors", "Load weight end", "Init torch distributed"),
-        "loading the model",
-    ),
-)
-
-
-def startup_phase(log_tail: str) -> str:
-    """The phase the server log shows: launching, loading the model, allocating the KV cache,
-    waiting for /health_generate."""
-    for markers, phase in _PHASES:
-        if any(m in log_tail for m in markers):
-            return phase
-    return "launching"
-
-
-def _log_tail(path: Path, size: int = 64 * 1024) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, fh.seek(0, 2) - size))
-            return fh.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def parse_title(cmdline: str) -> RankId | None:
     """`sglang::scheduler_PP1_TP0` -> PP1 TP0 (no tokens: PP0 TP0); None for other processes."""
     m = _TITLE_RE.match(cmdline)
@@ -120,10 +91,18 @@ def parse_title(cmdline: str) -> RankId | None:
     return parse_rank_tokens(m.group("rest")) or RankId()
 
 
+# A port taken between our pick and SGLang's bind (ports.py: the race SGLang's own launcher
+# takes too) fails a start through no fault of anyone's; it is picked again this many times.
+PORT_RELAUNCHES = 2
+
+
 class SglangServer:
     # Its processes are on other machines (cluster/node_server.py): watched and dumped there,
     # never through this machine's psutil, /proc or py-spy.
     remote = False
+    # One launch on one port of this machine: a start that lost its port is relaunched on a
+    # fresh one. Launches whose nodes agree on ports among themselves are not.
+    relaunch_on_taken_port = True
 
     def __init__(
         self, install: SglangInstall, spec: LaunchSpec, run_dir: Path, log: Path | None = None
@@ -138,6 +117,9 @@ class SglangServer:
         self._ext_root: Path | None = None
         self._locks_before: set[Path] = set()
         self.removed_locks: list[Path] = []  # build locks our kill left behind, removed
+        self.relaunches: list[str] = []  # why a start was relaunched on a fresh port
+        self._plugin_path: Path | None = None
+        self._log_start = 0  # where this launch's lines begin in the log
 
     @property
     def log_path(self) -> Path:
@@ -192,7 +174,9 @@ class SglangServer:
                 "remove it and rerun"
             )
         self._locks_before = build_locks.find_locks(self._ext_root)
+        self._plugin_path = plugin_path
         self._log = open(self.log_path, "ab", buffering=0)
+        self._log_start = self._log.tell()
         self.started_at = time.time()
         self.popen = subprocess.Popen(
             self.spec.argv(self.install.python, self.port),
@@ -217,8 +201,13 @@ class SglangServer:
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             if on_phase is not None:
-                on_phase(startup_phase(_log_tail(self.log_path)))
-            self.check_running()
+                on_phase(startup_phase(log_tail(self.log_path)))
+            try:
+                self.check_running()
+            except ServerStartError:
+                if not self._relaunched_on_fresh_port():
+                    raise
+                continue
             if self._healthy():
                 self.ready_at = time.time()
                 self.discover()
@@ -236,6 +225,23 @@ class SglangServer:
                 f"SGLang exited ({self.popen.returncode}) before it was ready: "
                 f"{last_error_line(self.log_path)} (log: {self.log_path})"
             )
+
+    def _relaunched_on_fresh_port(self) -> bool:
+        """The launcher exited because a port it binds was taken since we picked it: reap this
+        launch and start again on a fresh port (at most PORT_RELAUNCHES times)."""
+        if not self.relaunch_on_taken_port or len(self.relaunches) >= PORT_RELAUNCHES:
+            return False
+        taken = port_taken_line(self.log_path, self._log_start)
+        if taken is None or self._plugin_path is None:
+            return False
+        old = self.port
+        self.close()
+        self.port = free_port()
+        self.relaunches.append(
+            f"port {old} was taken before SGLang bound it ({taken}); relaunched on port {self.port}"
+        )
+        self.start(self._plugin_path)
+        return True
 
     def _healthy(self) -> bool:
         try:
@@ -345,22 +351,3 @@ def zombie_exit_status(pid: int) -> tuple[int | None, int | None]:
     if status & 0x7F:
         return None, status & 0x7F
     return status >> 8, None
-
-
-def last_error_line(log: Path) -> str:
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    # A line logged as an ERROR (uvicorn's failed bind: another process took the port between
-    # our pick and SGLang's bind) says why; a traceback SGLang logged as a warning does not.
-    for pattern in (_FATAL_LINE, _ERROR_LINE):
-        for line in reversed(lines):
-            text = line.strip()
-            if pattern.search(text) and text != "Traceback (most recent call last):":
-                return text[:300]
-    return lines[-1][:300] if lines else "(empty log)"
-
-
-_FATAL_LINE = re.compile(r"\bERROR\b|address already in use")
-_ERROR_LINE = re.compile(r"(Error|Exception|error:|Traceback|Killed|exited)")

@@ -295,6 +295,7 @@ class SglangEngine(Engine):
         elif watch.startup_error:  # the schedulers were serving (SGLang's readiness request)
             verdict.evidence.append(f"it ended before SGLang reported ready: {watch.startup_error}")
         verdict.evidence += [f"launch adapted: {note}" for note in self.cfg.notes]
+        verdict.evidence += [f"relaunched: {why}" for why in self.server.relaunches]
         verdict.evidence += placement_evidence(self.server, self.cfg.placement)
         lost = getattr(self.server, "lost", None)
         return _lost_node(verdict, lost) if lost else verdict

@@ -5,7 +5,7 @@ whose HTTP port another launch took between our pick and uvicorn's bind)."""
 
 from __future__ import annotations
 
-from hicache_diag.sglang.server import last_error_line
+from hicache_diag.sglang.startup_log import last_error_line
 
 PORT_TAKEN = """\
 [2026-12-04 14:56:21] INFO:     Started server process [4403]

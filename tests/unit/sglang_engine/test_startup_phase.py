@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hicache_diag.sglang.server import startup_phase
+from hicache_diag.sglang.startup_log import startup_phase
 
 LOG = [
     ("", "launching"),
