@@ -63,12 +63,27 @@ def _ports(launches: Path) -> list[int]:
     return [int(x) for x in launches.read_text().split()]
 
 
-@pytest.mark.process
-def test_a_start_whose_port_was_taken_is_relaunched_on_a_fresh_port(tmp_path: Path) -> None:
-    srv, launches = _server(tmp_path)
+def _start_fails(srv: SglangServer, tmp_path: Path, why: str) -> None:
+    try:
+        srv.start(tmp_path / "plugin.json")
+        with pytest.raises(ServerStartError, match=why):
+            srv.wait_ready(timeout_s=60)
+    finally:
+        srv.close()
+
+
+@pytest.fixture
+def taken():
+    """A port another process holds: bound (not listening, so no request hangs on it)."""
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
-    taken = squatter.getsockname()[1]
+    yield squatter.getsockname()[1]
+    squatter.close()
+
+
+@pytest.mark.process
+def test_a_start_whose_port_was_taken_is_relaunched_on_a_fresh_port(tmp_path, taken) -> None:
+    srv, launches = _server(tmp_path)
     srv.port = taken  # as if another process bound our pick between the pick and the bind
     try:
         srv.start(tmp_path / "plugin.json")
@@ -80,36 +95,23 @@ def test_a_start_whose_port_was_taken_is_relaunched_on_a_fresh_port(tmp_path: Pa
         assert f"relaunched on port {srv.port}" in why
     finally:
         srv.close()
-        squatter.close()
     log = srv.log_path.read_text()
     assert "address already in use" in log  # the first launch's lines are kept
 
 
 @pytest.mark.process
-def test_a_port_taken_every_time_gives_up_after_the_relaunches(tmp_path, monkeypatch) -> None:
+def test_a_port_taken_every_time_gives_up_after_the_relaunches(
+    tmp_path, taken, monkeypatch
+) -> None:
     srv, launches = _server(tmp_path)
-    squatter = socket.socket()
-    squatter.bind(("127.0.0.1", 0))
-    taken = squatter.getsockname()[1]
     srv.port = taken
     monkeypatch.setattr(server_mod, "free_port", lambda: taken)  # every pick is the taken one
-    try:
-        srv.start(tmp_path / "plugin.json")
-        with pytest.raises(ServerStartError, match="address already in use"):
-            srv.wait_ready(timeout_s=60)
-    finally:
-        srv.close()
-        squatter.close()
+    _start_fails(srv, tmp_path, "address already in use")
     assert len(_ports(launches)) == 1 + server_mod.PORT_RELAUNCHES
 
 
 @pytest.mark.process
 def test_a_start_that_failed_for_another_reason_is_not_relaunched(tmp_path: Path) -> None:
     srv, launches = _server(tmp_path, fail=True)
-    try:
-        srv.start(tmp_path / "plugin.json")
-        with pytest.raises(ServerStartError, match="the model is not there"):
-            srv.wait_ready(timeout_s=60)
-    finally:
-        srv.close()
+    _start_fails(srv, tmp_path, "the model is not there")
     assert len(_ports(launches)) == 1 and srv.relaunches == []
