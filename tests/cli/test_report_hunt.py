@@ -90,7 +90,7 @@ def test_an_older_hunt_keeps_its_recorded_confirmation_and_names_each_source(cap
     assert "session-close: first divergence at step 641, evicted" in out
     assert "session-timeout: first divergence at step 421, evicted" in out
     assert "host-pool: no first divergence recorded" in out
-    assert "step 510, host_free: rank 0: 364, rank 1: 516 (source unknown)" in out
+    assert "step 510, host_free: rank 0: 364, rank 1: 516 (source flush-deadline)" in out
     assert out.count("re-judged from its run: as recorded") == 4
 
 
