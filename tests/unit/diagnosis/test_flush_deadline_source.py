@@ -22,8 +22,8 @@ def _line(rank: int, step: int, ended: str | None = None, **over) -> dict:
 
 
 def _parted(endings: dict[tuple[int, int], str]) -> pd.DataFrame:
-    """Two stages, steps 1-4; at step 4 their host pools disagree (the 0.5.18 hunt's run:
-    PP0 timed out at step 1110, PP1 flushed at 1163, the pools apart at 1164)."""
+    """Two stages, steps 1-4; at step 4 their pools disagree (the 0.5.23 hunt's run: PP0 timed
+    out, PP1 reset its tree at step 508, the host pools apart at 510)."""
     lines = [_line(r, s, endings.get((r, s))) for r in (0, 1) for s in (1, 2, 3)]
     lines += [_line(0, 4, device_free=354), _line(1, 4, device_free=513)]
     return pd.DataFrame(lines).sort_values(["step", "rank"], kind="stable")

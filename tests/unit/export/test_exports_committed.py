@@ -29,9 +29,9 @@ HUNTS = ROOT / "samples" / "hunt"
 # The hunt exported these from a shrink's last failing run, which is not committed (only each
 # trigger's first failing run is): kept as the hunt wrote them, not regenerated here.
 FROM_SHRINKS = {
-    f"{hunt}/{trigger}"
-    for hunt in ("sglang-0.5.23-60m", "sglang-0.5.18")
-    for trigger in ("flush-deadline", "host-pool")
+    "sglang-0.5.23-60m/flush-deadline",
+    "sglang-0.5.23-60m/host-pool",
+    "sglang-0.5.18/host-pool",
 }
 # A hunt on an older release exported with exactly these releases' source (their range table).
 HUNT_RELEASES = {"sglang-0.5.18": ("0.5.18", "0.5.19", "0.5.20")}

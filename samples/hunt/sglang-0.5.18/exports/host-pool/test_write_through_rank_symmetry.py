@@ -1,6 +1,6 @@
 """A write-through backup decided on one rank alone, SGLang 0.5.18.
 
-Exported from a hicache-diag run (trial0-seed0): at step 178 rank 1 (PP1) skipped a write-through backup of 1 tokens (`host_shortages` {'evict_calls': 1, 'evicted': 0, 'free': 0, 'need': 1}), rank 0 (PP0) backed up 1 tokens. The backup is decided on each rank
+Exported from a hicache-diag run (trial0-seed0): at step 224 rank 1 (PP1) skipped a write-through backup of 1 tokens (`host_shortages` {'evict_calls': 1, 'evicted': 0, 'free': 0, 'need': 1}), rank 0 (PP0) backed up 1 tokens. The backup is decided on each rank
 alone (`_execute_kv_backup` returns None when the host pool is short and `evict_host` cannot
 free enough) and no peer is told; the ranks then agree only on how many acks to drain: under PP
 PP0 counts its own queue and relays the count (`_pp_sync`), under TP the counts are MIN-reduced.

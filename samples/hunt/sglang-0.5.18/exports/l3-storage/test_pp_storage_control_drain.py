@@ -1,7 +1,7 @@
 """PP stages apply different numbers of L3 storage control events (SGLang 0.5.18).
 
 Exported from a hicache-diag run (l3-storage): with an L3 storage backend and no fault injected,
-the run ended with PP1 in `forward_native`: RuntimeError: shape '[121, -1, 16]' is invalid for input of size 4032. The source is upstream of where the
+the run ended with PP0 in `SchedulerPPMixin._pp_commit_comm_work`: hang: no progress for the hang timeout; rank 0 waits in SchedulerPPMixin._pp_commit_comm_work (scheduler_pp_mixin.py:939). The source is upstream of where the
 ranks stopped: each PP stage drains its storage control queues (`prefetch_hit_queue`,
 `ack_backup_queue`, `host_mem_release_queue`) by a count that is the MIN over its own TP group
 only (`drain_storage_control_queues` -> `_all_reduce_attn_groups`), and those queues are filled

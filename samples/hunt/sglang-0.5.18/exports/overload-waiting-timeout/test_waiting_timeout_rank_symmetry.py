@@ -1,6 +1,6 @@
 """Requests past SGLANG_REQ_WAITING_TIMEOUT are dropped on each rank's own clock, SGLang 0.5.18.
 
-Exported from a hicache-diag run (overload-waiting-timeout, no fault injected): at step 1413 rank 0 ran ['o037']; rank 1 ran ['o036']; the server answered o036 with 'Request waiting timeout reached' (24 requests so answered in the run)
+Exported from a hicache-diag run (overload-waiting-timeout, no fault injected): the waiting timeout dropped o088 on rank 0 at step 1586 and not on every rank (`sources.waiting-clock`; 2 such drops in the run)
 
 Each scheduler stamps `req.time_stats.wait_queue_entry_time` when it queues a request and, every
 iteration, drops the waiting requests older than the timeout by its own `time.perf_counter()`

@@ -1,6 +1,6 @@
 """Streaming sessions are released on each rank's own reap tick, SGLang 0.5.18.
 
-Exported from a hicache-diag run (session-timeout, no fault injected): the reap tick closed a session on one rank only (`sessions_closed` / `sources.session-clock`): rank 0 at step(s) 2436; rank 1 at step(s) 2435
+Exported from a hicache-diag run (session-timeout, no fault injected): the reap tick closed a session on one rank only (`sessions_closed` / `sources.session-clock`): rank 0 at step(s) 3617; rank 1 at step(s) 3616
 
 `Scheduler.process_input_requests` calls `SessionController.maybe_reap(time.monotonic())` on
 every rank. `maybe_reap` runs only when that rank's own 1 s tick fires (`_last_reap_time` is
