@@ -61,6 +61,7 @@ class RankView:
     frame: str | None = None  # the frame that named the site, `func (file)`
     fate: RankFate = RankFate.ALIVE
     progressed: bool | None = None  # its stack moved between samples; None: one sample
+    sample_kinds: tuple[WaitKind, ...] = ()  # the site kind of every sample, oldest first
 
     @property
     def in_comm(self) -> bool:
@@ -91,6 +92,7 @@ class Judgement:
 
 
 _IDLE = frozenset({WaitKind.IDLE, WaitKind.REQUEST})
+_OUTSIDE = frozenset({WaitKind.OTHER, WaitKind.DEVICE})  # asleep, on a lock, on the device
 _SEND_SITES = frozenset({"pp-send", "p2p-send"})
 _KIND_RANK = {WaitKind.HICACHE_LOCAL: 0, WaitKind.HICACHE_COMM: 1}
 # A rank using at least this share of one CPU between samples is going round, not stuck.
@@ -122,7 +124,8 @@ def view_of(
             progressed = True
     site = sites[-1]
     frame = site.frame.short if site.frame else None
-    return RankView(rank, site.site, site.kind, site.path, frame, fate, progressed)
+    kinds = tuple(s.kind for s in sites)
+    return RankView(rank, site.site, site.kind, site.path, frame, fate, progressed, kinds)
 
 
 def judge(views: Sequence[RankView], hang_hint: bool) -> Judgement | None:
@@ -286,10 +289,10 @@ def _holding_up(stuck: list[RankView], confirmed: bool) -> Judgement | None:
 def _busy(live: list[RankView], moving: list[RankView]) -> Judgement:
     ev = [f"{len(moving)}/{len(live)} ranks progressed between samples"]
     # A stage computing while its peers wait is a pipeline at work; a rank that sleeps, waits
-    # on a lock or the device while everyone else sits still in a wait (for it or for work) is
-    # a straggler. A peer that moved between samples is not held up: with every rank moving,
-    # one caught outside communication at the last sample is only where a busy stage was.
-    outside = [v for v in live if not v.in_comm and v.kind in (WaitKind.OTHER, WaitKind.DEVICE)]
+    # on a lock or the device in every sample while everyone else sits still in a wait (for it
+    # or for work) is a straggler. A peer that moved between samples is not held up, and a
+    # working stage caught once off-CPU in code the table does not name is where it was.
+    outside = [v for v in live if all(k in _OUTSIDE for k in v.sample_kinds or (v.kind,))]
     waiting = [v for v in live if (v.in_comm or v.idle) and not v.progressed]
     if len(outside) == 1 and len(waiting) == len(live) - 1:
         ev.append(f"{outside[0].rank.label} is the only rank outside communication")

@@ -109,6 +109,7 @@ def analyse_rank(rs: RankSamples, pp_size: int, tp_size: int) -> RankReport:
         site_frame=view.frame,
         call_path=view.path,
         fate=view.fate,
+        sample_kinds=tuple(k.value for k in view.sample_kinds),
     )
 
 
@@ -116,7 +117,8 @@ def _view(r: RankReport) -> RankView:
     """A report back into the rule's input (analyse_rank built it from one)."""
     fate = RankFate.EXITED if r.state == "exited" else r.fate
     kind = WaitKind(r.wait_kind) if r.wait_kind else None
-    return RankView(r.rank, r.wait_site, kind, r.call_path, r.site_frame, fate, r.progressed)
+    kinds = tuple(WaitKind(k) for k in r.sample_kinds)
+    return RankView(r.rank, r.wait_site, kind, r.call_path, r.site_frame, fate, r.progressed, kinds)
 
 
 def classify_stacks(reports: list[RankReport], hang_hint: bool) -> HangFinding | None:

@@ -34,6 +34,7 @@ class RankReport:
     site_frame: str | None = None  # the frame that named the wait site
     call_path: tuple[str, ...] = ()  # function names from the site frame out (not in JSON)
     fate: RankFate = RankFate.ALIVE  # what its process did, for the culprit rule (not in JSON)
+    sample_kinds: tuple[str, ...] = ()  # the site kind of every sample (not in JSON)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -96,6 +96,15 @@ def test_busy_pipeline_is_not_a_straggler_but_a_sleeping_rank_is():
     flowing = [rank(0, 0, "pp-proxy-recv", "p2p", True), rank(1, 0, "local-wait", "other", True)]
     f = classify_stacks(flowing, hang_hint=False)
     assert (f.kind, f.cause, f.culprits) == ("busy", None, [])
+    # a working stage caught off-CPU once, in code the table does not name, while its peer
+    # read the same recv twice: only a rank outside communication in every sample is held
+    once = rank(1, 0, "local-wait", "other", True)
+    once.sample_kinds = ("compute", "other")
+    f = classify_stacks([rank(0, 0, "pp-proxy-recv", "p2p"), once], hang_hint=False)
+    assert (f.kind, f.cause, f.culprits) == ("busy", None, [])
+    once.sample_kinds = ("other", "other")
+    f = classify_stacks([rank(0, 0, "pp-proxy-recv", "p2p"), once], hang_hint=False)
+    assert (f.kind, f.cause, f.culprits[0].rank) == ("busy", "straggler", RankId(pp=1, tp=0))
 
 
 def test_sender_blocked_while_the_peer_waits_for_requests_is_a_slot_mismatch():
