@@ -170,6 +170,12 @@ def _leader_rank(frames: pd.DataFrame) -> int:
     return int(frames["rank"].min())
 
 
+def _culprit_off_leader(off: dict[int, Any]) -> int | None:
+    """Of the ranks whose value is off PP0's (the decision the fix relays): the odd one when
+    they differ among themselves, else the lowest."""
+    return odd_rank(off) if len(off) > 1 and disagree(off) else min(off, default=None)
+
+
 def _l3_hit_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | None:
     local = step_disagreement(window, "l3_hit_len_local")
     if not local or not (step_disagreement(window, "l3_hit_len") or "l3_hit_len" not in window):
@@ -192,7 +198,7 @@ def _l3_hit_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | 
         return DivergenceSource.L3_HIT, odd_rank(per_rank), f"{why}; {rid} hit per rank {per_rank}"
     leader = _leader_rank(frames)
     off = {r: v for r, v in values.items() if r in drained and drained[r] != drained.get(leader)}
-    culprit = odd_rank(off) if len(off) > 1 and disagree(off) else min(off, default=None)
+    culprit = _culprit_off_leader(off)
     return DivergenceSource.L3_HIT, culprit, f"{why}; off PP0's (rank {leader}): {sorted(off)}"
 
 
@@ -231,7 +237,7 @@ def _l3_drain_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution 
         return None
     leader = _leader_rank(frames)
     off = {r: v for r, v in values.items() if v != values.get(leader)}
-    culprit = odd_rank(off) if len(off) > 1 and disagree(off) else min(off, default=None)
+    culprit = _culprit_off_leader(off)
     at = {r: steps.get(r, []) for r in sorted(ranks)}
     return (
         DivergenceSource.L3_PROGRESS,
@@ -351,7 +357,7 @@ def _flush_source(window: pd.DataFrame, frames: pd.DataFrame) -> Attribution | N
     off = {r: tuple(v) for r, v in endings.items() if v != mine}
     if not off:
         return None
-    culprit = odd_rank(off) if len(off) > 1 and disagree(off) else min(off)
+    culprit = _culprit_off_leader(off)
     said = "; ".join(
         f"rank {r} " + (", ".join(f"{o} at step {s}" for o, s in v) or "no ending")
         for r, v in sorted(endings.items())

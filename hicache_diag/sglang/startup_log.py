@@ -71,5 +71,5 @@ def port_taken_line(log: Path, offset: int) -> str | None:
 
 
 _PORT_TAKEN = re.compile(r"address already in use", re.IGNORECASE)
-_FATAL_LINE = re.compile(r"\bERROR\b|address already in use")
+_FATAL_LINE = re.compile(rf"\bERROR\b|{_PORT_TAKEN.pattern}")  # case kept: not "error:"
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|Traceback|Killed|exited)")
