@@ -70,6 +70,9 @@ def port_taken_line(log: Path, offset: int) -> str | None:
     return None
 
 
-_PORT_TAKEN = re.compile(r"address already in use", re.IGNORECASE)
+# A bind that failed (uvicorn's HTTP port), or SGLang's own check of the ports it derives for
+# its processes, which gives up after SGLANG_WAIT_PORT_TIMEOUT (0.5.12-0.5.23 `PortArgs.init_new`;
+# not its INFO "Port N is already in use, trying port N+1", which moves on by itself).
+_PORT_TAKEN = re.compile(r"address already in use|\bPort is already in use\.", re.IGNORECASE)
 _FATAL_LINE = re.compile(rf"\bERROR\b|{_PORT_TAKEN.pattern}")  # case kept: not "error:"
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|Traceback|Killed|exited)")
