@@ -153,7 +153,8 @@ def _make_rank(rank, group):
         build_backup_spec=lambda node_id: (torch.arange(KV_TOKENS, dtype=torch.int64), {}),
         commit_backup=MagicMock(),
         rotation_phase_of=lambda node_id: None,
-        mark_write_through_pending=lambda node_ids, ack_id: list(node_ids),
+        # 0.5.20+: (node_ids, ack_id), publishes what it returns; 0.5.18-0.5.19: (node_id)
+        mark_write_through_pending=lambda ids, ack_id=None: None if ack_id is None else list(ids),
         finish_write_through=MagicMock(),
         drive_host_eviction=_nothing_evictable,
     )
