@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.pytest_shim import pytest_only
+
 ROOT = Path(__file__).resolve().parents[2]
 EXPORTS = ROOT / "samples" / "exports"
 TESTS = {
@@ -128,16 +130,6 @@ def _venv(version: str) -> str | None:
     return venv_python_for(version)
 
 
-def _pytest_only(tmp: Path) -> Path:
-    """pytest's own packages alone (the release venvs made by our installer hold no pytest)."""
-    shim = tmp / "pytest-only"
-    shim.mkdir()
-    site = Path(pytest.__file__).resolve().parents[1]
-    for name in ("pytest", "_pytest", "pluggy", "iniconfig"):
-        (shim / name).symlink_to(site / name)
-    return shim
-
-
 def _run_in(python: str, export: Path, test_file: str, path: list[Path]) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HICACHE_DIAG", "VIRTUAL"))}
     env.update(PYTHONPATH=os.pathsep.join(map(str, path)), PYTHONDONTWRITEBYTECODE="1")
@@ -200,7 +192,7 @@ def test_older_finding_fails_on_its_release_and_non_fix_and_passes_on_the_fix(fi
         pytest.skip(f"needs $HICACHE_DIAG_SGLANG_VENVS/sglang-{affected}")
     export = tmp_path / finding
     shutil.copytree(EXPORTS / finding, export)
-    shim = _pytest_only(tmp_path)
+    shim = pytest_only(tmp_path)
     text = _run_in(python, export, test_file, [shim])
     assert "1 failed" in text and says in text, text[-3000:]
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.pytest_shim import pytest_only
+
 ROOT = Path(__file__).resolve().parents[2]
 FORM_B = ROOT / "samples" / "runs" / "sglang-0.5.23-form-b"
 CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
@@ -114,8 +116,6 @@ def test_exported_l3_drain_test_fails_on_0_5_18_and_skips_where_hiradix_is_gone(
     """The committed no-fault 0.5.18 L3 hang: its test fails on 0.5.18 (PP1 frees nothing) and
     skips on a release without HiRadixCache (0.5.21, when held). Plain pytest there comes
     from this interpreter's pytest alone on the path (the release venvs hold no pytest)."""
-    import pytest as _pytest
-
     out = tmp_path / "export"
     done = subprocess.run(
         [*CLI, "export", str(L3_18), "--out", str(out)],
@@ -126,11 +126,7 @@ def test_exported_l3_drain_test_fails_on_0_5_18_and_skips_where_hiradix_is_gone(
     )
     assert done.returncode == 0, done.stderr
     test = out / "test_pp_storage_control_drain.py"
-    shim = tmp_path / "pytest-only"
-    shim.mkdir()
-    site = Path(_pytest.__file__).resolve().parents[1]
-    for name in ("pytest", "_pytest", "pluggy", "iniconfig"):
-        (shim / name).symlink_to(site / name)
+    shim = pytest_only(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HICACHE_DIAG")}
     env["PYTHONPATH"] = str(shim)
     want = {"0.5.18": ("1 failed", "AssertionError: 4 != 0"), "0.5.21": ("1 skipped", "")}
