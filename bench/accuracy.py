@@ -33,9 +33,9 @@ from campaign.score import Scored, by_kind, confusion, summarize, verdict_fields
 
 from hicache_diag.cli.run import options_from_argv
 from hicache_diag.diagnosis.classify import classify_run
-from hicache_diag.engines import build, engine
-from hicache_diag.harness.bisect_trials import PlannedTrial, TrialRunner, trial_env
-from hicache_diag.harness.trial_server import TrialServer
+from hicache_diag.engines.registry import build, engine
+from hicache_diag.trials.bisect_trials import PlannedTrial, TrialRunner, trial_env
+from hicache_diag.trials.trial_server import TrialServer
 
 
 def _run(runner: TrialRunner, argv: list[str], out: Path, seed: int) -> dict | None:

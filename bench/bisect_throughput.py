@@ -9,7 +9,7 @@ is measured now, for each rank start method (`$HICACHE_DIAG_RANK_START`, which e
 inherits): `spawn` (before: `python -m` per rank) and `fork` (after: forks of the launcher with
 torch imported). `outside s` = wall time per trial slot (60 / trials per minute x jobs) minus
 the trial's own duration: the trial process around the trial loop (bisect's trials are forks of
-its warm trial server, harness/trial_server.py, unless HICACHE_DIAG_TRIAL_START=spawn), the part
+its warm trial server, trials/trial_server.py, unless HICACHE_DIAG_TRIAL_START=spawn), the part
 a fork per rank cannot remove. With --warm, one more row: trials one after another, each the
 `run` CLI forked from this process with the CLI and torch imported. Prints a table; asserts
 nothing.
@@ -31,11 +31,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from hicache_diag.builtin.rank_main import RANK_PRELOAD
 from hicache_diag.cli.bisect import with_cell_configs
 from hicache_diag.cli.run import options_from_argv
-from hicache_diag.harness.bisect import BisectConfig, run_bisect
-from hicache_diag.harness.forked_process import fork_module, preload
+from hicache_diag.engines.builtin.rank_main import RANK_PRELOAD
+from hicache_diag.trials.bisect import BisectConfig, run_bisect
+from hicache_diag.trials.forked_process import fork_module, preload
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
 TINY = ("--requests", "8", "--max-new-tokens", "4")
@@ -85,7 +85,7 @@ def trials_per_minute(trials: int, jobs: int, run_args: tuple[str, ...], method:
 def warm_trials_per_minute(trials: int, run_args: tuple[str, ...]):
     """Prototype: trials one after another, each forked from this warm process (jobs 1)."""
     os.environ["HICACHE_DIAG_RANK_START"] = "fork"
-    preload(("torch", "hicache_diag.cli.main", "hicache_diag.harness.trial", *RANK_PRELOAD))
+    preload(("torch", "hicache_diag.cli.main", "hicache_diag.trials.trial", *RANK_PRELOAD))
     preload(("hicache_diag.diagnosis.classify",))
     ups, durs, errors = [], [], 0
     with tempfile.TemporaryDirectory() as tmp:

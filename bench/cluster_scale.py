@@ -5,7 +5,7 @@ Run from the project root:  python bench/cluster_scale.py [--nodes 64] [--fanout
 1. Snapshot: the collector documents 64 nodes would send (8 schedulers each, PP8 x TP64),
    their stacks taken from the real py-spy dumps in samples/dumps/pp_hang_pp_sync (PP0's
    receive for ranks of stages 0-6, PP1's `_pp_sync` for the last stage, as in that hang);
-   merged and classified by the same code as `triage --live` (hicache_diag/cluster/merge.py,
+   merged and classified by the same code as `triage --live` (hicache_diag/triage/cluster_merge.py,
    triage/classify.py); the bundle `--save` would write is written and measured.
 2. Fan-out: N real collectors through the local executor (`python3 -c BOOTSTRAP` with the
    collector on stdin), all told to sample at one instant: wall time to all answers, and the
@@ -28,9 +28,9 @@ from pathlib import Path  # noqa: E402
 from hicache_diag.cluster.base import Node, NodeResult, Sampling  # noqa: E402
 from hicache_diag.cluster.fanout import fan_out  # noqa: E402
 from hicache_diag.cluster.local import LocalExecutor  # noqa: E402
-from hicache_diag.cluster.merge import merge, save_bundle  # noqa: E402
+from hicache_diag.evidence.stacks import parse_dump_text  # noqa: E402
 from hicache_diag.triage.classify import classify  # noqa: E402
-from hicache_diag.triage.dumps import parse_dump_text  # noqa: E402
+from hicache_diag.triage.cluster_merge import merge, save_bundle  # noqa: E402
 
 DUMPS = Path(__file__).resolve().parent.parent / "samples" / "dumps" / "pp_hang_pp_sync"
 PER_NODE, PP = 8, 8

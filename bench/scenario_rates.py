@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 from hicache_diag.diagnosis.stats import wilson
+from hicache_diag.evidence.verdict import Verdict
 from hicache_diag.faults.expect import Expectation
 from hicache_diag.faults.scenario import load_scenario
-from hicache_diag.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "samples" / "scenarios"

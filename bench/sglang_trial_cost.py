@@ -96,8 +96,8 @@ def _warm_config(extra: list[str], out: Path):
     import typer
 
     from hicache_diag.cli.main import app
-    from hicache_diag.engines import build
-    from hicache_diag.parse_options import parse_run_options
+    from hicache_diag.engines.registry import build
+    from hicache_diag.options.parse import parse_run_options
 
     command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
     ctx = command.make_context("run", ["--engine", "sglang", "--out", str(out), *extra])
@@ -107,7 +107,7 @@ def _warm_config(extra: list[str], out: Path):
 def warm_trials(extra: list[str], root: Path) -> tuple[float | None, str]:
     """(the warm trial's seconds from start to verdict, what its manifest says)."""
     from hicache_diag import evidence as ev
-    from hicache_diag.sglang.warm import WarmSglang
+    from hicache_diag.engines.sglang.warm import WarmSglang
 
     cfg = _warm_config(extra, root / "cfg")
     pool = WarmSglang(root / "warm-server")

@@ -1,5 +1,6 @@
 """Source probe cost: CPU time per call that the dynamic `sources` probes add to SGLang's methods
-(sglang_plugin/source_probes.py, docs/sources.md "Dynamic"), on stand-ins with SGLang 0.5.23's
+(engines/sglang/plugin/source_probes.py, docs/sources.md "Dynamic"), on
+stand-ins with SGLang 0.5.23's
 attributes, with a recorder armed and unarmed.
 
     python bench/source_probe_cost.py [--calls 200000]
@@ -17,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from hicache_diag.sglang_plugin import hook_points, source_probes
-from hicache_diag.sglang_plugin.recorder import StepRecorder
+from hicache_diag.engines.sglang.plugin import hook_points, source_probes
+from hicache_diag.engines.sglang.plugin.recorder import StepRecorder
 
 
 class _Hooks:

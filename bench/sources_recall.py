@@ -17,9 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-from hicache_diag.sources.locate import source_tree
-from hicache_diag.sources.scan import scan_tree
-from hicache_diag.sources.truth import load_truth, score
+# The truth list and its scorer are test data (tests/unit/sources/truth.py), not product.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hicache_diag.sources.locate import source_tree  # noqa: E402
+from hicache_diag.sources.scan import scan_tree  # noqa: E402
+from tests.unit.sources.truth import load_truth, score  # noqa: E402
 
 TRUTH = Path(__file__).resolve().parents[1] / "tests" / "data" / "sources_truth_0.5.23.toml"
 

@@ -21,6 +21,8 @@ import sys
 # `python bench/x.py` puts bench/ first on sys.path, where bench/bisect.py would shadow the
 # standard library's bisect (imported by random, statistics): drop it before anything else.
 sys.path[:] = [p for p in sys.path if not p.rstrip("/").endswith("bench")]
+# The deliveries are test code (tests/unit/triage/deliveries.py), not product.
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 
 import json  # noqa: E402
 import tempfile  # noqa: E402
@@ -28,8 +30,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from hicache_diag.triage import TriageRequest, run_triage  # noqa: E402
-from hicache_diag.triage.deliveries import DELIVERIES, verdict  # noqa: E402
-from hicache_diag.triage.deliveries import triage_case as deliver_case  # noqa: E402
+from tests.unit.triage.deliveries import DELIVERIES, verdict  # noqa: E402
+from tests.unit.triage.deliveries import triage_case as deliver_case  # noqa: E402
 
 CORPUS = Path("samples/corpus")
 
@@ -112,8 +114,8 @@ def public_emitters() -> None:
     sys.path.insert(0, "tests/unit/triage")
     from public_emitters import CASES  # test data, read for this table only
 
+    from hicache_diag.logs.parse import parse_log_lines
     from hicache_diag.triage.classify import classify
-    from hicache_diag.triage.logs import parse_log_lines
 
     tally: dict[str, list[int]] = {}
     for case in CASES:

@@ -33,7 +33,7 @@ STATES = ("busy-stop", "killed", "hang-stop")
 
 
 def _clients(url: str, stop: threading.Event, done: list[str]) -> list[threading.Thread]:
-    from hicache_diag.sglang.client import generate_one
+    from hicache_diag.engines.sglang.client import generate_one
 
     def client(c: int) -> None:
         for n in range(200):
@@ -63,10 +63,10 @@ def _operator_stop(srv, grace_s: float = 30.0) -> None:
 
 
 def capture(state: str, out: Path, python: str | None) -> list[Path]:
-    from hicache_diag.sglang.model import default_model_dir
-    from hicache_diag.sglang.release import preflight, probe_sglang
-    from hicache_diag.sglang.server import LaunchSpec, SglangServer
-    from hicache_diag.sglang_plugin.config import PluginConfig
+    from hicache_diag.engines.sglang.model import default_model_dir
+    from hicache_diag.engines.sglang.plugin.config import PluginConfig
+    from hicache_diag.engines.sglang.release import preflight, probe_sglang
+    from hicache_diag.engines.sglang.server import LaunchSpec, SglangServer
 
     out.mkdir(parents=True, exist_ok=True)
     install = preflight(probe_sglang(python), cpu=True)

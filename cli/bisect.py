@@ -15,7 +15,9 @@ from hicache_diag.cli.render.console import print_json
 from hicache_diag.cli.triage_cluster import Hosts, SshConfig, TrialVia
 from hicache_diag.diagnosis.bisect_table import RELEASE_AXIS
 from hicache_diag.errors import UsageError
-from hicache_diag.harness.bisect import (
+from hicache_diag.options.limits import check_seconds
+from hicache_diag.options.run_options import RunOptions
+from hicache_diag.trials.bisect import (
     HOST_AXIS,
     STORAGE_AXIS,
     Axis,
@@ -24,8 +26,6 @@ from hicache_diag.harness.bisect import (
     parse_values,
     run_bisect,
 )
-from hicache_diag.limits import check_seconds
-from hicache_diag.run_options import RunOptions
 
 
 def _run_options() -> set[str]:
@@ -45,7 +45,7 @@ def _axes(storage: str | None, size: str | None, switches: list[str]) -> tuple[A
         axes.append(Axis(STORAGE_AXIS, parse_values("--storage-backend", storage)))
     if size is not None:
         axes.append(Axis(HOST_AXIS, parse_values("--hicache-size", size)))
-    from hicache_diag.engines import protocol_switches
+    from hicache_diag.engines.registry import protocol_switches
 
     options = _run_options() if switches else set()
     known = protocol_switches() if switches else {}
@@ -56,19 +56,21 @@ def _axes(storage: str | None, size: str | None, switches: list[str]) -> tuple[A
 def _venv_python(version: str) -> str:
     import os
 
-    from hicache_diag.sglang.release import VENVS_ENV, release_command, venv_python_for
+    from hicache_diag.engines.registry import release_engine
 
+    releases = release_engine().releases
+    VENVS_ENV = releases.venvs_env
     root = os.environ.get(VENVS_ENV)
     if not root:
         raise UsageError(
             f"--sglang-version {version}: set ${VENVS_ENV} to the directory that "
             "holds one venv per release (sglang-<version>/)"
         )
-    python = venv_python_for(version)
+    python = releases.venv_python(version)
     if python is None:
         raise UsageError(
             f"--sglang-version {version}: no {root}/sglang-{version}/bin/python; "
-            f"create it with: {release_command(version)}"
+            f"create it with: {releases.install_command(version)}"
         )
     return python
 
@@ -80,7 +82,7 @@ def _releases(python: str | None, version: str | None, engine: str) -> tuple[lis
         return [], {}
     if python is not None and version is not None:
         raise UsageError("--sglang-python and --sglang-version both name the releases: give one")
-    from hicache_diag.engines import require_releases
+    from hicache_diag.engines.registry import require_releases
 
     require_releases(engine, "--sglang-python/--sglang-version")
     if version is not None:
@@ -93,9 +95,10 @@ def _releases(python: str | None, version: str | None, engine: str) -> tuple[lis
 def _release_labels(pythons: tuple[str, ...], known: dict[str, str]) -> dict[str, str]:
     """Each interpreter's SGLang version (probed when the flag gave paths); the path is added
     where two interpreters hold the same version."""
-    from hicache_diag.sglang.release import probe_sglang
+    from hicache_diag.engines.registry import release_engine
 
-    found = {p: known.get(p) or probe_sglang(p, "--sglang-python").version for p in pythons}
+    probe = release_engine().releases.probe
+    found = {p: known.get(p) or probe(p, "--sglang-python") for p in pythons}
     versions = list(found.values())
     return {p: v if versions.count(v) == 1 else f"{v} ({p})" for p, v in found.items()}
 
@@ -126,8 +129,8 @@ def with_cell_configs(
     release is one line and exit 2, not N failed trials. Returns the config holding them, with
     `trial_timeout` (--trial-timeout) or else the cells' engine's own trial timeout, and the
     most ranks any cell runs."""
-    from hicache_diag.engines import build, engine
-    from hicache_diag.harness.bisect import matrix
+    from hicache_diag.engines.registry import build, engine
+    from hicache_diag.trials.bisect import matrix
 
     if base.out is not None:
         raise UsageError("give --out to bisect itself (the parent of every trial's run dir)")
@@ -213,7 +216,7 @@ Versions = Annotated[
 def _save_table(table, out: Path) -> None:
     """table.json (hicache-diag/bisect/v1) and table.md beside the trials' run dirs."""
     from hicache_diag.cli.render.bisect import table_markdown
-    from hicache_diag.output_paths import write_atomic
+    from hicache_diag.evidence.output_paths import write_atomic
 
     # --out was claimed fresh (check_writable), so these names are ours; written atomically.
     write_atomic(out / "table.json", json.dumps(table.to_json(), indent=2, sort_keys=True) + "\n")
@@ -304,8 +307,8 @@ def bisect(
         sglang_version,
     )
     cfg, labels = plan_bisect(request, quiet=json_out)
-    if via or hosts or ssh_config:  # hicache_diag/cluster/remote_trials.py
-        from hicache_diag.cluster.remote_trials import via as trials_via
+    if via or hosts or ssh_config:  # hicache_diag/trials/remote_trials.py
+        from hicache_diag.trials.remote_trials import via as trials_via
 
         cfg = trials_via(cfg, via, hosts, ssh_config)
     cells = _cells(cfg.axes)
@@ -355,8 +358,8 @@ def plan_bisect(req: BisectRequest, quiet: bool = False) -> tuple[BisectConfig, 
     from hicache_diag.cli.render.console import err_console
     from hicache_diag.cli.render.status import PhaseStatus
     from hicache_diag.cli.run import options_from_argv
-    from hicache_diag.harness.rundir import check_writable
-    from hicache_diag.limits import check_jobs, check_seed, check_trials
+    from hicache_diag.options.limits import check_jobs, check_seed, check_trials
+    from hicache_diag.trials.rundir import check_writable
 
     if req.trial_timeout is not None:
         check_seconds("--trial-timeout", req.trial_timeout)

@@ -84,9 +84,9 @@ def register(app: typer.Typer) -> None:
         took (it fails on an affected release), a launch script with the server flags and the
         request sequence, and REPORT.md (invariant, mechanism with file:line, evidence,
         upstream threads, release range). docs/export.md."""
+        from hicache_diag.evidence.output_paths import claim_dir
+        from hicache_diag.evidence.paths import input_dir
         from hicache_diag.export.export import export_run
-        from hicache_diag.output_paths import claim_dir
-        from hicache_diag.paths import input_dir
 
         input_dir("RUN_DIR", run_dir)
         claim_dir("--out", out)  # its kind and mode now; the files once the recipe names them

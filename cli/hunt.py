@@ -48,17 +48,19 @@ def _release_args(release: str | None, passed: list[str]) -> list[str]:
     for flag in ("--engine", "--sglang-python"):
         if any(a == flag or a.startswith(flag + "=") for a in passed):
             raise UsageError(f"--release {release} picks SGLang's engine and Python; drop {flag}")
-    from hicache_diag.sglang.release import probe_sglang, release_command, venv_python_for
+    from hicache_diag.engines.registry import release_engine
 
-    python = venv_python_for(release)
+    entry = release_engine()
+    python = entry.releases.venv_python(release)
     if python is None:
         try:
-            if probe_sglang(None).version == release:
-                return ["--engine", "sglang"]
+            if entry.releases.probe(None, "--sglang-python") == release:
+                return ["--engine", entry.name]
         except UsageError:
             pass
-        raise UsageError(f"--release {release} is not held here; {release_command(release)}")
-    return ["--engine", "sglang", "--sglang-python", python]
+        command = entry.releases.install_command(release)
+        raise UsageError(f"--release {release} is not held here; {command}")
+    return ["--engine", entry.name, "--sglang-python", python]
 
 
 def hunt(

@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - older typer on top of click
 
 from hicache_diag import __version__
 from hicache_diag.errors import HicacheDiagError, UsageError
-from hicache_diag.verdict import ExitCode
+from hicache_diag.evidence.verdict import ExitCode
 
 app = typer.Typer(
     name="hicache-diag",
@@ -50,7 +50,7 @@ def _root(
     ),
 ) -> None:
     _state["verbose"] = verbose
-    from hicache_diag.env_vars import check_environment, environment_warnings
+    from hicache_diag.options.env_vars import check_environment, environment_warnings
 
     check_environment()  # a variable the tool cannot use: one line, exit 2, before any work
     for warning in environment_warnings():
@@ -66,7 +66,7 @@ def _checked(command: str, callback):
     command line set, refused (exit 2) or warned about before the command does anything."""
     import functools
 
-    from hicache_diag.no_effect import Flags, refuse_no_effect_flags
+    from hicache_diag.options.no_effect import Flags, refuse_no_effect_flags
 
     @functools.wraps(callback)
     def call(*args, **kwargs):

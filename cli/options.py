@@ -2,7 +2,7 @@
 
 Defaults are None so that a `--scenario` file can fill in what the command line leaves out; the
 command line always wins. The values used when neither gives one are the run options' own
-(hicache_diag/run_options.py), shown in --help from there.
+(hicache_diag/options/run_options.py), shown in --help from there.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from hicache_diag.engines import ENGINES as ENGINE_REGISTRY
-from hicache_diag.engines import default_help
+from hicache_diag.engines.registry import ENGINES as ENGINE_REGISTRY
+from hicache_diag.engines.registry import default_help
 
 MAX_STEPS_DEFAULT = "auto: 25 x requests + 2 x requests x (max-new-tokens + 1) x loop size + 1000"
 ENGINES = ENGINE_REGISTRY.names()

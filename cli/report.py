@@ -78,7 +78,7 @@ def claim_outputs(
 ) -> ReportOutputs:
     from hicache_diag.diagnosis.plots import PLOT_NAMES
     from hicache_diag.errors import UsageError
-    from hicache_diag.output_paths import claim_dir, claim_file
+    from hicache_diag.evidence.output_paths import claim_dir, claim_file
 
     names = list(PLOT_NAMES)
     names += ["report.md"] if summary is None else []
@@ -103,7 +103,7 @@ def make_report(run_dir: Path, outs: ReportOutputs, reclassify: bool, quiet: boo
     from hicache_diag.cli.render.report_html import html_report
     from hicache_diag.cli.render.status import reading_status
     from hicache_diag.diagnosis.report import build_report  # pandas only when used
-    from hicache_diag.output_paths import write_atomic
+    from hicache_diag.evidence.output_paths import write_atomic
 
     with reading_status(err_console, run_dir.glob("rank*.*"), quiet=quiet):
         result = build_report(run_dir, outs.drawing, reclassify)
@@ -170,9 +170,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Render a run directory: verdict, first divergence, per-rank timelines and plots."""
         from hicache_diag.errors import UsageError
+        from hicache_diag.evidence.paths import input_dir
+        from hicache_diag.evidence.verdict import ExitCode
         from hicache_diag.hunt.rejudge import is_hunt_dir
-        from hicache_diag.paths import input_dir
-        from hicache_diag.verdict import ExitCode
 
         input_dir("RUN_DIR", run_dir)
         if is_hunt_dir(Path(run_dir)):  # its first failing runs are always classified afresh

@@ -16,8 +16,8 @@ RUN_ONLY = ("--plots", "--summary", "--html")
 def check_hunt_flags(hunt_dir: Path, given: dict[str, object], save: bool, force: bool):
     """Refusals before anything is read: a run dir's outputs, or a save that would replace
     files without --force (the report command's rule: outputs exist only with --force)."""
+    from hicache_diag.evidence.output_paths import claim_file
     from hicache_diag.hunt.rejudge import HUNT_JSON, TABLE_TXT
-    from hicache_diag.output_paths import claim_file
 
     for flag in RUN_ONLY:
         if given.get(flag) is not None:
@@ -48,8 +48,8 @@ def check_hunt_flags(hunt_dir: Path, given: dict[str, object], save: bool, force
 def _save(rejudge) -> list[str]:
     """Write what differs, each file atomically; the lines that say what was written."""
     from hicache_diag.cli.render.hunt_rejudge import change_lines, table_text
+    from hicache_diag.evidence.output_paths import write_atomic
     from hicache_diag.hunt.rejudge import HUNT_JSON, TABLE_TXT
-    from hicache_diag.output_paths import write_atomic
 
     lines = []
     hunt_json = rejudge.hunt_json() if rejudge.changed else None  # else left as it was

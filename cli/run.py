@@ -16,12 +16,12 @@ from hicache_diag.cli.render.progress import LiveProgress
 from hicache_diag.cli.render.status import PhaseStatus
 from hicache_diag.cli.render.verdict import render_check, render_verdict
 from hicache_diag.cli.triage_cluster import SshConfig
-from hicache_diag.engines import build, engine, run_trial
+from hicache_diag.engines.registry import build, engine, run_trial
 from hicache_diag.errors import UsageError
-from hicache_diag.harness.engine import EngineConfig
-from hicache_diag.parse_options import parse_run_options
-from hicache_diag.run_options import RunOptions
-from hicache_diag.verdict import ExitCode, Outcome
+from hicache_diag.evidence.verdict import ExitCode, Outcome
+from hicache_diag.options.parse import parse_run_options
+from hicache_diag.options.run_options import RunOptions
+from hicache_diag.trials.engine import EngineConfig
 
 if TYPE_CHECKING:
     from hicache_diag.faults import Scenario
@@ -32,8 +32,8 @@ def load_scenario_file(path: str | None) -> Scenario | None:
     """The --scenario file, read once (a device or a FIFO would be read forever)."""
     if path is None:
         return None
+    from hicache_diag.evidence.paths import input_file
     from hicache_diag.faults import load_scenario
-    from hicache_diag.paths import input_file
 
     input_file("--scenario", path)
     return load_scenario(path)
@@ -88,7 +88,7 @@ Exit: 0 ok, 10/11/12 form A/B/C, 13 diverged, 14 wrong output, 15 leak,
 def _catalogue() -> str:
     """Fault names and --fix switches with their modes (legacy first), from the registries,
     so the help can never drift from what the parser accepts (docs/faults.md has the table)."""
-    from hicache_diag.engines import protocol_switches
+    from hicache_diag.engines.registry import protocol_switches
     from hicache_diag.faults import FAULTS
 
     lines = [
@@ -229,11 +229,7 @@ def _checked_options(
 
 def _placed(cfg: EngineConfig) -> EngineConfig:
     """--hosts: every host answers and shares the run dir's path, before anything starts."""
-    if not getattr(cfg, "hosts", ()):
-        return cfg
-    from hicache_diag.cluster.remote_nodes import place
-
-    return place(cfg)
+    return engine(cfg.engine).place(cfg)
 
 
 def _refuse_lone_warm(warm_server: bool, expect: Expectation | None) -> None:
@@ -262,7 +258,7 @@ def _check_rate_and_render(
 
     from hicache_diag.cli.render.bisect import trial_progress
     from hicache_diag.cli.render.rate_check import render_rate_check
-    from hicache_diag.harness.rate_check import run_rate_check
+    from hicache_diag.trials.rate_check import run_rate_check
 
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(options.out) if options.out else Path("runs") / f"check-{stamp}"

@@ -26,8 +26,8 @@ _DROP = {"--out": 1, "--json": 0, "--check": 0}  # the run's own output, not wha
 
 def run_argv(run_dir: Path) -> list[str]:
     """The `run` flags the run dir's manifest recorded (its output flags left out)."""
-    from hicache_diag.harness.rundir import read_manifest
-    from hicache_diag.paths import input_dir
+    from hicache_diag.evidence.paths import input_dir
+    from hicache_diag.trials.rundir import read_manifest
 
     input_dir("RUN_DIR", str(run_dir))
     argv = list(read_manifest(run_dir).argv or [])
@@ -44,8 +44,8 @@ def run_argv(run_dir: Path) -> list[str]:
 
 def _target(run_dir: Path):
     from hicache_diag import evidence as ev
+    from hicache_diag.evidence.verdict import Outcome, Verdict
     from hicache_diag.shrink.shrink import Target
-    from hicache_diag.verdict import Outcome, Verdict
 
     try:
         verdict = Verdict.read(run_dir / ev.VERDICT)
@@ -66,9 +66,9 @@ def shrink(
     """Shrink a failing run: drop faults, requests and fault steps while it still fails alike."""
     from hicache_diag.cli.render.shrink import render_shrink
     from hicache_diag.cli.run import options_from_argv
-    from hicache_diag.harness.rundir import check_writable
-    from hicache_diag.limits import check_int
+    from hicache_diag.options.limits import check_int
     from hicache_diag.shrink.shrink import shrink_run
+    from hicache_diag.trials.rundir import check_writable
 
     check_int("--trials", trials, 1, 100)
     check_int("--budget", budget, trials, 10_000)
@@ -86,7 +86,7 @@ def shrink(
 
 
 def _save(report, where: Path, run_dir: Path) -> None:
-    from hicache_diag.output_paths import write_atomic
+    from hicache_diag.evidence.output_paths import write_atomic
     from hicache_diag.shrink.scenario_text import scenario_text
     from hicache_diag.shrink.shrink import SHRINK_JSON
 

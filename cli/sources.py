@@ -76,7 +76,7 @@ class SourcesArgs:
 
 
 def _tree(source: Path | None, python: str | None, engine: str):
-    from hicache_diag.engines import ENGINES
+    from hicache_diag.engines.registry import ENGINES
 
     if engine not in ENGINES:
         raise UsageError(f"--engine {engine}: choose one of {', '.join(ENGINES)}")
@@ -95,7 +95,7 @@ def _scan(tree):
 def _run_sources(a: SourcesArgs):
     if a.diff is not None:
         raise UsageError("--run reads one run dir: drop --diff")
-    from hicache_diag.engines import require_recorded_reads
+    from hicache_diag.engines.registry import require_recorded_reads
     from hicache_diag.sources.dynamic import analyze_run, with_inventory
 
     require_recorded_reads(a.engine)
@@ -109,11 +109,11 @@ def _run_sources(a: SourcesArgs):
 def _diff_sources(a: SourcesArgs):
     if a.source is not None or a.python is not None:
         raise UsageError("--diff names both trees: drop --source/--sglang-python")
-    from hicache_diag.sglang.source_tree import python_tree
+    from hicache_diag.engines.registry import release_trees
     from hicache_diag.sources.diff import diff_inventories
-    from hicache_diag.sources.locate import any_tree, builtin_tree
+    from hicache_diag.sources.locate import any_tree
 
-    named = {"builtin": builtin_tree}
+    python_tree, named = release_trees()
     old, new = (_scan(any_tree(spec, python_tree, named)) for spec in a.diff)
     return diff_inventories(old, new)
 

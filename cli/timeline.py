@@ -13,10 +13,10 @@ from typing import Annotated
 import typer
 
 from hicache_diag.cli.render.console import err_console, print_json
-from hicache_diag.engines import build, run_trial
+from hicache_diag.engines.registry import build, run_trial
 from hicache_diag.errors import HicacheDiagError, UsageError
-from hicache_diag.harness.engine import EngineConfig
-from hicache_diag.parse_options import parse_run_options
+from hicache_diag.options.parse import parse_run_options
+from hicache_diag.trials.engine import EngineConfig
 
 # Small device pool so shared prefixes are evicted to host and hit there; one new token per
 # request so each prefill's insert (and its write-through) happens in its own result slot.
@@ -24,7 +24,7 @@ from hicache_diag.parse_options import parse_run_options
 # `host-alloc=two-phase` writes would wait for a vote and show that delay instead.
 DEVICE_TOKENS = 128
 PROTOCOL = "l2"
-# shared-prefix cycles 4 prefixes (harness/workload.py): requests 0-3 all miss, the 5th is the
+# shared-prefix cycles 4 prefixes (trials/workload.py): requests 0-3 all miss, the 5th is the
 # first that can hit the host; the 6th is a second sample when a busy machine delays the
 # first's write copy past the run's end. Fewer can never measure anything: refused up front.
 MIN_REQUESTS = 6
@@ -54,7 +54,7 @@ def build_config(
 
 
 def _run(cfg: EngineConfig):
-    from hicache_diag.verdict import Outcome
+    from hicache_diag.evidence.verdict import Outcome
 
     result = run_trial(cfg, ["hicache-diag", *sys.argv[1:]])
     if result.verdict.outcome is Outcome.INTERRUPTED:
@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Measure load_ack / write_ack latencies of the PP event loop, one iteration at a time."""
         from hicache_diag.diagnosis.timeline import compute_timeline
-        from hicache_diag.harness.rundir import check_writable
+        from hicache_diag.trials.rundir import check_writable
 
         check_writable(out)
         build_config(pp, async_depth, requests, seed, None)  # checks only

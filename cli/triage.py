@@ -80,7 +80,7 @@ Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided,
 
 def _check_paths(dumps: list[str], logs: list[str], save: str | None) -> None:
     """Before anything is read: a device or FIFO would be read forever; '' is no path."""
-    from hicache_diag.paths import input_dir, input_file
+    from hicache_diag.evidence.paths import input_dir, input_file
 
     for path in logs:
         input_file("--logs", path)
@@ -100,7 +100,7 @@ def _check_request(req: TriageRequest) -> None:
     """Paths, live targets and sample counts, before any file is read or process dumped."""
     import psutil
 
-    from hicache_diag.limits import MAX_SECONDS
+    from hicache_diag.options.limits import MAX_SECONDS
 
     pid_max = _pid_max()
     gone = [p for p in req.pids if p > pid_max or not psutil.pid_exists(p)]

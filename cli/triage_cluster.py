@@ -72,7 +72,7 @@ def claim_save(save: str | None) -> None:
     """`--save DIR`, local or --live: a new or empty folder (output_paths.py), checked before
     anything is sampled; a second save into the same folder is refused, never merged over the
     first bundle (its file names come from the pids sampled, known only as it is written)."""
-    from hicache_diag.output_paths import claim_dir
+    from hicache_diag.evidence.output_paths import claim_dir
 
     claim_dir("--save", save, fresh=True, once="a --save bundle")
 
@@ -85,8 +85,8 @@ def reread_bundle(dumps: list[str] | None, others: list, opts: dict, json_out: b
     """`--dumps DIR` alone, DIR a `--live --save` bundle: judged again from its collectors'
     documents (kernel states and missing nodes included), the verdict `--live` gave. Returns
     when DIR is no such bundle (the generic --dumps path reads it)."""
-    from hicache_diag.cluster.live import judge
-    from hicache_diag.cluster.live import reread_bundle as reread
+    from hicache_diag.triage.cluster_live import judge
+    from hicache_diag.triage.cluster_live import reread_bundle as reread
 
     if not dumps or len(dumps) != 1 or any(others):
         return
@@ -113,8 +113,8 @@ def run_cluster(flags: dict, opts: dict, json_out: bool) -> None:
     """`flags`: the cluster flags (detect.Target's fields); `opts`: samples, interval,
     deadline_s, host_timeout_s, save, num_heads, pp_size."""
     from hicache_diag.cluster.detect import Target, executor_for
-    from hicache_diag.cluster.live import ClusterTriage, run_cluster_triage
     from hicache_diag.errors import UsageError
+    from hicache_diag.triage.cluster_live import ClusterTriage, run_cluster_triage
 
     if opts["host_timeout_s"] <= 0:
         raise UsageError(f"--host-timeout must be > 0 (got {opts['host_timeout_s']})")

@@ -1,7 +1,7 @@
 """Fault injection (installed as hicache_diag.faults): registry, spec grammar, scenarios, injectors.
 
 The runtime never imports a concrete fault: a rank process calls `install_faults`, which registers
-handlers on the named points of `hicache_diag.hooks.Hooks`. No torch here, so the CLI can
+handlers on the named points of `hicache_diag.faults.hooks.Hooks`. No torch here, so the CLI can
 validate specs before any process starts.
 """
 

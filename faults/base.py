@@ -11,7 +11,7 @@ from hicache_diag.faults import keys as K
 from hicache_diag.faults.schedule import Schedule
 
 if TYPE_CHECKING:  # the runtime's Hooks; imported lazily so validation stays light
-    from hicache_diag.hooks import Hooks
+    from hicache_diag.faults.hooks import Hooks
 
 COMMON_KEYS = ("rank", "p", "after", "until", "seed")
 

@@ -14,8 +14,8 @@ from hicache_diag.faults import keys as K
 from hicache_diag.faults.base import Fault
 
 if TYPE_CHECKING:
+    from hicache_diag.faults.hooks import Hooks
     from hicache_diag.faults.schedule import Schedule
-    from hicache_diag.hooks import Hooks
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 holds its free slots for that moment, so SGLang's own load-back path evicts or declines.
 
 The engine takes the slots through the device allocator's own alloc just before the tree's
-`load_back` and frees them right after it (hicache_diag/side_pool.py): SGLang then reads the
+`load_back` and frees them right after it (faults/side_pool.py): SGLang then reads the
 lower `available_size()`, runs `evict_for_alloc`, and declines the load-back when eviction falls
 short (0.5.18+'s `_load_back_transfers`), or `HiCacheController.load` returns None (0.5.1x),
 on that rank alone, while its peers load the same prefix back.
@@ -17,8 +17,8 @@ from hicache_diag.faults import keys as K
 from hicache_diag.faults.base import Fault
 
 if TYPE_CHECKING:
+    from hicache_diag.faults.hooks import Hooks
     from hicache_diag.faults.schedule import Schedule
-    from hicache_diag.hooks import Hooks
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hicache_diag.errors import UsageError
-from hicache_diag.verdict import CrashForm, DivergenceSource, Outcome, Verdict
+from hicache_diag.evidence.verdict import CrashForm, DivergenceSource, Outcome, Verdict
 
 EXPECT_KEYS = ("outcome", "form", "culprit_rank", "source")
 RATE_KEYS = ("trials", "rate_at_least", "rate_at_most")

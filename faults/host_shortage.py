@@ -1,7 +1,7 @@
 """host-shortage: one stage's usable host KV pool is smaller than its peers' (a side pool holds
 host slots there), so SGLang's own shortage path decides that stage's backups.
 
-The engine holds the slots through the pool's own alloc/free (hicache_diag/side_pool.py); the
+The engine holds the slots through the pool's own alloc/free (faults/side_pool.py); the
 backup path then reads a lower `available_size()`, calls `evict_host`, and skips the backup when
 eviction falls short (`_execute_kv_backup` in 0.5.18+, `write_backup`'s retry before), on this
 stage alone: followers still apply PP0's relayed ack count (the #31425 hazard).
@@ -16,8 +16,8 @@ from hicache_diag.faults import keys as K
 from hicache_diag.faults.base import Fault
 
 if TYPE_CHECKING:
+    from hicache_diag.faults.hooks import Hooks
     from hicache_diag.faults.schedule import Schedule
-    from hicache_diag.hooks import Hooks
 
 
 @dataclass(frozen=True, slots=True)

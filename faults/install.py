@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from hicache_diag.faults.spec import FaultSpec, parse_fault_spec
 
 if TYPE_CHECKING:
-    from hicache_diag.hooks import Hooks
+    from hicache_diag.faults.hooks import Hooks
 
 logger = logging.getLogger(__name__)
 

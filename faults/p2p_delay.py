@@ -1,6 +1,6 @@
 """p2p-delay: one rank's outgoing PP link delivers late, which must not change any decision.
 
-The engine delays delivery on the link (hicache_diag/link_delay.py): an async send returns at
+The engine delays delivery on the link (faults/link_delay.py): an async send returns at
 once and arrives `ms` later; `msg=sync` aims at HiCache's own `_pp_sync` relay, the one message
 that carries PP0's ack counts. Triage must not blame the protocol for a network straggler.
 """
@@ -14,8 +14,8 @@ from hicache_diag.faults import keys as K
 from hicache_diag.faults.base import Fault
 
 if TYPE_CHECKING:
+    from hicache_diag.faults.hooks import Hooks
     from hicache_diag.faults.schedule import Schedule
-    from hicache_diag.hooks import Hooks
 
 
 @dataclass(frozen=True, slots=True)

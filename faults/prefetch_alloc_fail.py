@@ -3,7 +3,7 @@ bounce slots, so SGLang's cache-mode `allocate_storage_hit` evicts host nodes an
 prefetches only part of the hit (or none) on that rank.
 
 The same physical event as host-shortage (a side pool holds that stage's host slots; see
-hicache_diag/side_pool.py), aimed at the L3 prefetch: it needs --hicache-storage-backend file.
+faults/side_pool.py), aimed at the L3 prefetch: it needs --hicache-storage-backend file.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from hicache_diag.faults import keys as K
 from hicache_diag.faults.base import Fault
 
 if TYPE_CHECKING:
+    from hicache_diag.faults.hooks import Hooks
     from hicache_diag.faults.schedule import Schedule
-    from hicache_diag.hooks import Hooks
 
 REAP_INTERVAL_MS = 1000.0  # SessionController.maybe_reap's default interval
 

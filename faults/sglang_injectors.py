@@ -16,8 +16,8 @@ from hicache_diag.faults import keys as K
 from hicache_diag.faults.base import Fault
 
 if TYPE_CHECKING:
+    from hicache_diag.faults.hooks import Hooks
     from hicache_diag.faults.schedule import Schedule
-    from hicache_diag.hooks import Hooks
 
 SINCE = (0, 5, 23)  # the first release whose environ.py defines SGLANG_TEST_HICACHE_*
 

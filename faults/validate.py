@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 class _Run(Protocol):
-    """What this needs of the run options (hicache_diag/run_options.py, a layer above)."""
+    """What this needs of the run options (hicache_diag/options/run_options.py, a layer above)."""
 
     engine: str
     faults: tuple[str, ...]

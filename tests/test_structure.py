@@ -33,40 +33,30 @@ PACKAGE_DIRS = {
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 50
 
-# The layers, top to bottom, by unit: `cli`, `faults`, or the name right under hicache_diag
-# (a package or a module; "__init__" is hicache_diag/__init__.py). An import may only point to a
-# strictly lower layer: units on one layer are peers and never import each other (the two
-# engines, style.md §17). Derived from style.md §5 (§10, §16, §17) and docs/structure.md.
+# The layers, top to bottom, by unit: `cli`, `faults`, the name right under hicache_diag (a
+# package or a module; "__init__" is hicache_diag/__init__.py), and under engines/ each engine's
+# own folder (`engines.builtin`, `engines.sglang`; `engines` is the registry they register in).
+# An import may only point to a strictly lower layer: units on one layer are peers and never
+# import each other (the two engines, docs/structure.md).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),  # parse, call one function, render
-    ("hunt",),  # the hunt loop: trials per trigger, then a shrink of what failed
-    ("shrink",),  # loops over whole trials: above the engines they build
-    ("engines", "cluster"),  # the engine registry; the executors that reach other nodes
-    ("export",),  # a run dir and its release source into a maintainer's repro
-    ("sglang", "builtin"),  # the engines as peers: neither imports the other
-    ("harness",),  # the one engine-blind trial loop, the Engine base, bisect
-    ("diagnosis", "sources"),  # a run directory read back; the divergence-source inventory
-    ("triage",),  # live and offline triage; its parsers also read a run's stacks and logs
-    ("rules", "runtime", "sglang_plugin", "parse_options"),  # rule book; our compact SGLang
-    ("probes", "workloads", "storage_dir"),
-    ("run_options",),  # the run vocabulary both engines speak
-    ("no_effect", "env_vars"),  # the tables of inputs refused before anything starts
-    ("faults", "side_pool", "link_delay", "output_paths"),
-    ("paths",),
-    # hooks: the fault points both engines call (§16); release_order: one order of versions
-    ("limits", "sizes", "release_order", "hooks"),
-    ("evidence", "ranks", "verdict", "registry"),
+    ("hunt",),  # the hunt loop: trials per trigger, then a shrink and an export of what failed
+    # Above the registry: the engines (each registers itself) and what builds on any engine
+    ("export", "shrink", "engines.builtin", "engines.sglang"),
+    ("engines",),  # the registry: what `run`, bisect and hunt ask of an engine
+    ("trials",),  # the one engine-blind trial loop, the Engine base, bisect, rate check, warm
+    ("diagnosis", "triage"),  # a run directory read back; live and offline triage
+    ("logs", "options"),  # what a server printed, as delivered; the run vocabulary
+    ("faults", "rules", "sources"),  # faults and their hook points; the rule book; inventory
+    ("cluster", "evidence"),  # reaching other nodes; the record types and files of a run
     ("errors", "__init__"),
 )
 
 # Pairs (importer unit, imported unit) kept apart even though the import would point down.
 WALLS: dict[tuple[str, str], str] = {
-    ("sglang", "runtime"): "runtime/ is the builtin engine's compact SGLang (style.md §17)",
-    ("diagnosis", "runtime"): "diagnosis reads only a run directory (style.md §10)",
-    ("export", "runtime"): "export reads only a run directory and a release's source",
-    ("cli", "runtime"): "the CLI reaches the runtime only through an engine",
-    ("engines", "runtime"): "the registry names engines; the builtin engine adapts the runtime",
-    ("harness", "runtime"): "the trial loop is engine-blind (style.md §16)",
+    (src, dst): "the CLI and the hunt reach an engine only through the registry (engines/)"
+    for src in ("cli", "hunt")
+    for dst in ("engines.builtin", "engines.sglang")
 }
 
 _LEAD = "being split in issue 30 (owner: lead)"
@@ -82,7 +72,7 @@ FUNCTION_ALLOW: dict[str, str] = {}
 
 # Comparisons with an engine's name below the engines layer (`path: comparison`) today.
 ENGINE_NAME_ALLOW: dict[str, str] = {
-    "hicache_diag/no_effect.py: f.values.get('engine') == 'builtin'": (
+    "hicache_diag/options/no_effect.py: f.values.get('engine') == 'builtin'": (
         "a `sources` flag rule: no_effect.py sits below run_options.py and engines.py, which know "
         "the engines that scan an SGLang (owner: lead)"
     ),
@@ -184,7 +174,15 @@ def _circles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
 
 def _unit(module: str) -> str:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "__init__"
+    if len(parts) == 1:
+        return "__init__"
+    if (
+        parts[1] == "engines"
+        and len(parts) > 2
+        and (ROOT / "hicache_diag/engines" / parts[2]).is_dir()
+    ):
+        return f"engines.{parts[2]}"
+    return parts[1]
 
 
 def _short(module: str) -> str:
@@ -276,15 +274,15 @@ def test_imports_point_down_the_layers() -> None:
 
 
 def test_no_engine_names_below_the_engines_layer() -> None:
-    from hicache_diag.engines import ENGINES
+    from hicache_diag.engines.registry import ENGINES
 
     names = frozenset(ENGINES.names())
     depth = {unit: d for d, units in enumerate(LAYERS) for unit in units}
     found = {}
     for module, path in _module_files().items():
         unit = _unit(module)
-        # The engine packages (units named as their engines) may name themselves.
-        if depth[unit] <= depth["engines"] or unit in names:
+        # The engines, their registry and what sits above it may name an engine.
+        if depth[unit] <= depth["engines"]:
             continue
         for text in _engine_name_compares(path.read_text(), names):
             found[f"{path.relative_to(ROOT)}: {text}"] = "an engine's name as a branch or a key"
@@ -321,10 +319,15 @@ def test_the_checker_sees_a_circle_and_a_layer_break() -> None:
     )
     names = [a.name for s in _imports(ast.parse(source).body) for a in s.names]
     assert names == ["TYPE_CHECKING", "x", "y", "z"]
-    up = {"hicache_diag.runtime.m": frozenset({"hicache_diag.harness.n", "hicache_diag.hooks"})}
-    assert list(_layer_breaks(up)) == ["runtime.m -> harness.n"]
-    walled = {"hicache_diag.diagnosis.m": frozenset({"hicache_diag.runtime.n"})}
-    assert _layer_breaks(walled)["diagnosis.m -> runtime.n"].startswith("wall diagnosis -> runtime")
+    up = {
+        "hicache_diag.engines.builtin.runtime.m": frozenset(
+            {"hicache_diag.engines.sglang.n", "hicache_diag.faults.hooks"}
+        )
+    }
+    assert list(_layer_breaks(up)) == ["engines.builtin.runtime.m -> engines.sglang.n"]
+    walled = {"hicache_diag.cli.m": frozenset({"hicache_diag.engines.builtin.runtime.n"})}
+    wall = _layer_breaks(walled)["cli.m -> engines.builtin.runtime.n"]
+    assert wall.startswith("wall cli -> engines.builtin")
     branches = (
         "if engine == 'sglang' or 'sglang' in path: pass\nok = e not in ('x', 'builtin')\n"
         "match e:\n    case 'builtin':\n        pass\ntol = {'sglang': 5e-3}\n"

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache_diag.runtime.protocol import PRESETS, SWITCHES
+from hicache_diag.engines.builtin.runtime.protocol import PRESETS, SWITCHES
 
 # Fault kind -> (divergence source its per-rank input produces, switches whose fix absorbs it).
 # A timing-only fault has no source of its own; every timing-sensitive switch must be fixed

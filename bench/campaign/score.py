@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from campaign.plan import KINDS, Facts, TrialPlan
-from hicache_diag.verdict import DivergenceSource
+from hicache_diag.evidence.verdict import DivergenceSource
 
 # Every source the classifier can name, `unknown` last (the confusion tables' order).
 SOURCES = tuple(s.value for s in DivergenceSource if s is not DivergenceSource.UNKNOWN) + (

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hicache_diag.harness.rate_check import RateCheck
+from hicache_diag.trials.rate_check import RateCheck
 
 
 def render_rate_check(console: Console, check: RateCheck) -> None:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from hicache_diag.cli.render.divergence_block import markdown_blocks, render_blocks
 from hicache_diag.diagnosis.report import RunReport
-from hicache_diag.verdict import Verdict
+from hicache_diag.evidence.verdict import Verdict
 
 MAX_TIMELINE_ROWS = 40
 # Short headers so the per-rank timeline fits a terminal.

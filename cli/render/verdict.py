@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from hicache_diag.verdict import Outcome, Verdict
+from hicache_diag.evidence.verdict import Outcome, Verdict
 
 _STYLE = {Outcome.OK: "green", Outcome.DIVERGED: "yellow", Outcome.WRONG_OUTPUT: "yellow"}
 

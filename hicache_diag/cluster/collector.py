@@ -26,7 +26,7 @@ import time
 
 SCHEMA = "hicache-diag/collector/v1"
 MARKER = "--hicache-diag-collector"  # in our argv, so a leftover collector can be found
-TITLE_PREFIXES = ("sglang::scheduler", "hicache-diag::scheduler")  # hicache_diag/ranks.py
+TITLE_PREFIXES = ("sglang::scheduler", "hicache-diag::scheduler")  # hicache_diag/evidence/ranks.py
 _NODE_RANK = re.compile(r"--node[-_]rank[= ](\d+)")
 _PYSTACK_FRAME = re.compile(r'File "(.+?)", line (\d+), in (\S+)')
 _CHILDREN: set[subprocess.Popen] = set()

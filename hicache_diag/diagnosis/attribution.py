@@ -36,7 +36,7 @@ from hicache_diag.diagnosis.probe_records import (
     lone_drops,
     outcomes,
 )
-from hicache_diag.verdict import DivergenceSource
+from hicache_diag.evidence.verdict import DivergenceSource
 
 MAX_RIDS_SAID = 4  # per rank, in the evidence line: an overload drops dozens
 

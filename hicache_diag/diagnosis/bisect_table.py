@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hicache_diag.diagnosis.stats import median_ttf, wilson
-from hicache_diag.release_order import release_key
+from hicache_diag.options.release_order import release_key
 
 BISECT_SCHEMA = "hicache-diag/bisect/v1"
 STORAGE_AXIS = "storage-backend"
@@ -136,7 +136,7 @@ def _storage_line(cells: list[Cell]) -> str | None:
 
 
 def _size_key(value: str) -> float:
-    from hicache_diag.sizes import parse_size
+    from hicache_diag.options.sizes import parse_size
 
     try:
         return float(parse_size(value))

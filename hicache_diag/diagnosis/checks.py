@@ -13,9 +13,9 @@ from hicache_diag.diagnosis.idle_slots import ran_past_last_line
 from hicache_diag.diagnosis.load import RunData
 from hicache_diag.diagnosis.outputs import compare_outputs
 from hicache_diag.diagnosis.tracebacks import RankCrash, parse_crash
+from hicache_diag.evidence.verdict import CrashForm, Outcome
 from hicache_diag.rules.culprit import Reason, judge
 from hicache_diag.rules.signatures import SHAPE_RE
-from hicache_diag.verdict import CrashForm, Outcome
 
 LEAK_MIN_STEPS = 8
 LEAK_MIN_FINAL = 8  # bounded sends stay at a handful; below this nothing is "without bound"

@@ -17,7 +17,7 @@ from hicache_diag.diagnosis.ledger import ledger_lines
 from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.diagnosis.recorder_health import blind_recorder_reason, recorder_errors
 from hicache_diag.diagnosis.storage import storage_fault_lines
-from hicache_diag.verdict import CrashForm, Outcome, RankState, Verdict
+from hicache_diag.evidence.verdict import CrashForm, Outcome, RankState, Verdict
 
 _LAUNCH_STATE = {
     "hung": "blocked",
@@ -172,7 +172,7 @@ def _with_aborts(run: RunData, found: checks.Finding) -> checks.Finding:
 
 def _stalled_at_interrupt(run: RunData) -> str | None:
     """The rank the others were waiting for when the user pressed Ctrl-C on a run that had
-    stopped stepping (harness/trial.py takes the stacks then, as for a hang)."""
+    stopped stepping (trials/trial.py takes the stacks then, as for a hang)."""
     stall = run.launcher.interrupt_stall if run.launcher is not None else None
     if stall is None:
         return None

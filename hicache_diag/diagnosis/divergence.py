@@ -21,7 +21,7 @@ from hicache_diag.diagnosis.divergence_values import (
     rank_values,
 )
 from hicache_diag.diagnosis.idle_slots import FoldedSlots
-from hicache_diag.verdict import DivergenceSource, FirstDivergence
+from hicache_diag.evidence.verdict import DivergenceSource, FirstDivergence
 
 # Within one step, report causes before effects: what a rank consumed or allocated decides the
 # tree, and the tree decides the next batch (rids, extend tokens).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from hicache_diag.diagnosis.divergence_values import only_some, per_rank_sum
-from hicache_diag.verdict import DivergenceSource
+from hicache_diag.evidence.verdict import DivergenceSource
 
 Attribution = tuple[DivergenceSource, int | None, str]
 

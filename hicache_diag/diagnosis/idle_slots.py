@@ -22,8 +22,8 @@ from typing import Any
 import pandas as pd
 
 from hicache_diag.diagnosis.divergence_values import plain, present
+from hicache_diag.evidence.stacks import RankDump
 from hicache_diag.rules.wait_sites import classify_thread
-from hicache_diag.triage.dumps import RankDump
 
 REQUEST_RECV = "request-recv"  # the wait-site rule book's name (rules/wait_sites.py)
 

@@ -11,8 +11,8 @@ import pandas as pd
 from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.logged_facts import with_logged_crashes
 from hicache_diag.errors import RunDirError
-from hicache_diag.triage.dumps import RankDump, parse_dump_text
-from hicache_diag.verdict import Verdict
+from hicache_diag.evidence.stacks import RankDump, parse_dump_text
+from hicache_diag.evidence.verdict import Verdict
 
 
 @dataclass(slots=True)

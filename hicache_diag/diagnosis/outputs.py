@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hicache_diag.run_options import ENGINE_OPTIONS, RunOptions
+from hicache_diag.options.run_options import ENGINE_OPTIONS, RunOptions
 
 _TOKEN_KEYS = ("tokens", "outputs", "output_ids")
 _GAP_KEYS = ("gaps", "logit_gaps", "top2_gap", "top2_gaps")
-# reference.json (harness/reference.py) records each token's top-2 logit gap; when the file does
+# reference.json (trials/reference.py) records each token's top-2 logit gap; when the file does
 # not record a tolerance, the run's engine gives it (its options' `tie_tolerance`).
 DEFAULT_TIE_TOLERANCE = RunOptions.tie_tolerance  # a run that names no known engine
 

@@ -1,6 +1,6 @@
 """The plugin's per-step probe records read back (`sources.<probe>` in rank<r>.jsonl, written
-as sglang_plugin/probe_table.py says): what a decision did (`d`), and for the waiting timeout
-which requests each rank dropped. One reading for attribution and for the export's tags."""
+as evidence/probes.py says): what a decision did (`d`), and for the waiting
+timeout which requests each rank dropped. One reading for attribution and for the export's tags."""
 
 from __future__ import annotations
 

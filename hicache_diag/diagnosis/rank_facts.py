@@ -12,11 +12,11 @@ import signal
 from dataclasses import dataclass
 
 from hicache_diag import evidence as ev
-from hicache_diag.ranks import RankId, unflat_rank
+from hicache_diag.evidence.ranks import RankId, unflat_rank
+from hicache_diag.evidence.stacks import RankDump
 from hicache_diag.rules.culprit import RankView, view_of
 from hicache_diag.rules.rank_fate import RankFate, launcher_fates
 from hicache_diag.rules.rank_fate import stopped_ranks as stopped_ranks
-from hicache_diag.triage.dumps import RankDump
 
 
 def signal_label(signum: int) -> str:

@@ -13,7 +13,7 @@ from hicache_diag.diagnosis.consensus import checker_silent
 from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.diagnosis.series import around, timelines
 from hicache_diag.errors import RunDirError
-from hicache_diag.verdict import Outcome, Verdict
+from hicache_diag.evidence.verdict import Outcome, Verdict
 
 EVIDENCE_VERSION = ev.EVIDENCE_VERSION  # docs/evidence.md
 

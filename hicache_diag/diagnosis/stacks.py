@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from hicache_diag.evidence.stacks import Frame, RankDump
 from hicache_diag.rules.wait_sites import HICACHE_PROTOCOL_FUNCS as HICACHE_WAIT
 from hicache_diag.rules.wait_sites import RECEIVE_FUNCS as _RECEIVES
 from hicache_diag.rules.wait_sites import normalize
-from hicache_diag.triage.dumps import Frame, RankDump
 
 # The HiCache protocol functions and receives come from the one wait-site table (rules), compared
 # without leading underscores (`_pp_sync` is SGLang's `pp_sync`).

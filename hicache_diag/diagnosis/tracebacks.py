@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from hicache_diag import evidence as ev
+from hicache_diag.logs.crash import crash_form
+from hicache_diag.logs.parse import LogException, parse_log_lines
 from hicache_diag.rules.signatures import Context
-from hicache_diag.triage.crash import crash_form
-from hicache_diag.triage.logs import LogException, parse_log_lines
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,9 @@
 """The run directory (docs/evidence.md): its file names, spelled once, and one record type per
 file, each with one writer (`to_json`) and one reader (`from_json`). Bottom floor: standard
 library only and nothing else of ours, so the SGLang plugin imports it inside SGLang (its
-bundle follows these absolute imports: hicache_diag/sglang/bundle.py).
+bundle follows these absolute imports: hicache_diag/engines/sglang/bundle.py).
 
-`verdict.json`'s record is `hicache_diag.verdict.Verdict` (the verdict contract's home)."""
+`verdict.json`'s record is `hicache_diag.evidence.verdict.Verdict` (the verdict contract's home)."""
 
 from hicache_diag.evidence.clean_state import (
     CLEAN_STATE,

@@ -1,6 +1,6 @@
 """first_divergence/rank{r}.json's record (docs/evidence.md, "The first-divergence block"): what
 one rank held when SGLang's rank consensus checker found the ranks disagreeing, written by the
-plugin (sglang_plugin/consensus_block.py) in the checker's own thread just before SGLang's
+plugin (engines/sglang/plugin/consensus_block.py) in the checker's own thread just before SGLang's
 `os._exit(1)`, and read by `report` and `export` through `read_blocks`. Standard library only
 (the plugin imports it inside SGLang).
 """

@@ -1,5 +1,5 @@
 """launcher.json's records (docs/evidence.md): how each rank process ended and what the trial
-loop saw, one type each, every engine through the same writer (harness/trial.py
+loop saw, one type each, every engine through the same writer (trials/trial.py
 `write_launcher_json`) and every reader through `LauncherRecord.from_json`."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """rank{r}.jsonl's record (docs/evidence.md): one line per scheduler step, written by both
-engines' recorders (probes/recorder.py for our runtime, sglang_plugin/recorder.py inside
+engines' recorders (probes/recorder.py for our runtime, engines/sglang/plugin/recorder.py inside
 SGLang) through `StepRecord.line` and read by every reader through `read_steps`.
 
 Every key is optional: a heartbeat, a crash record, a recorder error and a real SGLang step

@@ -12,7 +12,7 @@ from typing import Any
 from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.errors import RunDirError
-from hicache_diag.verdict import Outcome, Verdict
+from hicache_diag.evidence.verdict import Outcome, Verdict
 
 _SITE = re.compile(r'File "[^"]*?/((?:sglang|torch)/[^"]*)')
 _WHERE = re.compile(r"^(?P<fn>[\w.<>]+) \((?P<file>[\w.]+):(?P<line>\d+)\)$")

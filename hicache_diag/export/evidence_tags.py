@@ -29,7 +29,7 @@ _LOG_TIME = re.compile(r"^\[(?P<t>[\d-]+ [\d:]+) ")
 
 @dataclass(frozen=True, slots=True)
 class Tag:
-    name: str  # a `sources` probe name (hicache_diag/sglang_plugin/probe_table.py)
+    name: str  # a `sources` probe name (hicache_diag/evidence/probes.py)
     says: str  # one line, quoted from the run directory
     step: int | None = None
     values: dict[str, int | str] = field(default_factory=dict)  # what a test template takes

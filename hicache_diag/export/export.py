@@ -71,7 +71,7 @@ def test_source(case: Case, recipe: Recipe) -> str:
 def export_run(run_dir: Path, out: Path, force: bool = False) -> Exported:
     """Every file is claimed (output_paths.py: nothing existing replaced without `force`, a run's
     evidence never) before the first is written, each written atomically."""
-    from hicache_diag.output_paths import claim_dir, write_atomic
+    from hicache_diag.evidence.output_paths import claim_dir, write_atomic
 
     case = load_case(run_dir)
     known = ["launch.sh", "send_requests.py", "requests.json", "REPORT.md"]

@@ -46,13 +46,13 @@ def split_flags(argv: list[str]) -> tuple[list[str], list[str]]:
 def scripted(case: Case) -> bool:
     """The run drove SGLang's session or flush endpoints from a script (`script.json`), which
     the plain-generate client here does not replay."""
-    from hicache_diag.workloads import _KINDS
+    from hicache_diag.options.workloads import _KINDS
 
     return case.workload.get("workload") not in _KINDS
 
 
 def requests(case: Case) -> list[dict]:
-    from hicache_diag.workloads import Pool, Workload, WorkloadConfig
+    from hicache_diag.options.workloads import Pool, Workload, WorkloadConfig
 
     if scripted(case):
         return []

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from hicache_diag.errors import UsageError
-from hicache_diag.release_order import release_key
+from hicache_diag.options.release_order import release_key
 
 RELEASES_ENV = "HICACHE_DIAG_SGLANG_RELEASES"  # dir of unzipped wheels: <version>/sglang/
 
@@ -28,11 +28,15 @@ def releases() -> dict[str, Path]:
     return dict(sorted(found.items(), key=lambda kv: release_key(kv[0])))
 
 
-def run_release(version: str, python: str | None) -> Path | None:
+def run_release(version: str, python: str | None, engine: str = "sglang") -> Path | None:
     """The run's release source: the run's interpreter if it is still there and holds that
     version, else an unzipped or venv copy of that version, else this Python's SGLang if it is
-    that version. None: no copy here (the report then quotes the traceback's lines only)."""
-    from hicache_diag.sglang.source_tree import python_tree
+    that version. None: no copy here (the report then quotes the traceback's lines only). The
+    interpreter's tree is the run's engine's to find (its registry entry's `sources`)."""
+    from hicache_diag.engines.registry import engine as engine_entry
+
+    def python_tree(py: str | None):
+        return engine_entry(engine).sources(None, py)
 
     if python and Path(python).is_file():
         try:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag.errors import RunDirError
+from hicache_diag.evidence.output_paths import is_run_dir
 from hicache_diag.hunt.model import HuntReport, TriggerResult
-from hicache_diag.output_paths import is_run_dir
 
 HUNT_JSON = "hunt.json"
 TABLE_TXT = "table.txt"  # the table as printed, kept beside hunt.json (samples/hunt/)

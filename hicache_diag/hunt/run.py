@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from hicache_diag.diagnosis.stats import wilson
 from hicache_diag.errors import UsageError
-from hicache_diag.harness.trials import run_trials, trial_verdict, verdict_in
+from hicache_diag.evidence.verdict import Outcome, Verdict
 from hicache_diag.hunt.model import HuntReport, TriggerResult
-from hicache_diag.run_options import RunOptions
-from hicache_diag.verdict import Outcome, Verdict
+from hicache_diag.options.run_options import RunOptions
+from hicache_diag.trials.trials import run_trials, trial_verdict, verdict_in
 
 if TYPE_CHECKING:
     from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
@@ -74,7 +74,7 @@ def _trials(
     cell: Any, n: int, seed: int, out: Path, on_result: Callable | None, fresh: bool = False
 ):
     """`n` trials of the cell; on a warm server (`--warm-server`) unless `fresh`."""
-    from hicache_diag.engines import engine
+    from hicache_diag.engines.registry import engine
 
     entry = engine(cell.options.engine)
     timeout, preload = type(cell.options).trial_timeout_s, entry.preload
@@ -124,7 +124,7 @@ def _export(run_dir: str, out: Path) -> str:
 
 
 def _first_seed(result: TriggerResult) -> int:
-    from hicache_diag.harness.rundir import read_manifest
+    from hicache_diag.trials.rundir import read_manifest
 
     return int(read_manifest(Path(result.first_failure)).seed or 0)
 
@@ -198,7 +198,7 @@ def _hunt_one(
 ) -> None:
     """The candidate's natural variants (`natural`) or its perturbations, in order, until one
     diverges."""
-    from hicache_diag.engines import build
+    from hicache_diag.engines.registry import build
 
     for i, variant in enumerate(cand.trigger.variants):
         if (variant.fault is None) != natural:

@@ -10,8 +10,8 @@ from hicache_diag.errors import UsageError
 from hicache_diag.hunt.model import HuntReport
 from hicache_diag.hunt.plan import Candidate, plan_hunt
 from hicache_diag.hunt.run import HuntConfig, run_hunt
-from hicache_diag.limits import check_int
-from hicache_diag.run_options import RunOptions
+from hicache_diag.options.limits import check_int
+from hicache_diag.options.run_options import RunOptions
 
 MAX_TRIALS = 1000
 
@@ -61,9 +61,9 @@ def plan_session(
     triggers: tuple[str, ...] = (),
 ) -> HuntSession:
     """Every check before a trial starts, then the release's inventory and the plan."""
-    from hicache_diag.engines import engine
-    from hicache_diag.harness.rundir import check_writable
+    from hicache_diag.engines.registry import engine
     from hicache_diag.sources.scan import scan_tree
+    from hicache_diag.trials.rundir import check_writable
 
     check_int("--trials", trials, 1, MAX_TRIALS)
     if budget_trials is not None:
@@ -84,7 +84,7 @@ def save_report(report: HuntReport, out: Path) -> Path:
     """hunt.json beside the trials' run dirs, written whole (output_paths.write_atomic)."""
     import json
 
-    from hicache_diag.output_paths import write_atomic
+    from hicache_diag.evidence.output_paths import write_atomic
 
     return write_atomic(
         out / "hunt.json", json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n"

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from hicache_diag.ranks import RankId
+from hicache_diag.evidence.ranks import RankId
 from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.rules.wait_sites import (
     COMM_KINDS,
@@ -33,7 +33,7 @@ from hicache_diag.rules.wait_sites import (
 
 
 class RankDump(Protocol):
-    """What the culprit rule reads of one rank's dump (triage/dumps.py `RankDump`)."""
+    """What the culprit rule reads of one rank's dump (evidence/stacks.py `RankDump`)."""
 
     def main_thread(self) -> ThreadStack | None: ...
 

@@ -16,7 +16,7 @@ class RankFate(str, enum.Enum):
 
 
 _STOPPED = frozenset({"stopped", "tracing-stop"})  # psutil's names for `T` and `t`
-_GONE = frozenset({"gone", "zombie", "dead"})  # psutil's, and harness/proc_facts' "gone"
+_GONE = frozenset({"gone", "zombie", "dead"})  # psutil's, and trials/proc_facts' "gone"
 _ENDED = frozenset({"exited", "crashed"})  # launcher.json: it ended on its own
 
 

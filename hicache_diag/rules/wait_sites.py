@@ -20,7 +20,7 @@ from typing import Protocol
 
 
 class Frame(Protocol):
-    """What the rules read of a stack frame (triage/dumps.py `Frame`, a layer above)."""
+    """What the rules read of a stack frame (evidence/stacks.py `Frame`, a layer above)."""
 
     name: str
     filename: str

@@ -7,7 +7,7 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from hicache_diag.run_options import RunOptions
+from hicache_diag.options.run_options import RunOptions
 
 _NOT_WRITTEN = ("out", "check", "given", "faults", "scenario_fix", "fix", "engine")
 

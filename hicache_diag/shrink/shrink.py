@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag.errors import UsageError
-from hicache_diag.harness.trials import run_trials, trial_verdict, verdict_in
-from hicache_diag.run_options import RunOptions
+from hicache_diag.evidence.verdict import Verdict
+from hicache_diag.options.run_options import RunOptions
 from hicache_diag.shrink.ddmin import ddmin, smallest_count
-from hicache_diag.verdict import Verdict
+from hicache_diag.trials.trials import run_trials, trial_verdict, verdict_in
 
 SHRINK_JSON = "shrink.json"  # ShrinkReport.to_json, in a shrink's --out
 
@@ -83,7 +83,7 @@ class _Oracle:
         self.spent = False
 
     def fails(self, options: RunOptions) -> bool:
-        from hicache_diag.engines import build, engine
+        from hicache_diag.engines.registry import build, engine
 
         if self.used + self.trials > self.budget:
             self.spent = True

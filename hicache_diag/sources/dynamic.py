@@ -1,9 +1,9 @@
 """The dynamic half: which inventoried reads differed across ranks in a real-engine run, and
 whether the decision each feeds was taken there (docs/sources.md, "Dynamic").
 
-Reads the `sources` field of each rank's step lines (sglang_plugin/probe_table.py says what
+Reads the `sources` field of each rank's step lines (evidence/probes.py says what
 the plugin records). Steps are compared by number: step N is the same micro-batch slot on every
-PP stage (sglang_plugin/recorder.py). A rank with no line at a step it went past was idle
+PP stage (engines/sglang/plugin/recorder.py). A rank with no line at a step it went past was idle
 there; a step where a probed decision acted always has a line, so an idle rank's decision did
 nothing.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from hicache_diag import evidence as ev
 from hicache_diag.errors import RunDirError
-from hicache_diag.sglang_plugin.probe_table import BY_NAME
+from hicache_diag.evidence.probes import BY_NAME
 from hicache_diag.sources.model import Inventory
 
 RUN_SCHEMA = "hicache-diag/sources-run/v1"

@@ -59,7 +59,7 @@ def _scheduler_part(cls: str) -> bool:
 def _module_file(module: str) -> str:
     """`sglang.srt.mem_cache.radix_cache` -> `mem_cache/radix_cache.py` (display paths are
     relative to srt/, or to the builtin runtime's root)."""
-    for prefix in ("sglang.srt.", "hicache_diag.runtime."):
+    for prefix in ("sglang.srt.", "hicache_diag.engines.builtin.runtime."):
         if module.startswith(prefix):
             module = module[len(prefix) :]
     return module.replace(".", "/") + ".py"

@@ -1,5 +1,5 @@
-"""Find the tree to scan: `--source DIR` or the builtin runtime (a Python's SGLang is the sglang
-engine's to find: sglang/source_tree.py). Never imports SGLang."""
+"""Find the tree to scan: `--source DIR` (each engine names its own default tree:
+engines/builtin/source_tree.py, engines/sglang/source_tree.py). Never imports SGLang."""
 
 from __future__ import annotations
 
@@ -9,22 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hicache_diag.errors import UsageError
-from hicache_diag.sources.rules import BUILTIN_SCOPE, SGLANG_SCOPE, Scope
+from hicache_diag.sources.rules import SGLANG_SCOPE, Scope
 
 
 @dataclass(frozen=True, slots=True)
 class Tree:
     engine: str  # the engine it is the source of (Release.engine)
-    root: Path  # the sglang package dir, or hicache_diag/runtime
+    root: Path  # the sglang package dir, or the builtin engine's runtime/
     version: str
     scope: Scope  # which of its files `scan_tree` reads
-
-
-def builtin_tree() -> Tree:
-    import hicache_diag
-    from hicache_diag import runtime
-
-    return Tree("builtin", Path(runtime.__file__).parent, hicache_diag.__version__, BUILTIN_SCOPE)
 
 
 def source_tree(path: Path) -> Tree:
@@ -37,13 +30,6 @@ def source_tree(path: Path) -> Tree:
         if (pkg / "srt").is_dir():
             return Tree("sglang", pkg.resolve(), _version(pkg), SGLANG_SCOPE)
     raise UsageError(f"--source {path}: no SGLang source there (expected srt/ or sglang/srt/)")
-
-
-def builtin_engine_tree(source: Path | None, python: str | None) -> Tree:
-    """`sources --engine builtin`: our runtime, nothing else to name."""
-    if source is not None or python is not None:
-        raise UsageError("--engine builtin scans our runtime: drop --source/--sglang-python")
-    return builtin_tree()
 
 
 def any_tree(

@@ -96,7 +96,7 @@ PRIMITIVES: dict[str, tuple[str, tuple[str, ...] | None, str | None]] = {
     "all_gather_into_tensor": ("gather", None, None),
     "all_gather_object": ("gather", None, None),
     "all_gather_single": ("gather", None, None),  # sglang.srt.distributed.utils
-    # the builtin runtime's HiCacheComm (hicache_diag/runtime/distributed/comm.py)
+    # the builtin runtime's HiCacheComm (hicache_diag/engines/builtin/runtime/distributed/comm.py)
     "all_reduce_tp": ("all_reduce", ("tp",), "MIN"),
     "all_reduce_pp": ("all_reduce", ("pp", "tp"), "MIN"),
     "all_reduce_thread_group": ("all_reduce", ("pp", "tp"), "MIN"),

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hicache_diag.evidence.ranks import RankId, is_component_title
+from hicache_diag.logs.crash import CrashFinding, find_crash
+from hicache_diag.logs.emitters import Emitter
+from hicache_diag.logs.parse import LogEvidence, LogException, LogLine
+from hicache_diag.logs.teardown import set_aside_teardown
 from hicache_diag.rules import signatures as sig
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.advice import next_steps
-from hicache_diag.triage.crash import CrashFinding, find_crash
-from hicache_diag.triage.discover import RankId, is_component_title
-from hicache_diag.triage.emitters import Emitter
 from hicache_diag.triage.fates import fate_report, survived, survived_notes, thread_death
 from hicache_diag.triage.hang import HangFinding, RankSamples, analyse_rank, classify_stacks
-from hicache_diag.triage.logs import LogEvidence, LogException, LogLine
 from hicache_diag.triage.report import RankReport, TriageReport, report_for
 from hicache_diag.triage.stacks import merge_stacks
-from hicache_diag.triage.teardown import set_aside_teardown
 from hicache_diag.triage.thin import (
     one_rank_in_p2p,
     peer_wait,

@@ -12,10 +12,11 @@ import psutil
 
 from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
-from hicache_diag.triage.discover import RankId, describe_pid, parse_rank_tokens, rank_from_title
-from hicache_diag.triage.dumps import RankDump, parse_dump_text, threads_from_json
+from hicache_diag.evidence.ranks import RankId, parse_rank_tokens, rank_from_title
+from hicache_diag.evidence.stacks import RankDump, parse_dump_text, threads_from_json
+from hicache_diag.logs.files import NotALog, decode_text
+from hicache_diag.triage.discover import describe_pid
 from hicache_diag.triage.hang import RankSamples
-from hicache_diag.triage.log_files import NotALog, decode_text
 from hicache_diag.triage.pyspy import dump_stacks
 
 _SAMPLE = re.compile(r"_s(\d+)\b")
@@ -112,7 +113,7 @@ def _sample(live: dict[int, RankSamples], deadline_s: float, native: bool, tag: 
 def save_samples(ranks: list[RankSamples], folder: Path) -> list[Path]:
     """One JSON envelope per rank and sample, so dumps from several nodes merge with --dumps;
     each written whole (output_paths.write_atomic; the folder was claimed before sampling)."""
-    from hicache_diag.output_paths import write_atomic
+    from hicache_diag.evidence.output_paths import write_atomic
 
     written = []
     now = datetime.now(timezone.utc).isoformat()

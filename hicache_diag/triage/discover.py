@@ -6,29 +6,12 @@ from dataclasses import dataclass
 
 import psutil
 
-# RankId and its parser live in hicache_diag/ranks.py; kept importable from here.
-from hicache_diag.ranks import TITLE_PREFIXES, RankId, parse_rank_tokens
-
-__all__ = ["TITLE_PREFIXES", "RankId", "SchedulerProcess", "parse_rank_tokens"]
-
-
-def is_scheduler_title(cmdline: str) -> bool:
-    return cmdline.startswith(TITLE_PREFIXES)
-
-
-def is_component_title(title: str | None) -> bool:
-    """Another named SGLang (or our) process: `sglang::data_parallel_controller`,
-    `sglang::detokenizer`; its stack says nothing about a scheduler rank."""
-    head = (title or "").strip()
-    return head.startswith(("sglang::", "hicache-diag::")) and not is_scheduler_title(head)
-
-
-def rank_from_title(title: str | None) -> RankId | None:
-    """Rank tokens only from a scheduler title: any other cmdline (`/opt/ep4/bin/python ...`)
-    could hold token look-alikes."""
-    if not title or not is_scheduler_title(title.strip()):
-        return None
-    return parse_rank_tokens(title.split(None, 1)[0]) or RankId()
+from hicache_diag.evidence.ranks import (
+    RankId,
+    is_scheduler_title,
+    parse_rank_tokens,
+    rank_from_title,
+)
 
 
 @dataclass(frozen=True, slots=True)

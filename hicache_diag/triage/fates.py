@@ -4,12 +4,12 @@ that are evidence, never the crash (triage.emitters says who printed each)."""
 
 from __future__ import annotations
 
+from hicache_diag.evidence.ranks import RankId
+from hicache_diag.logs.crash import crash_form
+from hicache_diag.logs.emitters import Emitter
+from hicache_diag.logs.model import LogEvidence, LogException
 from hicache_diag.rules.rank_fate import RankFate
-from hicache_diag.triage.crash import crash_form
-from hicache_diag.triage.discover import RankId
-from hicache_diag.triage.emitters import Emitter
 from hicache_diag.triage.hang import RankSamples, classify_stacks
-from hicache_diag.triage.log_model import LogEvidence, LogException
 from hicache_diag.triage.report import RankReport, TriageReport, report_for
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hicache_diag.evidence.ranks import RankId
+from hicache_diag.evidence.stacks import RankDump
 from hicache_diag.rules.culprit import (
     Judgement,
     RankView,
@@ -22,8 +24,6 @@ from hicache_diag.rules.culprit import (
 )
 from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.rules.wait_sites import WaitKind
-from hicache_diag.triage.discover import RankId
-from hicache_diag.triage.dumps import RankDump
 from hicache_diag.triage.report import RankReport
 
 __all__ = ["HangFinding", "RankSamples", "analyse_rank", "classify_stacks"]

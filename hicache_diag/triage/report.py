@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hicache_diag.evidence.ranks import RankId
+from hicache_diag.evidence.verdict import CrashForm, ExitCode, Outcome, exit_code_for
 from hicache_diag.rules.rank_fate import RankFate
-from hicache_diag.triage.discover import RankId
 from hicache_diag.triage.stacks import StackNode
-from hicache_diag.verdict import CrashForm, ExitCode, Outcome, exit_code_for
 
 TRIAGE_SCHEMA = "hicache-diag/triage/v1"
 KINDS = ("crash", "hang", "healthy", "busy", "unknown")

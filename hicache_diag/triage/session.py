@@ -11,14 +11,14 @@ import psutil
 
 from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
-from hicache_diag.ranks import RankId, unflat_rank
+from hicache_diag.evidence.ranks import RankId, unflat_rank
+from hicache_diag.logs.files import NotALog, Progress, parse_log_file
+from hicache_diag.logs.parse import LogEvidence
 from hicache_diag.rules.rank_fate import launcher_fates
 from hicache_diag.triage.classify import classify
 from hicache_diag.triage.collect import capture_live, load_dumps, save_samples
 from hicache_diag.triage.discover import discover_schedulers
 from hicache_diag.triage.hang import RankSamples
-from hicache_diag.triage.log_files import NotALog, Progress, parse_log_file
-from hicache_diag.triage.logs import LogEvidence
 from hicache_diag.triage.report import TriageReport
 
 

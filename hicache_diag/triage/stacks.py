@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hicache_diag.triage.discover import RankId
-from hicache_diag.triage.dumps import RankDump
+from hicache_diag.evidence.ranks import RankId
+from hicache_diag.evidence.stacks import RankDump
 
 
 def _ranges(values: list[int]) -> str:

@@ -3,11 +3,11 @@ and the one command that would settle it."""
 
 from __future__ import annotations
 
+from hicache_diag.logs.crash import decode_shape
+from hicache_diag.logs.emitters import Emitter
+from hicache_diag.logs.model import LogEvidence, LogException, LogLine
 from hicache_diag.rules.signatures import SHAPE_RE
-from hicache_diag.triage.crash import decode_shape
-from hicache_diag.triage.emitters import Emitter
 from hicache_diag.triage.fates import survived
-from hicache_diag.triage.log_model import LogEvidence, LogException, LogLine
 from hicache_diag.triage.report import RankReport, TriageReport
 
 LIVE_STACKS = (

@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 
 from hicache_diag.cli import bisect as bisect_cli
 from hicache_diag.cli.main import app, run_cli
-from hicache_diag.harness.bisect import BisectConfig
-from tests.unit.harness.fake_run import FAKE_TRIAL, fake_cells, use_fake
+from hicache_diag.trials.bisect import BisectConfig
+from tests.unit.trials.fake_run import FAKE_TRIAL, fake_cells, use_fake
 
 
 @pytest.fixture

@@ -98,8 +98,8 @@ def test_every_command_help_lists_its_exit_codes(command):
 
 
 def test_run_help_names_every_fault_and_switch_with_modes():
+    from hicache_diag.engines.builtin.runtime.protocol import SWITCHES
     from hicache_diag.faults import FAULTS
-    from hicache_diag.runtime.protocol import SWITCHES
 
     text = _help("run")
     for name in FAULTS:
@@ -132,7 +132,7 @@ def test_a_closed_stdout_keeps_the_exit_code(tmp_path):
 def test_docs_table_the_switches_and_modes_the_parser_accepts():
     from pathlib import Path
 
-    from hicache_diag.runtime.protocol import SWITCHES
+    from hicache_diag.engines.builtin.runtime.protocol import SWITCHES
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "faults.md").read_text()
     table = doc.split("## Protocol switches", 1)[1].split("\n## ", 1)[0]

@@ -75,10 +75,10 @@ def test_a_perturbations_failure_is_shrunk_before_its_export(tmp_path, monkeypat
 
     from hicache_diag.cli.run import options_from_argv
     from hicache_diag.cli.shrink import run_argv
-    from hicache_diag.engines import build
+    from hicache_diag.engines.registry import build
+    from hicache_diag.evidence.verdict import Verdict
     from hicache_diag.hunt.model import TriggerResult
     from hicache_diag.hunt.run import HuntConfig, _Budget, _Cell, _shrunk
-    from hicache_diag.verdict import Verdict
 
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)  # the committed run's argv names its scenario relative to the repo

@@ -1,6 +1,6 @@
 """Odd inputs (issue 29.7): well-formed, but they would do nothing or contradict each other. One
 row per input over every command, scenario keys and environment variables: each is refused
-before anything starts, exit 2, in one line that names the input (hicache_diag/no_effect.py's
+before anything starts, exit 2, in one line that names the input (options/no_effect.py's
 tables, env_vars.py's); a `warn` row goes on, and its one warning line names the input."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ ODD = [
         warn=True,
         code=0,
     ),
-    # run across hosts (cluster/remote_nodes.py checks the hosts themselves)
+    # run across hosts (engines/sglang/remote_nodes.py checks the hosts themselves)
     odd("hosts-builtin", ["run", "--hosts", "a,b"], "--hosts applies to --engine sglang"),
     odd("hosts-no-nnodes", ["run", *SGLANG, "--hosts", "a,b"], "give --nnodes 2"),
     odd(

@@ -16,7 +16,7 @@ from tests.conftest import assert_no_children
 def build_run_config(flags):
     """The builtin config `run` would build from these flags (the scenario read as run reads it)."""
     from hicache_diag.cli.run import options_from_params
-    from hicache_diag.engines import build
+    from hicache_diag.engines.registry import build
 
     return build(options_from_params(flags))
 

@@ -8,8 +8,7 @@ from rich.console import Console
 
 from hicache_diag.cli.render.progress import LiveProgress, progress_table
 from hicache_diag.cli.render.verdict import render_verdict
-from hicache_diag.harness.hang_watch import HangWatch
-from hicache_diag.verdict import (
+from hicache_diag.evidence.verdict import (
     CrashForm,
     DivergenceSource,
     FirstDivergence,
@@ -17,6 +16,7 @@ from hicache_diag.verdict import (
     RankState,
     Verdict,
 )
+from hicache_diag.trials.hang_watch import HangWatch
 
 
 def _text(renderable) -> str:

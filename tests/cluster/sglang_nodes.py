@@ -1,7 +1,7 @@
 """Real SGLang PP2 across two sshd "nodes" (tests/cluster/sshd.py), launched by hand with
 SGLang's own multi-node flags: `--nnodes 2 --node-rank i --dist-init-addr 127.0.0.1:PORT`, each
 node's server inside that node's namespaces. The launch spec, plugin and CPU switches are the
-ones `run --engine sglang` uses (hicache_diag/sglang/build.py, trial.py). 40-90 s to start."""
+ones `run --engine sglang` uses (engines/sglang/build.py, trial.py). 40-90 s to start."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from tests.cluster.sshd import SshCluster, _free_port
 
 
 def launch(cluster: SshCluster, root: Path) -> list[subprocess.Popen]:
-    from hicache_diag.run_options import SglangOptions
-    from hicache_diag.sglang.build import build
-    from hicache_diag.sglang.trial import SglangEngine
+    from hicache_diag.engines.sglang.build import build
+    from hicache_diag.engines.sglang.trial import SglangEngine
+    from hicache_diag.options.run_options import SglangOptions
 
     cfg = build(SglangOptions(out=str(root / "runs")))
     addr = f"127.0.0.1:{_free_port('127.0.0.1')}"

@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = [pytest.mark.multinode, pytest.mark.process]
 
-CHILD = "hicache_diag.harness.bisect_child"
+CHILD = "hicache_diag.trials.bisect_child"
 
 
 def _bisect(cluster, out: Path, hosts: str, trials: int = 2, timeout: float = 600, *extra):

@@ -10,11 +10,11 @@ import pytest
 from hicache_diag.cluster.base import BOOTSTRAP, MARKER, Node, NodeResult, Sampling, collector_args
 from hicache_diag.cluster.detect import Target, detect, executor_for
 from hicache_diag.cluster.kubectl import KubectlExecutor, parse_pods
-from hicache_diag.cluster.merge import merge
 from hicache_diag.cluster.slurm import SlurmExecutor
 from hicache_diag.cluster.ssh import SshExecutor
 from hicache_diag.errors import UsageError
 from hicache_diag.rules.rank_fate import RankFate
+from hicache_diag.triage.cluster_merge import merge
 
 WIDE = """\
 NAME                      READY   STATUS    RESTARTS        AGE   IP            NODE     NOMINATED NODE   READINESS GATES

@@ -1,6 +1,6 @@
 """`run --hosts`'s eyes on a node, without SGLang (seconds): the scheduler stand-ins of
 fake_rank.py on two real sshd nodes (each its own PID namespace), seen by the nodes' server
-(cluster/node_server.py) only through the collector over ssh. The pids it records are the
+(engines/sglang/node_server.py) only through the collector over ssh. The pids it records are the
 namespaces' own (not this machine's), a SIGSTOPped PP1 on node-2 reads `stopped`, a stack is
 taken through the collector, and a node whose sshd session is cut is lost, its rank not
 judged."""
@@ -22,14 +22,14 @@ import psutil
 import pytest
 
 from hicache_diag.cluster.base import Node
-from hicache_diag.cluster.node_server import SEEN_BY, SshNodes
-from hicache_diag.cluster.remote_nodes import place
 from hicache_diag.cluster.ssh import SshExecutor
+from hicache_diag.engines.sglang.install import SglangInstall
+from hicache_diag.engines.sglang.launch_spec import LaunchSpec
+from hicache_diag.engines.sglang.node_server import SEEN_BY, SshNodes
+from hicache_diag.engines.sglang.nodes import host_specs
+from hicache_diag.engines.sglang.ports import MAX_PORT
+from hicache_diag.engines.sglang.remote_nodes import place
 from hicache_diag.errors import UsageError
-from hicache_diag.sglang.install import SglangInstall
-from hicache_diag.sglang.launch_spec import LaunchSpec
-from hicache_diag.sglang.nodes import host_specs
-from hicache_diag.sglang.ports import MAX_PORT
 from tests.cluster.sshd import scheduler_pid
 
 pytestmark = [pytest.mark.multinode, pytest.mark.process]
@@ -76,7 +76,7 @@ def test_node_facts_and_stacks_come_through_the_collector(pp2_job, tmp_path):
         time.sleep(1.5)
         assert server.kernel_states(ranks)[1] == "stopped"
         assert server.poll() == [] and ranks[1].state == "stopped"
-        (tmp_path / "stacks").mkdir()  # the run dir's (harness/rundir.py)
+        (tmp_path / "stacks").mkdir()  # the run dir's (trials/rundir.py)
         record = server.dump_stacks(tmp_path, [ranks[0]])
         assert record.tool == SEEN_BY and record.error is None
         threads = json.loads((tmp_path / "stacks" / "rank0.json").read_text())

@@ -56,7 +56,7 @@ def _sglang_left(cluster: SshCluster) -> list[str]:
 
 def test_run_hosts_form_b_names_node_1_on_its_host(ssh_cluster, tmp_path):
     if importlib.util.find_spec("sglang") is None:  # never imported here: it needs its shims
-        pytest.skip("real SGLang not installed (python -m hicache_diag.sglang.install)")
+        pytest.skip("real SGLang not installed (python -m hicache_diag.engines.sglang.install)")
     config = _config_by_address(ssh_cluster)
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "hicache_diag.cli.main", "run", "--engine", "sglang"]
@@ -109,7 +109,7 @@ def _stop_pp1(cluster: SshCluster) -> int:
 
 def test_run_hosts_stopped_pp1_on_node_1_is_hang_c(ssh_cluster, tmp_path):
     if importlib.util.find_spec("sglang") is None:
-        pytest.skip("real SGLang not installed (python -m hicache_diag.sglang.install)")
+        pytest.skip("real SGLang not installed (python -m hicache_diag.engines.sglang.install)")
     config = _config_by_address(ssh_cluster)
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "hicache_diag.cli.main", "run", "--engine", "sglang"]
@@ -147,7 +147,7 @@ def test_run_hosts_stopped_pp1_on_node_1_is_hang_c(ssh_cluster, tmp_path):
 
 def test_run_hosts_ctrl_c_leaves_nothing_on_either_host(ssh_cluster, tmp_path):
     if importlib.util.find_spec("sglang") is None:
-        pytest.skip("real SGLang not installed (python -m hicache_diag.sglang.install)")
+        pytest.skip("real SGLang not installed (python -m hicache_diag.engines.sglang.install)")
     config = _config_by_address(ssh_cluster)
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "hicache_diag.cli.main", "run", "--engine", "sglang"]

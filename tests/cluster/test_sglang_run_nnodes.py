@@ -37,7 +37,7 @@ def _left_in(run_dir: Path) -> list[psutil.Process]:
 
 def test_run_nnodes_2_form_b_names_the_node(tmp_path):
     if importlib.util.find_spec("sglang") is None:  # never imported here: it needs its shims
-        pytest.skip("real SGLang not installed (python -m hicache_diag.sglang.install)")
+        pytest.skip("real SGLang not installed (python -m hicache_diag.engines.sglang.install)")
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "hicache_diag.cli.main", "run", "--engine", "sglang"]
     cmd += ["--nnodes", "2", "--scenario", str(FORM_B), "--out", str(run_dir), "--json"]

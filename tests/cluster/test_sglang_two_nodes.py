@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.multinode, pytest.mark.slow, pytest.mark.process]
 
 def test_real_sglang_pp2_across_two_nodes_stopped_pp1(ssh_cluster):
     if importlib.util.find_spec("sglang") is None:  # never imported here: it needs its shims
-        pytest.skip("real SGLang not installed (python -m hicache_diag.sglang.install)")
+        pytest.skip("real SGLang not installed (python -m hicache_diag.engines.sglang.install)")
     procs = launch(ssh_cluster, ssh_cluster.root / "sglang")
     pids = schedulers(ssh_cluster, procs, timeout=480)
     time.sleep(2)  # past start-up: both event loops running

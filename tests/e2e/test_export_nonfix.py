@@ -125,7 +125,7 @@ def test_exported_tests_fail_on_the_release_and_under_their_non_fixes(tmp_path):
 
 
 def _venv(version: str) -> str | None:
-    from hicache_diag.sglang.release import venv_python_for
+    from hicache_diag.engines.sglang.release import venv_python_for
 
     return venv_python_for(version)
 

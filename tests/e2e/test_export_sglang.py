@@ -32,8 +32,8 @@ PYTEST = (
 
 
 def _sglang_version() -> str | None:
+    from hicache_diag.engines.sglang.release import probe_sglang
     from hicache_diag.errors import UsageError
-    from hicache_diag.sglang.release import probe_sglang
 
     try:
         return probe_sglang().version
@@ -103,7 +103,7 @@ L3_18 = ROOT / "samples" / "runs" / "sglang-0.5.18-l3-no-fault"
 
 
 def _venv(version: str) -> str | None:
-    from hicache_diag.sglang.release import venv_python_for
+    from hicache_diag.engines.sglang.release import venv_python_for
 
     return venv_python_for(version)
 

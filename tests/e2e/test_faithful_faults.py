@@ -95,7 +95,7 @@ def test_builtin_dma_delay_makes_the_forward_wait(tmp_path):
 
 
 def _sglang_0_5_23() -> bool:
-    from hicache_diag.sglang.release import probe_sglang
+    from hicache_diag.engines.sglang.release import probe_sglang
 
     try:
         return probe_sglang().version == "0.5.23"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hicache_diag.harness.reference import compare_outputs
+from hicache_diag.trials.reference import compare_outputs
 from tests.conftest import assert_no_children
 
 ROOT = Path(__file__).resolve().parents[2]

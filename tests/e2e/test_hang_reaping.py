@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from hicache_diag.builtin.launcher import Launcher, RankProcess
 from hicache_diag.diagnosis.classify import classify_run
-from hicache_diag.runtime.server_args import ServerArgs
+from hicache_diag.engines.builtin.launcher import Launcher, RankProcess
+from hicache_diag.engines.builtin.runtime.server_args import ServerArgs
 from tests.conftest import assert_no_children
 
 pytestmark = pytest.mark.process

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hicache_diag.harness.reference import compare_outputs
+from hicache_diag.trials.reference import compare_outputs
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main", "run"]
 SCENARIO = str(Path(__file__).parents[2] / "samples" / "scenarios" / "l3_divergence.toml")

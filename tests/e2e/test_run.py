@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hicache_diag.harness.reference import compare_outputs
+from hicache_diag.trials.reference import compare_outputs
 from tests.conftest import assert_no_children
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
@@ -190,11 +190,11 @@ def test_stalled_rank_is_a_hang_with_stacks(tmp_path):
 CRASHER = """
 import os, sys, threading, time
 def _patch():
-    while "hicache_diag.runtime.managers.scheduler" not in sys.modules:
+    while "hicache_diag.engines.builtin.runtime.managers.scheduler" not in sys.modules:
         time.sleep(0.01)
     if "--rank" not in sys.argv or sys.argv[sys.argv.index("--rank") + 1] != "1":
         return
-    from hicache_diag.runtime.managers import scheduler as m
+    from hicache_diag.engines.builtin.runtime.managers import scheduler as m
     orig = m.Scheduler.process_batch_result
     def boom(self, batch, ids):
         if self.step >= 6:
@@ -268,7 +268,7 @@ def test_ranks_start_under_torchrun(tmp_path):
         "--master-port",
         str(port),
         "-m",
-        "hicache_diag.builtin.rank_main",
+        "hicache_diag.engines.builtin.rank_main",
         "--run-dir",
         str(out),
     ]

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from hicache_diag import evidence as ev
+from hicache_diag.engines.sglang.install import probe_sglang
 from hicache_diag.errors import UsageError
-from hicache_diag.sglang.install import probe_sglang
 from tests.conftest import assert_no_children
 
 ROOT = Path(__file__).resolve().parents[2]

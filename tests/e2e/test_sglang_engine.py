@@ -20,15 +20,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hicache_diag.harness.reference import compare_outputs
+from hicache_diag.trials.reference import compare_outputs
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
 RUN = ["run", "--engine", "sglang", "--json"]
 
 
 def _sglang_missing() -> str | None:
+    from hicache_diag.engines.sglang.release import probe_sglang
     from hicache_diag.errors import UsageError
-    from hicache_diag.sglang.release import probe_sglang
 
     try:
         probe_sglang()

@@ -36,7 +36,7 @@ def _release_python(version: str, tmp_root: Path) -> str:
         [
             sys.executable,
             "-m",
-            "hicache_diag.sglang.install",
+            "hicache_diag.engines.sglang.install",
             "--python",
             str(python),
             "--version",

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from hicache_diag.engines.sglang.release import probe_sglang, release_command, venv_python_for
 from hicache_diag.errors import UsageError
 from hicache_diag.faults import load_scenario
-from hicache_diag.sglang.release import probe_sglang, release_command, venv_python_for
 from tests.conftest import assert_no_children
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def test_committed_sglang_run_meets_its_scenarios_expectation(name):
     import json
 
     from hicache_diag.diagnosis.classify import classify_run
-    from hicache_diag.verdict import Verdict
+    from hicache_diag.evidence.verdict import Verdict
 
     expect = load_scenario(ROOT / "samples" / "scenarios" / "sglang" / f"{name}.toml").expect
     dirs = SAMPLE_RUNS[name]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from hicache_diag.cli.main import run_cli
+from hicache_diag.engines.sglang.release import probe_sglang
 from hicache_diag.errors import UsageError
-from hicache_diag.sglang.release import probe_sglang
 from tests.conftest import assert_no_children
 
 ROOT = Path(__file__).resolve().parents[2]

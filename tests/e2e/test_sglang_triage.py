@@ -22,10 +22,10 @@ CLI = [sys.executable, "-m", "hicache_diag.cli.main", "triage", "--json"]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from hicache_diag.sglang.model import default_model_dir
-    from hicache_diag.sglang.release import preflight, probe_sglang
-    from hicache_diag.sglang.server import LaunchSpec, SglangServer
-    from hicache_diag.sglang_plugin.config import PluginConfig
+    from hicache_diag.engines.sglang.model import default_model_dir
+    from hicache_diag.engines.sglang.plugin.config import PluginConfig
+    from hicache_diag.engines.sglang.release import preflight, probe_sglang
+    from hicache_diag.engines.sglang.server import LaunchSpec, SglangServer
 
     run_dir = tmp_path_factory.mktemp("live")
     install = preflight(probe_sglang(), cpu=True)
@@ -68,7 +68,7 @@ def test_live_triage_lists_both_real_schedulers_with_their_roles(server):
 def test_live_triage_of_a_busy_server_names_no_culprit(server):
     # Requests in flight from three clients while triage samples the schedulers and reads the
     # server's log: progress, not a hang, and nobody to blame. Bounded: 60 requests a client.
-    from hicache_diag.sglang.client import generate_one
+    from hicache_diag.engines.sglang.client import generate_one
 
     done: list[str] = []
     stop = threading.Event()

@@ -14,15 +14,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hicache_diag.harness.rundir import read_manifest
+from hicache_diag.trials.rundir import read_manifest
 from tests.e2e.test_sglang_engine import _missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_missing), reason=_missing or "")]
 
 
 def _cfg(out: Path):
-    from hicache_diag.engines import build
-    from hicache_diag.run_options import SglangOptions
+    from hicache_diag.engines.registry import build
+    from hicache_diag.options.run_options import SglangOptions
 
     return build(
         SglangOptions(
@@ -43,8 +43,8 @@ def _files(path: Path) -> int:
 def test_warm_server_with_l3_is_reused_when_proven_empty_and_restarted_when_not(
     tmp_path, monkeypatch
 ):
-    from hicache_diag.sglang import clean_proof, warm
-    from hicache_diag.sglang.warm import WarmSglang
+    from hicache_diag.engines.sglang import clean_proof, warm
+    from hicache_diag.engines.sglang.warm import WarmSglang
 
     ready = os.environ.get("HICACHE_DIAG_SGLANG_READY_TIMEOUT", "900")  # a busy box is slow
     monkeypatch.setenv("HICACHE_DIAG_SGLANG_READY_TIMEOUT", ready)

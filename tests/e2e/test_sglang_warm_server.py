@@ -16,15 +16,15 @@ import psutil
 import pytest
 
 from hicache_diag import evidence as ev
-from hicache_diag.harness.rundir import read_manifest
+from hicache_diag.trials.rundir import read_manifest
 from tests.e2e.test_sglang_engine import _missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_missing), reason=_missing or "")]
 
 
 def _cfg(out: Path):
-    from hicache_diag.engines import build
-    from hicache_diag.run_options import SglangOptions
+    from hicache_diag.engines.registry import build
+    from hicache_diag.options.run_options import SglangOptions
 
     return build(SglangOptions(requests=6, max_new_tokens=4, hang_timeout=120.0, out=str(out)))
 
@@ -67,7 +67,7 @@ def _startup(run_dir: Path) -> float:
 
 
 def test_warm_server_reuses_a_clean_server_and_restarts_a_dirty_one(tmp_path, monkeypatch):
-    from hicache_diag.sglang.warm import WarmSglang
+    from hicache_diag.engines.sglang.warm import WarmSglang
 
     monkeypatch.setenv("HICACHE_DIAG_SGLANG_READY_TIMEOUT", "900")
     cfg = _cfg(tmp_path)

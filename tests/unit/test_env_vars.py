@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hicache_diag.cli.main import run_cli
-from hicache_diag.env_vars import (
+from hicache_diag.errors import UsageError
+from hicache_diag.options.env_vars import (
     ENV_VARS,
     INTERNAL,
     TESTS_ONLY,
@@ -13,7 +14,6 @@ from hicache_diag.env_vars import (
     environment_warnings,
     switch_on,
 )
-from hicache_diag.errors import UsageError
 
 
 @pytest.mark.parametrize(

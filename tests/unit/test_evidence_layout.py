@@ -45,8 +45,8 @@ def test_the_docs_must_agree_is_the_one_list():
 
 
 def test_both_recorders_use_the_one_list():
-    from hicache_diag.probes import recorder as ours
-    from hicache_diag.sglang_plugin import recorder as plugin
+    from hicache_diag.engines.builtin.probes import recorder as ours
+    from hicache_diag.engines.sglang.plugin import recorder as plugin
 
     assert ours.MUST_AGREE is ev.MUST_AGREE and ours.CRASH_KEYS is ev.BATCH_KEYS
     assert plugin.MUST_AGREE == ev.MUST_AGREE + ev.MUST_AGREE_SGLANG

@@ -19,7 +19,7 @@ import pytest
 from hicache_diag import evidence as ev
 from hicache_diag.diagnosis import classify_run
 from hicache_diag.diagnosis.load import load_run
-from hicache_diag.verdict import Verdict
+from hicache_diag.evidence.verdict import Verdict
 
 RUNS = Path(__file__).resolve().parents[2] / "samples" / "runs"
 SAMPLES = sorted(p for p in RUNS.iterdir() if p.is_dir())
@@ -41,7 +41,7 @@ def test_each_record_file_is_written_back_byte_for_byte(run, tmp_path):
         if not (run / name).is_file():
             continue
         record = ev.read_record(kind, run / name)
-        ev.write_json(tmp_path / name, record)  # the one writer (harness/rundir.write_json)
+        ev.write_json(tmp_path / name, record)  # the one writer (trials/rundir.write_json)
         assert (tmp_path / name).read_bytes() == (run / name).read_bytes(), name
         written += 1
     Verdict.read(run / ev.VERDICT).write(tmp_path / ev.VERDICT)

@@ -6,15 +6,15 @@ import re
 
 import pytest
 
-from hicache_diag.builtin.host_limits import check_builtin_run
-from hicache_diag.errors import UsageError
-from hicache_diag.limits import Machine, check_jobs, check_pools, check_seconds
-from hicache_diag.runtime.server_args import (
+from hicache_diag.engines.builtin.host_limits import check_builtin_run
+from hicache_diag.engines.builtin.runtime.server_args import (
     RunConfig,
     ServerArgs,
     WorkloadConfig,
     auto_step_budget,
 )
+from hicache_diag.errors import UsageError
+from hicache_diag.options.limits import Machine, check_jobs, check_pools, check_seconds
 
 SMALL = Machine(memory_available=2 * 1024**3, cpus=2)
 

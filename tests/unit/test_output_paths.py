@@ -8,7 +8,7 @@ import os
 import pytest
 
 from hicache_diag.errors import UsageError
-from hicache_diag.output_paths import claim_dir, claim_file, evidence_file, write_atomic
+from hicache_diag.evidence.output_paths import claim_dir, claim_file, evidence_file, write_atomic
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from hicache_diag.verdict import (
+from hicache_diag.evidence.verdict import (
     CrashForm,
     DivergenceSource,
     ExitCode,

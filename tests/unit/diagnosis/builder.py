@@ -117,7 +117,8 @@ class RunDir:
         ts = "2026-11-29 10:00:01"
         self.logs[rank] += (
             f"[{ts} PP{rank} TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
-            '  File "/x/hicache_diag/runtime/managers/scheduler_pp_mixin.py", line 88, in '
+            '  File "/x/hicache_diag/engines/builtin/runtime/managers/scheduler_pp_mixin.py", '
+            "line 88, in "
             "event_loop_pp\n    self._pp_launch_batch(mb_id)\n" + exc_lines + "\n"
         )
         for entry in self.launcher["ranks"]:

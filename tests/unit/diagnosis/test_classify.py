@@ -6,7 +6,7 @@ from hicache_diag.diagnosis import classify_run
 from hicache_diag.diagnosis.classify import verdict_from
 from hicache_diag.diagnosis.load import load_run
 from hicache_diag.errors import RunDirError
-from hicache_diag.verdict import CrashForm, DivergenceSource, ExitCode, Outcome
+from hicache_diag.evidence.verdict import CrashForm, DivergenceSource, ExitCode, Outcome
 
 from .builder import PEER_ERR, POP_ERR, SHAPE_ERR, RunDir, pyspy_dump
 
@@ -98,13 +98,25 @@ def test_form_c_hang_picks_the_rank_at_the_hicache_wait(tmp_path):
     rd.stacks = {
         0: pyspy_dump(
             ("all_reduce", "/t/distributed_c10d.py", 10),
-            ("all_reduce_tp", "/x/hicache_diag/runtime/distributed/parallel_state.py", 5),
-            ("HiRadixCache.writing_check", "/x/hicache_diag/runtime/mem_cache/hr.py", 7),
-            ("event_loop_pp", "/x/hicache_diag/runtime/managers/sched.py", 3),
+            (
+                "all_reduce_tp",
+                "/x/hicache_diag/engines/builtin/runtime/distributed/parallel_state.py",
+                5,
+            ),
+            (
+                "HiRadixCache.writing_check",
+                "/x/hicache_diag/engines/builtin/runtime/mem_cache/hr.py",
+                7,
+            ),
+            ("event_loop_pp", "/x/hicache_diag/engines/builtin/runtime/managers/sched.py", 3),
         ),
         1: pyspy_dump(
             ("recv", "/t/distributed_c10d.py", 10),
-            ("point_to_point_pyobj", "/x/hicache_diag/runtime/distributed/ps.py", 9),
+            (
+                "point_to_point_pyobj",
+                "/x/hicache_diag/engines/builtin/runtime/distributed/ps.py",
+                9,
+            ),
         ),
     }
     v = classify_run(rd.write())
@@ -139,7 +151,7 @@ def test_faulthandler_text_stacks(tmp_path):
         e["state"] = "hung"  # rank 0 had not exited (an exited rank is the culprit itself)
     rd.stacks = {
         1: "Current thread 0x1 (most recent call first):\n"
-        '  File "/x/hicache_diag/runtime/comm.py", line 4 in pp_sync\n'
+        '  File "/x/hicache_diag/engines/builtin/runtime/comm.py", line 4 in pp_sync\n'
         '  File "/x/sched.py", line 9 in event_loop_pp\n'
     }
     v = classify_run(rd.write())
@@ -253,7 +265,7 @@ def test_verdict_round_trips_as_json(tmp_path):
 
 
 def test_wrong_output_against_the_harness_reference_format(tmp_path):
-    # harness/reference.py writes {rid: {"tokens": [...], "top2_gap": [...]}} and no tolerance.
+    # trials/reference.py writes {rid: {"tokens": [...], "top2_gap": [...]}} and no tolerance.
     rd = RunDir(tmp_path)
     rd.reference = {
         "r0": {"tokens": [1, 2, 3], "top2_gap": [1.0, 5e-4, 1.0]},
@@ -282,11 +294,11 @@ def test_hang_tie_picks_the_receiving_rank_and_iso_times_give_duration(tmp_path)
     rd.stacks = {
         0: pyspy_dump(
             ("send", "/t/distributed_c10d.py", 1),
-            ("_send_bytes", "/x/hicache_diag/runtime/distributed/ps.py", 39),
+            ("_send_bytes", "/x/hicache_diag/engines/builtin/runtime/distributed/ps.py", 39),
         ),
         1: pyspy_dump(
             ("recv", "/t/distributed_c10d.py", 1),
-            ("_recv_bytes", "/x/hicache_diag/runtime/distributed/ps.py", 62),
+            ("_recv_bytes", "/x/hicache_diag/engines/builtin/runtime/distributed/ps.py", 62),
         ),
     }
     v = classify_run(rd.write())

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hicache_diag.diagnosis.classify import classify_run
-from hicache_diag.verdict import CrashForm, ExitCode, Outcome
+from hicache_diag.evidence.verdict import CrashForm, ExitCode, Outcome
 from tests.unit.diagnosis.builder import RunDir, pyspy_dump
 
 # What torch raises when view(N, -1, D) happened to divide and set_kv_buffer noticed instead.
@@ -81,7 +81,7 @@ def test_hang_with_faulthandler_fallback_says_why_py_spy_failed(tmp_path):
     rd.launcher["stacks"] = {"tool": "faulthandler", "error": "rank0: py-spy not installed"}
     text = (
         "Current thread 0x1 (most recent call first):\n"
-        '  File "/x/hicache_diag/runtime/ps.py", line 4 in recv_dict_from_prev\n'
+        '  File "/x/hicache_diag/engines/builtin/runtime/ps.py", line 4 in recv_dict_from_prev\n'
     )
     rd.stacks = dict.fromkeys((0, 1), text)
     v = classify_run(rd.write())
@@ -102,22 +102,24 @@ def test_empty_faulthandler_files_are_not_stacks(tmp_path):
 
 DMA_THREAD = (
     "Thread 0x2 (most recent call first):\n"
-    '  File "/x/hicache_diag/runtime/managers/dma_engine.py", line 87 in _loop\n'
+    '  File "/x/hicache_diag/engines/builtin/runtime/managers/dma_engine.py", line 87 in _loop\n'
     '  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap\n'
     "\n"
 )
 SCRIPT_MAIN = (
     "Thread 0x1 (most recent call first):\n"
-    '  File "/x/hicache_diag/runtime/distributed/ps.py", line 62 in _recv_bytes\n'
-    '  File "/x/hicache_diag/builtin/rank_main.py", line 9 in <module>\n'
+    '  File "/x/hicache_diag/engines/builtin/runtime/distributed/ps.py", line 62 in _recv_bytes\n'
+    '  File "/x/hicache_diag/engines/builtin/rank_main.py", line 9 in <module>\n'
 )
 # As a real rank forked from `python -m hicache_diag.cli.main run` writes it: the main thread
 # starts in runpy, not at `<module>`.
 FORKED_MAIN = (
     "Current thread 0x1 (most recent call first):\n"
-    '  File "/x/hicache_diag/runtime/distributed/parallel_state.py", line 71 in _recv_bytes\n'
-    '  File "/x/hicache_diag/runtime/managers/scheduler.py", line 59 in recv_requests\n'
-    '  File "/x/hicache_diag/builtin/rank_main.py", line 194 in <module>\n'
+    '  File "/x/hicache_diag/engines/builtin/runtime/distributed/parallel_state.py", '
+    "line 71 in _recv_bytes\n"
+    '  File "/x/hicache_diag/engines/builtin/runtime/managers/scheduler.py", '
+    "line 59 in recv_requests\n"
+    '  File "/x/hicache_diag/engines/builtin/rank_main.py", line 194 in <module>\n'
     '  File "<frozen runpy>", line 88 in _run_code\n'
     '  File "/x/cli/main.py", line 95 in <module>\n'
     '  File "<frozen runpy>", line 198 in _run_module_as_main\n'

@@ -2,7 +2,7 @@ import pandas as pd
 import pytest
 
 from hicache_diag.diagnosis.divergence import first_divergence
-from hicache_diag.verdict import DivergenceSource
+from hicache_diag.evidence.verdict import DivergenceSource
 
 from .builder import MUST_AGREE, step_record
 

@@ -13,8 +13,8 @@ from hicache_diag.diagnosis.classify import classify_run
 from hicache_diag.diagnosis.divergence import first_divergence
 from hicache_diag.diagnosis.idle_slots import ran_past_last_line
 from hicache_diag.diagnosis.load import load_run
-from hicache_diag.triage.dumps import Frame, RankDump, ThreadStack
-from hicache_diag.verdict import DivergenceSource, Outcome
+from hicache_diag.evidence.stacks import Frame, RankDump, ThreadStack
+from hicache_diag.evidence.verdict import DivergenceSource, Outcome
 
 from .builder import step_record
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from hicache_diag.diagnosis.classify import classify_run
 from hicache_diag.diagnosis.divergence import first_divergence
-from hicache_diag.verdict import DivergenceSource
+from hicache_diag.evidence.verdict import DivergenceSource
 
 from .builder import step_record
 

@@ -1,7 +1,7 @@
 """Process facts decide: a rank killed by a signal, a stopped rank, a rank the others wait on."""
 
 from hicache_diag.diagnosis import classify_run
-from hicache_diag.verdict import CrashForm, ExitCode, Outcome
+from hicache_diag.evidence.verdict import CrashForm, ExitCode, Outcome
 
 from .builder import PEER_ERR, RunDir, pyspy_dump
 
@@ -76,8 +76,16 @@ def test_stopped_rank_is_the_hang_culprit_even_with_a_peer_at_a_hicache_wait(tmp
     rd = _hang(RunDir(tmp_path), proc_status={"0": "sleeping", "1": "stopped"}, stopped_ranks=[1])
     rd.stacks = {
         0: pyspy_dump(
-            ("all_reduce_tp", "/x/hicache_diag/runtime/distributed/parallel_state.py", 5),
-            ("HiRadixCache.writing_check", "/x/hicache_diag/runtime/mem_cache/hr.py", 7),
+            (
+                "all_reduce_tp",
+                "/x/hicache_diag/engines/builtin/runtime/distributed/parallel_state.py",
+                5,
+            ),
+            (
+                "HiRadixCache.writing_check",
+                "/x/hicache_diag/engines/builtin/runtime/mem_cache/hr.py",
+                7,
+            ),
         )
     }
     v = classify_run(rd.write())
@@ -90,11 +98,11 @@ def test_sleeping_rank_is_the_culprit_when_its_peer_waits_on_it(tmp_path):
     rd.stacks = {
         0: pyspy_dump(
             ("recv", "/t/distributed_c10d.py", 10),
-            ("pp_sync", "/x/hicache_diag/runtime/mem_cache/l2_protocol.py", 9),
+            ("pp_sync", "/x/hicache_diag/engines/builtin/runtime/mem_cache/l2_protocol.py", 9),
         ),
         1: pyspy_dump(
-            ("sleep", "/x/hicache_diag/runtime/managers/scheduler.py", 70),
-            ("event_loop_pp", "/x/hicache_diag/runtime/managers/sched.py", 3),
+            ("sleep", "/x/hicache_diag/engines/builtin/runtime/managers/scheduler.py", 70),
+            ("event_loop_pp", "/x/hicache_diag/engines/builtin/runtime/managers/sched.py", 3),
         ),
     }
     v = classify_run(rd.write())

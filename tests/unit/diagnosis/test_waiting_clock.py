@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from hicache_diag.diagnosis.divergence import first_divergence
-from hicache_diag.verdict import DivergenceSource
+from hicache_diag.evidence.verdict import DivergenceSource
 
 from .builder import step_record
 

@@ -3,15 +3,15 @@
 import pytest
 
 from hicache_diag.errors import UsageError
-from hicache_diag.faults import load_scenario
-from hicache_diag.faults.expect import parse_expect
-from hicache_diag.verdict import (
+from hicache_diag.evidence.verdict import (
     CrashForm,
     DivergenceSource,
     FirstDivergence,
     Outcome,
     Verdict,
 )
+from hicache_diag.faults import load_scenario
+from hicache_diag.faults.expect import parse_expect
 
 FORM_B = Verdict(
     Outcome.CRASH,

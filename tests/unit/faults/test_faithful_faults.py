@@ -9,14 +9,14 @@ import torch
 
 from hicache_diag.diagnosis.consensus import consensus_lines
 from hicache_diag.diagnosis.divergence import attribute, find_first
+from hicache_diag.engines.builtin.runtime.mem_cache.memory_pool_host import HostKVCache
+from hicache_diag.evidence.verdict import DivergenceSource
 from hicache_diag.faults import parse_fault_spec
+from hicache_diag.faults.hooks import Hooks
 from hicache_diag.faults.install import install_faults
+from hicache_diag.faults.side_pool import SidePool
 from hicache_diag.faults.validate import validated_faults
-from hicache_diag.hooks import Hooks
-from hicache_diag.run_options import SglangOptions
-from hicache_diag.runtime.mem_cache.memory_pool_host import HostKVCache
-from hicache_diag.side_pool import SidePool
-from hicache_diag.verdict import DivergenceSource
+from hicache_diag.options.run_options import SglangOptions
 
 
 def _pool(size=64, page=4):
@@ -124,7 +124,7 @@ def test_a_slow_link_delivers_late_in_order_without_stalling_the_sender():
     import time
     from types import SimpleNamespace
 
-    from hicache_diag import link_delay
+    from hicache_diag.faults import link_delay
 
     sent = []
 
@@ -170,7 +170,7 @@ def test_a_silent_ledger_shift_is_the_same_count_over_different_nodes():
 def test_a_crash_record_keeps_the_shortages_of_the_step_it_died_in(tmp_path):
     import json
 
-    from hicache_diag.sglang_plugin.recorder import StepRecorder
+    from hicache_diag.engines.sglang.plugin.recorder import StepRecorder
 
     rec = StepRecorder(str(tmp_path / "rank1.jsonl"), 1, 1, 0, Hooks(rank=1, pp_rank=1))
     rec.begin_step()

@@ -3,7 +3,7 @@
 import time
 
 from hicache_diag.faults import install_faults
-from hicache_diag.hooks import Hooks
+from hicache_diag.faults.hooks import Hooks
 
 
 def _hooks(*specs, rank=1, seed=0):

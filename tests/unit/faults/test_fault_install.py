@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from hicache_diag.faults import install_faults, parse_fault_spec
-from hicache_diag.hooks import Hooks
+from hicache_diag.faults.hooks import Hooks
 
 SPECS = ["dma-delay:rank=1,ms=5", "host-alloc-fail:rank=0|1", "rank-stall:rank=*,ms=1"]
 
@@ -58,7 +58,7 @@ def test_importing_faults_does_not_import_torch():
 _FIRINGS = """
 import json, sys
 from hicache_diag.faults import install_faults
-from hicache_diag.hooks import Hooks
+from hicache_diag.faults.hooks import Hooks
 hooks = Hooks(rank=1, pp_rank=1, tp_rank=0)
 install_faults(hooks, sys.argv[1:], 42, rank=1, pp_rank=1, tp_rank=0)
 for step in range(40):

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from hicache_diag import limits
 from hicache_diag.errors import UsageError
 from hicache_diag.faults import FAULTS, parse_fault_spec, validate_faults
 from hicache_diag.faults import keys as K
 from hicache_diag.faults.base import key_name
 from hicache_diag.faults.scenario import load_scenario
 from hicache_diag.faults.spec import MAX_FAULTS
+from hicache_diag.options import limits
 
 # Each bounded parser: its largest accepted value as text, and a value just past it.
 BOUNDED = {

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from hicache_diag.evidence.verdict import Outcome
 from hicache_diag.hunt import run as hunt_run
 from hicache_diag.hunt.model import TriggerResult
-from hicache_diag.verdict import Outcome
 
 
 @pytest.mark.parametrize(
@@ -61,7 +61,7 @@ def test_every_natural_trigger_runs_before_any_perturbation(monkeypatch, tmp_pat
 
     monkeypatch.setattr(hunt_run, "_try_variant", try_variant)
     monkeypatch.setattr(hunt_run, "variant_options", lambda base, v: SimpleNamespace(seed=0))
-    monkeypatch.setattr("hicache_diag.engines.build", lambda options: None)
+    monkeypatch.setattr("hicache_diag.engines.registry.build", lambda options: None)
     both = (Variant(), Variant({}, "f1"))
     cands = [
         Candidate(Trigger("a", "", both), ()),

@@ -12,7 +12,7 @@ from hicache_diag.errors import UsageError
 from hicache_diag.hunt.plan import plan_hunt
 from hicache_diag.hunt.run import variant_options
 from hicache_diag.hunt.triggers import FLUSH_DEADLINE, SESSION_CLOSE, WAITING_TIMEOUT
-from hicache_diag.run_options import BuiltinOptions, SglangOptions
+from hicache_diag.options.run_options import BuiltinOptions, SglangOptions
 
 
 @dataclass(frozen=True)

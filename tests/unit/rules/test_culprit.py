@@ -10,9 +10,9 @@ import pytest
 
 from hicache_diag.diagnosis import checks, classify_run
 from hicache_diag.diagnosis.load import load_run
+from hicache_diag.evidence.verdict import Outcome
 from hicache_diag.rules.culprit import Reason
 from hicache_diag.triage.session import TriageRequest, run_triage
-from hicache_diag.verdict import Outcome
 from tests.unit.diagnosis.builder import RunDir, pyspy_dump
 
 _MGR = "/x/sglang/srt/managers/scheduler_pp_mixin.py"

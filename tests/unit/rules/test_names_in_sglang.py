@@ -55,7 +55,7 @@ def _spans(rel: str) -> dict[str, list[tuple[int, int]]]:
 
 def test_every_rule_name_exists_in_sglang_or_is_marked():
     sglang = _names(_sglang())
-    ours = _names(ROOT / "hicache_diag" / "runtime")
+    ours = _names(ROOT / "hicache_diag" / "engines" / "builtin" / "runtime")
     names = table_names() | signatures.BOOKKEEPING_FRAMES
     missing = sorted(
         n

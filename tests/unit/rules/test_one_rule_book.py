@@ -8,10 +8,10 @@ import pytest
 
 from hicache_diag.diagnosis import stacks as run_stacks
 from hicache_diag.diagnosis.tracebacks import parse_crash
+from hicache_diag.logs.crash import find_crash
+from hicache_diag.logs.parse import parse_log_lines
 from hicache_diag.rules.wait_sites import HICACHE_KINDS, classify_thread
 from hicache_diag.triage.collect import load_dumps
-from hicache_diag.triage.crash import find_crash
-from hicache_diag.triage.logs import parse_log_lines
 
 SAMPLES = Path(__file__).resolve().parents[3] / "samples"
 LOGS = sorted(SAMPLES.glob("logs/*.log")) + sorted(SAMPLES.glob("runs/*/rank*.log"))

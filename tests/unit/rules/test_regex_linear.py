@@ -19,16 +19,16 @@ MODULES = (
     "hicache_diag.rules.wait_sites",
     "hicache_diag.rules.process_fate",
     "hicache_diag.rules.rank_labels",
-    "hicache_diag.triage.logs",
-    "hicache_diag.triage.lines",
-    "hicache_diag.triage.carriers",
-    "hicache_diag.triage.framing",
-    "hicache_diag.triage.emitters",
-    "hicache_diag.triage.log_dumps",
-    "hicache_diag.triage.log_traceback",
-    "hicache_diag.triage.log_triggers",
-    "hicache_diag.triage.dumps",
-    "hicache_diag.triage.crash",
+    "hicache_diag.logs.parse",
+    "hicache_diag.logs.lines",
+    "hicache_diag.logs.carriers",
+    "hicache_diag.logs.framing",
+    "hicache_diag.logs.emitters",
+    "hicache_diag.logs.dumps",
+    "hicache_diag.logs.tracebacks",
+    "hicache_diag.logs.triggers",
+    "hicache_diag.evidence.stacks",
+    "hicache_diag.logs.crash",
 )
 
 # Shapes that make backtracking regexes go quadratic: runs of one class, repeated separators,
@@ -98,7 +98,7 @@ def test_every_pattern_is_linear_on(shape):
 
 def test_a_long_letter_run_line_parses_in_one_pass():
     # A 2M-letter token: the old watchdog regex took minutes here (quadratic); linear is ~ms.
-    from hicache_diag.triage.logs import parse_log_lines
+    from hicache_diag.logs.parse import parse_log_lines
 
     ev = parse_log_lines(["[2024-01-01 00:00:00 TP0] " + "x" * 2_000_000], "long.log")
     assert ev.lines == 1 and not ev.exceptions

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from hicache_diag.faults import load_scenario
-from hicache_diag.parse_options import parse_run_options
-from hicache_diag.run_options import BuiltinOptions, SglangOptions
+from hicache_diag.options.parse import parse_run_options
+from hicache_diag.options.run_options import BuiltinOptions, SglangOptions
 from hicache_diag.shrink.ddmin import ddmin, smallest_count
 from hicache_diag.shrink.scenario_text import scenario_text
 

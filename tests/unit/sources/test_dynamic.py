@@ -1,6 +1,6 @@
 """The dynamic half of `sources` on small hand-made run dirs: values that differ across ranks or
 do not, a decision acting on one rank only, idle ranks, dead ranks, and what is bad input; and the
-recorder that writes the `sources` field (sglang_plugin/probe_table.py)."""
+recorder that writes the `sources` field (evidence/probes.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from hicache_diag.engines.sglang.plugin import source_probes
+from hicache_diag.engines.sglang.plugin.hook_points import STATE
+from hicache_diag.engines.sglang.plugin.recorder import StepRecorder
 from hicache_diag.errors import RunDirError
-from hicache_diag.sglang_plugin import source_probes
-from hicache_diag.sglang_plugin.hook_points import STATE
-from hicache_diag.sglang_plugin.recorder import StepRecorder
 from hicache_diag.sources.dynamic import analyze_run
 
 ARMED = ["l3-control-queues", "session-clock"]

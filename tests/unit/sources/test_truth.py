@@ -15,9 +15,9 @@ import pytest
 
 from hicache_diag.sources.locate import source_tree
 from hicache_diag.sources.scan import scan_tree
-from hicache_diag.sources.truth import load_truth, score
 from tests.unit.rules.sglang_source import sglang_source
 from tests.unit.sources.test_real_releases import _candidates
+from tests.unit.sources.truth import load_truth, score
 
 TRUTH = Path(__file__).resolve().parents[2] / "data" / "sources_truth_0.5.23.toml"
 

@@ -16,11 +16,11 @@ from public_emitters import (
     PublicCase,
 )
 
+from hicache_diag.logs.emitters import Emitter, ThreadRole, attribute, thread_role
+from hicache_diag.logs.parse import parse_log_lines
 from hicache_diag.rules.process_fate import pyspy_fate
 from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.triage.classify import classify
-from hicache_diag.triage.emitters import Emitter, ThreadRole, attribute, thread_role
-from hicache_diag.triage.logs import parse_log_lines
 
 
 def _triage(text: str, source: str = "server.log"):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hicache_diag.triage.deliveries import DELIVERIES, case_files, triage_case, verdict
-from hicache_diag.triage.generated_deliveries import (
+from tests.unit.triage.deliveries import DELIVERIES, case_files, triage_case, verdict
+from tests.unit.triage.generated_deliveries import (
     EDITOR_NUMBERS,
     cut_stamp,
     generated,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from hicache_diag.evidence.ranks import RankId
+from hicache_diag.evidence.stacks import Frame, RankDump, ThreadStack
+from hicache_diag.logs.parse import parse_log_lines
 from hicache_diag.triage.classify import classify
-from hicache_diag.triage.discover import RankId
-from hicache_diag.triage.dumps import Frame, RankDump, ThreadStack
 from hicache_diag.triage.hang import RankSamples
-from hicache_diag.triage.logs import parse_log_lines
 
 
 def samples(pp: int, *names: str, error: str | None = None) -> RankSamples:

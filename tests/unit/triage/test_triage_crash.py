@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from hicache_diag.evidence.ranks import RankId
+from hicache_diag.logs.crash import crash_form, decode_shape, find_crash
+from hicache_diag.logs.parse import LogException
 from hicache_diag.rules.signatures import Context
-from hicache_diag.triage.crash import crash_form, decode_shape, find_crash
-from hicache_diag.triage.discover import RankId
-from hicache_diag.triage.logs import LogException
 
 GLOO = "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] Connection closed by peer [x]:1"
 

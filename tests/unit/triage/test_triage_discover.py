@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from hicache_diag.triage.discover import RankId, discover_schedulers, parse_rank_tokens
+from hicache_diag.evidence.ranks import RankId, parse_rank_tokens
+from hicache_diag.triage.discover import discover_schedulers
 
 
 @pytest.mark.parametrize(
@@ -66,7 +67,7 @@ def test_discover_finds_titled_processes_only(no_leftover_processes):
 
 
 def test_rank_only_from_scheduler_titles():
-    from hicache_diag.triage.discover import rank_from_title
+    from hicache_diag.evidence.ranks import rank_from_title
 
     assert rank_from_title("/opt/ep4/bin/python -m sglang.launch_server --tp 4") is None
     assert rank_from_title("sglang::scheduler_PP1_TP2 ") == RankId(pp=1, tp=2)

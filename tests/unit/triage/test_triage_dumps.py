@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from hicache_diag.triage.discover import RankId
-from hicache_diag.triage.dumps import parse_dump_text
+from hicache_diag.evidence.ranks import RankId
+from hicache_diag.evidence.stacks import parse_dump_text
 
 PYSPY_TEXT = """Process 4102: sglang::scheduler_PP1_TP0
 Python v3.12.3 (/usr/bin/python3.12)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from hicache_diag.errors import UsageError
-from hicache_diag.triage.deliveries import verdict
-from hicache_diag.triage.log_files import NotALog, decode_text, sniff_encoding
+from hicache_diag.logs.files import NotALog, decode_text, sniff_encoding
 from hicache_diag.triage.session import TriageRequest, run_triage
+from tests.unit.triage.deliveries import verdict
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE_LOGS = sorted((ROOT / "samples" / "logs").glob("*.log"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hicache_diag.triage.discover import RankId
+from hicache_diag.evidence.ranks import RankId
 from hicache_diag.triage.hang import classify_stacks
 from hicache_diag.triage.report import RankReport
 

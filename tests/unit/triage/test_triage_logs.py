@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hicache_diag.triage.discover import RankId
-from hicache_diag.triage.logs import parse_log_lines
+from hicache_diag.evidence.ranks import RankId
+from hicache_diag.logs.parse import parse_log_lines
 
 LOG = """[2026-05-26 15:19:17 PP0 ATTN_CP0 TP0] Prefill batch, #new-seq: 1, #new-token: 64,
 [2026-05-26 15:19:18 PP2 ATTN_CP2 TP2] Scheduler hit an exception: Traceback (most recent call last):

@@ -4,10 +4,10 @@ answers when the evidence is thin. Texts are in the formats SGLang / torch print
 
 from __future__ import annotations
 
+from hicache_diag.evidence.ranks import parse_rank_tokens
+from hicache_diag.logs.lines import normalise
+from hicache_diag.logs.parse import parse_log_lines
 from hicache_diag.triage.classify import classify
-from hicache_diag.triage.discover import parse_rank_tokens
-from hicache_diag.triage.lines import normalise
-from hicache_diag.triage.logs import parse_log_lines
 
 TB = "Traceback (most recent call last):"
 PYSPY_PP0_BLOCKED = """\

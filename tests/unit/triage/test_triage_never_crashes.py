@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from hicache_diag.cli.main import app, run_cli
+from hicache_diag.evidence.stacks import parse_dump_text
+from hicache_diag.logs.parse import parse_log_lines
 from hicache_diag.triage.classify import classify
-from hicache_diag.triage.dumps import parse_dump_text
-from hicache_diag.triage.logs import parse_log_lines
 
 SAMPLES = Path(__file__).resolve().parents[3] / "samples"
 LINES = sorted(

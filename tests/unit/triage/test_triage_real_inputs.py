@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from hicache_diag.evidence.stacks import parse_pyspy_text
+from hicache_diag.logs.parse import parse_log_lines
 from hicache_diag.triage.classify import classify
-from hicache_diag.triage.dumps import parse_pyspy_text
 from hicache_diag.triage.hang import RankSamples
-from hicache_diag.triage.logs import parse_log_lines
 
 PYSPY_GIL = """Process 7300: sglang::scheduler_PP0_TP0
 Python v3.12.3 (/usr/bin/python3.12)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hicache_diag.triage.discover import RankId
-from hicache_diag.triage.dumps import Frame, RankDump, ThreadStack
+from hicache_diag.evidence.ranks import RankId
+from hicache_diag.evidence.stacks import Frame, RankDump, ThreadStack
 from hicache_diag.triage.stacks import format_rank_set, merge_stacks
 
 

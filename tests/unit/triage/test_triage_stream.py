@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hicache_diag.triage.lines import normalise
-from hicache_diag.triage.log_files import parse_log_file
-from hicache_diag.triage.log_model import KEEP, KEEP_PROGRESS
-from hicache_diag.triage.logs import MAX_BLOCK, parse_log_lines
+from hicache_diag.logs.files import parse_log_file
+from hicache_diag.logs.lines import normalise
+from hicache_diag.logs.model import KEEP, KEEP_PROGRESS
+from hicache_diag.logs.parse import MAX_BLOCK, parse_log_lines
 
 SAMPLES = Path(__file__).resolve().parents[3] / "samples"
 LOGS = sorted(SAMPLES.glob("logs/*.log")) + sorted((SAMPLES / "corpus").rglob("*.log"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from hicache_diag.evidence.stacks import Frame, ThreadStack
 from hicache_diag.rules.wait_sites import WaitKind, classify_thread
-from hicache_diag.triage.dumps import Frame, ThreadStack
 
 C10D = "torch/distributed/distributed_c10d.py"
 

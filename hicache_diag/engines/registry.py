@@ -1,0 +1,185 @@
+"""The engines, registered by name: each factory imports its engine package lazily, so the CLI
+reads names, options and help without torch or SGLang. The contract an engine implements is
+trials/engine.py; the options it takes are run_options.py's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from importlib import import_module
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from hicache_diag.errors import UsageError
+from hicache_diag.options.run_options import ENGINE_OPTIONS, RunOptions, field_names
+
+if TYPE_CHECKING:
+    from hicache_diag.trials.engine import EngineConfig, Progress
+    from hicache_diag.trials.trial import TrialResult
+
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """`@REG.register("name")` on a zero-argument factory; `REG.get("name")` (or `REG["name"]`)
+    calls it once and keeps what it made."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._factories: dict[str, Callable[[], T]] = {}
+        self._made: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[Callable[[], T]], Callable[[], T]]:
+        def add(factory: Callable[[], T]) -> Callable[[], T]:
+            if name in self._factories:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._factories[name] = factory
+            return factory
+
+        return add
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._factories)
+
+    def get(self, name: str) -> T:
+        if name not in self._factories:
+            valid = ", ".join(self._factories)
+            raise UsageError(f"unknown --{self.kind} {name!r}; valid: {valid}")
+        if name not in self._made:
+            self._made[name] = self._factories[name]()
+        return self._made[name]
+
+    __getitem__ = get
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._factories
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._factories)
+
+
+def _as_placed(cfg: Any) -> Any:
+    return cfg
+
+
+@dataclass(frozen=True, slots=True)
+class Releases:
+    """How an engine that runs a release finds one (`--sglang-python`, `--sglang-version`,
+    `hunt --release`): the version a Python holds (`probe(python, flag)`; None: this one), the
+    Python of a version's venv under `$<venvs_env>` (None: none there), and the one command
+    that makes that venv."""
+
+    probe: Callable[[str | None, str], str]
+    venv_python: Callable[[str], str | None]
+    install_command: Callable[[str], str]
+    venvs_env: str
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEntry:
+    """One engine. `build(options)` checks everything and returns the engine's config (bad
+    input: UsageError, before anything starts); `trial(cfg, argv, on_progress)` runs one trial,
+    verdict.json written last; `source_tree(source, python)`: the tree `sources` scans;
+    `records_reads`: its ranks record each divergence source they read, per step (what
+    `sources --run` compares)."""
+
+    name: str
+    build: Callable[[Any], EngineConfig]
+    trial: Callable[..., TrialResult]
+    source_tree: Callable[[Path | None, str | None], Any]
+    switches: Callable[[], Mapping[str, Any]] = field(default=dict)  # its --fix switches
+    preload: tuple[str, ...] = ()  # modules a warm trial server imports for its trials
+    records_reads: bool = False
+    # `--warm-server`: warm(root) -> its pool (trials/warm_trials.py WarmPool); None: none.
+    warm: Callable[[Path], Any] | None = None
+    # `run --hosts`: place(cfg) checks the hosts and places the nodes before anything starts.
+    place: Callable[[Any], Any] = _as_placed
+    releases: Releases | None = None  # None: the engine runs no release of anyone's
+
+    @property
+    def options(self) -> type[RunOptions]:
+        return ENGINE_OPTIONS[self.name]
+
+    def sources(self, source: Path | None, python: str | None) -> Any:
+        return self.source_tree(source, python)
+
+
+# A factory imports only what builds and names its engine, never torch or SGLang: an entry's
+# facts (records_reads, switches) are read by bad-input refusals, which stay fast.
+ENGINES: Registry[EngineEntry] = Registry("engine")
+
+
+# One name per engine folder: `engines/NAME/entry.py` registers it (a new engine is one folder
+# and one name here). Imported by name, after ENGINES exists: an entry imports this module.
+ENGINE_PACKAGES = ("builtin", "sglang")
+for _name in ENGINE_PACKAGES:
+    import_module(f"hicache_diag.engines.{_name}.entry")
+
+
+def engine(name: str) -> EngineEntry:
+    return ENGINES.get(name)
+
+
+def release_engine() -> EngineEntry:
+    """The engine that runs releases (flags and axes that pick a release are its)."""
+    return next(e for e in map(engine, ENGINES) if e.releases is not None)
+
+
+def release_trees() -> tuple[Callable[[str | None], Any], dict[str, Callable[[], Any]]]:
+    """For `sources --diff`: a release's tree by its Python, and each release-less engine's
+    own tree by the engine's name."""
+    rel = release_engine()
+    named = {n: partial(engine(n).sources, None, None) for n in ENGINES if n != rel.name}
+    return partial(rel.sources, None), named
+
+
+def require_recorded_reads(name: str) -> None:
+    """`sources --run` compares the reads a run's ranks recorded: refused (exit 2) for an
+    engine whose ranks record none."""
+    if not engine(name).records_reads:
+        takes = " or ".join(n for n in ENGINES if engine(n).records_reads)
+        raise UsageError(
+            f"--run reads the sources a run's ranks recorded, which the {name} engine does not "
+            f"record: drop --engine, or use --engine {takes}"
+        )
+
+
+def takes_releases(name: str) -> bool:
+    """Whether engine `name` runs a release picked by --sglang-python / --sglang-version."""
+    return "sglang_python" in field_names(ENGINE_OPTIONS[name])
+
+
+def require_releases(name: str, flags: str) -> None:
+    """`flags` pick releases: refused (exit 2) unless the engine `name` runs one."""
+    if not takes_releases(name):
+        takes = " or ".join(n for n in ENGINES if takes_releases(n))
+        raise UsageError(f"{flags} pick SGLang releases: add --engine {takes}")
+
+
+def build(options: RunOptions) -> EngineConfig:
+    """The options' engine builds its config from them."""
+    return engine(options.engine).build(options)
+
+
+def run_trial(
+    cfg: EngineConfig, argv: list[str] | None = None, on_progress: Progress | None = None
+):
+    """One trial of whichever engine built `cfg`."""
+    return engine(cfg.engine).trial(cfg, argv, on_progress)
+
+
+def default_help(key: str) -> str:
+    """A run flag's default as --help states it: one value, or each engine's where they differ."""
+    values = {n: getattr(c(), key) for n, c in ENGINE_OPTIONS.items() if key in field_names(c)}
+    if len(set(map(str, values.values()))) == 1:
+        return str(next(iter(values.values())))
+    return "; ".join(f"{v} ({name})" for name, v in values.items())
+
+
+def protocol_switches() -> Mapping[str, Any]:
+    """Every engine's protocol switches (`--fix NAME=MODE`), by name: the CLI's help and bisect
+    read them here, not from an engine package."""
+    with_fix = [n for n, cls in ENGINE_OPTIONS.items() if "fix" in field_names(cls)]
+    return {k: v for name in with_fix for k, v in engine(name).switches().items()}
