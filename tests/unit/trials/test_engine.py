@@ -73,7 +73,8 @@ def test_the_registry_imports_an_engine_only_when_asked():
     import sys
 
     code = (
-        "import sys; from hicache_diag.engines import registry as engines; engines.default_help('pp'); "
+        "import sys; from hicache_diag.engines import registry as engines; "
+        "engines.default_help('pp'); "
         "print('torch' in sys.modules, 'hicache_diag.engines.sglang.build' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
