@@ -229,9 +229,8 @@ def _render(table, json_out: bool) -> None:
         return
     import sys
 
-    from rich.console import Console
-
     from hicache_diag.cli.render.bisect import render_bisect
+    from hicache_diag.cli.render.console import SafeConsole as Console
 
     # Piped output gets a wide table instead of rich's 80-column truncation.
     render_bisect(table, Console(highlight=False, width=None if sys.stdout.isatty() else 140))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from hicache_diag.cli.render.console import SafeConsole as Console
 from hicache_diag.triage.report import TriageReport
 from hicache_diag.triage.stacks import StackNode, format_rank_set
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from hicache_diag.evidence import files
+
 R = TypeVar("R", bound="Record")
 _BOOKKEEPING = ("extra", "absent")
 
@@ -84,19 +86,21 @@ def _write(value: Any) -> Any:
 
 
 def json_text(data: Any) -> str:
-    """A run-dir JSON file (a record or plain JSON) as every writer writes it (verdict.json:
-    atomically, by verdict.py's `write_json_atomic`)."""
+    """A run-dir JSON file (a record or plain JSON) as every writer writes it."""
     data = data.to_json() if isinstance(data, Record) else data
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
 def write_json(path: Path, data: Any) -> None:
-    Path(path).write_text(json_text(data))
+    """Atomically (evidence/files.py): a reader never sees half a file, a full disk leaves the
+    old one (or none) whole."""
+    files.write_atomic(path, json_text(data))
 
 
 def read_json(path: Path) -> Any:
-    """The parsed file; OSError / ValueError are the caller's to word."""
-    return json.loads(Path(path).read_text())
+    """The parsed file, read as hostile input (files.py: a regular file, bounded in size and
+    nesting); OSError / ValueError are the caller's to word."""
+    return files.read_json(path)
 
 
 def read_record(kind: type[R], path: Path) -> R:
