@@ -280,10 +280,7 @@ def _run_command(argv: list[str]) -> int:
         refuse_repeated(group, argv)
         rv = group.main(args=argv, prog_name="hicache-diag", standalone_mode=False)
     except Exit as exc:
-        code = int(exc.exit_code)
-        if code:  # a command that said why on stderr and printed no result: say it in JSON
-            _json_error("interrupted" if code == 130 else f"no result (exit {code})", code)
-        return code
+        return _ended(int(exc.exit_code))
     except ClickUsageError as exc:
         lines = exc.format_message().strip().splitlines()
         if not lines:  # no arguments at all: help was printed (NoArgsIsHelpError)
@@ -306,7 +303,15 @@ def _run_command(argv: list[str]) -> int:
             traceback.print_exc()
         hint = "" if _state["verbose"] else " (rerun with -v for the traceback)"
         return _fail(f"internal error: {type(exc).__name__}: {exc}{hint}", ExitCode.INTERNAL_ERROR)
-    return int(rv or 0)
+    return _ended(int(rv or 0))
+
+
+def _ended(code: int) -> int:
+    """A command's own exit (click returns typer.Exit's code): one that said why on stderr and
+    printed no result gets its JSON document too."""
+    if code:
+        _json_error("interrupted" if code == 130 else f"no result (exit {code})", code)
+    return code
 
 
 def main() -> None:

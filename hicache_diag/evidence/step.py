@@ -112,11 +112,11 @@ class StepRecord(Record):
     @classmethod
     def parse(cls, text: str) -> StepRecord | None:
         """One line read back; None for a line that is not a JSON object (a torn last line)."""
-        try:
-            data = files.loads(text)
-        except ValueError:  # also a line nested past any writer's (files.MAX_JSON_DEPTH)
+        try:  # also a line nested past any writer's (files.MAX_JSON_DEPTH), or a key of the
+            data = files.loads(text)  # wrong type
+            return cls.from_json(data) if isinstance(data, dict) else None
+        except ValueError:
             return None
-        return cls.from_json(data) if isinstance(data, dict) else None
 
 
 def read_steps(path: Path) -> Iterator[tuple[int, StepRecord | None]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from datetime import datetime, timezone
@@ -12,6 +13,7 @@ import psutil
 
 from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
+from hicache_diag.evidence import files as ev_files
 from hicache_diag.evidence.ranks import RankId, parse_rank_tokens, rank_from_title
 from hicache_diag.evidence.stacks import RankDump, parse_dump_text, threads_from_json
 from hicache_diag.logs.files import NotALog, decode_text
@@ -20,6 +22,7 @@ from hicache_diag.triage.hang import RankSamples
 from hicache_diag.triage.pyspy import dump_stacks
 
 _SAMPLE = re.compile(r"_s(\d+)\b")
+MAX_DUMP_FILES = 10_000  # a dumps folder of one incident: a sample per rank per few seconds
 _GLOBAL_RANK = re.compile(r"rank[_-]?(\d+)", re.I)
 
 
@@ -146,19 +149,38 @@ def _rank_of(dump: RankDump, path: Path, manifest: dict[int, RankId]) -> RankId 
     return None
 
 
+def _dump_files(folder: Path) -> list[Path]:
+    """Every regular file under `folder`, walked without following links to folders (a link
+    loop is walked once), at most MAX_DUMP_FILES of them."""
+    found = []
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            path = Path(root) / name
+            if not name.startswith(".") and path.is_file():
+                found.append(path)
+            if len(found) > MAX_DUMP_FILES:
+                raise UsageError(
+                    f"--dumps {folder}: more than {MAX_DUMP_FILES} files; give the "
+                    "folder of one incident's dumps"
+                )
+    return sorted(found)
+
+
 def load_dumps(folder: Path) -> list[RankSamples]:
     """Every stack file in `folder` (py-spy JSON or text, faulthandler), grouped by rank."""
     if not folder.is_dir():
         raise UsageError(f"--dumps {folder}: not a directory")
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    files = _dump_files(folder)
     manifest = _manifest_ranks(folder)
     by_rank: dict[RankId, RankSamples] = {}
     order: list[tuple[int, RankDump]] = []
     unreadable = 0
     for path in files:
-        try:  # UTF-16 from PowerShell's `>` too; a binary file is skipped as unreadable
-            dumps = parse_dump_text(decode_text(path.read_bytes()), str(path))
-        except (OSError, NotALog):
+        try:  # UTF-16 from PowerShell's `>` too; a binary, huge or odd file is unreadable
+            raw = ev_files.read_bytes(path, ev_files.MAX_JSON_BYTES)
+            dumps = parse_dump_text(decode_text(raw), str(path))
+        except (OSError, ValueError, NotALog):
             unreadable += 1
             continue
         m = _SAMPLE.search(path.stem)
