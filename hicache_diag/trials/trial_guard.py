@@ -86,9 +86,10 @@ def disk_full(run_dir: Path) -> bool:
 
 
 @contextmanager
-def signals_deferred() -> Iterator[None]:
+def signals_deferred(drop: bool = False) -> Iterator[None]:
     """Block the stop signals for the block's length (main thread); pending ones are delivered,
-    and raise, as it ends."""
+    and raise, as it ends; with `drop`, discarded instead (the work they would have cut short
+    is done: a table already printed)."""
     try:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     except (ValueError, OSError, AttributeError):
@@ -97,4 +98,7 @@ def signals_deferred() -> Iterator[None]:
         yield
     finally:
         if old is not None:
+            handlers = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS} if drop else {}
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
