@@ -162,6 +162,13 @@ def _object(path: Path) -> dict[str, Any]:
     return data
 
 
+def _empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
+
+
 def _present(path: Path) -> bool:
     """A side file that is there; one that is there but not a regular file is damaged."""
     if path.is_file():
@@ -175,6 +182,9 @@ def _optional(run_dir: Path, name: str, missing: list[str], obj: bool = False) -
     path = run_dir / name
     if not _present(path):
         missing.append(name)
+        return None
+    if _empty(path):  # a write cut short (an older tool on a full disk): as good as missing
+        missing.append(f"{name} (empty: its write was cut short)")
         return None
     return _object(path) if obj else _read_json(path)
 
@@ -223,7 +233,7 @@ def _read_verdict(path: Path) -> tuple[Verdict | None, str | None]:
     """verdict.json as its record, or why it is not one: a damaged verdict is the report's to
     name (or to ignore, with --reclassify)."""
     try:
-        data = _object(path) if _present(path) else None
+        data = _object(path) if _present(path) and not _empty(path) else None
     except RunDirError as exc:
         return None, str(exc).removeprefix(f"{path} is ").removeprefix("damaged: ")
     if data is None:
