@@ -17,7 +17,7 @@ from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
 from hicache_diag.evidence import files
 from hicache_diag.evidence.claims import claim
-from hicache_diag.evidence.paths import kind_of, name_fits, not_empty, parent_writable
+from hicache_diag.evidence.paths import kind_of, name_fits, not_empty, parent_writable, reachable
 
 # Every name of docs/evidence.md's layout: what a run dir holds as evidence.
 EVIDENCE_NAMES = frozenset(
@@ -104,6 +104,7 @@ def claim_file(flag: str, path: str | os.PathLike | None, force: bool = False) -
     not_empty(flag, path)
     p = Path(path)
     name_fits(flag, p)
+    reachable(flag, p)
     claim(flag, p)  # before the checks: a second invocation cannot pass them meanwhile
     _refuse_evidence(flag, p)
     if p.exists() or p.is_symlink():
@@ -137,6 +138,7 @@ def claim_dir(
     not_empty(flag, path)
     p = Path(path)
     name_fits(flag, p)
+    reachable(flag, p)
     claim(flag, p)
     for name in names:
         claim(flag, p / name)

@@ -50,6 +50,17 @@ def name_fits(flag: str, path: str | os.PathLike) -> None:
         raise UsageError(f"{flag}: the path {_shown(raw)} is {len(raw)} bytes long; at most 4095")
 
 
+def reachable(flag: str, path: str | os.PathLike) -> None:
+    """An output path the kernel can follow: missing is fine (it is made), a symlink loop or a
+    component that is a file is not (one line, instead of an error wherever it is first used)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"{flag} {str(path)!r} cannot be used: {exc.strerror}") from None
+
+
 def _shown(raw: bytes) -> str:
     text = os.fsdecode(raw)
     return repr(text if len(text) <= 80 else text[:60] + "..." + text[-16:])

@@ -229,12 +229,12 @@ def _jobid_not_slurm(f: Flags) -> str | None:
 
 
 def _read_twice(f: Flags) -> str | None:
-    from pathlib import Path
+    import os
 
-    for name in ("dumps", "logs"):
-        paths = [Path(p).resolve() for p in f.values.get(name) or ()]
+    for name in ("dumps", "logs"):  # realpath: a symlink loop is the input checks' to refuse
+        paths = [os.path.realpath(p) for p in f.values.get(name) or ()]
         if name == "logs":
-            paths += [Path(p).resolve() for p in f.values.get("more_logs") or ()]
+            paths += [os.path.realpath(p) for p in f.values.get("more_logs") or ()]
         twice = next((p for i, p in enumerate(paths) if p in paths[:i]), None)
         if twice is not None:
             return f"--{name} {str(twice)!r} given twice: each input is read once"
