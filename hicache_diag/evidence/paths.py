@@ -141,6 +141,8 @@ def output_dir(flag: str, path: str | os.PathLike | None) -> None:
     if path is None:
         return
     not_empty(flag, path)
+    name_fits(flag, path)
+    reachable(flag, path)
     p = Path(path)
     if p.exists() and not p.is_dir():
         kind = kind_of(p.stat().st_mode)

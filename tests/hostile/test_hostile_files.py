@@ -1,0 +1,251 @@
+"""Hostile files per input type (issue 41.4), generated: each file a command reads (a run dir's
+evidence for `report` and `export`, the paths `run`, `triage` and `report` take) crossed with
+each way a file can be hostile. Every case ends in one line and exit 2, or a correct reading
+(exit 0 or 3); never exit 1, a traceback, a hang (the deadline), a changed file, or stdout that
+is not one JSON document under --json."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.hostile.invariants import (
+    BUILTIN_HANG,
+    SGLANG_CRASH,
+    changed,
+    check_output,
+    one_json_document,
+    tree_hashes,
+)
+
+LONG = "x" * 300  # past NAME_MAX (255): Errno 36 before issue 41
+
+
+def _deep(levels: int = 5000) -> str:
+    return "[" * levels + "]" * levels
+
+
+def _make(path: Path, kind: str) -> None:
+    """Replace `path` by a hostile `kind` of file."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "symlink-loop":
+        path.symlink_to(path.name + ".loop")
+        path.with_name(path.name + ".loop").symlink_to(path.name)
+    elif kind == "deep-json":
+        path.write_text(_deep() + "\n")
+    elif kind == "huge":  # sparse: past every bound without using the disk
+        with open(path, "wb") as fh:
+            fh.truncate(600 << 20)
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "binary":
+        path.write_bytes(bytes(range(256)) * 64)
+    elif kind == "wrong-type":
+        path.write_text(_WRONG_TYPES.get(path.name, '{"ranks": "abc", "faults": 7}') + "\n")
+    else:
+        raise ValueError(kind)
+
+
+# A JSON file whose keys hold the wrong JSON type (a hand-edited or damaged file).
+_WRONG_TYPES = {
+    "launcher.json": '{"ranks": "abc", "hang": 5, "stacks": []}',
+    "manifest.json": '{"faults": "dma-delay", "topology": [1, 2], "config": 3}',
+    "verdict.json": '{"outcome": "crash", "ranks": "abc", "evidence": 5}',
+    "rank0.jsonl": '{"step": "x", "queues": 5, "rids": {"a": 1}}',
+    "rank0.json": '[{"frames": "x", "thread_name": 5}, 7, {"frames": [{"line": "inf"}]}]',
+    "requests.json": '{"errors": [1, 2], "aborted": "x"}',
+    "outputs.json": '"not outputs"',
+}
+KINDS = (
+    "fifo",
+    "device",
+    "directory",
+    "symlink-loop",
+    "deep-json",
+    "huge",
+    "empty",
+    "binary",
+    "wrong-type",
+)
+REPORT_FILES = (
+    "verdict.json",
+    "manifest.json",
+    "launcher.json",
+    "outputs.json",
+    "reference.json",
+    "rank0.jsonl",
+    "rank0.log",
+    "stacks/rank0.json",
+)
+EXPORT_FILES = (
+    "verdict.json",
+    "manifest.json",
+    "launcher.json",
+    "requests.json",
+    "rank1.jsonl",
+    "rank1.log",
+    "server.log",
+)
+_TEXT_ONLY = {"rank0.log", "rank1.log", "server.log"}  # logs: deep JSON or types mean nothing
+
+
+def _cases(files: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [
+        (name, kind)
+        for name in files
+        for kind in KINDS
+        if not (name in _TEXT_ONLY and kind in ("deep-json", "wrong-type", "huge"))
+    ]
+
+
+def _ids(files: tuple[str, ...]) -> list[str]:
+    return [f"{name}:{kind}" for name, kind in _cases(files)]
+
+
+def _run_case(cli, argv: list[str], tmp_path: Path) -> None:
+    before = tree_hashes(tmp_path)
+    ran = cli([*argv, "--json"] if "export" not in argv else argv)
+    check_output(ran, json_out="export" not in argv)
+    assert ran.code in (0, 2, 3), (ran.code, ran.err[-1500:])
+    assert not changed(before, tree_hashes(tmp_path)), "an input was changed"
+
+
+@pytest.mark.parametrize(("name", "kind"), _cases(REPORT_FILES), ids=_ids(REPORT_FILES))
+def test_report_reads_any_hostile_evidence_file(cli, tmp_path, name, kind):
+    run = tmp_path / "run"
+    shutil.copytree(BUILTIN_HANG, run)
+    _make(run / name, kind)
+    _run_case(cli, ["report", run], tmp_path)  # reads every file (diagnosis/load.py)
+    if name == "verdict.json":  # the recorded verdict damaged: classified afresh instead
+        _run_case(cli, ["report", run, "--reclassify"], tmp_path)
+
+
+@pytest.mark.parametrize(("name", "kind"), _cases(EXPORT_FILES), ids=_ids(EXPORT_FILES))
+def test_export_reads_any_hostile_evidence_file(cli, tmp_path, no_export_probe, name, kind):
+    run = tmp_path / "run"
+    shutil.copytree(SGLANG_CRASH, run)
+    _make(run / name, kind)
+    before = tree_hashes(run)
+    ran = cli(["export", run, "--out", tmp_path / "out"])
+    check_output(ran, json_out=False)
+    assert ran.code in (0, 2), (ran.code, ran.err[-1500:])
+    assert not changed(before, tree_hashes(run))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "damaged", "deep-json", "many"])
+def test_export_never_reads_the_run_dirs_beside_it(cli, tmp_path, no_export_probe, kind):
+    """A FIFO verdict.json next door hung export, a damaged one made it exit 1, 300 siblings
+    were all quoted into REPORT.md: export reads only the run it was given."""
+    run = tmp_path / "runs" / "mine"
+    shutil.copytree(SGLANG_CRASH, run)
+    for i in range(300 if kind == "many" else 1):
+        other = tmp_path / "runs" / f"sibling-run{i}"
+        shutil.copytree(SGLANG_CRASH, other)
+        if kind != "many":
+            _make(other / "verdict.json", {"damaged": "binary"}.get(kind, kind))
+    ran = cli(["export", run, "--out", tmp_path / "out"])
+    check_output(ran, json_out=False)
+    assert ran.code == 0, ran.err
+    report = (tmp_path / "out" / "REPORT.md").read_text()
+    assert "sibling-run" not in report, "a run beside the exported one was quoted"
+
+
+PATH_INPUTS = [
+    # (argv before the path, argv after it): each takes a file or folder it reads
+    (["run", "--scenario"], []),
+    (["triage", "--dumps"], []),
+    (["triage", "--logs"], []),
+    (["triage", "--live", "--via", "ssh", "--hosts", "n1", "--ssh-config"], []),
+    (["report"], []),
+    (["export"], []),
+]
+PATH_KINDS = ("fifo", "device", "symlink-loop", "long-name", "under-a-file", "missing")
+
+
+def _hostile_path(tmp_path: Path, kind: str) -> Path:
+    if kind == "long-name":
+        return tmp_path / LONG
+    if kind == "under-a-file":
+        (tmp_path / "afile").write_text("x\n")
+        return tmp_path / "afile" / "inside"
+    if kind == "missing":
+        return tmp_path / "nothing-here"
+    path = tmp_path / "input"
+    _make(path, kind)
+    return path
+
+
+@pytest.mark.parametrize("kind", PATH_KINDS)
+@pytest.mark.parametrize(("head", "tail"), PATH_INPUTS, ids=lambda v: " ".join(v) or "-")
+def test_every_path_input_refuses_a_hostile_path_in_one_line(
+    cli, tmp_path, monkeypatch, head, tail, kind
+):
+    monkeypatch.chdir(tmp_path)
+    path = _hostile_path(tmp_path, kind)
+    before = tree_hashes(tmp_path)
+    json_out = "export" not in head
+    ran = cli([*head, path, *tail, *(["--json"] if json_out else [])])
+    check_output(ran, json_out)
+    assert ran.code == 2, (ran.code, ran.err)
+    assert not changed(before, tree_hashes(tmp_path))
+    assert not (tmp_path / "runs").exists(), "refused before any run dir"
+
+
+OUTPUT_FLAGS = [
+    (["report", BUILTIN_HANG, "--plots"], []),
+    (["report", BUILTIN_HANG, "--summary"], []),
+    (["report", BUILTIN_HANG, "--html"], []),
+    (["run", "--out"], []),
+    (["triage", "--dumps", BUILTIN_HANG / "stacks", "--save"], []),
+]
+
+
+@pytest.mark.parametrize("kind", ["symlink-loop", "long-name", "under-a-file", "fifo"])
+@pytest.mark.parametrize(("head", "tail"), OUTPUT_FLAGS, ids=lambda v: " ".join(map(str, v)))
+def test_every_output_flag_refuses_a_hostile_path_in_one_line(
+    cli, tmp_path, monkeypatch, head, tail, kind
+):
+    monkeypatch.chdir(tmp_path)
+    path = _hostile_path(tmp_path, kind)
+    before = tree_hashes(tmp_path)
+    ran = cli([*head, path, *tail, "--json"])
+    check_output(ran, json_out=True)
+    assert ran.code == 2, (ran.code, ran.err)
+    assert not changed(before, tree_hashes(tmp_path))
+
+
+def test_a_deep_json_line_among_good_steps_is_damage_said_in_one_line(cli, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(BUILTIN_HANG, run)
+    lines = (run / "rank0.jsonl").read_text().splitlines()
+    lines.insert(1, _deep())
+    (run / "rank0.jsonl").write_text("\n".join(lines) + "\n")
+    ran = cli(["report", run, "--reclassify", "--json"])
+    check_output(ran, json_out=True)
+    assert ran.code == 2 and "damaged" in one_json_document(ran.out)["error"]
+
+
+def test_wrong_types_in_launcher_json_are_named(cli, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(BUILTIN_HANG, run)
+    data = json.loads((run / "launcher.json").read_text())
+    data["ranks"] = "abc"
+    (run / "launcher.json").write_text(json.dumps(data))
+    ran = cli(["report", run, "--json"])
+    check_output(ran, json_out=True)
+    assert ran.code == 2
+    assert "'ranks' is a JSON string, not array" in one_json_document(ran.out)["error"]
