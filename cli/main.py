@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import traceback
 
@@ -262,13 +263,22 @@ def run_cli(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    from hicache_diag.trials.signals import restore_sigterm, trap_sigterm
+    from hicache_diag.cli import phase
+    from hicache_diag.trials.signals import STOP_SIGNALS, restore_sigterm, trap_sigterm
 
     old = trap_sigterm()  # SIGTERM / SIGHUP at any point end the command as a Ctrl-C would
     try:
         return _run_command(argv)
     finally:
+        if old:  # the command has ended: a late stop signal changes nothing
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, _ended)
+        phase["now"] = "ended"
         restore_sigterm(old)
+
+
+def _ended(signum: int, frame: object) -> None:
+    """A stop signal as the command ends: its outputs are written, nothing is left to stop."""
 
 
 def _run_command(argv: list[str]) -> int:
@@ -315,9 +325,14 @@ def _ended(code: int) -> int:
 
 
 def main() -> None:
+    from hicache_diag.trials.signals import STOP_SIGNALS
+
     if not isinstance(sys.stdout, _PipeSafe):
         sys.stdout = _PipeSafe(sys.stdout)
-    sys.exit(run_cli(sys.argv[1:]))
+    code = run_cli(sys.argv[1:])
+    for sig in STOP_SIGNALS:  # ignored, not handled: the interpreter's teardown resets a
+        signal.signal(sig, signal.SIG_IGN)  # handler to the default (death), never SIG_IGN
+    sys.exit(code)
 
 
 if __name__ == "__main__":

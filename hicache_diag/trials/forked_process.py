@@ -94,9 +94,14 @@ def fork_module(
             stream.flush()  # else the child's copy of the buffer could be written twice
         except (AttributeError, OSError, ValueError):
             pass
-    pid = os.fork()
-    if pid == 0:
-        _child_main(module, args, log_fd, env, tuple(close_fds))
+    from hicache_diag.trials.trial_guard import signals_deferred
+
+    # A stop signal handled inside fork's after-fork hooks would be "ignored" and lost: held,
+    # and delivered once the child exists (the child drops the parent's handlers first).
+    with signals_deferred():
+        pid = os.fork()
+        if pid == 0:
+            _child_main(module, args, log_fd, env, tuple(close_fds))
     return ForkedProcess(pid)
 
 

@@ -17,6 +17,7 @@ import errno
 import os
 import re
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -87,18 +88,25 @@ def disk_full(run_dir: Path) -> bool:
 
 @contextmanager
 def signals_deferred(drop: bool = False) -> Iterator[None]:
-    """Block the stop signals for the block's length (main thread); pending ones are delivered,
-    and raise, as it ends; with `drop`, discarded instead (the work they would have cut short
-    is done: a table already printed)."""
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    except (ValueError, OSError, AttributeError):
-        old = None
+    """No stop signal interrupts the block (main thread): one that comes meanwhile is held and
+    delivered as the block ends, or with `drop` discarded (the work it would have cut short is
+    done: a table already printed). Held by swapping the handlers, not by a signal mask: a
+    signal sent to the process lands on whichever thread does not mask it, and CPython runs
+    its handler in the main thread all the same."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    old = {sig: signal.signal(sig, hold) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
-        if old is not None:
-            handlers = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS} if drop else {}
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
+        for sig, handler in old.items():
+            if signal.getsignal(sig) is hold:  # unless the block installed its own since
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if held and not drop:
+            signal.raise_signal(held[-1])  # to the handler it was sent to meet
