@@ -5,6 +5,7 @@ is one line, exit 2."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -55,10 +56,9 @@ def reachable(flag: str, path: str | os.PathLike) -> None:
     component that is a file is not (one line, instead of an error wherever it is first used)."""
     try:
         os.stat(path)
-    except FileNotFoundError:
-        return
     except OSError as exc:
-        raise UsageError(f"{flag} {str(path)!r} cannot be used: {exc.strerror}") from None
+        if exc.errno == errno.ELOOP:  # the rest (missing, under a file) the callers word
+            raise UsageError(f"{flag} {str(path)!r} cannot be used: {exc.strerror}") from None
 
 
 def _shown(raw: bytes) -> str:

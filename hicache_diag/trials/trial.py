@@ -120,31 +120,41 @@ def _run(
 def _close(
     engine: Engine, run_dir: Path, watch: TrialWatch, started: str, reserve: VerdictReserve
 ) -> None:
-    """Reap every rank (again after a second Ctrl-C), then the rest of the evidence, each step
-    kept from stopping the next: a full disk is recorded, never raised."""
+    """Reap every rank (again after a second Ctrl-C), then the rest of the evidence with stop
+    signals held (one that comes marks the run interrupted; the evidence is still finished and
+    launcher.json written), each step kept from stopping the next: a full disk is recorded,
+    never raised."""
     try:
         engine.close(watch)
     except KeyboardInterrupt:  # a second Ctrl-C while reaping: reap anyway
         engine.close(watch)
-    for doing, step in (
-        ("dropping empty stack files", lambda: drop_empty_stack_files(run_dir)),
-        ("finishing the evidence", lambda: engine.finish_evidence(watch)),
-    ):
+    with signals_deferred(drop=True) as held:  # every rank is reaped: nothing left to stop
+        for doing, step in (
+            ("dropping empty stack files", lambda: drop_empty_stack_files(run_dir)),
+            ("finishing the evidence", lambda: engine.finish_evidence(watch)),
+        ):
+            try:
+                step()
+            except OSError as exc:
+                _environment(watch, exc, doing)
+        _find_environment_error(engine, run_dir, watch)
+        if held and not watch.interrupted:
+            watch.interrupted, watch.interrupted_at = True, time.time()
+            watch.interrupt_signal = signal.Signals(held[-1]).name
         try:
-            step()
+            reserve.release()  # the ranks are gone: their room is launcher.json's and the verdict's
+            write_launcher_json(run_dir, engine, watch, started)
         except OSError as exc:
-            _environment(watch, exc, doing)
+            _environment(watch, exc, f"writing {ev.LAUNCHER}")
+
+
+def _find_environment_error(engine: Engine, run_dir: Path, watch: TrialWatch) -> None:
+    """A rank that died of the machine (its log's `[Errno 28]`), or a disk left full."""
     if watch.environment_error is None and (watch.first_failure or watch.hang):
         ranks = [p.rank for p in engine.ranks()]
         watch.environment_error = environment_in_logs(run_dir, ranks)
     if watch.environment_error is None and disk_full(run_dir):
         watch.environment_error = "disk full: the run directory's file system has no room left"
-    try:
-        with signals_deferred():
-            reserve.release()  # the ranks are gone: their room is launcher.json's and the verdict's
-            write_launcher_json(run_dir, engine, watch, started)
-    except OSError as exc:
-        _environment(watch, exc, f"writing {ev.LAUNCHER}")
 
 
 def _environment(watch: TrialWatch, exc: OSError, doing: str) -> None:

@@ -87,14 +87,14 @@ def disk_full(run_dir: Path) -> bool:
 
 
 @contextmanager
-def signals_deferred(drop: bool = False) -> Iterator[None]:
+def signals_deferred(drop: bool = False) -> Iterator[list[int]]:
     """No stop signal interrupts the block (main thread): one that comes meanwhile is held and
     delivered as the block ends, or with `drop` discarded (the work it would have cut short is
     done: a table already printed). Held by swapping the handlers, not by a signal mask: a
     signal sent to the process lands on whichever thread does not mask it, and CPython runs
-    its handler in the main thread all the same."""
+    its handler in the main thread all the same. Yields the list of the signals held."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield []
         return
     held: list[int] = []
 
@@ -103,7 +103,7 @@ def signals_deferred(drop: bool = False) -> Iterator[None]:
 
     old = {sig: signal.signal(sig, hold) for sig in STOP_SIGNALS}
     try:
-        yield
+        yield held
     finally:
         for sig, handler in old.items():
             if signal.getsignal(sig) is hold:  # unless the block installed its own since

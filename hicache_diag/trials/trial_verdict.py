@@ -57,7 +57,7 @@ def write_verdict(run_dir: Path, verdict: Verdict, reserve: VerdictReserve) -> N
     """verdict.json, last and whole: the reserve's room given back first; a disk with no room
     even then gets the smallest undecided verdict; failing that, the CLI still prints it."""
     path = run_dir / ev.VERDICT
-    with signals_deferred():
+    with signals_deferred(drop=True):  # the run is over: a late signal changes nothing
         reserve.release()
         try:
             verdict.write(path)
