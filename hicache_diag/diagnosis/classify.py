@@ -118,16 +118,7 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
     decide (a CLI killed mid-run, a run that never stepped, a torn copy of a run dir)."""
     seen = "no failure" if found.outcome is Outcome.OK else found.outcome.value
     if run.launcher is not None and run.launcher.environment_error:
-        cause = run.launcher.environment_error
-        return checks.Finding(
-            Outcome.UNDECIDED,
-            signature=cause,
-            evidence=[
-                f"{cause}: the tool's environment failed, not a rank; no rank is judged "
-                f"(so far: {seen})",
-                *found.evidence,
-            ],
-        )
+        return _environment_failed(run.launcher.environment_error, seen, found)
     if run.launcher is not None and run.launcher.interrupted:
         by = run.launcher.interrupt_signal or "SIGINT/SIGTERM"
         lines = [f"interrupted by {by}; every rank reaped; so far: {seen}"]
@@ -169,6 +160,13 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
     if not reasons:
         return _with_aborts(run, found)
     return checks.Finding(Outcome.UNDECIDED, signature=reasons[0], evidence=reasons)
+
+
+def _environment_failed(cause: str, seen: str, found: checks.Finding) -> checks.Finding:
+    """The machine failed the run (a full disk, EIO: launcher.json `environment_error`):
+    `undecided`, the cause, no rank judged, whatever the ranks showed as they died of it."""
+    line = f"{cause}: the tool's environment failed, not a rank; no rank is judged (so far: {seen})"
+    return checks.Finding(Outcome.UNDECIDED, signature=cause, evidence=[line, *found.evidence])
 
 
 def _with_aborts(run: RunData, found: checks.Finding) -> checks.Finding:
