@@ -62,6 +62,16 @@ Logs = Annotated[
         "or a pasted traceback (repeat per node).",
     ),
 ]
+RecordDirs = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--record-dir",
+        metavar="DIR",
+        help="A production recording (`hicache-diag record`): a session folder or its record "
+        "dir, as left or copied (repeat per node); with --pid/--discover, where to find the "
+        "live ranks' recordings when their environment cannot be read.",
+    ),
+]
 Save = Annotated[
     str | None,
     typer.Option("--save", metavar="DIR", help="Write the live samples here (merge with --dumps)."),
@@ -72,13 +82,16 @@ EXAMPLES = """\b
 Examples:
   hicache-diag triage --discover          # every *::scheduler* process here
   hicache-diag triage --dumps samples/dumps/pp_hang_pp_sync --json
+  hicache-diag triage --record-dir DIR    # a recorded server's files, as left or copied
   hicache-diag triage --live --via ssh --hosts n1,n2   # every node at once
 
 Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided,
 130 interrupted, 2 bad input, 1 internal error."""
 
 
-def _check_paths(dumps: list[str], logs: list[str], save: str | None) -> None:
+def _check_paths(
+    dumps: list[str], logs: list[str], save: str | None, record_dirs: list[str]
+) -> None:
     """Before anything is read: a device or FIFO would be read forever; '' is no path."""
     from hicache_diag.evidence.paths import input_dir, input_file
 
@@ -86,6 +99,8 @@ def _check_paths(dumps: list[str], logs: list[str], save: str | None) -> None:
         input_file("--logs", path)
     for path in dumps:
         input_dir("--dumps", path)
+    for path in record_dirs:
+        input_dir("--record-dir", path)
     claim_save(save)
 
 
@@ -171,6 +186,7 @@ def triage(
     parent: Parent = None,
     dumps: Dumps = None,
     logs: Logs = None,
+    record_dir: RecordDirs = None,
     save: Save = None,
     interval: Interval = 0.5,
     samples: Samples = 2,
@@ -195,11 +211,11 @@ def triage(
     cluster |= {"namespace": namespace, "container": container, "ssh_config": ssh_config}
     judging = {"samples": samples, "num_heads": num_heads, "pp_size": pp_size}
     if wanted(live, *cluster.values()):
-        no_local_inputs(pid, discover, dumps, logs, more_logs)
+        no_local_inputs(pid, discover, dumps, logs, more_logs, record_dir)
         opts = {"interval": interval, "deadline_s": deadline, "host_timeout_s": host_timeout}
         run_cluster(cluster, judging | opts | {"save": save}, json_out)
-    _check_paths(dumps or [], [*(logs or []), *(more_logs or [])], save)
-    reread_bundle(dumps, [pid, discover, logs, more_logs, save], judging, json_out)
+    _check_paths(dumps or [], [*(logs or []), *(more_logs or [])], save, record_dir or [])
+    reread_bundle(dumps, [pid, discover, logs, more_logs, save, record_dir], judging, json_out)
     progress = None if json_out else LogReadProgress(err_console)  # --json: quiet
     request = _request(ctx.params, progress)
     _check_request(request)
@@ -229,4 +245,5 @@ def _request(p: dict, progress: LogReadProgress | None) -> TriageRequest:
         num_heads=p["num_heads"],
         pp_size=p["pp_size"],
         progress=progress,
+        record_dirs=tuple(map(Path, p["record_dir"] or ())),
     )

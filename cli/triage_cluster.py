@@ -65,7 +65,9 @@ def no_local_inputs(*given: object) -> None:
     from hicache_diag.errors import UsageError
 
     if any(given):
-        raise UsageError("--live samples the nodes: not with --pid/--discover/--dumps/--logs")
+        raise UsageError(
+            "--live samples the nodes: not with --pid/--discover/--dumps/--logs/--record-dir"
+        )
 
 
 def claim_save(save: str | None) -> None:

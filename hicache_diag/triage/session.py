@@ -19,6 +19,15 @@ from hicache_diag.triage.classify import classify
 from hicache_diag.triage.collect import capture_live, load_dumps, save_samples
 from hicache_diag.triage.discover import discover_schedulers
 from hicache_diag.triage.hang import RankSamples
+from hicache_diag.triage.recorded import Recording, offline_facts, read_recording
+from hicache_diag.triage.recorded_dumps import offline_stacks, read_offline
+from hicache_diag.triage.recorded_live import (
+    collect_answers,
+    find_ranks,
+    live_recording,
+    send,
+)
+from hicache_diag.triage.recorded_report import attach_recording
 from hicache_diag.triage.report import TriageReport
 
 
@@ -37,10 +46,13 @@ class TriageRequest:
     num_heads: int | None = None
     pp_size: int | None = None  # the deployment's PP size, when the text may not show it
     progress: Progress | None = None  # (bytes read, bytes in all) while a log is read
+    record_dirs: tuple[Path, ...] = ()  # production recordings (`hicache-diag record`)
 
     def __post_init__(self) -> None:
-        if not (self.pids or self.discover or self.dumps or self.logs):
-            raise UsageError("nothing to triage: give --pid, --discover, --dumps or --logs")
+        if not (self.pids or self.discover or self.dumps or self.logs or self.record_dirs):
+            raise UsageError(
+                "nothing to triage: give --pid, --discover, --dumps, --logs or --record-dir"
+            )
         bad = [p for p in self.pids if p < 1]
         if bad:
             raise UsageError(f"--pid must be a positive process id, got {bad[0]}")
@@ -67,7 +79,7 @@ def _live_pids(req: TriageRequest) -> list[int]:
             found = [p.pid for p in discover_schedulers(req.parent)]
         except psutil.NoSuchProcess:
             raise UsageError(f"--parent {req.parent}: no such process") from None
-        if not found and not (pids or req.dumps or req.logs):
+        if not found and not (pids or req.dumps or req.logs or req.record_dirs):
             raise UsageError("--discover: no sglang::scheduler or hicache-diag::scheduler process")
         pids += [p for p in found if p not in pids]
     return pids
@@ -90,7 +102,11 @@ def _read_logs(paths: tuple[Path, ...], progress: Progress | None = None) -> Log
 def run_triage(req: TriageRequest) -> TriageReport:
     pids = _live_pids(req)
     ranks: list[RankSamples] = []
+    recording = None
     if pids:
+        ask = find_ranks(pids, req.record_dirs)
+        if ask.pid_rank:
+            send(ask)  # before py-spy: the ranks write their dumps while it samples
         ranks = capture_live(
             pids,
             samples=req.samples,
@@ -98,8 +114,45 @@ def run_triage(req: TriageRequest) -> TriageReport:
             deadline_s=req.deadline_s,
             native=req.native,
         )
+        if ask.pid_rank:
+            live = collect_answers(ask, ranks, req.deadline_s, req.samples, req.interval)
+            recording = live_recording(live, ranks)
+        elif ask.notes or req.record_dirs:
+            recording = _unmatched(ask.notes, req.record_dirs)
         if req.save:
             save_samples(ranks, req.save)
+    run_logs, declared = _read_dumps(req, ranks)
+    if req.record_dirs and not pids:
+        recording = _offline(req.record_dirs, ranks)
+    logs = _read_logs(req.logs + tuple(run_logs), req.progress)
+    if recording is not None:
+        logs.extend(recording.crashes)
+    report = classify(
+        ranks, logs, num_heads=req.num_heads, pp_size=req.pp_size, hang_declared=declared
+    )
+    attach_recording(report, recording, live=bool(pids))
+    return report
+
+
+def _unmatched(notes: list[str], folders: tuple[Path, ...]) -> Recording:
+    """Live schedulers none of whose recordings was found: only why."""
+    if folders:
+        notes = [*notes, f"no live scheduler's pid is in the recordings under {folders[0]}"]
+    return Recording([], [], None, notes)
+
+
+def _offline(folders: tuple[Path, ...], ranks: list[RankSamples]) -> Recording:
+    """A recording read as left (`--record-dir`), its ranks' dumps as their stacks."""
+    off = read_offline(list(folders))
+    have = {rs.rank for rs in ranks}
+    ranks += [rs for rs in offline_stacks(off) if rs.rank not in have]
+    facts = offline_facts(off.reads, off.request)
+    recording = read_recording(off.reads, [s.name for s in off.sessions], facts)
+    recording.evidence += off.notes
+    return recording
+
+
+def _read_dumps(req: TriageRequest, ranks: list[RankSamples]) -> tuple[list[Path], bool]:
     run_logs: list[Path] = []
     declared = False
     for folder in req.dumps:
@@ -114,10 +167,7 @@ def run_triage(req: TriageRequest) -> TriageReport:
             loaded = []
         declared |= _apply_run_facts(folder, loaded)
         ranks += loaded
-    logs = _read_logs(req.logs + tuple(run_logs), req.progress)
-    return classify(
-        ranks, logs, num_heads=req.num_heads, pp_size=req.pp_size, hang_declared=declared
-    )
+    return run_logs, declared
 
 
 def _record(kind: type[ev.Record], path: Path) -> Any:

@@ -1,0 +1,224 @@
+"""Live triage of a recorded server: each scheduler's session from its own environment
+(/proc/PID/environ), a dump request written into every session, and a bounded wait for the
+ranks that can answer it (a stopped or dead process runs no code: it is never waited for).
+
+A rank py-spy could not read (ptrace denied: a pod without CAP_SYS_PTRACE) is judged from its
+in-process dump's stacks instead, as many samples as asked, so the culprit rule still has
+stacks; a rank neither could read keeps py-spy's reason and its kernel state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from hicache_diag.evidence import recording as rec
+from hicache_diag.evidence.recording_read import RankRead, read_meta, read_session
+from hicache_diag.rules.rank_fate import RankFate
+from hicache_diag.triage.hang import RankSamples
+from hicache_diag.triage.recorded import Facts, Recording, read_recording
+from hicache_diag.triage.recorded_dumps import dump_source, dump_stack
+
+POLL_S = 0.05
+Key = tuple[Path, int]  # (session, rank)
+
+
+@dataclass(slots=True)
+class Ask:
+    """One dump request written into every session found; `pid_rank`: pid -> (session, rank)."""
+
+    id: str
+    at: float
+    pid_rank: dict[int, Key]
+    notes: list[str] = field(default_factory=list)
+    seen: dict[Path, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def sessions(self) -> list[Path]:
+        return sorted({s for s, _ in self.pid_rank.values()})
+
+
+def _environ(pid: int) -> dict[str, str] | None:
+    try:
+        return psutil.Process(pid).environ()
+    except psutil.Error:
+        return None
+
+
+def _rank_in(session: Path, pid: int) -> int | None:
+    """The rank whose meta names `pid` (its recorder writes the meta as it starts)."""
+    for path in session.glob("rank*.meta.json"):
+        head = path.name.split(".", 1)[0].removeprefix("rank")
+        if head.isdigit() and (meta := read_meta(session, int(head))) and meta.pid == pid:
+            return int(head)
+    return None
+
+
+def _search(folder: Path, pid: int) -> Key | None:
+    if not folder.is_dir():
+        return None
+    candidates = [folder] if any(folder.glob("rank*.meta.json")) else rec.sessions_in(folder)
+    for session in candidates:
+        if (rank := _rank_in(session, pid)) is not None:
+            return session, rank
+    return None
+
+
+def find_ranks(pids: list[int], record_dirs: tuple[Path, ...] = ()) -> Ask:
+    """pid -> (session, rank): the session its environment names (or a session of the record
+    dir it names, or of `record_dirs`) whose meta names the pid."""
+    ask = Ask("", 0.0, {})
+    for pid in pids:
+        env = _environ(pid)
+        places = [Path(p) for p in (env or {}).get(rec.SESSION_ENV, "").split(os.pathsep) if p]
+        places += [Path(p) for p in [(env or {}).get(rec.RECORD_DIR_ENV, "")] if p]
+        found = next((f for f in (_search(p, pid) for p in [*places, *record_dirs]) if f), None)
+        if found is not None:
+            ask.pid_rank[pid] = found
+        elif env is None and not record_dirs:
+            ask.notes.append(
+                f"pid {pid}: its environment cannot be read (another user's process?): give "
+                "--record-dir to read its recording"
+            )
+    return ask
+
+
+def write_request(session: Path, request_id: str, at: float) -> None:
+    """Atomically: a rank never reads half a request."""
+    body = json.dumps({"id": request_id, "at": at}).encode()
+    tmp = session / f".{rec.DUMP_REQUEST}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, body)
+    finally:
+        os.close(fd)
+    os.replace(tmp, session / rec.DUMP_REQUEST)
+
+
+def send(ask: Ask, tag: str = "") -> None:
+    """A fresh request id into every session; a session we cannot write to is noted."""
+    ask.at = time.time()
+    ask.id = f"triage-{os.getpid()}-{int(ask.at * 1000)}{tag}"
+    for session in ask.sessions:
+        try:
+            write_request(session, ask.id, ask.at)
+        except OSError as exc:
+            ask.notes.append(f"could not ask {session.name} for dumps: {exc.strerror or exc}")
+
+
+def _answers(ask: Ask) -> dict[Key, dict[str, Any]]:
+    """(session, rank) -> its dump answering the current request (each file parsed once)."""
+    out = {}
+    for session in ask.sessions:
+        for path in session.glob("rank*.dump-*.json"):
+            try:
+                mtime = path.stat().st_mtime
+                if ask.seen.get(path, (None,))[0] != mtime:
+                    ask.seen[path] = (mtime, json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue  # being replaced, or cut short: read it next time round
+            doc = ask.seen[path][1]
+            if isinstance(doc, dict) and doc.get("request") == ask.id:
+                if isinstance(doc.get("rank"), int):
+                    out[(session, doc["rank"])] = doc
+    return out
+
+
+def wait_answers(ask: Ask, expect: set[Key], deadline: float) -> dict[Key, dict[str, Any]]:
+    """The answers in by `deadline` (monotonic); as soon as every expected rank's is."""
+    while True:
+        got = _answers(ask)
+        if expect <= set(got) or time.monotonic() >= deadline:
+            return got
+        time.sleep(POLL_S)
+
+
+def _silent(pid: int, key: Key, rs: RankSamples | None) -> str | None:
+    """Why `pid` cannot answer (stopped, gone, its recorder off), or None."""
+    meta = read_meta(*key)
+    if meta is not None and not meta.on:
+        return f"its recorder is off ({meta.off_reason or 'no reason written'})"
+    try:
+        status = psutil.Process(pid).status()
+    except psutil.Error:
+        return "its process is gone"
+    if status == psutil.STATUS_STOPPED or (rs is not None and rs.fate is RankFate.STOPPED):
+        return "its process is stopped (kernel state T): a stopped process runs no code"
+    if status == psutil.STATUS_ZOMBIE:
+        return "its process has exited (zombie)"
+    return None
+
+
+def add_stacks(ranks: list[RankSamples], ask: Ask, got: dict[Key, dict[str, Any]]) -> list[str]:
+    """Each rank py-spy could not read takes its in-process dump as this sample."""
+    used = []
+    for rs in ranks:
+        doc = got.get(ask.pid_rank.get(rs.pid or -1, (Path(), -1)))
+        if doc is not None and (not rs.dumps or rs.error):
+            dump = dump_stack(doc, rs.rank, rs.pid, dump_source(doc, rs.pid))
+            if dump is not None:
+                used.append(f"{rs.rank.label} ({rs.error or 'no py-spy stack'})")
+                rs.dumps.append(dump)
+                rs.error = None
+    return used
+
+
+@dataclass(slots=True)
+class LiveAsk:
+    ask: Ask
+    silent: dict[Key, str] = field(default_factory=dict)  # why a rank cannot answer
+    answered: set[Key] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
+
+
+def collect_answers(
+    ask: Ask, ranks: list[RankSamples], deadline_s: float, samples: int, interval: float
+) -> LiveAsk:
+    """Wait for the first request's answers; stacks py-spy lacks come from them, and, with
+    more than one sample asked, from further requests `interval` apart."""
+    by_pid = {rs.pid: rs for rs in ranks}
+    live = LiveAsk(ask)
+    for pid, key in ask.pid_rank.items():
+        if (why := _silent(pid, key, by_pid.get(pid))) is not None:
+            live.silent[key] = why
+    expect = set(ask.pid_rank.values()) - set(live.silent)
+    got = wait_answers(ask, expect, time.monotonic() + deadline_s)
+    live.answered = set(got)
+    used = add_stacks(ranks, ask, got)
+    for n in range(1, samples if used else 1):
+        time.sleep(interval)
+        send(ask, f"-s{n}")
+        add_stacks(ranks, ask, wait_answers(ask, expect, time.monotonic() + deadline_s))
+    if used:
+        live.notes.append(
+            "stacks from the ranks' in-process dumps (no ptrace needed), where py-spy could "
+            f"not read them: {', '.join(used)}"
+        )
+    return live
+
+
+def live_recording(live: LiveAsk, ranks: list[RankSamples]) -> Recording | None:
+    """Every session's files, joined by rank, read with the live facts."""
+    ask = live.ask
+    reads: dict[int, RankRead] = {}
+    for session in ask.sessions:
+        reads.update(read_session(session))
+    if not reads:
+        return None
+    facts = Facts(asked=ask.id or None)
+    facts.live = {(rs.rank.pp, rs.rank.tp): rs.pid for rs in ranks if rs.rank.known and rs.pid}
+    facts.expected = set(facts.live)
+    facts.answered = {rank for _, rank in live.answered}
+    facts.silent = {rank: why for (_, rank), why in live.silent.items()}
+    facts.stacks = {
+        ask.pid_rank[rs.pid][1]: rs.dumps[-1] for rs in ranks if rs.pid in ask.pid_rank and rs.dumps
+    }
+    recording = read_recording(reads, [s.name for s in ask.sessions], facts)
+    recording.evidence += ask.notes + live.notes
+    return recording
