@@ -26,6 +26,7 @@ from hicache_diag.triage.recorded import Facts, Recording, read_recording
 from hicache_diag.triage.recorded_dumps import dump_source, dump_stack
 
 POLL_S = 0.05
+MAX_ANCESTORS = 8  # scheduler -> launcher -> `hicache-diag record` -> a shell or srun
 Key = tuple[Path, int]  # (session, rank)
 
 
@@ -70,18 +71,34 @@ def _search(folder: Path, pid: int) -> Key | None:
     return None
 
 
+def _places(pid: int) -> tuple[list[Path], bool]:
+    """The session and record dirs named by the environment of `pid` and of its ancestors,
+    nearest first; whether any environment could be read. A scheduler's own is often blank:
+    setproctitle writes its title over the environ area (unless SPT_NOENV is set), while the
+    launcher above it, which sets no title, keeps its own (the record dir at least)."""
+    places, readable, seen = [], False, 0
+    while pid > 1 and seen < MAX_ANCESTORS:
+        env = _environ(pid)
+        readable |= env is not None
+        for key in (rec.SESSION_ENV, rec.RECORD_DIR_ENV):
+            places += [Path(p) for p in [(env or {}).get(key, "")] if p]
+        try:
+            pid, seen = psutil.Process(pid).ppid(), seen + 1
+        except psutil.Error:
+            break
+    return list(dict.fromkeys(places)), readable
+
+
 def find_ranks(pids: list[int], record_dirs: tuple[Path, ...] = ()) -> Ask:
-    """pid -> (session, rank): the session its environment names (or a session of the record
-    dir it names, or of `record_dirs`) whose meta names the pid."""
+    """pid -> (session, rank): a session its environment (or an ancestor's) names, or one of
+    the record dir named there or given, whose rank meta names the pid: never a guess."""
     ask = Ask("", 0.0, {})
     for pid in pids:
-        env = _environ(pid)
-        places = [Path(p) for p in (env or {}).get(rec.SESSION_ENV, "").split(os.pathsep) if p]
-        places += [Path(p) for p in [(env or {}).get(rec.RECORD_DIR_ENV, "")] if p]
+        places, readable = _places(pid)
         found = next((f for f in (_search(p, pid) for p in [*places, *record_dirs]) if f), None)
         if found is not None:
             ask.pid_rank[pid] = found
-        elif env is None and not record_dirs:
+        elif not readable and not record_dirs:
             ask.notes.append(
                 f"pid {pid}: its environment cannot be read (another user's process?): give "
                 "--record-dir to read its recording"
@@ -155,17 +172,24 @@ def _silent(pid: int, key: Key, rs: RankSamples | None) -> str | None:
     return None
 
 
-def add_stacks(ranks: list[RankSamples], ask: Ask, got: dict[Key, dict[str, Any]]) -> list[str]:
-    """Each rank py-spy could not read takes its in-process dump as this sample."""
+def add_stacks(
+    ranks: list[RankSamples], ask: Ask, got: dict[Key, dict[str, Any]], inproc: set[int]
+) -> list[str]:
+    """Each rank py-spy could not read (and, on later rounds, each in `inproc`: those already
+    judged from their dumps) takes its in-process dump as this sample."""
     used = []
     for rs in ranks:
         doc = got.get(ask.pid_rank.get(rs.pid or -1, (Path(), -1)))
-        if doc is not None and (not rs.dumps or rs.error):
-            dump = dump_stack(doc, rs.rank, rs.pid, dump_source(doc, rs.pid))
-            if dump is not None:
-                used.append(f"{rs.rank.label} ({rs.error or 'no py-spy stack'})")
-                rs.dumps.append(dump)
-                rs.error = None
+        if doc is None or not (not rs.dumps or rs.error or rs.pid in inproc):
+            continue
+        dump = dump_stack(doc, rs.rank, rs.pid, dump_source(doc, rs.pid))
+        if dump is not None:
+            used.append(f"{rs.rank.label} ({rs.error or 'no py-spy stack'})")
+            if rs.pid not in inproc:  # py-spy's failed samples are dropped: one kind of sample
+                rs.dumps, rs.raw = [], []
+            rs.dumps.append(dump)
+            rs.error = None
+            inproc.add(rs.pid or -1)
     return used
 
 
@@ -190,11 +214,12 @@ def collect_answers(
     expect = set(ask.pid_rank.values()) - set(live.silent)
     got = wait_answers(ask, expect, time.monotonic() + deadline_s)
     live.answered = set(got)
-    used = add_stacks(ranks, ask, got)
+    inproc: set[int] = set()
+    used = add_stacks(ranks, ask, got, inproc)
     for n in range(1, samples if used else 1):
         time.sleep(interval)
         send(ask, f"-s{n}")
-        add_stacks(ranks, ask, wait_answers(ask, expect, time.monotonic() + deadline_s))
+        add_stacks(ranks, ask, wait_answers(ask, expect, time.monotonic() + deadline_s), inproc)
     if used:
         live.notes.append(
             "stacks from the ranks' in-process dumps (no ptrace needed), where py-spy could "
