@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag.evidence.ranks import RankId
-from hicache_diag.evidence.recording_read import RankRead
+from hicache_diag.evidence.recording_scan import RankRead
 from hicache_diag.evidence.stacks import RankDump
 from hicache_diag.logs.model import LogEvidence
 from hicache_diag.triage.recorded_align import Parting, align

@@ -19,7 +19,7 @@ import pandas as pd
 
 from hicache_diag.diagnosis.divergence import CAUSAL_ORDER, first_divergence
 from hicache_diag.diagnosis.idle_slots import ran_past_last_line
-from hicache_diag.evidence.recording_read import RankRead
+from hicache_diag.evidence.recording_scan import RankRead
 from hicache_diag.evidence.stacks import RankDump
 from hicache_diag.evidence.verdict import DivergenceSource
 

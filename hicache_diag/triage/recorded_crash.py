@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from hicache_diag.evidence.ranks import RankId
-from hicache_diag.evidence.recording_read import RankRead
+from hicache_diag.evidence.recording_scan import RankRead
 from hicache_diag.logs.model import LogEvidence, LogException
 from hicache_diag.rules.signatures import Context
 

@@ -11,21 +11,51 @@ from typing import Any
 from hicache_diag.errors import UsageError
 from hicache_diag.evidence import recording as rec
 from hicache_diag.evidence.ranks import RankId
-from hicache_diag.evidence.recording_read import RankRead, is_session, read_request, read_session
-from hicache_diag.evidence.stacks import RankDump, parse_dump_text, threads_from_json
+from hicache_diag.evidence.recording_scan import RankRead, is_session, read_request, read_session
+from hicache_diag.evidence.stacks import (
+    Frame,
+    RankDump,
+    ThreadStack,
+    parse_dump_text,
+    threads_from_json,
+)
 from hicache_diag.triage.hang import RankSamples
 
 
-def dump_stack(doc: dict[str, Any], rank: RankId, pid: int | None, source: str) -> RankDump | None:
-    """The dump's `threads` (py-spy's JSON thread list, innermost frame first; or faulthandler
-    text) as one stack sample; None when it holds none."""
-    threads = doc.get("threads")
-    parsed = None
-    if isinstance(threads, list) and threads and all(isinstance(t, dict) for t in threads):
-        parsed = threads_from_json(threads)
-    elif isinstance(threads, str) and threads.strip():
+def _frame(text: str) -> Frame:
+    """`file:line in func`, as the recorder's ThreadDump writes a frame."""
+    where, _, name = text.rpartition(" in ")
+    filename, _, line = where.rpartition(":")
+    if not line.isdigit():
+        filename, line = where, "0"
+    return Frame(name or text, filename or "?", int(line))
+
+
+def _thread(item: dict[str, Any]) -> ThreadStack:
+    """One recorder ThreadDump (`frames` outermost first, as strings) as py-spy's innermost-
+    first thread; its main thread named `MainThread`, whatever threading calls it."""
+    frames = tuple(_frame(str(f)) for f in reversed(item.get("frames") or []))
+    name = "MainThread" if item.get("main") else item.get("name")
+    tid = item.get("native_id")
+    return ThreadStack(name, None, frames, tid if isinstance(tid, int) else None)
+
+
+def _threads(threads: Any, source: str) -> list[ThreadStack] | None:
+    if isinstance(threads, str) and threads.strip():  # faulthandler's text
         found = parse_dump_text(threads, source)
-        parsed = found[0].threads if found else None
+        return found[0].threads if found else None
+    if not (isinstance(threads, list) and threads and all(isinstance(t, dict) for t in threads)):
+        return None
+    if all(isinstance(f, str) for t in threads for f in t.get("frames") or []):
+        return [_thread(t) for t in threads]
+    return threads_from_json(threads)  # py-spy's JSON thread list
+
+
+def dump_stack(doc: dict[str, Any], rank: RankId, pid: int | None, source: str) -> RankDump | None:
+    """The dump's `threads` as one stack sample: the recorder's ThreadDumps
+    (evidence/recording_dump.py), py-spy's JSON thread list, or faulthandler text; None when
+    it holds none."""
+    parsed = _threads(doc.get("threads"), source)
     if not parsed:
         return None
     title = doc.get("title") if isinstance(doc.get("title"), str) else None

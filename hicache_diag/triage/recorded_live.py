@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 
 from hicache_diag.evidence import recording as rec
-from hicache_diag.evidence.recording_read import RankRead, read_meta, read_session
+from hicache_diag.evidence.recording_scan import RankRead, read_meta, read_session
 from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.triage.hang import RankSamples
 from hicache_diag.triage.recorded import Facts, Recording, read_recording

@@ -1,7 +1,7 @@
 """A scheduler-titled process that records like a server launched through `hicache-diag record`
 (evidence/recording.py's writer, in the session its environment names) and answers triage's
-dump requests from inside, with every thread's stack and no ptrace: the recorder's protocol,
-without SGLang, for the live tests of triage's side.
+dump requests from inside, with every thread's stack (the recorder's ThreadDump shape) and no
+ptrace: the recorder's protocol, without SGLang, for the live tests of triage's side.
 
 `python fake_recorded_rank.py RANK STEPS [PART_STEP]`: writes STEPS steps (rank 1 takes another
 extend_num_tokens at PART_STEP), prints READY, then waits where SGLang's PP stages wait for each
@@ -22,20 +22,26 @@ from pathlib import Path
 LIFETIME_S = 90.0
 
 
-def _frames(frame) -> list[dict]:
-    """One thread's stack as py-spy's JSON prints it: innermost first."""
-    out = []
-    for fs in reversed(traceback.extract_stack(frame)):
-        out.append({"name": fs.name, "filename": fs.filename, "line": fs.lineno or 0})
-    return out
-
-
 def _threads() -> list[dict]:
-    names = {t.ident: t.name for t in threading.enumerate()}
-    return [
-        {"thread_name": names.get(tid), "thread_id": tid, "frames": _frames(frame)}
-        for tid, frame in sys._current_frames().items()
-    ]
+    """Every thread as the recorder's ThreadDump (evidence/recording_dump.py): frames as
+    `file:line in func`, outermost first."""
+    by_ident = {t.ident: t for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        thread = by_ident.get(ident)
+        frames = [
+            f"{fs.filename}:{fs.lineno} in {fs.name}" for fs in traceback.extract_stack(frame)
+        ]
+        out.append(
+            {
+                "name": thread.name if thread else "",
+                "ident": ident,
+                "native_id": thread.native_id if thread else None,
+                "main": thread is threading.main_thread(),
+                "frames": frames,
+            }
+        )
+    return out
 
 
 def answer_requests(writer, session: Path) -> None:
@@ -49,7 +55,7 @@ def answer_requests(writer, session: Path) -> None:
         if request and request.get("id") != seen:
             seen = request["id"]
             doc = {"request": seen, "pid": os.getpid(), "threads": _threads()}
-            writer.dump(doc | {"title": _title()}, "asked")
+            writer.dump(doc, "asked")
         time.sleep(0.02)
 
 

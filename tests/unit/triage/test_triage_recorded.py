@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from hicache_diag.evidence import recording as rec
-from hicache_diag.evidence.recording_read import read_session
+from hicache_diag.evidence.recording_scan import read_session
 from hicache_diag.triage.recorded import Facts, offline_facts, read_recording
 from hicache_diag.triage.recorded_align import align
 from tests.unit.triage.recordings import record, small
