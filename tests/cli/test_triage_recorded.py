@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from hicache_diag.cli.main import app, run_cli
 from hicache_diag.evidence import recording as rec
+from tests.unit.triage.recorded_ranks import RecordedRanks
 from tests.unit.triage.recordings import record, small
 
 jsonschema = pytest.importorskip("jsonschema")  # in the [test] extra
@@ -118,41 +119,6 @@ def test_record_dir_is_not_for_the_nodes_path(tmp_path, capsys):
 
 
 # -- live: real processes that record and answer dump requests ---------------------------------
-
-
-class RecordedRanks:
-    """Two scheduler-titled processes recording into one session (fake_recorded_rank.py)."""
-
-    def __init__(self, session: Path, steps: tuple[int, int], part: int) -> None:
-        self.session, self.steps, self.part = session, steps, part
-        self.procs: list[subprocess.Popen[str]] = []
-
-    def __enter__(self) -> RecordedRanks:
-        env = dict(os.environ, **{rec.SESSION_ENV: str(self.session), "SPT_NOENV": "1"})
-        script = str(HERE / "fake_recorded_rank.py")
-        for rank, steps in enumerate(self.steps):
-            cmd = [sys.executable, script, str(rank), str(steps), str(self.part)]
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-            self.procs.append(proc)
-        for proc in self.procs:
-            if "READY" not in (proc.stdout.readline() if proc.stdout else ""):
-                self.__exit__()
-                raise RuntimeError("a fake recorded rank did not start")
-        return self
-
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
-
-    def __exit__(self, *exc: object) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGCONT)
-                proc.kill()
-        for proc in self.procs:
-            proc.wait(timeout=10)
-            if proc.stdout:
-                proc.stdout.close()
 
 
 def _live(pids: list[int], *, refuse_ptrace: bool) -> tuple[int, dict]:
