@@ -26,6 +26,7 @@ from hicache_diag.triage.recorded import Facts, Recording, read_recording
 from hicache_diag.triage.recorded_dumps import dump_source, dump_stack
 
 POLL_S = 0.05
+KEYS = (rec.SESSION_ENV, rec.RECORD_DIR_ENV)
 MAX_ANCESTORS = 8  # scheduler -> launcher -> `hicache-diag record` -> a shell or srun
 Key = tuple[Path, int]  # (session, rank)
 
@@ -80,8 +81,10 @@ def _places(pid: int) -> tuple[list[Path], bool]:
     while pid > 1 and seen < MAX_ANCESTORS:
         env = _environ(pid)
         readable |= env is not None
-        for key in (rec.SESSION_ENV, rec.RECORD_DIR_ENV):
-            places += [Path(p) for p in [(env or {}).get(key, "")] if p]
+        session, folder = (Path(v) if (v := (env or {}).get(k)) else None for k in KEYS)
+        if session is not None and folder is not None and not session.is_absolute():
+            session = folder / session  # the recorder names its session inside its dir
+        places += [p for p in (session, folder) if p is not None]
         try:
             pid, seen = psutil.Process(pid).ppid(), seen + 1
         except psutil.Error:
