@@ -68,6 +68,15 @@ def _launch_line(install, port: int) -> list[str]:
     return spec.argv(install.python, port) + ["--enable-streaming-session"]
 
 
+def _cpu_env(install) -> dict[str, str]:
+    """What a user sets to run SGLang on CPU (as engines/sglang/server.py does for `run`)."""
+    cores = max(1, os.cpu_count() or 1)
+    ranks = install.launch.omp_bind_entries(2, 1)
+    env = {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": str(max(1, cores // 2))}
+    env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(str(r % cores) for r in range(ranks))
+    return {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+
+
 def _free_port() -> int:
     import socket
 
@@ -183,14 +192,14 @@ def _assert_session_clock(data: dict) -> None:
     assert [r["blind"] for r in data["recorded"]] == [None, None], data["recorded"]
 
 
-def _record_env(record_dir: Path) -> dict[str, str]:
-    """`record --print-env --json`: the environment-only form's variables."""
+def _record_env(record_dir: Path, base: dict[str, str]) -> dict[str, str]:
+    """`record --print-env --json`: the environment-only form's variables, over `base`."""
     cmd = [*CLI, "record", "--print-env", "--dir", str(record_dir), "--cpu-shims", "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True)
     env = json.loads(proc.stdout)["env"]
-    if os.environ.get("PYTHONPATH"):
-        env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
-    return {**os.environ, **env}
+    if base.get("PYTHONPATH"):
+        env["PYTHONPATH"] += os.pathsep + base["PYTHONPATH"]
+    return {**base, **env}
 
 
 @pytest.mark.parametrize("form", ["record", "env-only"])
@@ -200,9 +209,9 @@ def test_triage_names_the_session_clock_of_a_recorded_user_server(tmp_path, form
     line = _launch_line(install, port)
     if form == "record":
         argv = [*CLI, "record", "--dir", str(record_dir), "--cpu-shims", "--", *line]
-        env = dict(os.environ)
+        env = _cpu_env(install)
     else:
-        argv, env = line, _record_env(record_dir)
+        argv, env = line, _record_env(record_dir, _cpu_env(install))
     with UserServer(argv, env, tmp_path, port) as srv:
         srv.wait_ready()
         session = _session(record_dir)
@@ -216,7 +225,8 @@ def test_a_stopped_rank_of_a_recorded_user_server_is_named_with_ptrace_refused(t
     install, port = _install(), _free_port()
     record_dir = tmp_path / "rec"
     argv = [*CLI, "record", "--dir", str(record_dir), "--cpu-shims", "--"]
-    with UserServer([*argv, *_launch_line(install, port)], dict(os.environ), tmp_path, port) as srv:
+    line = [*argv, *_launch_line(install, port)]
+    with UserServer(line, _cpu_env(install), tmp_path, port) as srv:
         srv.wait_ready()
         _session(record_dir)
         pp0, pp1 = srv.schedulers()
