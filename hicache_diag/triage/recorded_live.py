@@ -164,6 +164,8 @@ def _silent(pid: int, key: Key, rs: RankSamples | None) -> str | None:
     meta = read_meta(*key)
     if meta is not None and not meta.on:
         return f"its recorder is off ({meta.off_reason or 'no reason written'})"
+    if meta is not None and getattr(meta, "dumper", True) is False:  # the meta says, when it can
+        return "its recorder runs no dumper thread (it answers no dump request)"
     try:
         status = psutil.Process(pid).status()
     except psutil.Error:
