@@ -22,6 +22,7 @@ from hicache_diag.triage.recorded_align import Parting, align
 from hicache_diag.triage.recorded_crash import crash_evidence
 
 MAX_SAID = 8  # ranks named per evidence line: a thousand ranks do not fit one
+MISSING = "missing: no recording of this rank (launched without `hicache-diag record`?)"
 
 
 @dataclass(slots=True)
@@ -101,6 +102,8 @@ class Facts:
     silent: dict[int, str] = field(default_factory=dict)  # rank -> why it could not answer
     stacks: dict[int, RankDump] = field(default_factory=dict)
     expected: set[tuple[int, int]] = field(default_factory=set)  # ranks known to exist
+    # A live rank whose environment names a recording that holds no file of it: why
+    named: dict[tuple[int, int], str] = field(default_factory=dict)
     node: str | None = None
 
 
@@ -137,7 +140,8 @@ def _missing(reads: dict[int, RankRead], facts: Facts) -> list[RecordedRank]:
     out = []
     for pp, tp in sorted(facts.expected - have):
         pid = (facts.live or {}).get((pp, tp))
-        why = "missing: no recording of this rank (launched without `hicache-diag record`?)"
+        why = facts.named.get((pp, tp))
+        why = f"missing: {why}" if why else MISSING
         out.append(RecordedRank(None, pp, tp, pid, None, None, why, facts.node))
     return out
 
@@ -170,6 +174,8 @@ def _evidence(rec: Recording, compared: dict[int, RankRead]) -> list[str]:
     lines = [
         f"recording {_said(rec.sessions)}: {len(rec.ranks)} rank(s), last step "
         f"{_said(steps) or 'none written'}"
+        if rec.sessions
+        else f"recording: no file of any of the {len(rec.ranks)} rank(s) was found"
     ]
     lines += [f"recording: {r.label} is blind ({r.blind})" for r in rec.ranks if r.blind]
     lines += _behind(rec)

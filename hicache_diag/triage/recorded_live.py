@@ -39,6 +39,7 @@ class Ask:
     at: float
     pid_rank: dict[int, Key]
     notes: list[str] = field(default_factory=list)
+    named: dict[int, list[Path]] = field(default_factory=dict)  # pid -> places, none holds it
     seen: dict[Path, tuple[float, dict[str, Any]]] = field(default_factory=dict)
 
     @property
@@ -101,11 +102,16 @@ def find_ranks(pids: list[int], record_dirs: tuple[Path, ...] = ()) -> Ask:
         found = next((f for f in (_search(p, pid) for p in [*places, *record_dirs]) if f), None)
         if found is not None:
             ask.pid_rank[pid] = found
+        elif places:
+            ask.named[pid] = places
         elif not readable and not record_dirs:
             ask.notes.append(
                 f"pid {pid}: its environment cannot be read (another user's process?): give "
                 "--record-dir to read its recording"
             )
+    if record_dirs and not ask.pid_rank:
+        where = ", ".join(map(str, record_dirs))
+        ask.notes.append(f"no live scheduler's pid is in the recordings under {where}")
     return ask
 
 
@@ -233,6 +239,32 @@ def collect_answers(
     return live
 
 
+def live_facts(ask: Ask, ranks: list[RankSamples]) -> Facts:
+    """The live ranks (PP, TP) -> pid, and why a rank whose environment names a recording
+    has none (its recorder could not start there: a read-only or full disk, another user)."""
+    facts = Facts(asked=ask.id or None)
+    facts.live = {(rs.rank.pp, rs.rank.tp): rs.pid for rs in ranks if rs.rank.known and rs.pid}
+    facts.expected = set(facts.live)
+    for rs in ranks:
+        if rs.pid in ask.named and rs.rank.known:
+            where = ", ".join(str(p) for p in ask.named[rs.pid])
+            facts.named[(rs.rank.pp, rs.rank.tp)] = (
+                f"its environment names a recording ({where}) that holds no file of it: the "
+                "recorder could not start there (a read-only or full disk?)"
+            )
+    return facts
+
+
+def unrecorded(ask: Ask, ranks: list[RankSamples]) -> Recording | None:
+    """Live ranks none of which has a recording: blind where their environment names one
+    (never a verdict of their own); None when nothing says they record."""
+    if not ask.named:
+        return Recording([], [], None, list(ask.notes)) if ask.notes else None
+    recording = read_recording({}, [], live_facts(ask, ranks))
+    recording.evidence += ask.notes
+    return recording
+
+
 def live_recording(live: LiveAsk, ranks: list[RankSamples]) -> Recording | None:
     """Every session's files, joined by rank, read with the live facts."""
     ask = live.ask
@@ -241,9 +273,7 @@ def live_recording(live: LiveAsk, ranks: list[RankSamples]) -> Recording | None:
         reads.update(read_session(session))
     if not reads:
         return None
-    facts = Facts(asked=ask.id or None)
-    facts.live = {(rs.rank.pp, rs.rank.tp): rs.pid for rs in ranks if rs.rank.known and rs.pid}
-    facts.expected = set(facts.live)
+    facts = live_facts(ask, ranks)
     facts.answered = {rank for _, rank in live.answered}
     facts.silent = {rank: why for (_, rank), why in live.silent.items()}
     facts.stacks = {

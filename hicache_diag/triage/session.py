@@ -26,6 +26,7 @@ from hicache_diag.triage.recorded_live import (
     find_ranks,
     live_recording,
     send,
+    unrecorded,
 )
 from hicache_diag.triage.recorded_report import attach_recording
 from hicache_diag.triage.report import TriageReport
@@ -117,8 +118,8 @@ def run_triage(req: TriageRequest) -> TriageReport:
         if ask.pid_rank:
             live = collect_answers(ask, ranks, req.deadline_s, req.samples, req.interval)
             recording = live_recording(live, ranks)
-        elif ask.notes or req.record_dirs:
-            recording = _unmatched(ask.notes, req.record_dirs)
+        else:
+            recording = unrecorded(ask, ranks)
         if req.save:
             save_samples(ranks, req.save)
     run_logs, declared = _read_dumps(req, ranks)
@@ -132,13 +133,6 @@ def run_triage(req: TriageRequest) -> TriageReport:
     )
     attach_recording(report, recording, live=bool(pids))
     return report
-
-
-def _unmatched(notes: list[str], folders: tuple[Path, ...]) -> Recording:
-    """Live schedulers none of whose recordings was found: only why."""
-    if folders:
-        notes = [*notes, f"no live scheduler's pid is in the recordings under {folders[0]}"]
-    return Recording([], [], None, notes)
 
 
 def _offline(folders: tuple[Path, ...], ranks: list[RankSamples]) -> Recording:

@@ -172,3 +172,16 @@ def test_a_stopped_rank_is_named_from_its_peers_dumps_its_last_step_and_its_stat
     [peer] = [r for r in data["ranks"] if r["label"] == "PP0 TP0"]
     assert peer["wait_site"] == "pp-proxy-recv"  # from its in-process dump: py-spy was refused
     assert data["first_divergence"] is None
+
+
+@pytest.mark.process
+def test_a_live_rank_whose_recording_could_not_start_is_blind_not_guessed(tmp_path):
+    """Its environment names a session its recorder could not create (here a file stands where
+    the folder would go: what a read-only or full disk does to the recorder)."""
+    (tmp_path / "file").write_text("")
+    with RecordedRanks(tmp_path / "file" / "s", (10, 10), part=-1) as ranks:
+        code, data = _live(ranks.pids, refuse_ptrace=False)
+    jsonschema.validate(data, _schema())
+    assert [r["blind"][:8] for r in data["recorded"]] == ["missing:", "missing:"]
+    assert "holds no file of it" in data["recorded"][0]["blind"]
+    assert data["first_divergence"] is None and code in (0, 3, 12)
