@@ -18,7 +18,7 @@ from hicache_diag.evidence.ranks import RankId
 from hicache_diag.evidence.recording_scan import RankRead
 from hicache_diag.evidence.stacks import RankDump
 from hicache_diag.logs.model import LogEvidence
-from hicache_diag.triage.recorded_align import Parting, align
+from hicache_diag.triage.parting import Parting
 from hicache_diag.triage.recorded_crash import crash_evidence
 
 MAX_SAID = 8  # ranks named per evidence line: a thousand ranks do not fit one
@@ -159,6 +159,8 @@ def read_recording(reads: dict[int, RankRead], sessions: list[str], facts: Facts
     recording = Recording(sessions, ranks)
     named = {r: rr.session for r, rr in reads.items()}
     recording.crashes = crash_evidence(reads, named)
+    from hicache_diag.triage.recorded_align import align  # pandas: only with a recording
+
     recording.parting = align(compared, facts.stacks)
     recording.evidence = _evidence(recording, compared)
     return recording

@@ -10,7 +10,6 @@ and a blind rank's files are never read here (triage/recorded.py leaves them out
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
@@ -22,26 +21,10 @@ from hicache_diag.diagnosis.idle_slots import ran_past_last_line
 from hicache_diag.evidence.recording_scan import RankRead
 from hicache_diag.evidence.stacks import RankDump
 from hicache_diag.evidence.verdict import DivergenceSource
+from hicache_diag.triage.parting import Parting
 
 DEFAULT_BLOCK_STEPS = 256  # recording.Limits' default, when a meta does not say
 ROTATED = "rotated out of the full lines"
-
-
-@dataclass(slots=True)
-class Parting:
-    """The first divergence the recording shows. `reach`: which files showed it (lines: the
-    values are the recorded ones; digests, blocks: the values rotated out, each rank's crc is
-    given instead). `last_step`: blocks only, the last step of the block that differs."""
-
-    step: int
-    field: str | None
-    values: dict[str, Any]
-    source: str
-    reach: str
-    culprit_rank: int | None = None
-    last_step: int | None = None
-    fields: list[str] = field(default_factory=list)  # every field seen differing there
-    evidence: list[str] = field(default_factory=list)
 
 
 def frames_of(ranks: dict[int, RankRead]) -> pd.DataFrame:
