@@ -82,7 +82,6 @@ EXAMPLES = """\b
 Examples:
   hicache-diag triage --discover          # every *::scheduler* process here
   hicache-diag triage --dumps samples/dumps/pp_hang_pp_sync --json
-  hicache-diag triage --record-dir DIR    # a recorded server's files, as left or copied
   hicache-diag triage --live --via ssh --hosts n1,n2   # every node at once
 
 Exit: 0 healthy/busy, 10/11 form A/B, 12 hang, 16 other crash, 3 undecided,

@@ -81,7 +81,10 @@ def _live_pids(req: TriageRequest) -> list[int]:
         except psutil.NoSuchProcess:
             raise UsageError(f"--parent {req.parent}: no such process") from None
         if not found and not (pids or req.dumps or req.logs or req.record_dirs):
-            raise UsageError("--discover: no sglang::scheduler or hicache-diag::scheduler process")
+            raise UsageError(
+                "--discover: no sglang::scheduler or hicache-diag::scheduler process (a recorded "
+                "server that is gone: --record-dir DIR reads what it left)"
+            )
         pids += [p for p in found if p not in pids]
     return pids
 
