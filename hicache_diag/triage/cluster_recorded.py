@@ -16,7 +16,7 @@ from typing import Any
 from hicache_diag.evidence.recording_scan import RankRead, read_session
 from hicache_diag.triage.cluster_merge import ClusterSnapshot
 from hicache_diag.triage.hang import RankSamples
-from hicache_diag.triage.recorded import Facts, Recording, read_recording
+from hicache_diag.triage.recorded import Facts, Recording, join, read_recording
 from hicache_diag.triage.recorded_dumps import dump_source, dump_stack
 
 _NAME = re.compile(r"rank\d+\.[\w.-]+")  # only the recording's own file names are written
@@ -61,23 +61,29 @@ def _answers(rr: RankRead, asked: list[str]) -> list[dict[str, Any]]:
     return [d for d in rr.dumps if d.get("request") in asked]
 
 
-def _node_reads(doc: dict[str, Any], folder: Path, facts: Facts) -> dict[int, RankRead]:
-    """One node's recordings read back; its live facts added to `facts`."""
-    reads: dict[int, RankRead] = {}
+def _node_reads(doc: dict[str, Any], folder: Path) -> tuple[list[dict[int, RankRead]], list]:
+    """One node's sessions read back, and the dump requests its collector wrote."""
+    sessions, asked = [], []
     for shipped, session in zip(doc.get("recordings") or [], _unpack(doc, folder), strict=True):
-        asked = [a for a in shipped.get("asked") or [] if isinstance(a, str)]
-        facts.asked = facts.asked or (asked[-1] if asked else None)
-        for r, rr in read_session(session).items():
+        asked += [a for a in shipped.get("asked") or [] if isinstance(a, str)]
+        got = read_session(session)
+        for rr in got.values():
             rr.session = str(shipped.get("name") or session.name)
-            reads[r] = rr
-            if _answers(rr, asked):
-                facts.answered.add(r)
-    by_pid = {rr.meta.pid: r for r, rr in reads.items() if rr.meta}
-    for proc in doc.get("processes") or []:
-        r = by_pid.get(proc.get("pid"))
-        if r is not None and (why := _silent(proc)) is not None:
-            facts.silent[r] = why
-    return reads
+        sessions.append(got)
+    return sessions, asked
+
+
+def _facts(docs: list, reads: dict[int, RankRead], node_of: dict, asked: list[str]) -> Facts:
+    """Who answered the collectors' requests, and why a rank could not (its kernel state)."""
+    facts = Facts(asked=asked[-1] if asked else None)
+    facts.answered = {r for r, rr in reads.items() if _answers(rr, asked)}
+    why = {
+        (n, p.get("pid")): w for n, d in docs for p in d.get("processes") or [] if (w := _silent(p))
+    }
+    for r, rr in reads.items():
+        if rr.meta and (said := why.get((node_of.get(r), rr.meta.pid))):
+            facts.silent[r] = said
+    return facts
 
 
 def _pairs(snap: ClusterSnapshot, reads: dict[int, RankRead]) -> list[tuple[int, RankSamples]]:
@@ -108,13 +114,15 @@ def cluster_recording(snap: ClusterSnapshot) -> Recording | None:
     docs = [(r.node.name, r.doc or {}) for r in snap.answered if (r.doc or {}).get("recordings")]
     if not docs:
         return None
-    facts, reads, node_of, asked = Facts(), {}, {}, []
+    per_node, asked, notes = [], [], []
     with tempfile.TemporaryDirectory(prefix="hicache-diag-recordings-") as scratch:
         for i, (node, doc) in enumerate(docs):
-            got = _node_reads(doc, Path(scratch) / str(i), facts)
-            reads |= got
-            node_of |= dict.fromkeys(got, node)
-            asked += [a for s in doc["recordings"] for a in s.get("asked") or []]
+            sessions, wrote = _node_reads(doc, Path(scratch) / str(i))
+            per_node += [(node, got) for got in sessions]
+            asked += wrote
+    reads = join([got for _, got in per_node], notes)
+    node_of = {r: n for n, got in per_node for r, rr in got.items() if reads.get(r) is rr}
+    facts = _facts(docs, reads, node_of, asked)
     facts.live = {(rs.rank.pp, rs.rank.tp): rs.pid for rs in snap.ranks if rs.rank.known}
     facts.expected = set(facts.live)
     used = _use_dumps(snap, reads, asked)
@@ -123,6 +131,7 @@ def cluster_recording(snap: ClusterSnapshot) -> Recording | None:
     recording = read_recording(reads, sessions, facts)
     for r in recording.ranks:
         r.node = node_of.get(r.rank) if r.rank is not None else None
+    recording.evidence += notes
     if used:
         recording.evidence.append(
             "stacks from the ranks' in-process dumps (no ptrace needed), where no link of the "

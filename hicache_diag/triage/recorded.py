@@ -119,7 +119,7 @@ def _blind(rr: RankRead, facts: Facts) -> str | None:
         return f"missing: rank{rr.rank}.meta.json is not there (its recorder never started)"
     live = facts.live or {}
     pid = live.get((meta.pp_rank, meta.tp_rank))
-    if pid is not None and meta.pid != pid:
+    if pid is not None and meta.pid not in live.values():  # two launches may share a PP/TP
         return f"stale: its recording is pid {meta.pid}'s, the rank runs as pid {pid}"
     if not meta.on:
         return f"recorder off: {meta.off_reason or 'no reason written'}"
@@ -127,6 +127,24 @@ def _blind(rr: RankRead, facts: Facts) -> str | None:
         why = facts.silent.get(rr.rank, "no in-process dump came back in time")
         return f"no answer: {why}"
     return None
+
+
+def join(sessions: list[dict[int, RankRead]], notes: list[str]) -> dict[int, RankRead]:
+    """Several sessions' ranks (a node's each, or two launches on one node) joined by rank; a
+    rank two of them hold is kept from the later-started one, the other said."""
+    reads: dict[int, RankRead] = {}
+    for got in sessions:
+        for r, rr in got.items():
+            if r in reads:
+                keep, drop = sorted((reads[r], rr), key=_started, reverse=True)
+                notes.append(f"rank {r} is in {keep.session} and {drop.session}: the later kept")
+                rr = keep
+            reads[r] = rr
+    return reads
+
+
+def _started(rr: RankRead) -> float:
+    return rr.meta.started_at if rr.meta else 0.0
 
 
 def _dumped_at(rr: RankRead) -> float | None:

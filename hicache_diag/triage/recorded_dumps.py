@@ -20,6 +20,7 @@ from hicache_diag.evidence.stacks import (
     threads_from_json,
 )
 from hicache_diag.triage.hang import RankSamples
+from hicache_diag.triage.recorded import join
 
 
 def _frame(text: str) -> Frame:
@@ -102,20 +103,9 @@ def read_offline(folders: list[Path]) -> Offline:
     node) are one launch, joined by rank. A rank in two sessions: the later-started kept."""
     notes: list[str] = []
     sessions = [s for folder in folders for s in _sessions_of(folder, notes)]
-    reads: dict[int, RankRead] = {}
-    request = None
-    for session in sessions:
-        request = request or read_request(session)
-        for r, rr in read_session(session).items():
-            if r in reads and _started(reads[r]) >= _started(rr):
-                notes.append(f"rank {r} is in two sessions: {session.name}'s left out")
-                continue
-            reads[r] = rr
+    request = next((r for s in sessions if (r := read_request(s)) is not None), None)
+    reads = join([read_session(s) for s in sessions], notes)
     return Offline(sessions, reads, request, notes)
-
-
-def _started(rr: RankRead) -> float:
-    return rr.meta.started_at if rr.meta else 0.0
 
 
 def offline_stacks(off: Offline) -> list[RankSamples]:

@@ -19,10 +19,10 @@ from typing import Any
 import psutil
 
 from hicache_diag.evidence import recording as rec
-from hicache_diag.evidence.recording_scan import RankRead, read_meta, read_session
+from hicache_diag.evidence.recording_scan import read_meta, read_session
 from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.triage.hang import RankSamples
-from hicache_diag.triage.recorded import Facts, Recording, read_recording
+from hicache_diag.triage.recorded import Facts, Recording, join, read_recording
 from hicache_diag.triage.recorded_dumps import dump_source, dump_stack
 
 POLL_S = 0.05
@@ -268,9 +268,8 @@ def unrecorded(ask: Ask, ranks: list[RankSamples]) -> Recording | None:
 def live_recording(live: LiveAsk, ranks: list[RankSamples]) -> Recording | None:
     """Every session's files, joined by rank, read with the live facts."""
     ask = live.ask
-    reads: dict[int, RankRead] = {}
-    for session in ask.sessions:
-        reads.update(read_session(session))
+    notes: list[str] = []
+    reads = join([read_session(session) for session in ask.sessions], notes)
     if not reads:
         return None
     facts = live_facts(ask, ranks)
@@ -280,5 +279,5 @@ def live_recording(live: LiveAsk, ranks: list[RankSamples]) -> Recording | None:
         ask.pid_rank[rs.pid][1]: rs.dumps[-1] for rs in ranks if rs.pid in ask.pid_rank and rs.dumps
     }
     recording = read_recording(reads, [s.name for s in ask.sessions], facts)
-    recording.evidence += ask.notes + live.notes
+    recording.evidence += ask.notes + live.notes + notes
     return recording

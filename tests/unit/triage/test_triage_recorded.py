@@ -156,3 +156,22 @@ def test_the_json_carries_each_rank_and_the_first_divergence(tmp_path):
     }
     assert [r["label"] for r in got.recorded_json()] == ["PP0 TP0", "PP1 TP0"]
     assert got.recorded_json()[1]["last_step"] == 40
+
+
+def test_two_launches_holding_the_same_ranks_keep_the_later_one(tmp_path):
+    """Two recorded servers on one node (or a restart into a new session): never mixed."""
+    from hicache_diag.evidence.recording_scan import read_session as read
+    from hicache_diag.triage.recorded import join
+
+    record(tmp_path / "old", 2, 20, _part_at(5, extend_num_tokens=1))
+    record(tmp_path / "new", 2, 30)
+    old, new = read(tmp_path / "old"), read(tmp_path / "new")
+    for rr in new.values():
+        rr.meta.started_at, rr.session = 10.0, "new"
+    for rr in old.values():
+        rr.session = "old"
+    notes: list[str] = []
+    reads = join([new, old], notes)
+    assert {r: rr.session for r, rr in reads.items()} == {0: "new", 1: "new"}
+    assert notes == [f"rank {r} is in new and old: the later kept" for r in (0, 1)]
+    assert align(reads) is None  # the old launch's parting is not this one's
