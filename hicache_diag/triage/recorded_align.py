@@ -10,6 +10,8 @@ and a blind rank's files are never read here (triage/recorded.py leaves them out
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
 from itertools import combinations
 from typing import Any
 
@@ -141,8 +143,39 @@ def _digest_finding(ranks: dict[int, RankRead], step: int, crcs: dict) -> Partin
     return Parting(step, name, values, src, "digests", None, None, apart or [], ev)
 
 
-def _line_finding(frames: pd.DataFrame, stacks: dict[int, RankDump]) -> Parting | None:
-    found = first_divergence(frames, ran_past_last_line(frames, stacks))
+def suspect_steps(ranks: dict[int, RankRead]) -> set[int]:
+    """The held steps diagnosis has to look at: those not written once by every rank with the
+    same must-agree values (a day's recording is mostly neither; diagnosis walks step by
+    step). A step one rank folded or wrote twice (a crash record) stays in."""
+    keys: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for r, rr in ranks.items():
+        for line in rr.lines:
+            if isinstance(step := line.get("step"), int):
+                agree = line.get("must_agree") or []
+                held = [agree, [line.get(k) for k in agree], line.get("host_held")]
+                keys[step].append((r, json.dumps(held, sort_keys=True, default=str)))
+    n, known = len(ranks), _known_from(ranks)
+    return {
+        step
+        for step, got in keys.items()
+        if step >= known
+        and (len(got) != n or len({r for r, _ in got}) != n or len({k for _, k in got}) > 1)
+    }
+
+
+def _known_from(ranks: dict[int, RankRead]) -> int:
+    """The first step every rank's held lines speak for: its oldest line, or the idle slots
+    that line says it folded just before (older steps: one rank's lines rotated out)."""
+    firsts = [rr.lines[0] for rr in ranks.values() if rr.lines]
+    if len(firsts) < len(ranks):
+        return 0
+    return max(int(ln.get("step") or 0) - int(ln.get("idle_polls") or 0) for ln in firsts)
+
+
+def _line_finding(
+    frames: pd.DataFrame, stacks: dict[int, RankDump], steps: set[int]
+) -> Parting | None:
+    found = first_divergence(frames, ran_past_last_line(frames, stacks), steps)
     if found is None:
         return None
     first = found.first
@@ -172,10 +205,4 @@ def align(ranks: dict[int, RankRead], stacks: dict[int, RankDump] | None = None)
     frames = frames_of(ranks)
     if frames.empty:
         return None
-    # The first step whose digests differ bounds the search (diagnosis walks every step); a
-    # parting the digests cannot see (a slot one rank folded idle) is searched for after it.
-    near = frames[frames["step"] <= early[0]] if early is not None else frames
-    found = _line_finding(near, stacks or {})
-    if found is None and early is not None:
-        found = _line_finding(frames, stacks or {})
-    return found
+    return _line_finding(frames, stacks or {}, suspect_steps(ranks))

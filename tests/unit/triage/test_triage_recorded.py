@@ -175,3 +175,18 @@ def test_two_launches_holding_the_same_ranks_keep_the_later_one(tmp_path):
     assert {r: rr.session for r, rr in reads.items()} == {0: "new", 1: "new"}
     assert notes == [f"rank {r} is in new and old: the later kept" for r in (0, 1)]
     assert align(reads) is None  # the old launch's parting is not this one's
+
+
+def test_a_slot_one_rank_folded_idle_while_its_peer_ran_a_batch_is_found(tmp_path):
+    """Diagnosis' idle-slot rule (diagnosis/idle_slots.py) on the recorded lines: rank 1 wrote
+    no line at step 20 and its next line says it folded one idle slot; rank 0 ran r20 there."""
+
+    def change(step: int, rank: int) -> dict | None:
+        if rank == 1 and step == 20:
+            return None
+        return {"idle_polls": 1} if (rank == 1 and step == 21) else {}
+
+    record(tmp_path, 2, 3000, change)  # a long recording: only the odd steps are searched
+    found = align(read_session(tmp_path))
+    assert found is not None and (found.step, found.field) == (20, "rids")
+    assert found.values == {"0": ["r20"], "1": []}
