@@ -11,7 +11,6 @@ than the rank's), `no answer: ...` (asked for a dump, none came; what it recorde
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hicache_diag.evidence.ranks import RankId
@@ -238,7 +237,3 @@ def offline_facts(reads: dict[int, RankRead], request: dict | None) -> Facts:
     gaps = set(range(max(reads, default=-1) + 1)) - set(reads)
     facts.expected = {(r // tp_size, r % tp_size) for r in gaps}
     return facts
-
-
-def session_label(path: Path) -> str:
-    return path.name
