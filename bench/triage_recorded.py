@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -28,20 +29,27 @@ CLI = [sys.executable, "-m", "hicache_diag.cli.main", "triage", "--json"]
 NO_PTRACE = ROOT / "tests" / "unit" / "triage" / "no_ptrace.py"
 
 
-def timed(args: list[str], refuse_ptrace: bool = False) -> tuple[float, dict]:
+def timed(args: list[str], refuse_ptrace: bool = False) -> tuple[str, dict]:
+    """(wall and CPU seconds, the JSON verdict). CPU: triage's and its children's (py-spy), a
+    figure a shared, loaded machine leaves comparable where the wall time is not."""
     cmd = [*CLI, *args]
     if refuse_ptrace:
         cmd = [sys.executable, str(NO_PTRACE), *cmd]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _children_cpu()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    took = time.perf_counter() - t0
+    took = f"{time.perf_counter() - t0:.2f} s wall, {_children_cpu() - cpu0:.2f} s CPU"
     try:
         return took, json.loads(proc.stdout)
     except ValueError:
         sys.exit(f"triage failed ({proc.returncode}): {proc.stderr[-800:]}")
 
 
-def say(what: str, took: float, data: dict) -> None:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def say(what: str, took: str, data: dict) -> None:
     first = data.get("first_divergence")
     named = (
         f"first divergence step {first['step']} {first['field']} {first['values']} "
@@ -50,7 +58,7 @@ def say(what: str, took: float, data: dict) -> None:
         else "no first divergence"
     )
     culprit = (data.get("culprit") or {}).get("label") or "-"
-    print(f"{what}: {took:.2f} s -> {data['kind']} culprit {culprit}; {named}", flush=True)
+    print(f"{what}: {took} -> {data['kind']} culprit {culprit}; {named}", flush=True)
 
 
 def fake() -> None:
