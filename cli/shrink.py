@@ -11,7 +11,10 @@ from typing import Annotated
 import typer
 
 from hicache_diag.cli.render.console import err_console, print_json
+from hicache_diag.cli.run import JSON as RUN_JSON
 from hicache_diag.errors import UsageError
+from hicache_diag.options.params import field_param
+from hicache_diag.options.run_options import RunOptions
 
 EXAMPLES = """\b
 Examples:
@@ -21,7 +24,12 @@ Examples:
 Exit: 0 shrunk (or the failure did not reproduce: said so), 130 interrupted,
 2 bad input. The shrunk scenario is shrunk.toml in --out."""
 
-_DROP = {"--out": 1, "--json": 0, "--check": 0}  # the run's own output, not what it ran
+# The run's own output flags, not what it ran: each with the values it takes.
+_DROP = {
+    str(field_param(RunOptions, "out")): 1,
+    str(RUN_JSON): 0,
+    str(field_param(RunOptions, "check")): 0,
+}
 
 
 def run_argv(run_dir: Path) -> list[str]:

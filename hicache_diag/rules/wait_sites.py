@@ -212,7 +212,7 @@ def classify_thread(thread: ThreadStack | None) -> WaitSite:
     return WaitSite("local-wait", WaitKind.OTHER, thread.frames[0], tuple(names))
 
 
-# Functions of a HiCache protocol wait, SGLang's and ours (sglang-internals §2, §7): the run
+# Functions of a HiCache protocol wait, SGLang's and ours (its sync points): the run
 # classifier names a hung rank by the innermost of these on its main thread.
 HICACHE_PROTOCOL_FUNCS = _s(
     "check_hicache_events",

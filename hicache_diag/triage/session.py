@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,8 @@ from hicache_diag.triage.report import TriageReport
 
 @dataclass(frozen=True, slots=True)
 class TriageRequest:
+    """One triage's inputs, as the command gave them (checked there: cli/triage_flags.py)."""
+
     pids: tuple[int, ...] = ()
     discover: bool = False
     parent: int | None = None  # limit --discover to this launcher's process tree
@@ -37,27 +38,6 @@ class TriageRequest:
     num_heads: int | None = None
     pp_size: int | None = None  # the deployment's PP size, when the text may not show it
     progress: Progress | None = None  # (bytes read, bytes in all) while a log is read
-
-    def __post_init__(self) -> None:
-        if not (self.pids or self.discover or self.dumps or self.logs):
-            raise UsageError("nothing to triage: give --pid, --discover, --dumps or --logs")
-        bad = [p for p in self.pids if p < 1]
-        if bad:
-            raise UsageError(f"--pid must be a positive process id, got {bad[0]}")
-        if not (math.isfinite(self.interval) and math.isfinite(self.deadline_s)):
-            raise UsageError("--interval and --deadline must be finite numbers of seconds")
-        if self.samples < 1:
-            raise UsageError(f"--samples must be at least 1, got {self.samples}")
-        if self.interval < 0 or self.deadline_s <= 0:
-            raise UsageError("--interval must be >= 0 and --deadline > 0")
-        if self.save and not (self.pids or self.discover):
-            raise UsageError("--save writes live samples: use it with --pid or --discover")
-        if self.parent is not None and not self.discover:
-            raise UsageError("--parent limits --discover: give both")
-        if self.num_heads is not None and self.num_heads < 1:
-            raise UsageError(f"--num-heads must be positive, got {self.num_heads}")
-        if self.pp_size is not None and self.pp_size < 1:
-            raise UsageError(f"--pp-size must be positive, got {self.pp_size}")
 
 
 def _live_pids(req: TriageRequest) -> list[int]:

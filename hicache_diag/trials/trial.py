@@ -88,7 +88,7 @@ def run_engine_trial(
         drop_empty_stack_files(run_dir)
         engine.finish_evidence(watch)
         write_launcher_json(run_dir, engine, watch, started)
-    verdict = engine.amend(_classify(run_dir), watch)
+    verdict = engine.amend(_classify(run_dir, engine.tie_tolerance), watch)
     verdict.duration_s = round(time.time() - t0, 3)
     verdict.run_dir = str(run_dir)
     verdict.write(run_dir / ev.VERDICT)
@@ -299,13 +299,13 @@ def _first_failure(record: ev.FirstFailure | None) -> ev.FirstFailure | None:
     return record
 
 
-def _classify(run_dir: Path) -> Verdict:
+def _classify(run_dir: Path, tie_tolerance: float | None = None) -> Verdict:
     """The diagnosis classifier; our minimal one if it fails (a checker that crashes must not
-    crash the run: Jepsen's check-safe)."""
+    crash the run: Jepsen's check-safe). `tie_tolerance`: the engine's."""
     from hicache_diag.diagnosis.classify import classify_run  # lazy: pandas, see diagnosis/
 
     try:
-        return classify_run(run_dir)
+        return classify_run(run_dir, None if tie_tolerance is None else lambda _: tie_tolerance)
     except Exception as exc:  # noqa: BLE001
         verdict = fallback_verdict(run_dir)
         verdict.evidence.append(f"classifier failed ({type(exc).__name__}: {exc}); fallback used")

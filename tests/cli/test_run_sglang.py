@@ -1,4 +1,4 @@
-"""`run --engine sglang` bad input: one line, exit 2, nothing launched (DESIGN §8)."""
+"""`run --engine sglang` bad input: one line, exit 2, nothing launched (docs/design.md §8)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,10 @@ def _fake_sglang_python(tmp_path, version_file: bool = False):
     [
         (["--engine", "nope"], "unknown --engine 'nope'; valid: builtin, sglang"),
         (["--engine", "sglang", "--protocol", "legacy"], "--protocol is a builtin-engine switch"),
-        (["--engine", "sglang", "--fix", "ack-count=local"], "--fix is a builtin-engine switch"),
+        (
+            ["--engine", "sglang", "--switch", "ack-count=local"],
+            "--switch is a builtin-engine switch",
+        ),
         (["--model", "/tmp"], "--model applies to --engine sglang only"),
         (["--engine", "sglang", "--model", "/nonexistent-model"], "not a model directory"),
         (["--engine", "sglang", "--hicache-size", "16MiB"], "whole GiB"),

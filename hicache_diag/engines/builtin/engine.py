@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hicache_diag import evidence as ev
+from hicache_diag.engines.builtin.options import BuiltinOptions
 from hicache_diag.trials.engine import Engine
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class BuiltinEngine(Engine):
     poll_s = POLL_S
     faulthandler = True  # rank_main installs it on SIGUSR1
     started_at = 0.0  # set at start()
+    tie_tolerance = BuiltinOptions.tie_tolerance
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from hicache_diag.engines.sglang.config import SglangRunConfig
 from hicache_diag.engines.sglang.launch_spec import LaunchSpec
+from hicache_diag.engines.sglang.options import SglangOptions
 from hicache_diag.errors import UsageError
 from hicache_diag.faults.validate import validated_faults
 from hicache_diag.options.parse import from_command_line
-from hicache_diag.options.run_options import SglangOptions
 from hicache_diag.options.storage_dir import check_storage_dir
 from hicache_diag.options.workloads import WorkloadConfig
 from hicache_diag.trials.rundir import check_writable

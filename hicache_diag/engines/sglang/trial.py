@@ -20,6 +20,7 @@ from hicache_diag import evidence as ev
 from hicache_diag.engines.sglang.client import WorkloadClient
 from hicache_diag.engines.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
 from hicache_diag.engines.sglang.nodes import make_server, placement_evidence
+from hicache_diag.engines.sglang.options import SglangOptions
 from hicache_diag.engines.sglang.plugin.config import PluginConfig
 from hicache_diag.engines.sglang.server import Scheduler, SglangServer
 from hicache_diag.engines.sglang.sessions import SESSION_WORKLOADS, make_client
@@ -62,6 +63,7 @@ class SglangEngine(Engine):
     faulthandler = False  # SGLang's schedulers have no SIGUSR1 faulthandler
     line_clock = True
     started_at = 0.0  # set at start()
+    tie_tolerance = SglangOptions.tie_tolerance
 
     def __init__(
         self, cfg: SglangRunConfig, on_progress: Progress | None = None, warm: Any = None

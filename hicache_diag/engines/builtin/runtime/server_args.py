@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
+from hicache_diag.engines.builtin.options import BuiltinOptions
 from hicache_diag.engines.builtin.runtime.protocol import ProtocolConfig
 from hicache_diag.errors import UsageError
-from hicache_diag.options.run_options import BuiltinOptions
 from hicache_diag.options.workloads import WorkloadConfig
 
 # The run options' defaults (run_options.py is their one home); the fields keep SGLang's names.
