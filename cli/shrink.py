@@ -53,7 +53,7 @@ def run_argv(run_dir: Path) -> list[str]:
 def _target(run_dir: Path):
     from hicache_diag import evidence as ev
     from hicache_diag.evidence.verdict import Outcome, Verdict
-    from hicache_diag.shrink.shrink import Target
+    from hicache_diag.shrink.shrink import KeptFailure
 
     try:
         verdict = Verdict.read(run_dir / ev.VERDICT)
@@ -61,7 +61,7 @@ def _target(run_dir: Path):
         raise UsageError(f"{run_dir}: no readable verdict.json to shrink toward") from None
     if verdict.outcome in (Outcome.OK, Outcome.UNDECIDED, Outcome.INTERRUPTED):
         raise UsageError(f"{run_dir} ended {verdict.outcome.value}: nothing to shrink")
-    return Target(verdict.outcome.value, verdict.form.value if verdict.form else None)
+    return KeptFailure(verdict.outcome.value, verdict.form.value if verdict.form else None)
 
 
 def shrink(

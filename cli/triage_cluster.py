@@ -45,11 +45,11 @@ def _print(report, snap, json_out: bool) -> None:
 
 
 def run_cluster(flags: dict, opts: dict, json_out: bool) -> None:
-    """`flags`: the cluster flags (detect.Target's fields); `opts`: samples, interval,
+    """`flags`: the cluster flags (detect.ClusterFlags's fields); `opts`: samples, interval,
     deadline_s, host_timeout_s, save, num_heads, pp_size."""
-    from hicache_diag.cluster.detect import Target, executor_for
+    from hicache_diag.cluster.detect import ClusterFlags, executor_for
     from hicache_diag.triage.cluster_live import ClusterTriage, run_cluster_triage
 
     save = opts.pop("save")
-    req = ClusterTriage(executor_for(Target(**flags)), save=save and Path(save), **opts)
+    req = ClusterTriage(executor_for(ClusterFlags(**flags)), save=save and Path(save), **opts)
     _print(*run_cluster_triage(req), json_out)

@@ -18,24 +18,17 @@ import enum
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from hicache_diag.evidence.ranks import RankId
+from hicache_diag.evidence.stacks import RankDump
 from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.rules.wait_sites import (
     COMM_KINDS,
     HICACHE_KINDS,
-    ThreadStack,
     WaitKind,
     classify_thread,
     is_exiting,
 )
-
-
-class RankDump(Protocol):
-    """What the culprit rule reads of one rank's dump (evidence/stacks.py `RankDump`)."""
-
-    def main_thread(self) -> ThreadStack | None: ...
 
 
 class Reason(str, enum.Enum):

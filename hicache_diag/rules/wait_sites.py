@@ -14,26 +14,9 @@ the innermost frame outwards, so the nearest meaningful caller names the site.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
-
-class Frame(Protocol):
-    """What the rules read of a stack frame (evidence/stacks.py `Frame`, a layer above)."""
-
-    name: str
-    filename: str
-
-    @property
-    def short(self) -> str: ...
-
-
-class ThreadStack(Protocol):
-    """What the rules read of a thread's stack: `frames[0]` is the innermost."""
-
-    @property
-    def frames(self) -> Sequence[Frame]: ...
+from hicache_diag.evidence.stacks import Frame, ThreadStack
 
 
 class WaitKind(str, enum.Enum):

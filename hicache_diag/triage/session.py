@@ -11,7 +11,7 @@ import psutil
 from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
 from hicache_diag.evidence.ranks import RankId, unflat_rank
-from hicache_diag.logs.files import NotALog, Progress, parse_log_file
+from hicache_diag.logs.files import NotALog, ReadProgress, parse_log_file
 from hicache_diag.logs.parse import LogEvidence
 from hicache_diag.rules.rank_fate import launcher_fates
 from hicache_diag.triage.classify import classify
@@ -37,7 +37,7 @@ class TriageRequest:
     native: bool = False
     num_heads: int | None = None
     pp_size: int | None = None  # the deployment's PP size, when the text may not show it
-    progress: Progress | None = None  # (bytes read, bytes in all) while a log is read
+    progress: ReadProgress | None = None  # (bytes read, bytes in all) while a log is read
 
 
 def _live_pids(req: TriageRequest) -> list[int]:
@@ -53,7 +53,7 @@ def _live_pids(req: TriageRequest) -> list[int]:
     return pids
 
 
-def _read_logs(paths: tuple[Path, ...], progress: Progress | None = None) -> LogEvidence:
+def _read_logs(paths: tuple[Path, ...], progress: ReadProgress | None = None) -> LogEvidence:
     evidence = LogEvidence()
     for path in paths:
         try:

@@ -22,8 +22,8 @@ from hicache_diag.diagnosis.bisect_table import (
     HOST_AXIS,
     STORAGE_AXIS,
     BisectTable,
+    BisectTrial,
     Cell,
-    TrialResult,
 )
 from hicache_diag.errors import UsageError
 from hicache_diag.options.parse import AXIS_HOW
@@ -175,7 +175,7 @@ def _describer(axes: tuple[Axis, ...]) -> Callable[[str], str]:
     return lambda axis: said.get(axis, "")
 
 
-OnResult = Callable[[Cell, TrialResult], None]
+OnResult = Callable[[Cell, BisectTrial], None]
 
 
 def run_bisect(cfg: BisectConfig, on_result: OnResult | None = None) -> BisectTable:
@@ -227,7 +227,7 @@ def _warm_server(cfg: BisectConfig) -> TrialServer | None:
     return TrialServer.start(cfg.out / "trial-server.log", trial_env(), modules=cfg.preload)
 
 
-def _collect(res: TrialResult | None, cell: Cell, on_result: OnResult | None) -> None:
+def _collect(res: BisectTrial | None, cell: Cell, on_result: OnResult | None) -> None:
     if res is None:
         return
     if res.error and res.error.startswith("bad input"):

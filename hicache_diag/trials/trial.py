@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from hicache_diag.rules.signatures import Context, crash_form
 from hicache_diag.trials.engine import (
     Engine,
     EngineConfig,
+    Progress,
     RankRecord,
     TrialWatch,
     rank_process,
@@ -39,8 +39,6 @@ from hicache_diag.trials.signals import restore_sigterm, trap_sigterm
 
 STACK_DEADLINE_S = 4.0  # py-spy attaches in well under a second; a stuck one is killed
 FAULTHANDLER_WAIT_S = 1.0
-
-Progress = Callable[[dict[str, Any]], None]
 
 
 @dataclass(slots=True)
