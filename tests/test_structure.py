@@ -33,16 +33,26 @@ PACKAGE_DIRS = {
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 50
 
+# Each engine's own folder under engines/ (`engines.builtin`, `engines.sglang`, ...), found on
+# disk: a new engine is a folder and its name in the registry, not a row here.
+ENGINE_FOLDERS = tuple(
+    sorted(
+        f"engines.{p.name}"
+        for p in (ROOT / "hicache_diag" / "engines").iterdir()
+        if (p / "__init__.py").is_file()
+    )
+)
+
 # The layers, top to bottom, by unit: `cli`, `faults`, the name right under hicache_diag (a
 # package or a module; "__init__" is hicache_diag/__init__.py), and under engines/ each engine's
-# own folder (`engines.builtin`, `engines.sglang`; `engines` is the registry they register in).
-# An import may only point to a strictly lower layer: units on one layer are peers and never
-# import each other (the two engines, docs/structure.md).
+# own folder (ENGINE_FOLDERS; `engines` is the registry they register in). An import may only
+# point to a strictly lower layer: units on one layer are peers and never import each other
+# (the engines, docs/structure.md).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),  # parse, call one function, render
     ("hunt",),  # the hunt loop: trials per trigger, then a shrink and an export of what failed
     # Above the registry: the engines (each registers itself) and what builds on any engine
-    ("export", "shrink", "engines.builtin", "engines.sglang"),
+    ("export", "shrink", *ENGINE_FOLDERS),
     ("engines",),  # the registry: what `run`, bisect and hunt ask of an engine
     ("trials",),  # the one engine-blind trial loop, the Engine base, bisect, rate check, warm
     ("diagnosis", "triage"),  # a run directory read back; live and offline triage
@@ -56,7 +66,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 WALLS: dict[tuple[str, str], str] = {
     (src, dst): "the CLI and the hunt reach an engine only through the registry (engines/)"
     for src in ("cli", "hunt")
-    for dst in ("engines.builtin", "engines.sglang")
+    for dst in ENGINE_FOLDERS
 }
 
 _LEAD = "being split in issue 30 (owner: lead)"
