@@ -73,15 +73,18 @@ def _axes(storage: str | None, size: str | None, switches: list[str]) -> tuple[A
     return tuple(axes)
 
 
-def _fixed(axes: tuple[Axis, ...], base: RunOptions) -> tuple[tuple[Axis, ...], RunOptions]:
+def _fixed(axes: tuple[Axis, ...], base: RunOptions) -> tuple[tuple[Axis, ...], RunOptions, list]:
     """An axis of one value beside one that varies is a setting of every cell (`--switch
-    ack-count=leader` as in `run`), applied to the options the cells start from."""
+    ack-count=leader` as in `run`), applied to the options the cells start from; with the run
+    flags that say so (each trial's reproducing line)."""
     if not any(len(a.values) > 1 for a in axes):
-        return axes, base
+        return axes, base, []
+    args = []
     for axis in axes:
         if len(axis.values) == 1:
             base = axis.apply(base, axis.values[0])
-    return tuple(a for a in axes if len(a.values) > 1), base
+            args += axis.args(axis.values[0])
+    return tuple(a for a in axes if len(a.values) > 1), base, args
 
 
 def _refuse_flat_axes(axes: tuple[Axis, ...], fixed_ok: bool = False) -> None:
@@ -315,10 +318,11 @@ class BisectRequest:
 
 
 def _matrix(req: BisectRequest, base: RunOptions) -> tuple[tuple[Axis, ...], RunOptions, tuple]:
-    """The axes (the release axis last), the options every cell starts from, the releases."""
+    """The axes (the release axis last), the options every cell starts from (and the run flags
+    every trial adds for them), the releases."""
     axes = _axes(req.storage_backend, req.hicache_size, list(req.switches))
     _refuse_flat_axes(axes, fixed_ok=True)
-    axes, base = _fixed(axes, base)
+    axes, base, fixed = _fixed(axes, base)
     given = req.sglang_python is not None or req.sglang_version is not None
     pythons, versions = release_pythons(
         req.sglang_python, req.sglang_version, base.engine if given else ""
@@ -328,7 +332,7 @@ def _matrix(req: BisectRequest, base: RunOptions) -> tuple[tuple[Axis, ...], Run
         base = base.with_value(release, pythons[0], str(PYTHONS))
     elif pythons:
         axes += (Axis(RELEASE_AXIS, tuple(pythons), field=release),)
-    return axes, base, (pythons, versions)
+    return axes, base, (pythons, versions, fixed)
 
 
 def plan_bisect(req: BisectRequest, quiet: bool = False) -> tuple[BisectConfig, dict]:
@@ -345,13 +349,13 @@ def plan_bisect(req: BisectRequest, quiet: bool = False) -> tuple[BisectConfig, 
     check_writable(req.out)  # a file, non-empty or unwritable: 2
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(req.out) if req.out is not None else Path("runs") / f"bisect-{stamp}"
-    axes, base, (pythons, versions) = _matrix(req, options_from_argv(req.run_args))
+    axes, base, (pythons, versions, fixed) = _matrix(req, options_from_argv(req.run_args))
     if base.check:
         raise UsageError(
             "--check does nothing in bisect (it tabulates rates; no verdict is checked): "
             "use run --check on one scenario, or [expect] trials for a rate"
         )
-    cfg = BisectConfig(axes, req.trials, req.jobs, req.seed, out, tuple(req.run_args))
+    cfg = BisectConfig(axes, req.trials, req.jobs, req.seed, out, (*req.run_args, *fixed))
     if not axes:
         raise UsageError(
             "bisect needs a matrix: --storage-backend V1,V2, --hicache-size S1,S2, "

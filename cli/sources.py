@@ -11,6 +11,7 @@ import typer
 
 from hicache_diag.cli.params import Check, Parsed, check, flag
 from hicache_diag.cli.render.console import err_console, print_json
+from hicache_diag.cli.run_flags import ENGINE
 from hicache_diag.errors import UsageError
 from hicache_diag.options.params import Param
 
@@ -27,7 +28,6 @@ SOURCE = Param("--source", "An unzipped SGLang wheel or sglang package dir to sc
 PYTHON = Param(
     "--sglang-python", "Scan the SGLang this Python has (found without importing it).", "PY"
 )
-ENGINE = Param("--engine", "sglang, or builtin (our runtime).", "NAME")
 DIFF = Param("--diff", "Compare two trees (dirs, Pythons or 'builtin').", "A B")
 ALL = Param("--all", "Also list reads whose decision is unknown.")
 RUN = Param(
