@@ -146,7 +146,8 @@ def run_test(export: Path, path: str, env_extra: dict[str, str], plugin: bool) -
 
 
 def check(finding: str, release: Path, tmp: Path) -> dict:
-    export = EXPORTS / finding
+    export = tmp / "exports" / finding  # a copy: pytest's plugins may write into its rootdir
+    shutil.copytree(EXPORTS / finding, export)
     result: dict = {"finding": finding, "runs": {}}
     result["runs"]["release"] = run_test(export, "", {}, plugin=False)
     for kind in ("nonfix", "fix"):
