@@ -192,7 +192,14 @@ MaxStepsOpt = Annotated[
     ),
 ]
 DeviceOpt = Annotated[
-    str | None, _opt("--device", metavar="NAME", key="device", help="cpu or cuda.")
+    str | None,
+    _opt(
+        "--device",
+        metavar="NAME",
+        key="device",
+        help="auto (default: --engine sglang takes CUDA when the release's torch sees a GPU per "
+        "rank, else the CPU), cpu, or cuda (refused where it cannot run).",
+    ),
 ]
 EngineOpt = Annotated[
     str | None,

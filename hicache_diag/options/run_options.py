@@ -29,7 +29,9 @@ SGLANG_WORKLOADS = ("session-timeout", "session-close", "flush-timeout", "overlo
 WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 STORAGE_BACKENDS = ("none", "file")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
-DEVICES = ("cpu", "cuda")
+# auto: --engine sglang takes CUDA when the release's torch sees a GPU per rank, else the CPU
+# (engines/sglang/device.py); the builtin runtime has the CPU only.
+DEVICES = ("auto", "cpu", "cuda")
 
 
 def _scenario_kind(*types: type) -> dict[str, tuple[type, ...]]:
@@ -64,7 +66,7 @@ class RunOptions:
     requests: int = 32
     max_new_tokens: int = 8
     hang_timeout: float = 5.0
-    device: str = "cpu"
+    device: str = "auto"
     seed: int = 0
     out: str | None = None
     faults: tuple[str, ...] = ()  # the scenario's fault specs, then the command line's
@@ -174,6 +176,11 @@ class BuiltinOptions(RunOptions):
             )
         if self.max_steps is not None:
             check_int(self.how("max_steps"), self.max_steps, 1)
+        if self.device == "cuda":
+            raise UsageError(
+                f"{self.how('device')} cuda: the builtin engine runs on the CPU only (its tiny "
+                "model, KV pools and gloo transport); use --engine sglang for a GPU"
+            )
 
     @classmethod
     def fault_refusal(cls, fault: type[Fault]) -> str | None:
