@@ -116,6 +116,7 @@ start_group() { # LOG CMD...: CMD in a session of its own, in the background; it
     shift
     setsid "$@" >"$log" 2>&1 </dev/null &
     STARTED=$!
+    disown "$STARTED" # reaped by group (reap_group), never waited for: no job-status noise
     GROUPS_STARTED+=("$STARTED")
 }
 
@@ -131,12 +132,25 @@ run_bounded() { # SECS STDOUT STDERR CMD...: bounded, in its own group, reaped; 
     return "$rc"
 }
 
-json_get() { # FILE EXPR: a value of a JSON file (Python expression over `d`), or empty
+json_get() { # FILE KEY: one fact of a JSON file the checks write, or empty
     "$PY" - "$1" "$2" <<'EOF' 2>/dev/null
 import json, sys
+FACTS = {
+    "count": lambda d: d["count"],
+    "torch": lambda d: d["torch"],
+    "names": lambda d: "".join(", " + n for n in d["names"]),
+    "kind": lambda d: d.get("kind"),
+    "ranks": lambda d: len(d.get("ranks") or []),
+    "error": lambda d: d.get("error"),
+    "outcome": lambda d: d.get("outcome"),
+    "device": lambda d: d.get("device"),
+    "faults": lambda d: "; ".join(e for e in d.get("evidence") or [] if "fault" in e)[:200],
+    "recorded": lambda d: ", ".join(
+        f"{r['label']} to step {r['last_step']}" + (f" (blind: {r['blind']})" if r.get("blind")
+        else "") for r in d.get("recorded") or []) or "none",
+}
 try:
-    d = json.load(open(sys.argv[1]))
-    value = eval(sys.argv[2], {}, {"d": d})
+    value = FACTS[sys.argv[2]](json.load(open(sys.argv[1])))
     print("" if value is None else value)
 except Exception:
     pass
@@ -213,10 +227,10 @@ print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "count
         timeout 60 "$PY" -m pip list 2>/dev/null |
             grep -i -E '^(torch|sglang|sgl-kernel|flashinfer|nvidia-nccl|triton|py-spy) '
     } >"$OUT_DIR/env.txt" 2>&1
-    GPUS=$(json_get "$OUT_DIR/gpu.json" 'd["count"]')
+    GPUS=$(json_get "$OUT_DIR/gpu.json" count)
     local what
-    what="torch $(json_get "$OUT_DIR/gpu.json" 'd["torch"]') sees ${GPUS:-?} GPU(s)"
-    what+=$(json_get "$OUT_DIR/gpu.json" '"".join(", " + n for n in d["names"])')
+    what="torch $(json_get "$OUT_DIR/gpu.json" torch) sees ${GPUS:-?} GPU(s)"
+    what+=$(json_get "$OUT_DIR/gpu.json" names)
     if [ "$DRY" = 1 ]; then
         say gpu ok "dry run: $what"
     elif [ "$CPU" = 1 ]; then
@@ -318,14 +332,14 @@ check_record_and_triage() {
     run_bounded "$(bound 90)" "$rec/triage.json" "$rec/triage.err" \
         "${HD[@]}" triage --discover --parent "$pid" --json ${triage_args[@]+"${triage_args[@]}"}
     rc=$?
-    kind=$(json_get "$rec/triage.json" 'd.get("kind")')
-    ranks=$(json_get "$rec/triage.json" 'len(d.get("ranks") or [])')
-    error=$(json_get "$rec/triage.json" 'd.get("error")')
+    kind=$(json_get "$rec/triage.json" kind)
+    ranks=$(json_get "$rec/triage.json" ranks)
+    error=$(json_get "$rec/triage.json" error)
     if [ "$DRY" = 1 ] && [ -n "$kind$error" ]; then
         say triage ok "dry run: exit $rc, ${kind:+kind $kind, }${error:-$ranks rank(s)}"
     elif [ "$rc" -eq 0 ] && [ "${ranks:-0}" -ge 1 ] 2>/dev/null; then
-        say triage ok "exit 0, kind $kind, $ranks rank(s), recorded: $(json_get \
-            "$rec/triage.json" 'sorted((d.get("recorded") or {}).items())')"
+        say triage ok "exit 0, kind $kind, $ranks rank(s); recorded: $(json_get \
+            "$rec/triage.json" recorded)"
     else
         say triage FAIL "exit $rc, kind ${kind:-?}: $(tail -n1 "$rec/triage.err")"
     fi
@@ -340,9 +354,9 @@ check_dma_delay() {
         --hang-timeout 60 --fault dma-delay:rank=0,ms=200,dir=load --out "$run/run" --json \
         ${CUDA_RUN_ARGS[@]+"${CUDA_RUN_ARGS[@]}"}
     rc=$?
-    outcome=$(json_get "$run/run.json" 'd.get("outcome")')
-    device=$(json_get "$run/run.json" 'd.get("device")')
-    error=$(json_get "$run/run.json" 'd.get("error")')
+    outcome=$(json_get "$run/run.json" outcome)
+    device=$(json_get "$run/run.json" device)
+    error=$(json_get "$run/run.json" error)
     if [ "$DRY" = 1 ]; then
         if [ "$rc" -eq 2 ] && [ -n "$error" ]; then
             say dma-delay ok "dry run: refused on this host (exit 2): $error"
@@ -351,7 +365,7 @@ check_dma_delay() {
         fi
     elif [ "$device" = "$DEVICE" ] && [ -n "$outcome" ] && [ "$outcome" != undecided ] &&
         [ "$outcome" != interrupted ]; then
-        say dma-delay ok "exit $rc, outcome $outcome on $device"
+        say dma-delay ok "exit $rc, outcome $outcome on $device; $(json_get "$run/run.json" faults)"
     else
         say dma-delay FAIL "exit $rc, outcome ${outcome:-?}, device ${device:-?}:" \
             "${error:-$(tail -n1 "$run/run.err")}"
