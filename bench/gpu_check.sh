@@ -22,7 +22,7 @@
 #   --wheels DIR install from a wheelhouse (pip --no-index --find-links DIR): a GPU host that
 #                reaches no package index
 # Environment: OUT, PYTHON (default python3), SGLANG_VERSION (0.5.23), GPU_CHECK_BUDGET_S,
-#   SETUP_TIMEOUT_S.
+#   GPU_CHECK_READY_S (the server's start-up bound: 180 s; 420 with --cpu), SETUP_TIMEOUT_S.
 set -u -o pipefail
 
 DRY=0
@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
             WHEELS=$2
             shift
             ;;
-        -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+        -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "gpu_check: unknown argument '$1' (--dry-run, --cpu, --wheels DIR)" >&2; exit 2 ;;
     esac
     shift
@@ -48,10 +48,14 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT_DIR=${OUT:-./gpu-check-out}
 mkdir -p "$OUT_DIR" || exit 2
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
+# Run from the output folder: `python -m` puts the working directory first on sys.path, and a
+# checkout's hicache_diag/ there would shadow the installed package's own mapping.
+cd "$OUT_DIR" || exit 2
 PY=${PYTHON:-python3}
 HD=("$PY" -m hicache_diag.cli.main)
 SGLANG_VERSION=${SGLANG_VERSION:-0.5.23}
 BUDGET=${GPU_CHECK_BUDGET_S:-470}
+READY_S=${GPU_CHECK_READY_S:-180} # launch to /health_generate
 SETUP_TIMEOUT=${SETUP_TIMEOUT_S:-300}
 DEVICE=cuda
 CUDA_RUN_ARGS=(--sglang-arg=--attention-backend=triton --sglang-arg=--disable-cuda-graph)
@@ -63,6 +67,8 @@ if [ "$CPU" = 1 ]; then
     SGLANG_DEVICE_ARGS=(--device cpu --attention-backend torch_native --disable-cuda-graph
         --hicache-io-backend direct --hicache-mem-layout layer_first)
     CUDA_RUN_ARGS=()
+    BUDGET=${GPU_CHECK_BUDGET_S:-900} # a shared 2-core box starts SGLang in minutes
+    READY_S=${GPU_CHECK_READY_S:-420}
 fi
 SUMMARY="$OUT_DIR/summary.txt"
 : >"$SUMMARY"
@@ -311,7 +317,7 @@ check_record_and_triage() {
     unset SGLANG_USE_CPU_ENGINE SGLANG_CPU_OMP_THREADS_BIND
     pid=$STARTED
     echo "$pid" >"$rec/server.pid"
-    if ! wait_ready "http://127.0.0.1:$port/health_generate" "$(bound 180)" "$pid"; then
+    if ! wait_ready "http://127.0.0.1:$port/health_generate" "$(bound "$READY_S")" "$pid"; then
         say record FAIL "the server never answered /health_generate: $(tail -n1 "$rec/server.log")"
         say triage skipped "no live server"
         reap_group "$pid"
