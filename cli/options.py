@@ -197,8 +197,8 @@ DeviceOpt = Annotated[
         "--device",
         metavar="NAME",
         key="device",
-        help="auto (default: --engine sglang takes CUDA when the release's torch sees a GPU per "
-        "rank, else the CPU), cpu, or cuda (refused where it cannot run).",
+        help="auto, cpu or cuda. auto: --engine sglang runs on CUDA when the release's torch "
+        "sees a GPU per rank, else on the CPU; cuda is refused where it cannot run.",
     ),
 ]
 EngineOpt = Annotated[
