@@ -16,8 +16,8 @@ import json
 import subprocess
 from dataclasses import dataclass, field
 
+from hicache_diag.engines.sglang.options import SglangOptions
 from hicache_diag.errors import UsageError
-from hicache_diag.options.run_options import SglangOptions
 
 PROBE_TIMEOUT_S = 120.0  # importing a CUDA torch on a loaded host takes tens of seconds
 

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from hicache_diag.engines.builtin.options import BuiltinOptions
 from hicache_diag.engines.sglang import device as dev
 from hicache_diag.engines.sglang import trial as sglang_trial
 from hicache_diag.engines.sglang.config import SglangRunConfig
 from hicache_diag.engines.sglang.launch_spec import CPU_ARGS, LaunchSpec
+from hicache_diag.engines.sglang.options import SglangOptions
 from hicache_diag.engines.sglang.release import SglangInstall
 from hicache_diag.engines.sglang.server import SglangServer
 from hicache_diag.errors import UsageError
-from hicache_diag.options.run_options import BuiltinOptions, SglangOptions
 from hicache_diag.options.workloads import WorkloadConfig
 
 PY = "/opt/release/bin/python"
