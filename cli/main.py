@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
@@ -10,10 +11,8 @@ import typer
 
 try:  # typer >= 0.24 vendors click
     from typer._click.exceptions import UsageError as ClickUsageError
-    from typer._click.globals import get_current_context
     from typer.exceptions import Abort, Exit
 except ImportError:  # pragma: no cover - older typer on top of click
-    from click import get_current_context
     from click.exceptions import Abort, Exit
     from click.exceptions import UsageError as ClickUsageError
 
@@ -33,7 +32,7 @@ app = typer.Typer(
 )
 VERBOSE_FLAGS = ("-v", "--verbose")
 
-_state = {"verbose": False}
+_state = {"verbose": False, "json": False}
 
 
 def _version(value: bool) -> None:
@@ -61,37 +60,6 @@ def _warn(message: str) -> None:
     sys.stderr.write(f"hicache-diag: warning: {message}\n")
 
 
-def _checked(command: str, callback):
-    """`callback` behind no_effect.FLAG_RULES: the command's flags as parsed, and which the
-    command line set, refused (exit 2) or warned about before the command does anything."""
-    import functools
-
-    from hicache_diag.options.no_effect import Flags, refuse_no_effect_flags
-
-    @functools.wraps(callback)
-    def call(*args, **kwargs):
-        ctx = get_current_context()
-        given = frozenset(n for n in ctx.params if _from_command_line(ctx, n))
-        for warning in refuse_no_effect_flags(Flags(command, ctx.params, given)):
-            _warn(warning)
-        return callback(*args, **kwargs)
-
-    return call
-
-
-def _from_command_line(ctx, name: str) -> bool:
-    return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
-
-
-def _group():
-    """The click group, each command's callback behind the flag rules (built per call, as
-    typer's own app() does)."""
-    group = typer.main.get_command(app)
-    for name, command in getattr(group, "commands", {}).items():
-        command.callback = _checked(name, command.callback)
-    return group
-
-
 def _register() -> None:
     # Imported here so that `--help` lists every command and each module stays self-contained.
     from hicache_diag.cli import (
@@ -114,8 +82,16 @@ def _register() -> None:
 _register()
 
 
+ERROR_SCHEMA = "hicache-diag/error/v1"
+
+
 def _fail(message: str, code: ExitCode) -> int:
+    """The one line on stderr; under --json also one JSON object on stdout, so a script that
+    reads stdout gets an answer for every way a command ends."""
     sys.stderr.write(f"hicache-diag: error: {message}\n")
+    if _state["json"]:
+        doc = {"schema": ERROR_SCHEMA, "error": message, "exit_code": int(code)}
+        sys.stdout.write(json.dumps(doc) + "\n")
     return int(code)
 
 
@@ -198,8 +174,11 @@ def run_cli(argv: list[str] | None = None) -> int:
     if not argv:
         return _print_help()  # a bare command: the help, not its last line as an error
     argv = _hoist_verbose(argv)
+    _state["json"] = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
     try:
-        rv = _group().main(args=argv, prog_name="hicache-diag", standalone_mode=False)
+        rv = typer.main.get_command(app).main(
+            args=argv, prog_name="hicache-diag", standalone_mode=False
+        )
     except Exit as exc:
         return int(exc.exit_code)
     except ClickUsageError as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ import psutil
 from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
 from hicache_diag.evidence.ranks import RankId, unflat_rank
-from hicache_diag.logs.files import NotALog, Progress, parse_log_file
+from hicache_diag.logs.files import NotALog, ReadProgress, parse_log_file
 from hicache_diag.logs.parse import LogEvidence
 from hicache_diag.rules.rank_fate import launcher_fates
 from hicache_diag.triage.classify import classify
@@ -34,6 +33,8 @@ from hicache_diag.triage.report import TriageReport
 
 @dataclass(frozen=True, slots=True)
 class TriageRequest:
+    """One triage's inputs, as the command gave them (checked there: cli/triage_flags.py)."""
+
     pids: tuple[int, ...] = ()
     discover: bool = False
     parent: int | None = None  # limit --discover to this launcher's process tree
@@ -46,31 +47,8 @@ class TriageRequest:
     native: bool = False
     num_heads: int | None = None
     pp_size: int | None = None  # the deployment's PP size, when the text may not show it
-    progress: Progress | None = None  # (bytes read, bytes in all) while a log is read
+    progress: ReadProgress | None = None  # (bytes read, bytes in all) while a log is read
     record_dirs: tuple[Path, ...] = ()  # production recordings (`hicache-diag record`)
-
-    def __post_init__(self) -> None:
-        if not (self.pids or self.discover or self.dumps or self.logs or self.record_dirs):
-            raise UsageError(
-                "nothing to triage: give --pid, --discover, --dumps, --logs or --record-dir"
-            )
-        bad = [p for p in self.pids if p < 1]
-        if bad:
-            raise UsageError(f"--pid must be a positive process id, got {bad[0]}")
-        if not (math.isfinite(self.interval) and math.isfinite(self.deadline_s)):
-            raise UsageError("--interval and --deadline must be finite numbers of seconds")
-        if self.samples < 1:
-            raise UsageError(f"--samples must be at least 1, got {self.samples}")
-        if self.interval < 0 or self.deadline_s <= 0:
-            raise UsageError("--interval must be >= 0 and --deadline > 0")
-        if self.save and not (self.pids or self.discover):
-            raise UsageError("--save writes live samples: use it with --pid or --discover")
-        if self.parent is not None and not self.discover:
-            raise UsageError("--parent limits --discover: give both")
-        if self.num_heads is not None and self.num_heads < 1:
-            raise UsageError(f"--num-heads must be positive, got {self.num_heads}")
-        if self.pp_size is not None and self.pp_size < 1:
-            raise UsageError(f"--pp-size must be positive, got {self.pp_size}")
 
 
 def _live_pids(req: TriageRequest) -> list[int]:
@@ -89,7 +67,7 @@ def _live_pids(req: TriageRequest) -> list[int]:
     return pids
 
 
-def _read_logs(paths: tuple[Path, ...], progress: Progress | None = None) -> LogEvidence:
+def _read_logs(paths: tuple[Path, ...], progress: ReadProgress | None = None) -> LogEvidence:
     evidence = LogEvidence()
     for path in paths:
         try:

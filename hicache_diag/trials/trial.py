@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from hicache_diag.rules.signatures import Context, crash_form
 from hicache_diag.trials.engine import (
     Engine,
     EngineConfig,
+    Progress,
     RankRecord,
     TrialWatch,
     rank_process,
@@ -39,8 +39,6 @@ from hicache_diag.trials.signals import restore_sigterm, trap_sigterm
 
 STACK_DEADLINE_S = 4.0  # py-spy attaches in well under a second; a stuck one is killed
 FAULTHANDLER_WAIT_S = 1.0
-
-Progress = Callable[[dict[str, Any]], None]
 
 
 @dataclass(slots=True)
@@ -88,7 +86,7 @@ def run_engine_trial(
         drop_empty_stack_files(run_dir)
         engine.finish_evidence(watch)
         write_launcher_json(run_dir, engine, watch, started)
-    verdict = engine.amend(_classify(run_dir), watch)
+    verdict = engine.amend(_classify(run_dir, engine.tie_tolerance), watch)
     verdict.duration_s = round(time.time() - t0, 3)
     verdict.run_dir = str(run_dir)
     verdict.write(run_dir / ev.VERDICT)
@@ -299,13 +297,13 @@ def _first_failure(record: ev.FirstFailure | None) -> ev.FirstFailure | None:
     return record
 
 
-def _classify(run_dir: Path) -> Verdict:
+def _classify(run_dir: Path, tie_tolerance: float | None = None) -> Verdict:
     """The diagnosis classifier; our minimal one if it fails (a checker that crashes must not
-    crash the run: Jepsen's check-safe)."""
+    crash the run: Jepsen's check-safe). `tie_tolerance`: the engine's."""
     from hicache_diag.diagnosis.classify import classify_run  # lazy: pandas, see diagnosis/
 
     try:
-        return classify_run(run_dir)
+        return classify_run(run_dir, None if tie_tolerance is None else lambda _: tie_tolerance)
     except Exception as exc:  # noqa: BLE001
         verdict = fallback_verdict(run_dir)
         verdict.evidence.append(f"classifier failed ({type(exc).__name__}: {exc}); fallback used")
@@ -350,6 +348,7 @@ def fallback_verdict(run_dir: Path) -> Verdict:
     manifest = _read_record(ev.Manifest, run_dir / ev.MANIFEST)
     ranks = [RankState(r.rank, r.pp, r.tp, r.pid, r.state) for r in launcher.ranks]
     v = Verdict(Outcome.OK, ranks=ranks, seed=manifest.seed, steps=_count_steps(run_dir))
+    v.device = manifest.ran_on
     if launcher.first_failure:
         rank = launcher.first_failure.rank
         sig = _last_error_line(ev.rank_log(run_dir, rank))
