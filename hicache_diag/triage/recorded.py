@@ -25,7 +25,7 @@ MISSING = "missing: no recording of this rank (launched without `hicache-diag re
 
 
 @dataclass(slots=True)
-class RecordedRank:
+class RecordStatus:
     rank: int | None  # the launch-wide rank its files are named by (rank{r}.*); None: no files
     pp: int | None
     tp: int | None
@@ -64,7 +64,7 @@ class RecordedRank:
 @dataclass(slots=True)
 class Recording:
     sessions: list[str]
-    ranks: list[RecordedRank]
+    ranks: list[RecordStatus]
     parting: Parting | None = None
     evidence: list[str] = field(default_factory=list)
     crashes: LogEvidence = field(default_factory=LogEvidence)  # its crash records, as logged
@@ -151,7 +151,7 @@ def _dumped_at(rr: RankRead) -> float | None:
     return float(max(at)) if at else None
 
 
-def _missing(reads: dict[int, RankRead], facts: Facts) -> list[RecordedRank]:
+def _missing(reads: dict[int, RankRead], facts: Facts) -> list[RecordStatus]:
     """A rank known to exist (a live scheduler, a gap in the recorded ranks) with no files."""
     have = {_pp_tp(rr) for rr in reads.values()}
     out = []
@@ -159,7 +159,7 @@ def _missing(reads: dict[int, RankRead], facts: Facts) -> list[RecordedRank]:
         pid = (facts.live or {}).get((pp, tp))
         why = facts.named.get((pp, tp))
         why = f"missing: {why}" if why else MISSING
-        out.append(RecordedRank(None, pp, tp, pid, None, None, why, facts.node))
+        out.append(RecordStatus(None, pp, tp, pid, None, None, why, facts.node))
     return out
 
 
@@ -169,7 +169,7 @@ def read_recording(reads: dict[int, RankRead], sessions: list[str], facts: Facts
         pp, tp = _pp_tp(rr)
         pid = rr.meta.pid if rr.meta else None
         blind = _blind(rr, facts)
-        ranks.append(RecordedRank(r, pp, tp, pid, rr.last_step, _dumped_at(rr), blind, facts.node))
+        ranks.append(RecordStatus(r, pp, tp, pid, rr.last_step, _dumped_at(rr), blind, facts.node))
         if blind is None or blind.startswith(("recorder off", "no answer")):
             compared[r] = rr  # what it wrote while it could is evidence
     ranks += _missing(reads, facts)
