@@ -93,15 +93,10 @@ def one_trial(out: Path, extra: list[str]) -> dict[str, float | None]:
 
 def _warm_config(extra: list[str], out: Path):
     """The fresh trials' config, parsed by the `run` command's own parser and built."""
-    import typer
-
-    from hicache_diag.cli.main import app
+    from hicache_diag.cli.run import options_from_argv
     from hicache_diag.engines.registry import build
-    from hicache_diag.options.parse import parse_run_options
 
-    command = typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
-    ctx = command.make_context("run", ["--engine", "sglang", "--out", str(out), *extra])
-    return build(parse_run_options(ctx.params))
+    return build(options_from_argv(["--engine", "sglang", "--out", str(out), *extra]))
 
 
 def warm_trials(extra: list[str], root: Path) -> tuple[float | None, str]:

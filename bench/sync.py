@@ -4,9 +4,10 @@
                          [--variants full,leader,local,conditional,host-local,l3-min,l3-local]
 
 Each variant is `hicache-diag run --protocol full` with one switch changed (`leader` =
-`--fix ack-count=leader`, two pp_syncs a step; `full` uses `leader-batched`, one pp_sync carrying
-write+load as #33473 does; `local` = each rank drains its own acks, no sync), on a device pool
-large enough that nothing is evicted (so a legacy mode runs to the end instead of crashing).
+`--switch ack-count=leader`, two pp_syncs a step; `full` uses `leader-batched`, one pp_sync
+carrying write+load as #33473 does; `local` = each rank drains its own acks, no sync), on a
+device pool large enough that nothing is evicted (so a legacy mode runs to the end instead of
+crashing).
 The `l3-*` variants turn L3 on (file backend) with the L3 MINs on their storage threads (min)
 or off (local). Each rank records `sync_s` per step (seconds in each HiCache sync: the TP
 all-reduce of the ack count, pp_sync, draining its isends, the host-alloc vote's wait, the L3
@@ -37,12 +38,12 @@ CLI = [sys.executable, "-m", "hicache_diag.cli.main", "run"]
 L3 = ("--storage-backend", "file", "--hicache-storage-prefetch-policy", "wait_complete")
 VARIANTS: dict[str, tuple[str, ...]] = {
     "full": (),  # ack-count=leader-batched: one relay of [write, load] per step
-    "leader": ("--fix", "ack-count=leader"),  # two relays per step (before #33473)
-    "local": ("--fix", "ack-count=local"),  # no sync: each rank its own count (legacy)
-    "conditional": ("--fix", "tp-collective=conditional"),  # TP all-reduce skipped when empty
-    "host-local": ("--fix", "host-alloc=local"),  # no two-phase vote
+    "leader": ("--switch", "ack-count=leader"),  # two relays per step (before #33473)
+    "local": ("--switch", "ack-count=local"),  # no sync: each rank its own count (legacy)
+    "conditional": ("--switch", "tp-collective=conditional"),  # TP all-reduce skipped when empty
+    "host-local": ("--switch", "host-alloc=local"),  # no two-phase vote
     "l3-min": L3,
-    "l3-local": (*L3, "--fix", "l3-hit=local", "--fix", "l3-progress=local"),
+    "l3-local": (*L3, "--switch", "l3-hit=local", "--switch", "l3-progress=local"),
 }
 SCHED_SYNCS = ("tp_allreduce", "world_allreduce", "pp_sync", "drain", "vote_allreduce")
 THREAD_SYNCS = ("prefetch_hits", "prefetch_completion")

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
-from hicache_diag.cli.options import with_default
-from hicache_diag.cli.triage_cluster import Hosts, SshConfig, TrialVia
+from hicache_diag.cli.bisect_releases import release_labels, release_pythons
+from hicache_diag.cli.params import Check, Parsed, check, flag
+from hicache_diag.cli.run_flags import pass_through_names, run_fields
 from hicache_diag.diagnosis.bisect_table import RELEASE_AXIS
 from hicache_diag.errors import UsageError
 from hicache_diag.options.limits import check_seconds
+from hicache_diag.options.params import HOSTS, SSH_CONFIG, VIA, Param
 from hicache_diag.options.run_options import RunOptions
 from hicache_diag.trials.bisect import (
     HOST_AXIS,
@@ -24,85 +26,68 @@ from hicache_diag.trials.bisect import (
     parse_values,
 )
 
-
-def _run_options() -> set[str]:
-    """Long option names of the `run` command, so --switch can vary any of them."""
-    from hicache_diag.cli.run import _app
-
-    run = typer.main.get_command(_app())
-    names = set()
-    for param in getattr(run, "params", []):
-        names |= {o.removeprefix("--") for o in param.opts if o.startswith("--")}
-    return names - {"out", "json", "seed", "list-faults"}  # list-faults prints and exits
+BACKENDS = Param("--storage-backend", "Backends to compare, e.g. none,file.", "V1,V2")
+SIZES = Param("--hicache-size", "Host sizes to compare, e.g. 16MiB,64MiB.", "S1,S2")
+SWITCH = Param(
+    "--switch",
+    "A protocol switch or run option: several values are compared (an axis), one is set in "
+    "every cell; repeatable.",
+    "NAME=V1,V2",
+)
+TRIALS = Param("--trials", "Trials per cell.", "N")
+JOBS = Param("--jobs", "Trials run in parallel.", "N", aliases=("-j",))
+SEED = Param("--seed", "Seed of trial 0 (trial j: +j).", "N")
+OUT = Param("--out", "Parent of the run dirs.", "DIR")
+TIMEOUT = Param("--trial-timeout", "Seconds before killing a trial.", "SECONDS")
+JSON = Param("--json", "Print the table as JSON.")
+PYTHONS = Param(
+    "--sglang-python",
+    "SGLang releases to compare, as interpreters (one: every cell).",
+    "PY1,PY2",
+)
+VERSIONS = Param(
+    "--sglang-version", "Releases by version, from $HICACHE_DIAG_SGLANG_VENVS/sglang-<V>.", "V1,V2"
+)
+OWN = (BACKENDS, SIZES, SWITCH, TRIALS, JOBS, SEED, OUT, TIMEOUT, JSON, PYTHONS, VERSIONS)
+OWN += (VIA, HOSTS, SSH_CONFIG)
+# Run flags bisect does not pass through: its own, or what means nothing over many trials.
+NOT_PASSED = {s for p in OWN for s in p.spellings} | {"--check", "--list-faults"}
 
 
 def _axes(storage: str | None, size: str | None, switches: list[str]) -> tuple[Axis, ...]:
-    axes = []
-    if storage is not None:
-        axes.append(Axis(STORAGE_AXIS, parse_values("--storage-backend", storage)))
-    if size is not None:
-        axes.append(Axis(HOST_AXIS, parse_values("--hicache-size", size)))
     from hicache_diag.engines.registry import protocol_switches
 
-    options = _run_options() if switches else set()
+    names = pass_through_names()
+    axes = []
+    if storage is not None:
+        values = parse_values(str(BACKENDS), storage)
+        axes.append(Axis(STORAGE_AXIS, values, field=names[str(BACKENDS).removeprefix("--")]))
+    if size is not None:
+        values = parse_values(str(SIZES), size)
+        axes.append(Axis(HOST_AXIS, values, field=names[str(SIZES).removeprefix("--")]))
     known = protocol_switches() if switches else {}
-    axes += [parse_switch(spec, options, known) for spec in switches]
+    axes += [parse_switch(spec, names, known) for spec in switches]
     return tuple(axes)
 
 
-def _venv_python(version: str) -> str:
-    import os
-
-    from hicache_diag.engines.registry import release_engine
-
-    releases = release_engine().releases
-    VENVS_ENV = releases.venvs_env
-    root = os.environ.get(VENVS_ENV)
-    if not root:
-        raise UsageError(
-            f"--sglang-version {version}: set ${VENVS_ENV} to the directory that "
-            "holds one venv per release (sglang-<version>/)"
-        )
-    python = releases.venv_python(version)
-    if python is None:
-        raise UsageError(
-            f"--sglang-version {version}: no {root}/sglang-{version}/bin/python; "
-            f"create it with: {releases.install_command(version)}"
-        )
-    return python
+def _fixed(axes: tuple[Axis, ...], base: RunOptions) -> tuple[tuple[Axis, ...], RunOptions, list]:
+    """An axis of one value beside one that varies is a setting of every cell (`--switch
+    ack-count=leader` as in `run`), applied to the options the cells start from; with the run
+    flags that say so (each trial's reproducing line)."""
+    if not any(len(a.values) > 1 for a in axes):
+        return axes, base, []
+    args = []
+    for axis in axes:
+        if len(axis.values) == 1:
+            base = axis.apply(base, axis.values[0])
+            args += axis.args(axis.values[0])
+    return tuple(a for a in axes if len(a.values) > 1), base, args
 
 
-def _releases(python: str | None, version: str | None, engine: str) -> tuple[list[str], dict]:
-    """The releases to compare, as interpreters, and their versions where the flag gave them
-    (--sglang-version: resolved through $HICACHE_DIAG_SGLANG_VENVS)."""
-    if python is None and version is None:
-        return [], {}
-    if python is not None and version is not None:
-        raise UsageError("--sglang-python and --sglang-version both name the releases: give one")
-    from hicache_diag.engines.registry import require_releases
-
-    require_releases(engine, "--sglang-python/--sglang-version")
-    if version is not None:
-        versions = parse_values("--sglang-version", version)
-        pythons = [_venv_python(v) for v in versions]
-        return pythons, dict(zip(pythons, versions, strict=True))
-    return list(parse_values("--sglang-python", python)), {}
-
-
-def _release_labels(pythons: tuple[str, ...], known: dict[str, str]) -> dict[str, str]:
-    """Each interpreter's SGLang version (probed when the flag gave paths); the path is added
-    where two interpreters hold the same version."""
-    from hicache_diag.engines.registry import release_engine
-
-    probe = release_engine().releases.probe
-    found = {p: known.get(p) or probe(p, "--sglang-python") for p in pythons}
-    versions = list(found.values())
-    return {p: v if versions.count(v) == 1 else f"{v} ({p})" for p, v in found.items()}
-
-
-def _refuse_flat_axes(axes: tuple[Axis, ...]) -> None:
-    """An axis with one value, or a value twice, compares nothing (or a cell with itself); an
-    axis given twice would overwrite itself in every cell."""
+def _refuse_flat_axes(axes: tuple[Axis, ...], fixed_ok: bool = False) -> None:
+    """An axis with one value (unless `fixed_ok`: a setting beside an axis that varies), or a
+    value twice, compares nothing (or a cell with itself); an axis given twice would overwrite
+    itself in every cell."""
     names = [a.name for a in axes]
     twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
     if twice is not None:
@@ -111,7 +96,7 @@ def _refuse_flat_axes(axes: tuple[Axis, ...]) -> None:
         dup = next((v for i, v in enumerate(axis.values) if v in axis.values[:i]), None)
         if dup is not None:
             raise UsageError(f"bisect axis {axis.name} lists {dup!r} twice; give distinct values")
-        if len(axis.values) < 2:
+        if len(axis.values) < 2 and not fixed_ok:
             raise UsageError(
                 f"bisect axis {axis.name} has one value ({axis.values[0]}): nothing to compare; "
                 "give two or more, e.g. --switch host-alloc=local,two-phase"
@@ -155,59 +140,24 @@ def _cells(axes: tuple[Axis, ...]) -> int:
     return n
 
 
-Backends = Annotated[
-    str | None,
-    typer.Option("--storage-backend", metavar="V1,V2", help="Backends to compare, e.g. none,file."),
-]
-Sizes = Annotated[
-    str | None,
-    typer.Option(
-        "--hicache-size", metavar="S1,S2", help="Host sizes to compare, e.g. 16MiB,64MiB."
-    ),
-]
-Switches = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--switch",
-        metavar="NAME=V1,V2",
-        help="A protocol switch or run option to vary; repeatable.",
-    ),
-]
-Trials = Annotated[int, typer.Option("--trials", metavar="N", help="Trials per cell.")]
-Jobs = Annotated[int, typer.Option("--jobs", "-j", metavar="N", help="Trials run in parallel.")]
-Seed = Annotated[int, typer.Option("--seed", metavar="N", help="Seed of trial 0 (trial j: +j).")]
-Out = Annotated[
-    str | None,
-    typer.Option(
-        "--out", metavar="DIR", help=with_default("Parent of the run dirs.", "runs/bisect-<utc>")
-    ),
-]
-Timeout = Annotated[
-    float | None,
-    typer.Option(
-        "--trial-timeout",
-        metavar="SECONDS",
-        help=with_default("Seconds before killing a trial.", "300; 900 with --engine sglang"),
-        show_default=False,
-    ),
-]
-Json = Annotated[bool, typer.Option("--json", help="Print the table as JSON.")]
-Pythons = Annotated[
-    str | None,
-    typer.Option(
-        "--sglang-python",
-        metavar="PY1,PY2",
-        help="SGLang releases to compare, as interpreters (one: every cell).",
-    ),
-]
-Versions = Annotated[
-    str | None,
-    typer.Option(
-        "--sglang-version",
-        metavar="V1,V2",
-        help="Releases by version, from $HICACHE_DIAG_SGLANG_VENVS/sglang-<V>.",
-    ),
-]
+def _cells(axes: tuple[Axis, ...]) -> int:
+    return math.prod(len(a.values) for a in axes)
+
+
+Backends = flag(BACKENDS, str | None)
+Sizes = flag(SIZES, str | None)
+Switches = flag(SWITCH, list[str] | None)
+Trials = flag(TRIALS, int)
+Jobs = flag(JOBS, int)
+Seed = flag(SEED, int)
+Out = flag(OUT, str | None, "runs/bisect-<utc>")
+Timeout = flag(TIMEOUT, float | None, "300; 900 with --engine sglang")
+Json = flag(JSON, bool)
+Pythons = flag(PYTHONS, str | None)
+Versions = flag(VERSIONS, str | None)
+Via = flag(VIA, str | None)
+Hosts = flag(HOSTS, str | None)
+SshConfig = flag(SSH_CONFIG, str | None)
 
 
 EXAMPLES = """\b
@@ -227,15 +177,18 @@ Exit: 0 completed, whatever it found (table.json and table.md in --out),
 
 
 def add_run_flags_to_help(app: typer.Typer) -> None:
-    """Append the `run` flags that bisect passes through to its --help (after both commands
-    are registered, so the list is the run command's own)."""
-    flags = sorted(f"--{name}" for name in _run_options())
+    """Append the `run` flags that bisect passes through to its --help (from the run options'
+    own declarations, so the list is the run command's)."""
+    from hicache_diag.cli.run_flags import ENGINE, SCENARIO
+
+    spelled = [s for _, p, _ in run_fields() for s in (p.flag, *p.aliases)]
+    flags = sorted({str(ENGINE), str(SCENARIO), *spelled} - NOT_PASSED)
     lines, line = [], " "
-    for flag in flags:
-        if len(line) + len(flag) + 1 > 76:
+    for name in flags:
+        if len(line) + len(name) + 1 > 76:
             lines.append(line)
             line = " "
-        line += f" {flag}"
+        line += f" {name}"
     lines.append(line)
     text = "\n".join(
         ["\b", "Run flags passed to every trial (see hicache-diag run --help):", *lines]
@@ -243,6 +196,31 @@ def add_run_flags_to_help(app: typer.Typer) -> None:
     for info in app.registered_commands:
         if info.name == "bisect":
             info.epilog = f"{EXAMPLES}\n\n{text}"
+
+
+def _planned_trials(p: Parsed) -> int:
+    """Trials the matrix holds, from the axis flags as given (each value list's length)."""
+    lists = [p.value(x) for x in (BACKENDS, SIZES, VERSIONS, PYTHONS)]
+    lists += [s.partition("=")[2] for s in p.value(SWITCH) or ()]
+    counts = [len([x for x in str(v).split(",") if x.strip()]) for v in lists if v]
+    return int(p.value(TRIALS) or 1) * math.prod(counts)
+
+
+def _idle_jobs(p: Parsed) -> str | None:
+    from hicache_diag.options.limits import check_jobs
+
+    trials, jobs = _planned_trials(p), p.value(JOBS)
+    if not (p.given(JOBS) and isinstance(jobs, int) and jobs > trials >= 1):
+        return None
+    try:
+        check_jobs(jobs, 1)  # a --jobs past what fits is bisect's own refusal, not a warning
+    except UsageError:
+        return None
+    return f"{JOBS} {jobs}: the matrix has {trials} trial(s), so at most {trials} run at once"
+
+
+# bisect's own input rules (the run flags it passes through are checked as run's, per cell).
+CHECKS = (Check("more-jobs-than-trials", _idle_jobs, warn=True),)
 
 
 def bisect(
@@ -258,7 +236,7 @@ def bisect(
     json_out: Json = False,
     sglang_python: Pythons = None,
     sglang_version: Versions = None,
-    via: TrialVia = None,
+    via: Via = None,
     hosts: Hosts = None,
     ssh_config: SshConfig = None,
 ) -> None:
@@ -266,6 +244,7 @@ def bisect(
     from hicache_diag.cli.render.bisect import trial_progress
     from hicache_diag.cli.render.console import err_console
 
+    check(ctx, CHECKS)
     request = BisectRequest(
         ctx.args,
         storage_backend,
@@ -309,17 +288,21 @@ class BisectRequest:
 
 
 def _matrix(req: BisectRequest, base: RunOptions) -> tuple[tuple[Axis, ...], RunOptions, tuple]:
-    """The axes (the release axis last), the options every cell starts from, the releases."""
+    """The axes (the release axis last), the options every cell starts from (and the run flags
+    every trial adds for them), the releases."""
     axes = _axes(req.storage_backend, req.hicache_size, list(req.switches))
+    _refuse_flat_axes(axes, fixed_ok=True)
+    axes, base, fixed = _fixed(axes, base)
     given = req.sglang_python is not None or req.sglang_version is not None
-    pythons, versions = _releases(
+    pythons, versions = release_pythons(
         req.sglang_python, req.sglang_version, base.engine if given else ""
     )
+    release = pass_through_names()[str(PYTHONS).removeprefix("--")]
     if len(pythons) == 1:  # one release: every cell runs it, as `run --sglang-python` does
-        base = base.with_value("sglang_python", pythons[0], "--sglang-python")
+        base = base.with_value(release, pythons[0], str(PYTHONS))
     elif pythons:
-        axes += (Axis(RELEASE_AXIS, tuple(pythons)),)
-    return axes, base, (pythons, versions)
+        axes += (Axis(RELEASE_AXIS, tuple(pythons), field=release),)
+    return axes, base, (pythons, versions, fixed)
 
 
 def plan_bisect(req: BisectRequest, quiet: bool = False) -> tuple[BisectConfig, dict]:
@@ -332,17 +315,17 @@ def plan_bisect(req: BisectRequest, quiet: bool = False) -> tuple[BisectConfig, 
     from hicache_diag.trials.rundir import check_writable
 
     if req.trial_timeout is not None:
-        check_seconds("--trial-timeout", req.trial_timeout)
+        check_seconds(str(TIMEOUT), req.trial_timeout)
     check_writable(req.out)  # a file, non-empty or unwritable: 2
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = Path(req.out) if req.out is not None else Path("runs") / f"bisect-{stamp}"
-    axes, base, (pythons, versions) = _matrix(req, options_from_argv(req.run_args))
+    axes, base, (pythons, versions, fixed) = _matrix(req, options_from_argv(req.run_args))
     if base.check:
         raise UsageError(
             "--check does nothing in bisect (it tabulates rates; no verdict is checked): "
             "use run --check on one scenario, or [expect] trials for a rate"
         )
-    cfg = BisectConfig(axes, req.trials, req.jobs, req.seed, out, tuple(req.run_args))
+    cfg = BisectConfig(axes, req.trials, req.jobs, req.seed, out, (*req.run_args, *fixed))
     if not axes:
         raise UsageError(
             "bisect needs a matrix: --storage-backend V1,V2, --hicache-size S1,S2, "
@@ -355,7 +338,7 @@ def plan_bisect(req: BisectRequest, quiet: bool = False) -> tuple[BisectConfig, 
     with PhaseStatus(err_console, quiet, f"checking {_cells(axes)} cell(s)"):
         cfg, world = with_cell_configs(base, cfg, req.trial_timeout)  # sglang: probes releases
     check_jobs(req.jobs, world)
-    labels = _release_labels(axes[-1].values, versions) if len(pythons) > 1 else {}
+    labels = release_labels(axes[-1].values, versions) if len(pythons) > 1 else {}
     return cfg, labels
 
 

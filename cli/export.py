@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from hicache_diag.cli.options import with_default
+from hicache_diag.cli.params import with_default
 from hicache_diag.errors import UsageError
 
 EXAMPLES = """\b

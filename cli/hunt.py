@@ -45,22 +45,25 @@ def _release_args(release: str | None, passed: list[str]) -> list[str]:
     the engine and the interpreter: refused beside a pass-through flag that picks either)."""
     if release is None:
         return []
-    for flag in ("--engine", "--sglang-python"):
-        if any(a == flag or a.startswith(flag + "=") for a in passed):
-            raise UsageError(f"--release {release} picks SGLang's engine and Python; drop {flag}")
+    from hicache_diag.cli.run_flags import ENGINE
     from hicache_diag.engines.registry import release_engine
+    from hicache_diag.options.params import field_param
 
     entry = release_engine()
+    python_flag = str(field_param(entry.options, "sglang_python"))
+    for flag in (str(ENGINE), python_flag):
+        if any(a == flag or a.startswith(flag + "=") for a in passed):
+            raise UsageError(f"--release {release} picks SGLang's engine and Python; drop {flag}")
     python = entry.releases.venv_python(release)
     if python is None:
         try:
-            if entry.releases.probe(None, "--sglang-python") == release:
-                return ["--engine", entry.name]
+            if entry.releases.probe(None, python_flag) == release:
+                return [str(ENGINE), entry.name]
         except UsageError:
             pass
         command = entry.releases.install_command(release)
         raise UsageError(f"--release {release} is not held here; {command}")
-    return ["--engine", entry.name, "--sglang-python", python]
+    return [str(ENGINE), entry.name, python_flag, python]
 
 
 def hunt(

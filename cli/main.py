@@ -12,10 +12,8 @@ import typer
 
 try:  # typer >= 0.24 vendors click
     from typer._click.exceptions import UsageError as ClickUsageError
-    from typer._click.globals import get_current_context
     from typer.exceptions import Abort, Exit
 except ImportError:  # pragma: no cover - older typer on top of click
-    from click import get_current_context
     from click.exceptions import Abort, Exit
     from click.exceptions import UsageError as ClickUsageError
 
@@ -64,37 +62,6 @@ def _warn(message: str) -> None:
     sys.stderr.write(f"hicache-diag: warning: {message}\n")
 
 
-def _checked(command: str, callback):
-    """`callback` behind no_effect.FLAG_RULES: the command's flags as parsed, and which the
-    command line set, refused (exit 2) or warned about before the command does anything."""
-    import functools
-
-    from hicache_diag.options.no_effect import Flags, refuse_no_effect_flags
-
-    @functools.wraps(callback)
-    def call(*args, **kwargs):
-        ctx = get_current_context()
-        given = frozenset(n for n in ctx.params if _from_command_line(ctx, n))
-        for warning in refuse_no_effect_flags(Flags(command, ctx.params, given)):
-            _warn(warning)
-        return callback(*args, **kwargs)
-
-    return call
-
-
-def _from_command_line(ctx, name: str) -> bool:
-    return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
-
-
-def _group():
-    """The click group, each command's callback behind the flag rules (built per call, as
-    typer's own app() does)."""
-    group = typer.main.get_command(app)
-    for name, command in getattr(group, "commands", {}).items():
-        command.callback = _checked(name, command.callback)
-    return group
-
-
 def _register() -> None:
     # Imported here so that `--help` lists every command and each module stays self-contained.
     from hicache_diag.cli import (
@@ -117,6 +84,9 @@ def _register() -> None:
 _register()
 
 
+ERROR_SCHEMA = "hicache-diag/error/v1"
+
+
 def _fail(message: str, code: ExitCode | int) -> int:
     from hicache_diag.cli.render.console import escape_controls
 
@@ -130,11 +100,12 @@ _json = {"asked": False, "stdout": None}
 
 
 def _json_error(message: str, code: int) -> None:
-    """With --json, stdout is one JSON document on every exit: a refusal or an error that left
-    it empty gets `{"error": ..., "exit_code": ...}` (docs/exit-codes.md)."""
+    """With --json, stdout is one JSON document on every exit: a refusal, an interrupt or an
+    error that left it empty gets `{"schema", "error", "exit_code"}` (docs/design.md)."""
     out = _json["stdout"]
     if _json["asked"] and out is not None and not out.written:
-        out.write(json.dumps({"error": message, "exit_code": code}, sort_keys=True) + "\n")
+        doc = {"schema": ERROR_SCHEMA, "error": message, "exit_code": code}
+        out.write(json.dumps(doc) + "\n")
         out.flush()
 
 
@@ -286,7 +257,7 @@ def _run_command(argv: list[str]) -> int:
     from hicache_diag.trials.signals import StopSignal
 
     try:
-        group = _group()
+        group = typer.main.get_command(app)
         refuse_repeated(group, argv)
         rv = group.main(args=argv, prog_name="hicache-diag", standalone_mode=False)
     except Exit as exc:

@@ -10,8 +10,9 @@ from typing import Annotated
 
 import typer
 
-from hicache_diag.cli.options import with_default
+from hicache_diag.cli.params import Check, Parsed, check, flag
 from hicache_diag.cli.render.console import print_json
+from hicache_diag.options.params import Param
 
 RunDir = Annotated[
     str,
@@ -21,37 +22,32 @@ RunDir = Annotated[
         show_default=False,
     ),
 ]
-Plots = Annotated[
-    str | None,
-    typer.Option(
-        "--plots", metavar="DIR", help="Write the timeline PNGs, report.md and report.html here."
-    ),
-]
-Summary = Annotated[
-    str | None,
-    typer.Option(
-        "--summary", metavar="FILE", help=with_default("Markdown summary file.", "PLOTS/report.md")
-    ),
-]
-Html = Annotated[
-    str | None,
-    typer.Option(
-        "--html",
-        metavar="FILE",
-        help=with_default("One self-contained HTML report, plots inline.", "PLOTS/report.html"),
-    ),
-]
-Force = Annotated[
-    bool,
-    typer.Option("--force", help="Replace existing output files (never a run's evidence)."),
-]
-Save = Annotated[
-    bool,
-    typer.Option(
-        "--save",
-        help="A hunt dir: rewrite hunt.json's first divergences and table.txt (with --force).",
-    ),
-]
+PLOTS = Param("--plots", "Write the timeline PNGs, report.md and report.html here.", "DIR")
+SUMMARY = Param("--summary", "Markdown summary file.", "FILE")
+HTML = Param("--html", "One self-contained HTML report, plots inline.", "FILE")
+FORCE = Param("--force", "Replace existing output files (never a run's evidence).")
+SAVE = Param(
+    "--save", "A hunt dir: rewrite hunt.json's first divergences and table.txt (with --force)."
+)
+Plots = flag(PLOTS, str | None)
+Summary = flag(SUMMARY, str | None, "PLOTS/report.md")
+Html = flag(HTML, str | None, "PLOTS/report.html")
+Force = flag(FORCE, bool)
+Save = flag(SAVE, bool)
+
+
+def _force_without_outputs(p: Parsed) -> str | None:
+    if p.value(FORCE) and not p.given(PLOTS, SUMMARY, HTML, SAVE):
+        return (
+            f"{FORCE} replaces output files: it does nothing without {PLOTS}, {SUMMARY}, "
+            f"{HTML} or {SAVE}"
+        )
+    return None
+
+
+# report's input rules over its flags (what the directory is decides the rest: a hunt's takes
+# its own, cli/report_hunt.py).
+CHECKS = (Check("force-without-outputs", _force_without_outputs),)
 JsonOut = Annotated[
     bool, typer.Option("--json", help="Print the verdict (a hunt dir: its report) as JSON.")
 ]
@@ -103,10 +99,11 @@ def make_report(run_dir: Path, outs: ReportOutputs, reclassify: bool, quiet: boo
     from hicache_diag.cli.render.report_html import html_report
     from hicache_diag.cli.render.status import reading_status
     from hicache_diag.diagnosis.report import build_report  # pandas only when used
+    from hicache_diag.engines.registry import tie_tolerance
     from hicache_diag.evidence.output_paths import write_atomic
 
     with reading_status(err_console, run_dir.glob("rank*.*"), quiet=quiet):
-        result = build_report(run_dir, outs.drawing, reclassify)
+        result = build_report(run_dir, outs.drawing, reclassify, tie_tolerance)
     if result.reclassified is not None:  # say so: the recorded verdict is not what is shown
         sys.stderr.write(
             f"note: --reclassify: {result.reclassified}; classified afresh from the evidence\n"
@@ -158,6 +155,7 @@ def register(app: typer.Typer) -> None:
         "report", epilog=EXAMPLES, short_help="Render a run directory: verdict, divergence, plots."
     )
     def report(
+        ctx: typer.Context,
         run_dir: RunDir,
         plots: Plots = None,
         summary: Summary = None,
@@ -173,6 +171,7 @@ def register(app: typer.Typer) -> None:
         from hicache_diag.evidence.verdict import ExitCode
         from hicache_diag.hunt.rejudge import is_hunt_dir
 
+        check(ctx, CHECKS)
         input_dir("RUN_DIR", run_dir)
         if is_hunt_dir(Path(run_dir)):  # its first failing runs are always classified afresh
             from hicache_diag.cli.report_hunt import check_hunt_flags, report_hunt

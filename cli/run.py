@@ -5,27 +5,40 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING
 
 import typer
 
-from hicache_diag.cli import options as o
+from hicache_diag.cli.params import Check, PanelCommand, Parsed, check, flag
 from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.cli.render.progress import LiveProgress
 from hicache_diag.cli.render.status import PhaseStatus
 from hicache_diag.cli.render.verdict import render_check, render_verdict
-from hicache_diag.cli.triage_cluster import SshConfig
-from hicache_diag.engines.registry import build, engine, run_trial
+from hicache_diag.cli.run_flags import ENGINE, SCENARIO, command_line, configure, with_run_flags
+from hicache_diag.engines.registry import DEFAULT_ENGINE, build, engine, run_options, run_trial
 from hicache_diag.errors import UsageError
 from hicache_diag.evidence.verdict import ExitCode, Outcome
-from hicache_diag.options.parse import parse_run_options
+from hicache_diag.options.params import FAULTS, OUTPUT, Param, field_param
 from hicache_diag.options.run_options import RunOptions
 from hicache_diag.trials.engine import EngineConfig
 
 if TYPE_CHECKING:
     from hicache_diag.faults import Scenario
     from hicache_diag.faults.expect import Expectation
+
+JSON = Param("--json", "Print only the verdict JSON on stdout.", panel=OUTPUT)
+LIST_FAULTS = Param(
+    "--list-faults",
+    "Print every fault (with --engine, those it can run): the physical event it models, when "
+    "production meets it, the SGLang function it acts in per release, what it cannot model; "
+    "then exit.",
+    panel=FAULTS,
+)
+CHECK = field_param(RunOptions, "check")
+JsonOpt = flag(JSON, bool)
+ListFaultsOpt = flag(LIST_FAULTS, bool)
+ScenarioOpt = flag(SCENARIO, str | None)
+EngineOpt = flag(ENGINE, str | None, DEFAULT_ENGINE)
 
 
 def load_scenario_file(path: str | None) -> Scenario | None:
@@ -35,14 +48,12 @@ def load_scenario_file(path: str | None) -> Scenario | None:
     from hicache_diag.evidence.paths import input_file
     from hicache_diag.faults import load_scenario
 
-    input_file("--scenario", path)
+    input_file(str(SCENARIO), path)
     return load_scenario(path)
 
 
-def _expectation(scenario: Scenario | None) -> Expectation:
+def _expectation(scenario: Scenario) -> Expectation:
     """`--check`: the scenario's [expect] table, refused (exit 2) when there is none to check."""
-    if scenario is None:
-        raise UsageError("--check needs --scenario FILE with an [expect] table")
     if scenario.expect is None:
         raise UsageError(
             f"--check: scenario {scenario.path!r} has no [expect] table "
@@ -51,22 +62,20 @@ def _expectation(scenario: Scenario | None) -> Expectation:
     return scenario.expect
 
 
-def options_from_params(params: Mapping[str, Any]) -> RunOptions:
-    """The run options from the run command's parsed parameters (click's record of them):
-    the command line over the scenario file, every check done."""
-    return parse_run_options(params, load_scenario_file(params.get("scenario")))
+def options_of(ctx: typer.Context) -> RunOptions:
+    """The run options a parsed `run` command line gives: its flags over its scenario file,
+    every check done."""
+    scenario = Parsed(ctx).value(SCENARIO)
+    return run_options(command_line(ctx), load_scenario_file(scenario))
 
 
 def options_from_argv(argv: list[str]) -> RunOptions:
-    """What `hicache-diag run ARGV` would run (bisect's pass-through flags; the benches)."""
-    command = typer.main.get_command(_app())
-    return options_from_params(command.make_context("run", list(argv)).params)
-
-
-def _app() -> typer.Typer:
-    app = typer.Typer()
+    """What `hicache-diag run ARGV` would run (bisect's pass-through flags, hunt, shrink, the
+    benches)."""
+    app = typer.Typer(add_completion=False)  # no completion flags: the command alone
     register(app)
-    return app
+    command = typer.main.get_command(app)
+    return options_of(command.make_context("run", list(argv)))
 
 
 # \b keeps click from rewrapping the block.
@@ -86,10 +95,10 @@ Exit: 0 ok, 10/11/12 form A/B/C, 13 diverged, 14 wrong output, 15 leak,
 
 
 def _catalogue() -> str:
-    """Fault names and --fix switches with their modes (legacy first), from the registries,
+    """Fault names and --switch switches with their modes (legacy first), from the registries,
     so the help can never drift from what the parser accepts (docs/faults.md has the table)."""
     from hicache_diag.engines.registry import protocol_switches
-    from hicache_diag.faults import FAULTS
+    from hicache_diag.faults import FAULTS as FAULT_NAMES
 
     lines = [
         "\b",
@@ -97,117 +106,74 @@ def _catalogue() -> str:
         "what each models: --list-faults):",
     ]
     lines += textwrap.wrap(
-        ", ".join(sorted(FAULTS)),
+        ", ".join(sorted(FAULT_NAMES)),
         76,
         initial_indent="  ",
         subsequent_indent="  ",
         break_on_hyphens=False,
     )
-    lines.append("Switches (--fix NAME=MODE; legacy mode first, then the fix):")
+    lines.append("Switches (--switch NAME=MODE; legacy mode first, then the fix):")
     for sw in protocol_switches().values():
         lines.append(f"  {sw.name}={'|'.join(sw.modes)}  {sw.upstream}")
     return "\n".join(lines)
 
 
-def _list_faults(value: bool, engine_name: str | None) -> None:
+def _list_faults(engine_name: str | None) -> None:
     """`run --list-faults`: what each fault models (faults/catalog.py), then exit 0; with
-    --engine, only the faults that engine does not refuse (its options' `fault_refusal`). Other
-    flags only warn (no_effect.py)."""
-    if not value:
-        return
-    from hicache_diag.faults import FAULTS
+    --engine, only the faults that engine does not refuse (its options' `fault_refusal`)."""
+    from hicache_diag.faults import FAULTS as FAULT_NAMES
     from hicache_diag.faults.catalog import catalog_text
 
-    names = list(FAULTS)
+    names = list(FAULT_NAMES)
     if engine_name is not None:
         refusal = engine(engine_name).options.fault_refusal
-        names = [n for n in names if not refusal(FAULTS[n])]
+        names = [n for n in names if not refusal(FAULT_NAMES[n])]
     sys.stdout.write(catalog_text(names))
     raise typer.Exit(0)
 
 
-ListFaultsOpt = Annotated[
-    bool,
-    typer.Option(
-        "--list-faults",
-        help="Print every fault (with --engine, those it can run): the physical event it "
-        "models, when production meets it, the SGLang function it acts in per release, what "
-        "it cannot model; then exit.",
-    ),
-]
+def _list_faults_alone(p: Parsed) -> str | None:
+    if not p.value(LIST_FAULTS):
+        return None
+    idle = [f for f in p.given_flags() if f not in (str(LIST_FAULTS), str(ENGINE))]
+    if not idle:
+        return None
+    return (
+        f"{LIST_FAULTS} prints the fault catalog and exits; it ignores {', '.join(idle)} "
+        f"({ENGINE} keeps the faults that engine can run)"
+    )
 
 
-ConsensusCheckerOpt = Annotated[
-    bool,
-    typer.Option(
-        "--sglang-consensus-checker",
-        help="sglang engine: turn on SGLang's rank consensus checker "
-        "(SGLANG_ENABLE_RANK_CONSENSUS_CHECKER); what it reports is verdict evidence.",
-    ),
-]
+def _check_without_scenario(p: Parsed) -> str | None:
+    if p.value(CHECK) and not p.given(SCENARIO) and not p.value(LIST_FAULTS):
+        return f"{CHECK} needs {SCENARIO} FILE with an [expect] table"
+    return None
 
 
-RunHosts = Annotated[
-    str | None,
-    typer.Option(
-        "--hosts",
-        metavar="A,B",
-        help="sglang engine with --nnodes N: node i on the i-th host (your ssh config names), "
-        "through ssh; --out on a path every host shares (docs/cluster.md).",
-    ),
-]
-RunVia = Annotated[
-    str | None,
-    typer.Option("--via", metavar="ssh", help="How --hosts are reached: ssh (the only one)."),
-]
+# run's own input rules; the run options' are the options' (options/run_options.py, their
+# engine's options class, options/no_effect.py), shared with bisect, hunt and shrink.
+CHECKS = (
+    Check("list-faults-with-run-flags", _list_faults_alone, warn=True),
+    Check("check-without-scenario", _check_without_scenario),
+)
 
 
 # The checks run under a status line: with --engine sglang they probe the release and may build
 # the model (seconds).
+@with_run_flags
 def run(
     ctx: typer.Context,
-    fault: o.FaultOpt = None,
-    fix: o.FixOpt = None,
-    protocol: o.ProtocolOpt = None,
-    scenario: o.ScenarioOpt = None,
-    seed: o.SeedOpt = None,
-    out: o.OutOpt = None,
-    json_: o.JsonOpt = False,
-    pp: o.PpOpt = None,
-    tp: o.TpOpt = None,
-    async_depth: o.AsyncDepthOpt = None,
-    page_size: o.PageSizeOpt = None,
-    max_total_tokens: o.MaxTotalTokensOpt = None,
-    hicache_size: o.HicacheSizeOpt = None,
-    hicache_ratio: o.HicacheRatioOpt = None,
-    hicache_write_policy: o.WritePolicyOpt = None,
-    hicache_storage_backend: o.StorageBackendOpt = None,
-    hicache_storage_dir: o.StorageDirOpt = None,
-    hicache_storage_prefetch_policy: o.PrefetchPolicyOpt = None,
-    workload: o.WorkloadOpt = None,
-    requests: o.RequestsOpt = None,
-    max_new_tokens: o.MaxNewTokensOpt = None,
-    hang_timeout: o.HangTimeoutOpt = None,
-    max_steps: o.MaxStepsOpt = None,
-    device: o.DeviceOpt = None,
-    engine: o.EngineOpt = None,
-    model: o.ModelOpt = None,
-    sglang_arg: o.SglangArgOpt = None,
-    sglang_env: o.SglangEnvOpt = None,
-    sglang_python: o.SglangPythonOpt = None,
-    nnodes: o.NnodesOpt = None,
-    check: o.CheckOpt = False,
+    json_: JsonOpt = False,
     list_faults: ListFaultsOpt = False,
-    sglang_consensus_checker: ConsensusCheckerOpt = False,
-    warm_server: o.WarmServerOpt = False,
-    hosts: RunHosts = None,
-    via: RunVia = None,
-    ssh_config: SshConfig = None,
+    scenario: ScenarioOpt = None,
+    engine_name: EngineOpt = None,
 ) -> None:
     """Run a real PP + HiCache runtime, inject faults, record evidence, give a verdict."""
-    _list_faults(list_faults, engine)
+    check(ctx, CHECKS)
+    if list_faults:
+        _list_faults(engine_name)
     with PhaseStatus(err_console, quiet=json_, first="checking the run"):
-        options, expect = _checked_options(ctx, scenario, check, warm_server)
+        options, expect = _checked_options(ctx, scenario)
         cfg = _placed(build(options))
     if expect is not None and expect.is_rate:
         raise typer.Exit(_check_rate_and_render(cfg, options, expect, json_))
@@ -215,13 +181,13 @@ def run(
 
 
 def _checked_options(
-    ctx: typer.Context, scenario: str | None, check: bool, warm_server: bool
+    ctx: typer.Context, scenario: str | None
 ) -> tuple[RunOptions, Expectation | None]:
     """The run options (flags over the scenario) and, with --check, the scenario's [expect]."""
     scenario_file = load_scenario_file(scenario)
-    expect = _expectation(scenario_file) if check else None
-    _refuse_lone_warm(warm_server, expect)
-    options = parse_run_options(ctx.params, scenario_file)
+    expect = _expectation(scenario_file) if Parsed(ctx).value(CHECK) else None
+    options = run_options(command_line(ctx), scenario_file)
+    _refuse_lone_warm(getattr(options, "warm_server", False), expect)
     if expect is not None:
         expect.check_ranks(options.world_size, f"scenario {scenario!r}")
     return options, expect
@@ -243,9 +209,14 @@ def _refuse_lone_warm(warm_server: bool, expect: Expectation | None) -> None:
 def register(app: typer.Typer) -> None:
     app.command(
         "run",
+        cls=configure(RunCommand),
         epilog=f"{EXAMPLES}\n\n{_catalogue()}",
         short_help="Run a PP + HiCache runtime, give a verdict.",
     )(run)
+
+
+class RunCommand(PanelCommand):
+    """`run`'s help: its options in panels."""
 
 
 def _check_rate_and_render(

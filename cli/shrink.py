@@ -11,7 +11,10 @@ from typing import Annotated
 import typer
 
 from hicache_diag.cli.render.console import err_console, print_json
+from hicache_diag.cli.run import JSON as RUN_JSON
 from hicache_diag.errors import UsageError
+from hicache_diag.options.params import field_param
+from hicache_diag.options.run_options import RunOptions
 
 EXAMPLES = """\b
 Examples:
@@ -21,7 +24,12 @@ Examples:
 Exit: 0 shrunk (or the failure did not reproduce: said so), 130 interrupted,
 2 bad input. The shrunk scenario is shrunk.toml in --out."""
 
-_DROP = {"--out": 1, "--json": 0, "--check": 0}  # the run's own output, not what it ran
+# The run's own output flags, not what it ran: each with the values it takes.
+_DROP = {
+    str(field_param(RunOptions, "out")): 1,
+    str(RUN_JSON): 0,
+    str(field_param(RunOptions, "check")): 0,
+}
 
 
 def run_argv(run_dir: Path) -> list[str]:
@@ -45,7 +53,7 @@ def run_argv(run_dir: Path) -> list[str]:
 def _target(run_dir: Path):
     from hicache_diag import evidence as ev
     from hicache_diag.evidence.verdict import Outcome, Verdict
-    from hicache_diag.shrink.shrink import Target
+    from hicache_diag.shrink.shrink import KeptFailure
 
     try:
         verdict = Verdict.read(run_dir / ev.VERDICT)
@@ -53,7 +61,7 @@ def _target(run_dir: Path):
         raise UsageError(f"{run_dir}: no readable verdict.json to shrink toward") from None
     if verdict.outcome in (Outcome.OK, Outcome.UNDECIDED, Outcome.INTERRUPTED):
         raise UsageError(f"{run_dir} ended {verdict.outcome.value}: nothing to shrink")
-    return Target(verdict.outcome.value, verdict.form.value if verdict.form else None)
+    return KeptFailure(verdict.outcome.value, verdict.form.value if verdict.form else None)
 
 
 def shrink(

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
+from hicache_diag.cli.params import Check, Parsed, check, flag
 from hicache_diag.cli.render.console import err_console, print_json
+from hicache_diag.cli.run_flags import ENGINE
 from hicache_diag.errors import UsageError
+from hicache_diag.options.params import Param
 
 EXAMPLES = """\b
 Examples:
@@ -22,47 +24,51 @@ Examples:
 Exit: 0 inventory printed, 2 bad input (no such tree, a Python without SGLang, a run
 dir with no recorded source reads), 1 internal error."""
 
-SourceOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--source",
-        metavar="DIR",
-        help="An unzipped SGLang wheel or sglang package dir to scan.",
-        show_default=False,
-    ),
-]
-PythonOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--sglang-python",
-        metavar="PY",
-        help="Scan the SGLang this Python has (found without importing it).",
-        show_default=False,
-    ),
-]
-EngineOpt = Annotated[
-    str, typer.Option("--engine", metavar="NAME", help="sglang, or builtin (our runtime).")
-]
-DiffOpt = Annotated[
-    tuple[str, str] | None,
-    typer.Option(
-        "--diff",
-        metavar="A B",
-        help="Compare two trees (dirs, Pythons or 'builtin').",
-        show_default=False,
-    ),
-]
-AllOpt = Annotated[bool, typer.Option("--all", help="Also list reads whose decision is unknown.")]
-RunOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--run",
-        metavar="RUN_DIR",
-        help="Dynamic: which recorded reads differed across ranks in this sglang run.",
-        show_default=False,
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print only the JSON.")]
+SOURCE = Param("--source", "An unzipped SGLang wheel or sglang package dir to scan.", "DIR")
+PYTHON = Param(
+    "--sglang-python", "Scan the SGLang this Python has (found without importing it).", "PY"
+)
+DIFF = Param("--diff", "Compare two trees (dirs, Pythons or 'builtin').", "A B")
+ALL = Param("--all", "Also list reads whose decision is unknown.")
+RUN = Param(
+    "--run", "Dynamic: which recorded reads differed across ranks in this sglang run.", "RUN_DIR"
+)
+JSON = Param("--json", "Print only the JSON.")
+
+SourceOpt = flag(SOURCE, Path | None)
+PythonOpt = flag(PYTHON, str | None)
+EngineOpt = flag(ENGINE, str, "sglang")
+DiffOpt = flag(DIFF, tuple[str, str] | None)
+AllOpt = flag(ALL, bool)
+RunOpt = flag(RUN, Path | None)
+JsonOpt = flag(JSON, bool)
+
+
+def _engine_against_tree(p: Parsed) -> str | None:
+    # (--engine builtin --source: the builtin engine's own sources() says "drop --source")
+    from hicache_diag.engines.registry import ENGINES, engine, takes_releases
+
+    name = p.value(ENGINE)
+    if name in ENGINES and not takes_releases(name) and p.given(PYTHON):
+        summary = engine(name).options.summary
+        return f"{ENGINE} {name} scans {summary}, not an SGLang's: drop {PYTHON}"
+    return None
+
+
+def _self_or_all(p: Parsed) -> str | None:
+    diff = p.value(DIFF)
+    if diff and len(set(diff)) == 1:
+        return f"{DIFF} {diff[0]} {diff[1]} compares a tree with itself: name two trees"
+    if p.value(ALL) and p.given(RUN):
+        return f"{ALL} lists a scan's undecided reads: it does nothing with {RUN}"
+    return None
+
+
+# sources' input rules (what only a tree or a run dir can tell is said where it is read).
+CHECKS = (
+    Check("engine-against-named-tree", _engine_against_tree),
+    Check("diff-with-itself-or-all-with-run", _self_or_all),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +149,7 @@ def register(app: typer.Typer) -> None:
         "sources", epilog=EXAMPLES, short_help="List the per-rank reads that feed decisions."
     )
     def sources(
+        ctx: typer.Context,
         source: SourceOpt = None,
         sglang_python: PythonOpt = None,
         engine: EngineOpt = "sglang",
@@ -160,6 +167,7 @@ def register(app: typer.Typer) -> None:
         docs/sources.md. With --run, the dynamic half: per source, the steps where the ranks
         read different values and whether the decision it feeds acted there (with --source or
         --sglang-python naming the run's release: each read's file:line and alignment)."""
+        check(ctx, CHECKS)
         args = SourcesArgs(source, sglang_python, engine, diff, show_all, run)
         result = compute(args)
         if json_out:

@@ -8,14 +8,15 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
+from hicache_diag.cli.params import flag
 from hicache_diag.cli.render.console import err_console, print_json
-from hicache_diag.engines.registry import build, run_trial
+from hicache_diag.engines.registry import DEFAULT_ENGINE, build, run_options, run_trial
 from hicache_diag.errors import HicacheDiagError, UsageError
-from hicache_diag.options.parse import parse_run_options
+from hicache_diag.options.params import Param, field_param
+from hicache_diag.options.run_options import RunOptions
 from hicache_diag.trials.engine import EngineConfig
 
 # Small device pool so shared prefixes are evicted to host and hit there; one new token per
@@ -39,18 +40,19 @@ def build_config(
             f"--requests must be >= {MIN_REQUESTS} to produce host hits (got {requests}): the "
             "workload's first 4 requests have 4 different prefixes"
         )
-    flags = {
-        "pp": pp,
-        "async_depth": async_depth,
-        "max_total_tokens": DEVICE_TOKENS,
-        "protocol": PROTOCOL,
-        "workload": "shared-prefix",
-        "requests": requests,
-        "max_new_tokens": 1,
-        "seed": seed,
-        "out": None if out is None else str(out),
-    }
-    return build(parse_run_options(flags))
+    options = run_options(
+        engine=DEFAULT_ENGINE,  # the builtin runtime: its `l2` preset is what is measured
+        pp=pp,
+        async_depth=async_depth,
+        max_total_tokens=DEVICE_TOKENS,
+        protocol=PROTOCOL,
+        workload="shared-prefix",
+        requests=requests,
+        max_new_tokens=1,
+        seed=seed,
+        out=None if out is None else str(out),
+    )
+    return build(options)
 
 
 def _run(cfg: EngineConfig):
@@ -75,30 +77,26 @@ Exit: 0 table printed, 130 interrupted, 2 bad input, 1 internal error (also
 when the measuring run itself does not end ok: a bug of the tool)."""
 
 
+# The run options it sets, by their own flags (its defaults are its own: [default: ...]).
+Pp = flag(field_param(RunOptions, "pp"), int, 2)
+AsyncDepth = flag(field_param(RunOptions, "async_depth"), int, 1)
+Requests = flag(field_param(RunOptions, "requests"), int, 12)
+Seed = flag(field_param(RunOptions, "seed"), int, 0)
+Json = flag(Param("--json", "Print only the JSON table."), bool)
+Out = flag(Param("--out", "Keep the run directory here.", "DIR"), str | None)
+
+
 def register(app: typer.Typer) -> None:
     @app.command(
         "timeline", epilog=EXAMPLES, short_help="Measure the PP loop's load/write ack latencies."
     )
     def timeline(
-        pp: Annotated[int, typer.Option("--pp", metavar="N", help="Pipeline stages.")] = 2,
-        async_depth: Annotated[
-            int,
-            typer.Option(
-                "--async-depth",
-                metavar="N",
-                help="Extra micro-batch slots; loop size is pp + depth.",
-            ),
-        ] = 1,
-        json_out: Annotated[
-            bool, typer.Option("--json", help="Print only the JSON table.")
-        ] = False,
-        requests: Annotated[
-            int, typer.Option("--requests", metavar="N", help="Requests to run.")
-        ] = 12,
-        seed: Annotated[int, typer.Option("--seed", metavar="N", help="Workload seed.")] = 0,
-        out: Annotated[
-            str | None, typer.Option("--out", metavar="DIR", help="Keep the run directory here.")
-        ] = None,
+        pp: Pp = 2,
+        async_depth: AsyncDepth = 1,
+        json_out: Json = False,
+        requests: Requests = 12,
+        seed: Seed = 0,
+        out: Out = None,
     ) -> None:
         """Measure load_ack / write_ack latencies of the PP event loop, one iteration at a time."""
         from hicache_diag.diagnosis.timeline import compute_timeline

@@ -2,7 +2,7 @@
 
 `offset-ms` shifts it, `drift-ppm` makes it run fast or slow from its first reading, and
 `jitter-us` adds seeded noise that can reorder two stamps, which is what changes LRU victims
-(sglang-internals 3.4: a constant offset or drift keeps one rank's order; jitter does not).
+(a constant offset or drift keeps one rank's order; jitter does not).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class ClockSkew(Fault):
             "counter stepping 1.0; refused on the Rust tree core, which never calls it)",
         ),
         ("0.5.12-0.5.14", "not hooked: HiRadixCache stamps time.monotonic() inline"),
-        ("builtin", "the LRU stamp of evict_policy under --fix lru-clock=monotonic"),
+        ("builtin", "the LRU stamp of evict_policy under --switch lru-clock=monotonic"),
     )
     CANNOT: ClassVar[str] = (
         "the clocks SGLang still reads per rank: session_controller.maybe_reap and the flush "

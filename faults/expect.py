@@ -1,4 +1,5 @@
-"""A scenario's `[expect]` table: what its run must produce, checked by `run --check` (DESIGN §4).
+"""A scenario's `[expect]` table: what its run must produce, checked by `run --check`
+(docs/design.md §4).
 
 ```toml
 [expect]

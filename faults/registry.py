@@ -1,4 +1,4 @@
-"""FAULTS: every injector by its CLI name (kebab-case), in the order of DESIGN §3."""
+"""FAULTS: every injector by its CLI name (kebab-case), in the order of docs/faults.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The built wheel holds every module: build it, install it into a scratch venv, import all.
 
 An editable install imports a subpackage missing from `packages` while the wheel silently drops
-it (style.md), so only a real wheel proves the explicit package list and the package-dir remap.
+it, so only a real wheel proves the explicit package list and the package-dir remap.
 """
 
 from __future__ import annotations

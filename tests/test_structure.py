@@ -1,4 +1,4 @@
-"""The house's walls, read from the source with `ast` (style.md §5, docs/structure.md).
+"""The house's walls, read from the source with `ast` (docs/structure.md).
 
 Four checks over `hicache_diag/`, `cli/` (hicache_diag.cli) and `faults/` (hicache_diag.faults):
 - no import circle among all imports: module level, function bodies (a lazy import closes a
@@ -33,19 +33,30 @@ PACKAGE_DIRS = {
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 50
 
+# Each engine's own folder under engines/ (`engines.builtin`, `engines.sglang`, ...), found on
+# disk: a new engine is a folder and its name in the registry, not a row here.
+ENGINE_FOLDERS = tuple(
+    sorted(
+        f"engines.{p.name}"
+        for p in (ROOT / "hicache_diag" / "engines").iterdir()
+        if (p / "__init__.py").is_file()
+    )
+)
+
 # The layers, top to bottom, by unit: `cli`, `faults`, the name right under hicache_diag (a
 # package or a module; "__init__" is hicache_diag/__init__.py), and under engines/ each engine's
-# own folder (`engines.builtin`, `engines.sglang`; `engines` is the registry they register in).
-# An import may only point to a strictly lower layer: units on one layer are peers and never
-# import each other (the two engines, docs/structure.md).
+# own folder (ENGINE_FOLDERS; `engines` is the registry they register in). An import may only
+# point to a strictly lower layer: units on one layer are peers and never import each other
+# (the engines, docs/structure.md).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),  # parse, call one function, render
     ("hunt",),  # the hunt loop: trials per trigger, then a shrink and an export of what failed
     # Above the registry: the engines (each registers itself) and what builds on any engine
-    ("export", "shrink", "engines.builtin", "engines.sglang"),
+    ("export", "shrink", *ENGINE_FOLDERS),
     ("engines",),  # the registry: what `run`, bisect and hunt ask of an engine
     ("trials",),  # the one engine-blind trial loop, the Engine base, bisect, rate check, warm
-    ("diagnosis", "triage"),  # a run directory read back; live and offline triage
+    ("triage",),  # live and offline triage (a production recording read with diagnosis' code)
+    ("diagnosis",),  # a run directory read back
     ("logs", "options"),  # what a server printed, as delivered; the run vocabulary
     ("faults", "rules", "sources"),  # faults and their hook points; the rule book; inventory
     ("cluster", "evidence"),  # reaching other nodes; the record types and files of a run
@@ -56,7 +67,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 WALLS: dict[tuple[str, str], str] = {
     (src, dst): "the CLI and the hunt reach an engine only through the registry (engines/)"
     for src in ("cli", "hunt")
-    for dst in ("engines.builtin", "engines.sglang")
+    for dst in ENGINE_FOLDERS
 }
 
 _LEAD = "being split in issue 30 (owner: lead)"
@@ -71,12 +82,7 @@ FILE_ALLOW: dict[str, str] = {}
 FUNCTION_ALLOW: dict[str, str] = {}
 
 # Comparisons with an engine's name below the engines layer (`path: comparison`) today.
-ENGINE_NAME_ALLOW: dict[str, str] = {
-    "hicache_diag/options/no_effect.py: f.values.get('engine') == 'builtin'": (
-        "a `sources` flag rule: no_effect.py sits below run_options.py and engines.py, which know "
-        "the engines that scan an SGLang (owner: lead)"
-    ),
-}
+ENGINE_NAME_ALLOW: dict[str, str] = {}
 
 
 def _module_files() -> dict[str, Path]:

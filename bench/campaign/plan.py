@@ -119,7 +119,7 @@ class TrialPlan:
             self.preset,
         ]
         for fix in self.fixes:
-            argv += ["--fix", fix]
+            argv += ["--switch", fix]
         argv += list(self.run_args)
         if not control:
             argv += ["--fault", self.fault]

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hicache_diag.diagnosis.bisect_table import BisectTable, Cell, TrialResult, causes_text
+from hicache_diag.diagnosis.bisect_table import BisectTable, BisectTrial, Cell, causes_text
 
 
 def trial_progress(console: Console, total: int, quiet: bool = False):
@@ -25,7 +25,7 @@ def trial_progress(console: Console, total: int, quiet: bool = False):
     task = progress.add_task("", total=total)
     failures = [0]
 
-    def on_result(cell: Cell, res: TrialResult) -> None:
+    def on_result(cell: Cell, res: BisectTrial) -> None:
         failures[0] += res.failed
         what = res.form or res.outcome or "error"
         desc = f"failures {failures[0]}  last: {what} {' '.join(cell.values.values())}"

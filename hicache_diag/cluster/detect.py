@@ -17,7 +17,7 @@ VIAS = ("local", "ssh", "slurm", "kubectl")
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class ClusterFlags:
     """The cluster flags as given."""
 
     via: str | None = None
@@ -29,7 +29,7 @@ class Target:
     ssh_config: str | None = None
 
 
-def detect(t: Target, env: dict[str, str] | None = None) -> str:
+def detect(t: ClusterFlags, env: dict[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     if t.via is not None:
         if t.via not in VIAS:
@@ -44,7 +44,7 @@ def detect(t: Target, env: dict[str, str] | None = None) -> str:
     return "slurm" if env.get("SLURM_JOB_ID") else "local"
 
 
-def executor_for(t: Target, env: dict[str, str] | None = None) -> Executor:
+def executor_for(t: ClusterFlags, env: dict[str, str] | None = None) -> Executor:
     env = os.environ if env is None else env
     via = detect(t, env)
     nodes = parse_hosts(t.hosts) if t.hosts else []

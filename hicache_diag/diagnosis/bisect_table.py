@@ -20,7 +20,7 @@ UNDECIDED = "undecided"
 
 
 @dataclass(frozen=True, slots=True)
-class TrialResult:
+class BisectTrial:
     seed: int
     run_dir: str
     # The verdict's outcome; "undecided" when the trial decided nothing (`cause`, `error`).
@@ -41,8 +41,8 @@ class TrialResult:
         return self.decided and self.outcome != "ok"
 
 
-def undecided_trial(seed: int, run_dir: str, cause: str, error: str) -> TrialResult:
-    return TrialResult(seed, run_dir, UNDECIDED, error=error, cause=cause)
+def undecided_trial(seed: int, run_dir: str, cause: str, error: str) -> BisectTrial:
+    return BisectTrial(seed, run_dir, UNDECIDED, error=error, cause=cause)
 
 
 def causes_text(causes: dict[str, int]) -> str:
@@ -53,7 +53,7 @@ def causes_text(causes: dict[str, int]) -> str:
 @dataclass(slots=True)
 class Cell:
     values: dict[str, str]
-    results: list[TrialResult] = field(default_factory=list)
+    results: list[BisectTrial] = field(default_factory=list)
 
     @property
     def trials(self) -> int:

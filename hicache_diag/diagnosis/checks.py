@@ -309,7 +309,7 @@ def check_divergence(run: RunData) -> Divergence | None:
 
 
 def check_wrong_output(run: RunData) -> Finding | None:
-    mismatches = compare_outputs(run.outputs, run.reference, run.engine)
+    mismatches = compare_outputs(run.outputs, run.reference, run.tie_tolerance)
     if not mismatches:
         return None
     lines = [f"{len(mismatches)} request(s) differ from the no-cache reference"]

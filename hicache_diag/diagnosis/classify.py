@@ -15,6 +15,7 @@ from hicache_diag.diagnosis.consensus import consensus_lines
 from hicache_diag.diagnosis.divergence import Divergence, lone_local_input
 from hicache_diag.diagnosis.ledger import ledger_lines
 from hicache_diag.diagnosis.load import RunData, load_run
+from hicache_diag.diagnosis.outputs import TieTolerance
 from hicache_diag.diagnosis.recorder_health import blind_recorder_reason, recorder_errors
 from hicache_diag.diagnosis.storage import storage_fault_lines
 from hicache_diag.evidence.verdict import CrashForm, Outcome, RankState, Verdict
@@ -327,13 +328,15 @@ def verdict_from(run: RunData) -> Verdict:
         run_dir=str(run.run_dir),
         cache=_safe("cache", cache_counts, run, notes) or {},
         recorder_errors=errors,
+        device=run.manifest.ran_on,
     )
 
 
-def classify_run(run_dir: Path) -> Verdict:
-    """Classify a finished run from its directory alone (docs/design.md §4). Raises RunDirError
-    when the directory holds nothing to classify."""
-    return verdict_from(load_run(run_dir))
+def classify_run(run_dir: Path, tie_tolerance: TieTolerance | None = None) -> Verdict:
+    """Classify a finished run from its directory alone (docs/design.md §4). Raises
+    RunDirError when the directory holds nothing to classify. `tie_tolerance`: the run's
+    engine's, by the manifest's engine name (else diagnosis's default)."""
+    return verdict_from(load_run(run_dir, tie_tolerance))
 
 
 __all__ = ["classify_run", "verdict_from", "CrashForm"]

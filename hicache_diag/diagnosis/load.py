@@ -10,6 +10,7 @@ import pandas as pd
 
 from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.logged_facts import with_logged_crashes
+from hicache_diag.diagnosis.outputs import DEFAULT_TIE_TOLERANCE, TieTolerance
 from hicache_diag.errors import RunDirError
 from hicache_diag.evidence import files
 from hicache_diag.evidence.stacks import RankDump, parse_dump_text
@@ -34,6 +35,7 @@ class RunData:
     budget: ev.Budget | None = None  # budget.json: PP0 stopped on --max-steps, work left
     missing: list[str] = field(default_factory=list)
     bad_lines: int = 0  # jsonl lines that did not parse (a torn last line of a killed rank)
+    tie_tolerance: float = DEFAULT_TIE_TOLERANCE  # the engine's, for a reference that records none
 
     @property
     def ranks(self) -> list[int]:
@@ -189,8 +191,9 @@ def _optional(run_dir: Path, name: str, missing: list[str], obj: bool = False) -
     return _object(path) if obj else _read_json(path)
 
 
-def load_run(run_dir: Path | str) -> RunData:
+def load_run(run_dir: Path | str, tie_tolerance: TieTolerance | None = None) -> RunData:
     """Read a run directory; RunDirError names what is missing when nothing usable is there.
+    `tie_tolerance`: the run's engine's tolerance, by the manifest's engine name.
 
     Optional files (launcher.json, outputs, stacks) may be absent in older or partial runs."""
     run_dir = Path(run_dir)
@@ -211,6 +214,8 @@ def load_run(run_dir: Path | str) -> RunData:
         missing.append(ev.RANK_JSONL_GLOB)
     manifest = _record(ev.Manifest, run_dir / ev.MANIFEST, manifest or {})
     data = RunData(run_dir, manifest, frames, logs=logs, bad_lines=bad)
+    if tie_tolerance is not None:
+        data.tie_tolerance = tie_tolerance(data.engine)
     launcher = _optional(run_dir, ev.LAUNCHER, missing, obj=True)
     if launcher is not None:
         data.launcher = _record(ev.LauncherRecord, run_dir / ev.LAUNCHER, launcher)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hicache_diag.options.run_options import ENGINE_OPTIONS, RunOptions
+from hicache_diag.options.run_options import RunOptions
 
 _TOKEN_KEYS = ("tokens", "outputs", "output_ids")
 _GAP_KEYS = ("gaps", "logit_gaps", "top2_gap", "top2_gaps")
-# reference.json (trials/reference.py) records each token's top-2 logit gap; when the file does
-# not record a tolerance, the run's engine gives it (its options' `tie_tolerance`).
-DEFAULT_TIE_TOLERANCE = RunOptions.tie_tolerance  # a run that names no known engine
+# reference.json records each token's top-2 logit gap; when the file does not record a
+# tolerance, the run's engine gives it (its options' `tie_tolerance`): whoever reads the run
+# passes the engine's (the trial loop its engine's, report and hunt the registry's by the
+# manifest's engine), else this one.
+DEFAULT_TIE_TOLERANCE = RunOptions.tie_tolerance
+# The tie tolerance of a run by its manifest's engine name (None: the manifest names none).
+TieTolerance = Callable[[str | None], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +58,13 @@ def _gaps(reference: Any) -> dict[str, list[float]]:
     return nested
 
 
-def tolerance(reference: Any, engine: str | None = None) -> float:
+def tolerance(reference: Any, fallback: float = DEFAULT_TIE_TOLERANCE) -> float:
+    """The tolerance the reference records, else `fallback` (the run's engine's)."""
     if isinstance(reference, dict):
         for key in ("tolerance", "tie_tolerance", "logit_tolerance"):
             if isinstance(reference.get(key), int | float):
                 return float(reference[key])
-    return ENGINE_OPTIONS.get(engine or "", RunOptions).tie_tolerance
+    return fallback
 
 
 def _compare(rid: str, got: list, want: list, gaps: list[float], tol: float) -> Mismatch | None:
@@ -77,14 +83,14 @@ def _compare(rid: str, got: list, want: list, gaps: list[float], tol: float) -> 
 
 
 def compare_outputs(
-    outputs: Any, reference: Any, engine: str | None = None
+    outputs: Any, reference: Any, fallback: float = DEFAULT_TIE_TOLERANCE
 ) -> list[Mismatch] | None:
-    """Mismatches per request; None when either side is absent (nothing to compare). `engine`
-    (the manifest's) picks the tie tolerance when the reference records none."""
+    """Mismatches per request; None when either side is absent (nothing to compare).
+    `fallback`: the tie tolerance when the reference records none (the run's engine's)."""
     got, want = _tokens(outputs), _tokens(reference)
     if outputs is None or reference is None or not want:
         return None
-    gaps, tol = _gaps(reference), tolerance(reference, engine)
+    gaps, tol = _gaps(reference), tolerance(reference, fallback)
     found = []
     for rid in sorted(want):
         m = _compare(rid, got.get(rid, []), want[rid], gaps.get(rid, []), tol)

@@ -11,6 +11,7 @@ from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.classify import verdict_from
 from hicache_diag.diagnosis.consensus import checker_silent
 from hicache_diag.diagnosis.load import RunData, load_run
+from hicache_diag.diagnosis.outputs import TieTolerance
 from hicache_diag.diagnosis.series import around, timelines
 from hicache_diag.errors import RunDirError
 from hicache_diag.evidence.verdict import Outcome, Verdict
@@ -66,9 +67,15 @@ def _notes(run: RunData) -> list[str]:
     return notes
 
 
-def build_report(run_dir: Path, plots: bool = False, reclassify: bool = False) -> RunReport:
-    """Load and analyse `run_dir`; `plots`: draw the timeline plots (in memory, not written)."""
-    run = load_run(run_dir)
+def build_report(
+    run_dir: Path,
+    plots: bool = False,
+    reclassify: bool = False,
+    tie_tolerance: TieTolerance | None = None,
+) -> RunReport:
+    """Load and analyse `run_dir`; `plots`: draw the timeline plots (in memory, not written);
+    `tie_tolerance`: the run's engine's (diagnosis/outputs.py)."""
+    run = load_run(run_dir, tie_tolerance)
     recorded = None if reclassify else _recorded_verdict(run)
     verdict = recorded or verdict_from(run)
     if recorded is not None and recorded.outcome is Outcome.OK:

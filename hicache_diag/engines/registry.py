@@ -1,6 +1,7 @@
 """The engines, registered by name: each factory imports its engine package lazily, so the CLI
 reads names, options and help without torch or SGLang. The contract an engine implements is
-trials/engine.py; the options it takes are run_options.py's."""
+trials/engine.py; the options it takes are its own options class (the common RunOptions of
+options/run_options.py plus its fields), which its entry names."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from hicache_diag.errors import UsageError
-from hicache_diag.options.run_options import ENGINE_OPTIONS, RunOptions, field_names
+from hicache_diag.options.no_effect import refuse_no_effect
+from hicache_diag.options.parse import CommandLine, parse_run_options
+from hicache_diag.options.run_options import RunOptions, field_names, flag_of
 
 if TYPE_CHECKING:
+    from hicache_diag.faults import Scenario
     from hicache_diag.trials.engine import EngineConfig, Progress
     from hicache_diag.trials.trial import TrialResult
 
@@ -79,17 +83,18 @@ class Releases:
 
 @dataclass(frozen=True, slots=True)
 class EngineEntry:
-    """One engine. `build(options)` checks everything and returns the engine's config (bad
-    input: UsageError, before anything starts); `trial(cfg, argv, on_progress)` runs one trial,
-    verdict.json written last; `source_tree(source, python)`: the tree `sources` scans;
-    `records_reads`: its ranks record each divergence source they read, per step (what
-    `sources --run` compares)."""
+    """One engine. `options`: its run options class (its flags, defaults and checks), named
+    where it registers (`register_engine`); `build(options)` checks everything and returns the
+    engine's config (bad input: UsageError, before anything starts); `trial(cfg, argv,
+    on_progress)` runs one trial, verdict.json written last; `source_tree(source, python)`:
+    the tree `sources` scans; `records_reads`: its ranks record each divergence source they
+    read, per step (what `sources --run` compares)."""
 
     name: str
     build: Callable[[Any], EngineConfig]
     trial: Callable[..., TrialResult]
     source_tree: Callable[[Path | None, str | None], Any]
-    switches: Callable[[], Mapping[str, Any]] = field(default=dict)  # its --fix switches
+    switches: Callable[[], Mapping[str, Any]] = field(default=dict)  # its --switch switches
     preload: tuple[str, ...] = ()  # modules a warm trial server imports for its trials
     records_reads: bool = False
     # `--warm-server`: warm(root) -> its pool (trials/warm_trials.py WarmPool); None: none.
@@ -100,7 +105,7 @@ class EngineEntry:
 
     @property
     def options(self) -> type[RunOptions]:
-        return ENGINE_OPTIONS[self.name]
+        return OPTIONS[self.name]
 
     def sources(self, source: Path | None, python: str | None) -> Any:
         return self.source_tree(source, python)
@@ -109,6 +114,21 @@ class EngineEntry:
 # A factory imports only what builds and names its engine, never torch or SGLang: an entry's
 # facts (records_reads, switches) are read by bad-input refusals, which stay fast.
 ENGINES: Registry[EngineEntry] = Registry("engine")
+# Each engine's run options class, given when it registers: flags, help and checks read it
+# without making the entry.
+OPTIONS: dict[str, type[RunOptions]] = {}
+
+
+def register_engine(
+    name: str, options: type[RunOptions]
+) -> Callable[[Callable[[], EngineEntry]], Callable[[], EngineEntry]]:
+    """`@register_engine("name", ItsOptions)` on the engine's entry factory (its entry.py)."""
+
+    def add(factory: Callable[[], EngineEntry]) -> Callable[[], EngineEntry]:
+        OPTIONS[name] = options
+        return ENGINES.register(name)(factory)
+
+    return add
 
 
 # One name per engine folder: `engines/NAME/entry.py` registers it (a new engine is one folder
@@ -148,7 +168,7 @@ def require_recorded_reads(name: str) -> None:
 
 def takes_releases(name: str) -> bool:
     """Whether engine `name` runs a release picked by --sglang-python / --sglang-version."""
-    return "sglang_python" in field_names(ENGINE_OPTIONS[name])
+    return engine(name).releases is not None
 
 
 def require_releases(name: str, flags: str) -> None:
@@ -158,9 +178,44 @@ def require_releases(name: str, flags: str) -> None:
         raise UsageError(f"{flags} pick SGLang releases: add --engine {takes}")
 
 
+def option_classes() -> dict[str, type[RunOptions]]:
+    """Each engine's run options class by name, the default engine (the first) first."""
+    return {name: OPTIONS[name] for name in ENGINES}
+
+
+DEFAULT_ENGINE = ENGINE_PACKAGES[0]
+
+
+def run_options(
+    line: CommandLine | None = None, scenario: Scenario | None = None, **values: Any
+) -> RunOptions:
+    """The run options of a command line (the CLI's flags, typed) over a scenario file; or, from
+    code, of `values` by field name (`engine=` picks the engine). Every check done."""
+    if line is None:
+        name = values.pop("engine", None)
+        how = {n: flag_of(type_of(n), n) for n in values}
+        line = CommandLine(values, how, name)
+    return parse_run_options(line, scenario, option_classes())
+
+
+def type_of(name: str) -> type[RunOptions]:
+    """The options class that declares field `name` (the common one first)."""
+    return next(
+        (c for c in (RunOptions, *option_classes().values()) if name in field_names(c)),
+        RunOptions,
+    )
+
+
+def tie_tolerance(name: str | None) -> float:
+    """The tie tolerance of engine `name` (a manifest's; None or unknown: the default engine's),
+    for re-reading a run whose reference records none (diagnosis/outputs.py)."""
+    return OPTIONS[name if name in ENGINES else DEFAULT_ENGINE].tie_tolerance
+
+
 def build(options: RunOptions) -> EngineConfig:
-    """The options' engine builds its config from them."""
-    return engine(options.engine).build(options)
+    """The options' engine builds its config from them; a variant made from parsed options (a
+    bisect cell, a hunt trigger, a shrink candidate) meets the no-effect rules here."""
+    return engine(options.engine).build(refuse_no_effect(options))
 
 
 def run_trial(
@@ -172,14 +227,14 @@ def run_trial(
 
 def default_help(key: str) -> str:
     """A run flag's default as --help states it: one value, or each engine's where they differ."""
-    values = {n: getattr(c(), key) for n, c in ENGINE_OPTIONS.items() if key in field_names(c)}
+    values = {n: getattr(c(), key) for n, c in option_classes().items() if key in field_names(c)}
     if len(set(map(str, values.values()))) == 1:
         return str(next(iter(values.values())))
     return "; ".join(f"{v} ({name})" for name, v in values.items())
 
 
 def protocol_switches() -> Mapping[str, Any]:
-    """Every engine's protocol switches (`--fix NAME=MODE`), by name: the CLI's help and bisect
-    read them here, not from an engine package."""
-    with_fix = [n for n, cls in ENGINE_OPTIONS.items() if "fix" in field_names(cls)]
-    return {k: v for name in with_fix for k, v in engine(name).switches().items()}
+    """Every engine's protocol switches (`--switch NAME=MODE`), by name: the CLI's help and
+    bisect read them here, not from an engine package."""
+    with_switches = [n for n, cls in OPTIONS.items() if "switches" in field_names(cls)]
+    return {k: v for name in with_switches for k, v in engine(name).switches().items()}

@@ -14,7 +14,7 @@ from hicache_diag.evidence.clean_state import (
 )
 from hicache_diag.evidence.divergence import (
     DivergenceBlock,
-    ThreadStack,
+    ThreadDump,
     read_blocks,
     tail_steps,
     write_block,
@@ -109,7 +109,7 @@ __all__ = [
     "Record",
     "StacksRecord",
     "StepRecord",
-    "ThreadStack",
+    "ThreadDump",
     "Topology",
     "TopologyRank",
     "divergence_json",

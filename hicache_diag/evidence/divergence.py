@@ -22,7 +22,7 @@ TAIL_BYTES = 1 << 18  # how far back in rank{r}.jsonl the last steps are looked 
 
 
 @dataclass(frozen=True, slots=True)
-class ThreadStack(Record):
+class ThreadDump(Record):
     """One Python thread of the rank's process as `sys._current_frames` had it."""
 
     name: str = ""
@@ -37,7 +37,7 @@ class DivergenceBlock(Record):
     hashed (its `@rank_consensus` calls, as SGLang formatted them); `steps` the rank's last
     recorded step lines; `errors` what could not be read (never a guessed value)."""
 
-    nested = {"steps": StepRecord, "stacks": ThreadStack}
+    nested = {"steps": StepRecord, "stacks": ThreadDump}
 
     rank: int = 0
     pp: int = 0
@@ -56,7 +56,7 @@ class DivergenceBlock(Record):
     device_free: int | None = None
     host_free: int | None = None
     tree_digest: str | None = None
-    stacks: list[ThreadStack] = field(default_factory=list)
+    stacks: list[ThreadDump] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     took_ms: float | None = None  # building the block, from SGLang's line to the write
 

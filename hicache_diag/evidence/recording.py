@@ -315,7 +315,7 @@ class RankRecording:
 
 # -- reading a session back ------------------------------------------------------------------
 @dataclass(slots=True)
-class RankView:
+class RecordedRank:
     """What one rank's recording holds, as read back (a file cut mid-record is read up to it)."""
 
     rank: int
@@ -365,7 +365,7 @@ def ranks_in(session: Path) -> list[int]:
     return sorted(found)
 
 
-def read_rank(session: Path, rank: int) -> RankView:
+def read_rank(session: Path, rank: int) -> RecordedRank:
     meta = None
     if meta_path(session, rank).is_file():
         try:
@@ -381,10 +381,10 @@ def read_rank(session: Path, rank: int) -> RankView:
     dumps.sort(key=lambda d: d.get("at") or 0)
     lines = _json_lines([lines_path(session, rank, older=True), lines_path(session, rank)])
     blocks = _json_lines([blocks_path(session, rank, older=True), blocks_path(session, rank)])
-    return RankView(rank, meta, _digests(session, rank), blocks, lines, dumps)
+    return RecordedRank(rank, meta, _digests(session, rank), blocks, lines, dumps)
 
 
-def read_session(session: Path) -> dict[int, RankView]:
+def read_session(session: Path) -> dict[int, RecordedRank]:
     return {r: read_rank(session, r) for r in ranks_in(session)}
 
 

@@ -3,6 +3,7 @@ upstream threads and status), apart from the recipes themselves."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hicache_diag.export.source_lines import Step
@@ -46,6 +47,10 @@ class Recipe:
     reachable: str = ""
     upstream: str = ""
     nonfix: str = ""
+    # The committed candidate fix (samples/exports/<finding>/fix.patch): its idea and cost.
+    fix: str = ""
+    # What the exported test fails with for this run's evidence values (None: `error`).
+    error_for: Callable[[dict[str, object]], str] | None = None
 
     def matches(
         self,

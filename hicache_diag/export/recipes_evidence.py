@@ -108,9 +108,21 @@ SESSION_REAP = Recipe(
         "tick across ranks by what its review thread shows."
     ),
     nonfix=(
-        "`nonfix.patch`: reap on every scheduler iteration (`interval` 0.0) instead of every "
-        "second. It removes the tick phase, so a deferred close lands at the same step, but a "
-        "timeout still compares each rank's own clock: the timeout case still fails."
+        "`nonfix.patch`: start the reap tick from the first session opened instead of from each "
+        "rank's own start-up (`_last_reap_time` set in `SessionController.open`). The tick's "
+        "phase then no longer depends on boot, but each rank still stamps it, and tests it, on "
+        "its own clock, which a PP stage reads after the previous stage's work reached it: "
+        "both cases still fail (deferred close at step 5, timeout at step 10)."
+    ),
+    fix=(
+        "`fix.patch` (against the 0.5.23 wheel; idea and cost in its header): the rank that "
+        "pulls requests (PP0, attention TP/CP rank 0) decides the reap in "
+        "`Scheduler.ingest_requests` (`SessionController.poll_reap`, its own clock), and the "
+        "sessions it picks ride the request broadcast and the PP relay as a "
+        "`ReapSessionsReqInput`, as #37143 did for the waiting-timeout aborts; every rank "
+        "releases them (`SessionController.reap`) in the same iteration. No collective; a "
+        "session's timeout and the tick are PP0's. The test passes with it and fails with "
+        "`nonfix.patch` and on the release as it is."
     ),
 )
 
@@ -192,8 +204,18 @@ FLUSH_DEADLINE = Recipe(
     upstream="No upstream thread about the per-rank flush deadline was found: no fix exists yet.",
     nonfix=(
         "`nonfix.patch`: flush anyway when the deadline passes (instead of failing the "
-        "request). The rank past its deadline then flushes while the other waits a step: "
-        "still different steps, and a flush of a busy rank."
+        "request). The rank past its deadline then calls `Scheduler.flush_cache` while still "
+        "busy, which refuses and answers failure, while its peer, idle a step later, flushes: "
+        "still different outcomes."
+    ),
+    fix=(
+        "`fix.patch` (against the 0.5.23 wheel; idea and cost in its header): only the rank "
+        "that pulls requests (PP0, attention TP/CP rank 0) reads the deadline "
+        "(`SchedulerFlushWrapper.poll_deadline` in `Scheduler.ingest_requests`); once it "
+        "passed, a `FlushCacheDeadlineReqInput` rides the request broadcast and the PP relay, "
+        "and `check_pending` gives up only on it, so every rank flushes, or gives up, in the "
+        "same iteration. No collective; the timeout is PP0's. The test passes with it and "
+        "fails with `nonfix.patch` and on the release as it is."
     ),
 )
 

@@ -109,6 +109,15 @@ _RELATED = (
     ),
 )
 
+
+def _error_for(values: dict[str, object]) -> str:
+    """A PP follower short raises SGLang's own IndexError in `writing_check`; the others fail
+    the test's assertion."""
+    if values.get("topology") == "pp" and int(str(values.get("short_rank") or 0)) > 0:
+        return "IndexError: pop from empty list"
+    return "AssertionError"
+
+
 URC_WRITE_THROUGH = Recipe(
     name="urc-write-through-per-rank",
     forms=(),
@@ -119,7 +128,8 @@ URC_WRITE_THROUGH = Recipe(
     evidence=("host-shortage",),
     template="urc_write_through.py.tmpl",
     test_file="test_write_through_rank_symmetry.py",
-    error="AssertionError (IndexError: pop from empty list where a PP follower is the short rank)",
+    error="AssertionError",
+    error_for=_error_for,
     title="A write-through backup is decided on one rank alone",
     invariant=(
         "Every rank that runs the same batches (each PP stage, each TP rank) holds the same "
@@ -154,5 +164,20 @@ URC_WRITE_THROUGH = Recipe(
         "drain the acks it has ready itself (#29109's 'consume only local acks'). Either way "
         "the crash or the stuck lock goes, and one rank still committed a host backup its peer "
         "did not, so the test still fails."
+    ),
+    fix=(
+        "`fix.patch` (against the 0.5.23 wheel; idea, cost and limit in its header): the host "
+        "room `_execute_kv_backup` decides on becomes a protocol quantity, a MIN over PP0's "
+        "attention TP/CP ranks relayed down the pipeline by the existing `_all_reduce` / "
+        "`_pp_sync`; every rank evicts for that room and backs up, or skips, alike. Cost: one "
+        "gloo all-reduce and one PP relay per node backed up, and the host cache degrades to "
+        "its most loaded rank. With it the test passes where PP0 or a TP rank is the short "
+        "one (forms A, C-TP). A PP follower short where PP0 is not (form B) cannot be absorbed "
+        "by a decision that only travels down the pipeline (the follower's room would have to "
+        "travel up, and a stage waiting for a later one deadlocks the PP loop): the patch "
+        "then stops at the decision with a named assertion instead of a later `pop from "
+        "empty list`, and the test still fails. Host capacities are MIN-synced and the free "
+        "lists follow identical tree operations, so that case needs an earlier divergence or "
+        "a fault (every committed run injected one)."
     ),
 )

@@ -9,6 +9,7 @@ from pathlib import Path
 from hicache_diag.export import report_extra
 from hicache_diag.export.case import Case
 from hicache_diag.export.divergence_block import block_section
+from hicache_diag.export.evidence_tags import run_tags
 from hicache_diag.export.recipes import Recipe
 from hicache_diag.export.source_lines import locate, present
 
@@ -167,13 +168,24 @@ def _evidence_lines(case: Case) -> list[str]:
     return lines + ["```"]
 
 
+def _error(case: Case, recipe: Recipe) -> str:
+    """The exception the exported test fails with, as SGLang or the test raises it."""
+    if recipe.error_for is None:
+        return recipe.error
+    tags = run_tags(case.run_dir)
+    values: dict[str, object] = {}
+    for name in recipe.evidence:
+        values.update(tags[name].values if name in tags else {})
+    return recipe.error_for(values)
+
+
 def _reproduce_lines(case: Case, recipe: Recipe, files: dict[str, str]) -> list[str]:
     lines = [
         "",
         "## Reproduce",
         "",
         f"- unit test: `python -m pytest -q {files['test']}`; on an affected release it "
-        f"fails with `{recipe.error}`, and it skips where the code path is gone.",
+        f"fails with `{_error(case, recipe)}`, and it skips where the code path is gone.",
         f"- end to end: `MODEL=<dir> PYTHON=<python with SGLang {case.version}> "
         f"./{files['launch']}` (add `GPU=1` on a GPU host). Requests: "
         f"`{files['requests']}` ({case.workload.get('requests', '?')} requests, sent "

@@ -115,4 +115,6 @@ def sections(case: Case, recipe: Recipe) -> list[str]:
             "",
             recipe.nonfix,
         ]
+    if recipe.fix:
+        out += ["", "## A candidate fix (`fix.patch`)", "", recipe.fix]
     return out

@@ -5,20 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
-from hicache_diag.hunt.triggers import Read, Trigger, triggers_for
+from hicache_diag.hunt.triggers import Trigger, triggers_for
+from hicache_diag.sources.model import Source
 
 UNALIGNED = "none"  # sources/model.py Alignment.mechanism of a read nothing aligns
-
-
-class Located(Read, Protocol):
-    file: str
-    line: int
-    function: str
-
-    @property
-    def alignment(self) -> object: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,11 +18,11 @@ class Candidate:
     sources: tuple[str, ...]  # "file:line function (kind -> decision)"
 
 
-def describe(read: Located) -> str:
+def describe(read: Source) -> str:
     return f"{read.file}:{read.line} {read.function} ({read.kind} -> {'/'.join(read.decisions)})"
 
 
-def unaligned(reads: Iterable[Located]) -> list[Located]:
+def unaligned(reads: Iterable[Source]) -> list[Source]:
     """Reads the PP stages may see differently: nothing aligns them, or only a collective that
     stays inside one stage does (a MIN over its TP group, as 0.5.18's L3 queue drain: each stage
     then agrees with itself, not with the other stages)."""
@@ -44,7 +35,7 @@ def _parts_stages(alignment: object) -> bool:
     return getattr(alignment, "covers_pp", None) is False
 
 
-def plan_hunt(reads: Iterable[Located]) -> tuple[list[Candidate], list[str]]:
+def plan_hunt(reads: Iterable[Source]) -> tuple[list[Candidate], list[str]]:
     """(candidates, the unaligned reads no trigger covers)."""
     covered: dict[str, tuple[Trigger, list[str]]] = {}
     unmapped = []

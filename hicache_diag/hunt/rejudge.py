@@ -101,6 +101,7 @@ def locate_run(recorded: str, trigger: str, hunt_dir: Path) -> Path | None:
 
 def _judge(result: TriggerResult, hunt_dir: Path) -> Rejudged:
     from hicache_diag.diagnosis.classify import classify_run
+    from hicache_diag.engines.registry import tie_tolerance
     from hicache_diag.hunt.run import first_divergence_of
 
     recorded = str(result.first_failure)
@@ -109,7 +110,7 @@ def _judge(result: TriggerResult, hunt_dir: Path) -> Rejudged:
     if run is None:
         return judged
     try:
-        verdict = classify_run(run)
+        verdict = classify_run(run, tie_tolerance)
     except (RunDirError, OSError, ValueError) as exc:
         return replace(judged, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     return replace(judged, after=first_divergence_of(verdict), outcome=verdict.outcome.value)

@@ -19,7 +19,7 @@ from hicache_diag.options.run_options import RunOptions
 from hicache_diag.trials.trials import run_trials, trial_verdict, verdict_in
 
 if TYPE_CHECKING:
-    from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
+    from hicache_diag.diagnosis.bisect_table import BisectTrial, Cell
     from hicache_diag.hunt.plan import Candidate
     from hicache_diag.hunt.triggers import Variant
 
@@ -95,7 +95,7 @@ def first_divergence_of(verdict: Verdict) -> dict[str, Any] | None:
     return verdict.to_json().get("first_divergence")
 
 
-def _tally(result: TriggerResult, runs: list[TrialResult]) -> None:
+def _tally(result: TriggerResult, runs: list[BisectTrial]) -> None:
     for res in runs:
         verdict = trial_verdict(res)
         if verdict is None or verdict.outcome in _NOT_DECIDED:
@@ -154,14 +154,14 @@ def _confirm(result: TriggerResult, cell: _Cell, out: Path) -> bool | None:
 def _shrunk(result: TriggerResult, cell: _Cell, out: Path, budget: _Budget) -> str:
     """The run to export: for a perturbation, the last failing trial of a shrink of the first
     failure (fewer faults, requests and steps for a maintainer to read); else the failure."""
-    from hicache_diag.shrink.shrink import Target, shrink_run
+    from hicache_diag.shrink.shrink import KeptFailure, shrink_run
 
     first = str(result.first_failure)
     verdict = verdict_in(first)
     trials = min(SHRINK_BUDGET, budget.spare())
     if result.natural or verdict is None or trials < 1:
         return first
-    target = Target(verdict.outcome.value, verdict.form.value if verdict.form else None)
+    target = KeptFailure(verdict.outcome.value, verdict.form.value if verdict.form else None)
     report = shrink_run(cell.options, target, first, out / "shrink", 1, trials)
     budget.used += report.trials_run
     if report.stopped == "interrupted":
@@ -224,7 +224,7 @@ def run_hunt(
     cfg: HuntConfig,
     candidates: list[Candidate],
     release: str,
-    on_result: Callable[[Cell, TrialResult], None] | None = None,
+    on_result: Callable[[Cell, BisectTrial], None] | None = None,
 ) -> HuntReport:
     """Every candidate's natural trigger first, then the perturbations of those that did not
     diverge: a divergence SGLang has with no fault is what the hunt is for, and a budget spent

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
+
+from hicache_diag.sources.model import Source
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,21 +29,12 @@ class Trigger:
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
+class TriggerRule:
     """Reads of these `kinds` feeding one of these `decisions` are pulled by `trigger`."""
 
     kinds: tuple[str, ...]
     decisions: tuple[str, ...]
     trigger: Trigger
-
-
-class Read(Protocol):
-    """What a rule needs of a `sources` entry (sources/model.py `Source`)."""
-
-    kind: str
-
-    @property
-    def decisions(self) -> tuple[str, ...]: ...
 
 
 SESSION_CLOSE = Trigger(
@@ -104,23 +97,23 @@ LRU_CLOCK = Trigger(
 )
 
 _POOLS = ("write-back", "eviction", "load-back", "batch-admission", "prefetch-alloc", "retraction")
-RULES: tuple[Rule, ...] = (
-    Rule(("clock",), ("session-release",), SESSION_CLOSE),
-    Rule(("clock",), ("session-release",), SESSION_TIMEOUT),
-    Rule(("clock", "queue-size"), ("flush",), FLUSH_DEADLINE),
-    Rule(("clock",), ("request-abort",), WAITING_TIMEOUT),
-    Rule(("event-ready", "queue-size"), ("ack-release", "load-back"), DMA_TIMING),
-    Rule(("alloc-result", "pool-size"), _POOLS, HOST_POOL),
-    Rule(
+RULES: tuple[TriggerRule, ...] = (
+    TriggerRule(("clock",), ("session-release",), SESSION_CLOSE),
+    TriggerRule(("clock",), ("session-release",), SESSION_TIMEOUT),
+    TriggerRule(("clock", "queue-size"), ("flush",), FLUSH_DEADLINE),
+    TriggerRule(("clock",), ("request-abort",), WAITING_TIMEOUT),
+    TriggerRule(("event-ready", "queue-size"), ("ack-release", "load-back"), DMA_TIMING),
+    TriggerRule(("alloc-result", "pool-size"), _POOLS, HOST_POOL),
+    TriggerRule(
         ("storage-read", "storage-exists", "queue-size"),
         ("prefetch-termination", "storage-queue-drain", "storage-backup", "prefetch-admission"),
         L3_STORAGE,
     ),
-    Rule(("clock", "lru-stamp"), ("eviction",), LRU_CLOCK),
+    TriggerRule(("clock", "lru-stamp"), ("eviction",), LRU_CLOCK),
 )
 
 
-def triggers_for(read: Read) -> list[Trigger]:
+def triggers_for(read: Source) -> list[Trigger]:
     """The triggers whose rule covers this read (none: the read is listed as not mapped)."""
     return [
         r.trigger

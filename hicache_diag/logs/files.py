@@ -24,7 +24,7 @@ from hicache_diag.logs.parse import parse_log_lines
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _SNIFF = 4096  # bytes looked at to tell the encoding, or that it is no text
-Progress = Callable[[int, int], None]  # (bytes read, bytes in all) of the file on disk
+ReadProgress = Callable[[int, int], None]  # (bytes read, bytes in all) of the file on disk
 # What a non-text file looks like, by its first bytes.
 _MAGIC = (
     (b"\x7fELF", "an ELF binary"),
@@ -74,7 +74,7 @@ def decode_text(data: bytes) -> str:
     return data.decode(encoding, errors="replace")
 
 
-def parse_log_file(path: Path, progress: Progress | None = None) -> LogEvidence:
+def parse_log_file(path: Path, progress: ReadProgress | None = None) -> LogEvidence:
     """Stream one log (gzip'd or plain, by its first bytes; in the encoding they show)
     through the parser. Raises OSError when unreadable and NotALog when it is no text (the
     CLI turns either into a one-line usage error)."""

@@ -59,6 +59,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("HICACHE_DIAG_RANK_START", "how builtin ranks start", _choice("fork", "spawn")),
     EnvVar("HICACHE_DIAG_TRIAL_START", "how bisect trials start", _choice("fork", "spawn")),
     EnvVar("HICACHE_DIAG_RECORD", "whether ranks record their steps", _switch),
+    EnvVar("HICACHE_DIAG_RECORD_DIR", "where a recorded launch keeps its session", _directory),
+    EnvVar("HICACHE_DIAG_RECORD_SESSION", "the recorded launch's own folder", _directory),
     EnvVar("HICACHE_DIAG_SGLANG_READY_TIMEOUT", "seconds SGLang may take to serve", _seconds),
     EnvVar("HICACHE_DIAG_SGLANG_VENVS", "one venv per SGLang release", _directory),
     EnvVar("HICACHE_DIAG_SGLANG_RELEASES", "unzipped SGLang wheels by version", _directory),

@@ -1,10 +1,11 @@
-"""The run vocabulary both engines speak: `RunOptions`, each default and each check written once.
+"""The run vocabulary every engine speaks: `RunOptions`, each field declared once with its flag
+(options/params.py), each default and each check written once.
 
-Layered like mini-sglang's configs: the common fields, then each engine's own
-(`BuiltinOptions`, `SglangOptions`). Built by `parse_run_options` from the command line over a
-scenario file (the one parser, used by `run`, `bisect` and `timeline`); variants come from
-`with_value` / `dataclasses.replace` (bisect cells, campaign trials, release axes). No torch,
-no engine package: `--help` and bad input never import either engine.
+Layered like mini-sglang's configs: these common fields, then each engine's own, in the
+engine's folder (engines/builtin/options.py, engines/sglang/options.py; the registry's entry
+names its class). Built by `parse_run_options` from the command line over a scenario file;
+variants come from `with_value` / `dataclasses.replace` (bisect cells, campaign trials, release
+axes). No torch, no engine package: `--help` and bad input never import either engine.
 """
 
 from __future__ import annotations
@@ -13,27 +14,28 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hicache_diag.errors import UsageError
 from hicache_diag.options.limits import check_async_depth, check_int, check_seconds, check_seed
-from hicache_diag.options.no_effect import refuse_no_effect
+from hicache_diag.options.params import CACHE, COMMON, FAULTS, OUTPUT, Param, option, params
 from hicache_diag.options.sizes import parse_size
 
 if TYPE_CHECKING:
     from hicache_diag.faults.base import Fault
 
 WORKLOADS = ("shared-prefix", "random", "long-prompt", "idle")
-# Scripted over SGLang's HTTP API (hicache_diag/engines/sglang/sessions.py): --engine sglang only.
+# Scripted over the server's HTTP API (sessions, /flush_cache): the engines that have one take
+# them (engines/sglang/sessions.py), the others refuse them in their options.
 SGLANG_WORKLOADS = ("session-timeout", "session-close", "flush-timeout", "overload")
 WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 STORAGE_BACKENDS = ("none", "file")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
-DEVICES = ("cpu", "cuda")
-
-
-def _scenario_kind(*types: type) -> dict[str, tuple[type, ...]]:
-    return {"scenario": types}
+# auto: --engine sglang takes CUDA when the release's torch sees a GPU per rank, else the CPU
+# (engines/sglang/device.py); the builtin runtime has the CPU only.
+DEVICES = ("auto", "cpu", "cuda")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,26 +51,123 @@ class RunOptions:
     # differ from the reference's by ~1e-5.
     tie_tolerance: ClassVar[float] = 1e-3
 
-    pp: int = 2
-    tp: int = 1
-    async_depth: int = 0
-    page_size: int = 4
-    max_total_tokens: int = 256
-    hicache_size: str = field(default="0", metadata=_scenario_kind(str, int))
-    hicache_ratio: float = 2.0
-    hicache_write_policy: str = "write_through"
-    hicache_storage_backend: str = "none"
-    hicache_storage_dir: str | None = None
-    hicache_storage_prefetch_policy: str = "best_effort"
-    workload: str = "shared-prefix"
-    requests: int = 32
-    max_new_tokens: int = 8
-    hang_timeout: float = 5.0
-    device: str = "cpu"
-    seed: int = 0
-    out: str | None = None
-    faults: tuple[str, ...] = ()  # the scenario's fault specs, then the command line's
-    check: bool = False  # run --check: the scenario's [expect] is the test
+    pp: int = option(2, Param("--pp", "Pipeline stages.", "N", COMMON))
+    tp: int = option(1, Param("--tp", "Tensor-parallel ranks per stage.", "N", COMMON))
+    async_depth: int = option(
+        0, Param("--async-depth", "Extra micro-batch slots; loop size is pp + depth.", "N", COMMON)
+    )
+    page_size: int = option(4, Param("--page-size", "Tokens per page.", "N", CACHE))
+    max_total_tokens: int = option(
+        256, Param("--max-total-tokens", "Device KV pool tokens.", "N", CACHE)
+    )
+    hicache_size: str = option(
+        "0",
+        Param(
+            "--hicache-size",
+            "Host pool bytes per rank, e.g. 64MiB; 0 uses --hicache-ratio.",
+            "SIZE",
+            CACHE,
+        ),
+        scenario_kind=(str, int),
+    )
+    hicache_ratio: float = option(
+        2.0, Param("--hicache-ratio", "Host pool = X times the device pool.", "X", CACHE)
+    )
+    hicache_write_policy: str = option(
+        "write_through",
+        Param(
+            "--hicache-write-policy",
+            "write_through, write_back or write_through_selective.",
+            "POLICY",
+            CACHE,
+        ),
+    )
+    hicache_storage_backend: str = option(
+        "none",
+        Param(
+            "--hicache-storage-backend",
+            "L3 backend: none or file.",
+            "NAME",
+            CACHE,
+            aliases=("--storage-backend",),
+        ),
+    )
+    hicache_storage_dir: str | None = option(
+        None,
+        Param(
+            "--hicache-storage-dir",
+            "L3 file directory (needs --storage-backend file).",
+            "DIR",
+            CACHE,
+            aliases=("--storage-dir",),
+            default_text="the run dir",
+        ),
+    )
+    hicache_storage_prefetch_policy: str = option(
+        "best_effort",
+        Param(
+            "--hicache-storage-prefetch-policy",
+            "best_effort, wait_complete or timeout.",
+            "POLICY",
+            CACHE,
+        ),
+    )
+    workload: str = option(
+        "shared-prefix",
+        Param(
+            "--workload",
+            "shared-prefix, random, long-prompt or idle; --engine sglang only: "
+            "session-timeout, session-close, flush-timeout, overload (docs/sources.md).",
+            "NAME",
+            COMMON,
+        ),
+    )
+    requests: int = option(32, Param("--requests", "Number of requests.", "N", COMMON))
+    max_new_tokens: int = option(
+        8, Param("--max-new-tokens", "Tokens generated per request.", "N", COMMON)
+    )
+    hang_timeout: float = option(
+        5.0,
+        Param(
+            "--hang-timeout",
+            "No rank step for this long (from the first step on) is a hang.",
+            "SECONDS",
+            COMMON,
+        ),
+    )
+    device: str = option(
+        "auto",
+        Param(
+            "--device",
+            "auto, cpu or cuda. auto: --engine sglang runs on CUDA when the release's torch "
+            "sees a GPU per rank, else on the CPU; cuda is refused where it cannot run.",
+            "NAME",
+            COMMON,
+        ),
+    )
+    seed: int = option(0, Param("--seed", "Workload and fault seed.", "N", COMMON))
+    out: str | None = option(
+        None,
+        Param(
+            "--out", "Run directory; new or empty.", "DIR", OUTPUT, default_text="runs/<utc>-<seed>"
+        ),
+        scenario=False,
+    )
+    # the scenario's fault specs, then the command line's (a scenario gives [[fault]] tables)
+    faults: tuple[str, ...] = option(
+        (),
+        Param("--fault", "Inject a fault: NAME[:key=value,...]; repeatable.", "SPEC", FAULTS),
+        scenario=False,
+    )
+    check: bool = option(
+        False,
+        Param(
+            "--check",
+            "Compare the verdict with the scenario's [expect] table: exit 0 on a match, 4 if not.",
+            panel=OUTPUT,
+        ),
+        scenario=False,
+    )  # the scenario's [expect] is the test
     given: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -88,7 +187,6 @@ class RunOptions:
                 raise UsageError(f"{self.how(name)} must be > 0 (got {getattr(self, name)})")
         check_seconds(self.how("hang_timeout"), self.hang_timeout)
         check_seed(self.seed, self.how("seed"))
-        refuse_no_effect(self)  # inputs that would do nothing or contradict (no_effect.py)
 
     def _check_pools(self) -> None:
         ratio = self.hicache_ratio
@@ -118,7 +216,7 @@ class RunOptions:
 
     def how(self, name: str) -> str:
         """How the user wrote option `name` (the flag by default)."""
-        return self.given.get(name) or "--" + name.replace("_", "-")
+        return self.given.get(name) or flag_of(type(self), name)
 
     @classmethod
     def fault_refusal(cls, fault: type[Fault]) -> str | None:
@@ -143,137 +241,21 @@ class RunOptions:
         """This run with option `name` set from `text` (a bisect axis value), typed as the
         field is, and checked again."""
         if name not in field_names(type(self)):
-            raise UsageError(
-                f"{how}: --{name.replace('_', '-')} is not a run option of --engine {self.engine}"
-            )
+            raise UsageError(f"{how}: {name} is not a run option of --engine {self.engine}")
         value = _typed(name, text, _field_type(type(self), name), how)
-        if isinstance(value, tuple):  # a list option (--fix): the value joins the others
+        if isinstance(value, tuple):  # a list option (--switch): the value joins the others
             value = getattr(self, name) + value
         return replace(self, **{name: value}, given={**self.given, name: how})
 
 
-@dataclass(frozen=True, slots=True)
-class BuiltinOptions(RunOptions):
-    """Our compact runtime: its protocol switches and its step budget."""
-
-    engine: ClassVar[str] = "builtin"
-    summary: ClassVar[str] = "our compact runtime"
-    trial_timeout_s: ClassVar[float] = 300.0  # a bisect trial: ranks start in about a second
-
-    protocol: str = "full"
-    fix: tuple[str, ...] = ()  # --fix NAME=MODE, applied last
-    scenario_fix: tuple[str, ...] = ()  # the scenario's `fix` list (refines its preset)
-    max_steps: int | None = None  # None: automatic (runtime/server_args.auto_step_budget)
-
-    def __post_init__(self) -> None:
-        RunOptions.__post_init__(self)
-        if self.workload in SGLANG_WORKLOADS:
-            raise UsageError(
-                f"--workload {self.workload} drives SGLang's sessions or /flush_cache over HTTP, "
-                "which the builtin runtime does not have; use --engine sglang"
-            )
-        if self.max_steps is not None:
-            check_int(self.how("max_steps"), self.max_steps, 1)
-
-    @classmethod
-    def fault_refusal(cls, fault: type[Fault]) -> str | None:
-        return fault.BUILTIN_REFUSAL or None
-
-
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_BUILTIN_SWITCH = (
-    "{how} is a builtin-engine switch; with --engine sglang the protocol is the one the installed "
-    "SGLang release contains (pick a release with --sglang-python)"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class SglangOptions(RunOptions):
-    """The real SGLang server: the release to run and its own switches. Real SGLang on a 2-core
-    CPU starts in tens of seconds and steps in milliseconds, so silence means more here."""
-
-    engine: ClassVar[str] = "sglang"
-    summary: ClassVar[str] = "the real SGLang server"
-    trial_timeout_s: ClassVar[float] = 900.0  # a bisect trial: start-up alone takes tens of s
-    # SGLang's CPU path (torch_native attention over a cached prefix, float32) strays further
-    # from `transformers`: 0.5.19 runs flipped tokens at reference gaps of 0.00115 and 0.0019,
-    # the rest of each output identical.
-    tie_tolerance: ClassVar[float] = 5e-3
-    # Flags of the other engine refused with a reason of their own.
-    foreign: ClassVar[Mapping[str, str]] = {"protocol": _BUILTIN_SWITCH, "fix": _BUILTIN_SWITCH}
-
-    requests: int = 24
-    hang_timeout: float = 30.0
-    model: str | None = None
-    sglang_arg: tuple[str, ...] = ()
-    sglang_env: tuple[str, ...] = field(default=(), metadata=_scenario_kind(dict))
-    sglang_python: str | None = None
-    sglang_version: str | None = None  # a scenario's release (bisect: --sglang-version)
-    sglang_consensus_checker: bool = False
-    nnodes: int = 1  # SGLang's --nnodes: one server per node, PP stages on different nodes
-    hosts: str | None = None  # --hosts A,B: node i on hosts[i] (docs/cluster.md), else loopback
-    via: str | None = None  # the launcher for --hosts: ssh (the only one built for run)
-    ssh_config: str | None = None  # ssh -F FILE
-    # Trials of one config reuse a server proven clean on every rank (sglang/warm.py).
-    warm_server: bool = False
-
-    def __post_init__(self) -> None:
-        RunOptions.__post_init__(self)
-        self._check_nodes()
-        if self.max_total_tokens < 64 * self.page_size:
-            raise UsageError(
-                f"{self.how('max_total_tokens')} {self.max_total_tokens} is too small for SGLang "
-                f"(use >= {64 * self.page_size})"
-            )
-        if self.host_bytes % 1024**3:
-            raise UsageError(
-                f"{self.how('hicache_size')} {self.hicache_size}: with --engine sglang the host "
-                "pool is sized in whole GiB (SGLang's unit); use e.g. 1GiB, or --hicache-ratio "
-                "for smaller pools"
-            )
-        self.server_env()
-
-    def _check_nodes(self) -> None:
-        """SGLang splits PP stages over nodes, or a stage's TP ranks when there are more nodes
-        than stages (entrypoints/engine.py `_calculate_rank_ranges`): each node a whole share."""
-        check_int(self.how("nnodes"), self.nnodes, 1)
-        pp, n = self.pp, self.nnodes
-        if pp % n == 0 or (n % pp == 0 and self.tp % (n // pp) == 0):
-            return
-        raise UsageError(
-            f"{self.how('nnodes')} {n} does not split --pp {pp} x --tp {self.tp} evenly: give "
-            "a divisor of --pp (whole stages per node), or a multiple of it that divides --tp"
-        )
-
-    def server_env(self) -> tuple[tuple[str, str], ...]:
-        """--sglang-env NAME=VALUE pairs: the server's own switches."""
-        pairs = []
-        for item in self.sglang_env:
-            name, sep, val = item.partition("=")
-            if not sep or not ENV_NAME.fullmatch(name):
-                raise UsageError(
-                    f"{self.how('sglang_env')} {item!r}: expected NAME=VALUE, e.g. "
-                    "SGLANG_REQ_WAITING_TIMEOUT=1.5"
-                )
-            pairs.append((name, val))
-        return tuple(pairs)
-
-
-# Other names of options on the command line and in scenario files.
-OPTION_ALIASES = {
-    "storage_backend": "hicache_storage_backend",
-    "storage_dir": "hicache_storage_dir",
-}
-
-# Each engine's options, by its registry name (engines/registry.py registers the engines).
-ENGINE_OPTIONS: Mapping[str, type[RunOptions]] = {
-    cls.engine: cls for cls in (BuiltinOptions, SglangOptions)
-}
-DEFAULT_ENGINE = BuiltinOptions.engine
-
-
 def field_names(cls: type[RunOptions]) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls) if f.name != "given")
+
+
+@cache
+def flag_of(cls: type[RunOptions], name: str) -> str:
+    """Field `name`'s flag (`--pp`); a field with no flag is named as its scenario key."""
+    return next((str(p) for f, p in params(cls) if f.name == name), name)
 
 
 def _field_type(cls: type[RunOptions], name: str) -> str:

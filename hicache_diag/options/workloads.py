@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hicache_diag.errors import UsageError
-from hicache_diag.options.run_options import BuiltinOptions
+from hicache_diag.options.run_options import RunOptions
 
-_DEFAULT = BuiltinOptions()
+_DEFAULT = RunOptions()
 
 
 @dataclass(frozen=True, slots=True)

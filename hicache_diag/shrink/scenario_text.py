@@ -9,7 +9,7 @@ from typing import Any
 
 from hicache_diag.options.run_options import RunOptions
 
-_NOT_WRITTEN = ("out", "check", "given", "faults", "scenario_fix", "fix", "engine")
+_NOT_WRITTEN = ("out", "check", "given", "faults", "scenario_fix", "switches", "engine")
 
 
 def _value(value: Any) -> str:
@@ -23,7 +23,8 @@ def _value(value: Any) -> str:
 
 
 def scenario_text(options: RunOptions, header: str) -> str:
-    """Every option that differs from the engine's default, the --fix list, then [[fault]]s."""
+    """Every option that differs from the engine's default, the switches as the scenario's
+    `fix` list, then [[fault]]s."""
     from hicache_diag.faults import parse_fault_spec
 
     default = type(options)()
@@ -39,7 +40,7 @@ def scenario_text(options: RunOptions, header: str) -> str:
             lines.append(f"sglang_env = {{ {table} }}")
             continue
         lines.append(f"{f.name} = {_value(value)}")
-    fixes = (*getattr(options, "scenario_fix", ()), *getattr(options, "fix", ()))
+    fixes = (*getattr(options, "scenario_fix", ()), *getattr(options, "switches", ()))
     if fixes:
         lines.append(f"fix = {_value(tuple(fixes))}")
     for spec in options.faults:

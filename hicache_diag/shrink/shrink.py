@@ -32,7 +32,7 @@ def shrunk_run(shrink_dir: Path) -> Path | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class KeptFailure:
     """The failure to keep: the original verdict's outcome and crash form."""
 
     outcome: str
@@ -48,7 +48,7 @@ class Target:
 @dataclass(slots=True)
 class ShrinkReport:
     run_dir: str
-    target: Target
+    target: KeptFailure
     before: RunOptions
     after: RunOptions | None = None
     removed: list[str] = field(default_factory=list)
@@ -75,7 +75,7 @@ class _Oracle:
     """`fails(options)`: N fresh trials of those options; True when one fails like the target.
     Out of budget, it answers False, so the shrink keeps what it has."""
 
-    def __init__(self, target: Target, trials: int, budget: int, out: Path, on_result) -> None:
+    def __init__(self, target: KeptFailure, trials: int, budget: int, out: Path, on_result) -> None:
         self.target, self.trials, self.budget, self.out = target, trials, budget, out
         self.on_result, self.used, self.tries = on_result, 0, 0
         self.last: str | None = None
@@ -173,7 +173,7 @@ def _shrink(base: RunOptions, oracle: _Oracle, report: ShrinkReport) -> RunOptio
 
 def shrink_run(
     base: RunOptions,
-    target: Target,
+    target: KeptFailure,
     run_dir: str,
     out: Path,
     trials: int = 2,

@@ -34,8 +34,8 @@ _HANG = {
         "not a network fault: one rank waits at a HiCache sync point that its peers never "
         "reach; compare per-rank call counts of check_hicache_events / writing_check / "
         "check_prefetch_progress",
-        "try the fixed protocol: `--fix tp-collective=unconditional`, `--fix ack-count=leader` "
-        "(upstream #26923/#28429, #27285)",
+        "try the fixed protocol: `--switch tp-collective=unconditional`, "
+        "`--switch ack-count=leader` (upstream #26923/#28429, #27285)",
     ],
     "network-suspect": [
         "every rank sits in the same communication call: check the links first (NCCL_DEBUG=INFO, "
@@ -52,7 +52,7 @@ _HANG = {
 }
 
 
-# What the culprit's wait site says on its own (sglang-internals §5, §8).
+# What the culprit's wait site says on its own (SGLang's scheduler and cache controller code).
 _SITE = {
     "ack-event-synchronize": "the culprit waits for its own DMA completion "
     "(finish_event.synchronize): its copies are slower than PP0's; with the leader ack count "

@@ -17,6 +17,7 @@ from hicache_diag.evidence import files as ev_files
 from hicache_diag.evidence.ranks import RankId, parse_rank_tokens, rank_from_title
 from hicache_diag.evidence.stacks import RankDump, parse_dump_text, threads_from_json
 from hicache_diag.logs.files import NotALog, decode_text
+from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.triage.discover import describe_pid
 from hicache_diag.triage.hang import RankSamples
 from hicache_diag.triage.pyspy import dump_stacks
@@ -81,7 +82,24 @@ def capture_live(
     if native:
         # A separate pass: native frames would make every stack look changed between samples.
         _sample(live, deadline_s, True, "native")
+    _kernel_states(live)
     return ranks
+
+
+def _kernel_states(live: dict[int, RankSamples]) -> None:
+    """A rank py-spy could not read (ptrace denied, a process it could not suspend) that the
+    kernel shows stopped (state T: SIGSTOP, a debugger) is a stopped rank: a process fact
+    read from /proc with no ptrace, for the culprit rule (rules/culprit.py)."""
+    for pid, rs in live.items():
+        if rs.dumps:
+            continue
+        try:
+            stopped = psutil.Process(pid).status() == psutil.STATUS_STOPPED
+        except psutil.Error:
+            continue
+        if stopped:
+            rs.fate = RankFate.STOPPED
+            rs.error = f"{rs.error or 'no stack'}; its kernel state is T (stopped)"
 
 
 def _cpu_seconds(live: dict[int, RankSamples]) -> dict[int, float]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,18 +11,30 @@ import psutil
 from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
 from hicache_diag.evidence.ranks import RankId, unflat_rank
-from hicache_diag.logs.files import NotALog, Progress, parse_log_file
+from hicache_diag.logs.files import NotALog, ReadProgress, parse_log_file
 from hicache_diag.logs.parse import LogEvidence
 from hicache_diag.rules.rank_fate import launcher_fates
 from hicache_diag.triage.classify import classify
 from hicache_diag.triage.collect import capture_live, load_dumps, save_samples
 from hicache_diag.triage.discover import discover_schedulers
 from hicache_diag.triage.hang import RankSamples
+from hicache_diag.triage.recorded import Recording, offline_facts, read_recording
+from hicache_diag.triage.recorded_dumps import offline_stacks, read_offline
+from hicache_diag.triage.recorded_live import (
+    collect_answers,
+    find_ranks,
+    live_recording,
+    send,
+    unrecorded,
+)
+from hicache_diag.triage.recorded_report import attach_recording
 from hicache_diag.triage.report import TriageReport
 
 
 @dataclass(frozen=True, slots=True)
 class TriageRequest:
+    """One triage's inputs, as the command gave them (checked there: cli/triage_flags.py)."""
+
     pids: tuple[int, ...] = ()
     discover: bool = False
     parent: int | None = None  # limit --discover to this launcher's process tree
@@ -36,28 +47,8 @@ class TriageRequest:
     native: bool = False
     num_heads: int | None = None
     pp_size: int | None = None  # the deployment's PP size, when the text may not show it
-    progress: Progress | None = None  # (bytes read, bytes in all) while a log is read
-
-    def __post_init__(self) -> None:
-        if not (self.pids or self.discover or self.dumps or self.logs):
-            raise UsageError("nothing to triage: give --pid, --discover, --dumps or --logs")
-        bad = [p for p in self.pids if p < 1]
-        if bad:
-            raise UsageError(f"--pid must be a positive process id, got {bad[0]}")
-        if not (math.isfinite(self.interval) and math.isfinite(self.deadline_s)):
-            raise UsageError("--interval and --deadline must be finite numbers of seconds")
-        if self.samples < 1:
-            raise UsageError(f"--samples must be at least 1, got {self.samples}")
-        if self.interval < 0 or self.deadline_s <= 0:
-            raise UsageError("--interval must be >= 0 and --deadline > 0")
-        if self.save and not (self.pids or self.discover):
-            raise UsageError("--save writes live samples: use it with --pid or --discover")
-        if self.parent is not None and not self.discover:
-            raise UsageError("--parent limits --discover: give both")
-        if self.num_heads is not None and self.num_heads < 1:
-            raise UsageError(f"--num-heads must be positive, got {self.num_heads}")
-        if self.pp_size is not None and self.pp_size < 1:
-            raise UsageError(f"--pp-size must be positive, got {self.pp_size}")
+    progress: ReadProgress | None = None  # (bytes read, bytes in all) while a log is read
+    record_dirs: tuple[Path, ...] = ()  # production recordings (`hicache-diag record`)
 
 
 def _live_pids(req: TriageRequest) -> list[int]:
@@ -67,13 +58,16 @@ def _live_pids(req: TriageRequest) -> list[int]:
             found = [p.pid for p in discover_schedulers(req.parent)]
         except psutil.NoSuchProcess:
             raise UsageError(f"--parent {req.parent}: no such process") from None
-        if not found and not (pids or req.dumps or req.logs):
-            raise UsageError("--discover: no sglang::scheduler or hicache-diag::scheduler process")
+        if not found and not (pids or req.dumps or req.logs or req.record_dirs):
+            raise UsageError(
+                "--discover: no sglang::scheduler or hicache-diag::scheduler process (a recorded "
+                "server that is gone: --record-dir DIR reads what it left)"
+            )
         pids += [p for p in found if p not in pids]
     return pids
 
 
-def _read_logs(paths: tuple[Path, ...], progress: Progress | None = None) -> LogEvidence:
+def _read_logs(paths: tuple[Path, ...], progress: ReadProgress | None = None) -> LogEvidence:
     evidence = LogEvidence()
     for path in paths:
         try:
@@ -90,7 +84,11 @@ def _read_logs(paths: tuple[Path, ...], progress: Progress | None = None) -> Log
 def run_triage(req: TriageRequest) -> TriageReport:
     pids = _live_pids(req)
     ranks: list[RankSamples] = []
+    recording = None
     if pids:
+        ask = find_ranks(pids, req.record_dirs)
+        if ask.pid_rank:
+            send(ask)  # before py-spy: the ranks write their dumps while it samples
         ranks = capture_live(
             pids,
             samples=req.samples,
@@ -98,8 +96,38 @@ def run_triage(req: TriageRequest) -> TriageReport:
             deadline_s=req.deadline_s,
             native=req.native,
         )
+        if ask.pid_rank:
+            live = collect_answers(ask, ranks, req.deadline_s, req.samples, req.interval)
+            recording = live_recording(live, ranks)
+        else:
+            recording = unrecorded(ask, ranks)
         if req.save:
             save_samples(ranks, req.save)
+    run_logs, declared = _read_dumps(req, ranks)
+    if req.record_dirs and not pids:
+        recording = _offline(req.record_dirs, ranks)
+    logs = _read_logs(req.logs + tuple(run_logs), req.progress)
+    if recording is not None:
+        logs.extend(recording.crashes)
+    report = classify(
+        ranks, logs, num_heads=req.num_heads, pp_size=req.pp_size, hang_declared=declared
+    )
+    attach_recording(report, recording, live=bool(pids))
+    return report
+
+
+def _offline(folders: tuple[Path, ...], ranks: list[RankSamples]) -> Recording:
+    """A recording read as left (`--record-dir`), its ranks' dumps as their stacks."""
+    off = read_offline(list(folders))
+    have = {rs.rank for rs in ranks}
+    ranks += [rs for rs in offline_stacks(off) if rs.rank not in have]
+    facts = offline_facts(off.reads, off.request)
+    recording = read_recording(off.reads, [s.name for s in off.sessions], facts)
+    recording.evidence += off.notes
+    return recording
+
+
+def _read_dumps(req: TriageRequest, ranks: list[RankSamples]) -> tuple[list[Path], bool]:
     run_logs: list[Path] = []
     declared = False
     for folder in req.dumps:
@@ -114,10 +142,7 @@ def run_triage(req: TriageRequest) -> TriageReport:
             loaded = []
         declared |= _apply_run_facts(folder, loaded)
         ranks += loaded
-    logs = _read_logs(req.logs + tuple(run_logs), req.progress)
-    return classify(
-        ranks, logs, num_heads=req.num_heads, pp_size=req.pp_size, hang_declared=declared
-    )
+    return run_logs, declared
 
 
 def _record(kind: type[ev.Record], path: Path) -> Any:

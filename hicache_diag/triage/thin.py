@@ -166,5 +166,5 @@ def shape_without_pp(root: LogException, num_heads: int | None) -> list[str]:
     return [
         "no sign of PP in the text: if this deployment runs pipeline parallelism "
         f"(--pp-size > 1), this is form A (a stage got another token count): {decoded}",
-        "rerun triage with --pp-size N to say the deployment runs PP",
+        "rerun triage with --pp N to say the deployment runs PP",
     ]

@@ -22,12 +22,12 @@ from hicache_diag.diagnosis.bisect_table import (
     HOST_AXIS,
     STORAGE_AXIS,
     BisectTable,
+    BisectTrial,
     Cell,
-    TrialResult,
 )
 from hicache_diag.errors import UsageError
 from hicache_diag.options.parse import AXIS_HOW
-from hicache_diag.options.run_options import OPTION_ALIASES, RunOptions
+from hicache_diag.options.run_options import RunOptions
 from hicache_diag.trials.bisect_trials import TRIAL, PlannedTrial, TrialRunner, trial_env
 from hicache_diag.trials.engine import EngineConfig
 from hicache_diag.trials.signals import sigterm_as_interrupt
@@ -37,23 +37,25 @@ from hicache_diag.trials.trial_server import TrialServer
 
 @dataclass(frozen=True, slots=True)
 class Axis:
-    name: str  # storage-backend | hicache-size | a protocol switch | a run option
+    name: str  # storage-backend | hicache-size | a protocol switch | a run option's flag
     values: tuple[str, ...]
     switch: str = ""  # a protocol switch's description ("what (upstream)"); "" for an option
+    field: str = ""  # the run option it sets (a RunOptions field); "" for a switch
 
     def args(self, value: str) -> list[str]:
         """The `run` flags that set this axis to `value` (the trial's reproducing line)."""
         if self.switch:
-            return ["--fix", f"{self.name}={value}"]
+            return ["--switch", f"{self.name}={value}"]
         return [f"--{self.name}", value]
 
     def apply(self, options: RunOptions, value: str) -> RunOptions:
         """The cell's options: `options` with this axis at `value`, checked again."""
         how = f"{AXIS_HOW} {self.name}={value}"
         if self.switch:
-            return options.with_value("fix", f"{self.name}={value}", how)
-        name = self.name.replace("-", "_")
-        return options.with_value(OPTION_ALIASES.get(name, name), value, how)
+            return options.with_value("switches", f"{self.name}={value}", how)
+        if not self.field:
+            raise ValueError(f"bisect axis {self.name!r} names no run option")
+        return options.with_value(self.field, value, how)
 
 
 # Trials as children of the warm server (`fork`, default) or each its own interpreter (`spawn`).
@@ -97,10 +99,13 @@ def parse_values(flag: str, text: str) -> tuple[str, ...]:
 
 
 def parse_switch(
-    spec: str, run_options: set[str] | None = None, switches: Mapping[str, Any] | None = None
+    spec: str,
+    run_options: Mapping[str, str] | None = None,
+    switches: Mapping[str, Any] | None = None,
 ) -> Axis:
     """`NAME=v1,v2` for a protocol switch (modes checked; `switches`: the engines' own,
-    engines.protocol_switches()) or any `run` option (`--NAME`)."""
+    engines.protocol_switches()) or any `run` option (`--NAME`; `run_options`: each flag's
+    NAME -> the field it sets)."""
     SWITCHES = switches or {}  # noqa: N806  (the table's own name)
     name, sep, rest = spec.partition("=")
     name = name.strip().removeprefix("--")
@@ -116,7 +121,9 @@ def parse_switch(
         valid = ", ".join([*SWITCHES, *sorted(run_options)])
         raise UsageError(f"unknown switch {name!r}; valid: {valid}")
     sw = SWITCHES.get(name)
-    return Axis(name, values, f"{sw.what} ({sw.upstream})" if sw else "")
+    if sw is not None:
+        return Axis(name, values, f"{sw.what} ({sw.upstream})")
+    return Axis(name, values, field=(run_options or {}).get(name, ""))
 
 
 def matrix(axes: tuple[Axis, ...]) -> list[dict[str, str]]:
@@ -169,7 +176,7 @@ def _describer(axes: tuple[Axis, ...]) -> Callable[[str], str]:
     return lambda axis: said.get(axis, "")
 
 
-OnResult = Callable[[Cell, TrialResult], None]
+OnResult = Callable[[Cell, BisectTrial], None]
 
 
 def run_bisect(cfg: BisectConfig, on_result: OnResult | None = None) -> BisectTable:
@@ -225,7 +232,7 @@ def _warm_server(cfg: BisectConfig) -> TrialServer | None:
     return TrialServer.start(cfg.out / "trial-server.log", trial_env(), modules=cfg.preload)
 
 
-def _collect(res: TrialResult | None, cell: Cell, on_result: OnResult | None) -> None:
+def _collect(res: BisectTrial | None, cell: Cell, on_result: OnResult | None) -> None:
     if res is None:
         return
     if res.error and res.error.startswith("bad input"):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hicache_diag import evidence as ev
-from hicache_diag.diagnosis.bisect_table import TrialResult, undecided_trial
+from hicache_diag.diagnosis.bisect_table import BisectTrial, undecided_trial
 from hicache_diag.evidence.verdict import ExitCode, Outcome, Verdict, write_json_atomic
 from hicache_diag.trials.bisect_child import TrialPlan
 from hicache_diag.trials.engine import EngineConfig
@@ -59,11 +59,11 @@ def read_verdict(run_dir: Path) -> Verdict | None:
         return None
 
 
-def result_of(trial: PlannedTrial, rc: int, wall_s: float) -> TrialResult:
+def result_of(trial: PlannedTrial, rc: int, wall_s: float) -> BisectTrial:
     """The trial's result from its verdict.json (what bisect tabulates)."""
     if rc == ExitCode.BAD_INPUT:
         why = _last_line(trial.log).removeprefix("hicache-diag: error: ")
-        return TrialResult(trial.seed, str(trial.out), None, error=f"bad input: {why}")
+        return BisectTrial(trial.seed, str(trial.out), None, error=f"bad input: {why}")
     verdict = read_verdict(trial.out)
     if verdict is None:
         why = _last_line(trial.log) or "no verdict"
@@ -77,10 +77,10 @@ def result_of(trial: PlannedTrial, rc: int, wall_s: float) -> TrialResult:
         return undecided_trial(trial.seed, str(trial.out), cause, why)
     form = verdict.form.value if verdict.form else None
     duration = float(verdict.duration_s or wall_s)
-    return TrialResult(trial.seed, str(trial.out), verdict.outcome.value, form, duration)
+    return BisectTrial(trial.seed, str(trial.out), verdict.outcome.value, form, duration)
 
 
-def timed_out(trial: PlannedTrial, timeout_s: float) -> TrialResult:
+def timed_out(trial: PlannedTrial, timeout_s: float) -> BisectTrial:
     """A trial bisect stopped at --trial-timeout decided nothing, whatever it had written: its
     run dir's verdict.json says so (undecided, the cause), replacing an `interrupted` one (our
     SIGINT, not a user's) or none at all, so the trial's own record never reads as a result."""
@@ -171,7 +171,7 @@ class TrialRunner:
             self._procs[proc.pid] = proc
         return proc
 
-    def run(self, trial: PlannedTrial) -> TrialResult | None:
+    def run(self, trial: PlannedTrial) -> BisectTrial | None:
         start = time.monotonic()
         proc = self._start(trial)
         if proc is None:

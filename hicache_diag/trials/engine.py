@@ -97,8 +97,9 @@ class Engine:
        that failed is the environment's).
 
     `ranks()` are the engine's process records (RankRecord); `faulthandler`: the ranks answer
-    SIGUSR1 with their stacks; `line_clock`: a hang's `last_progress` is the ranks' own step
-    times (else when the loop read them); `started_at`: the launch time.
+    SIGUSR1 with their stacks; `tie_tolerance`: how close two reference logits are a tie;
+    `line_clock`: a hang's `last_progress` is the ranks' own step times (else when the loop
+    read them); `started_at`: the launch time.
 
     The methods with a body here are no-ops or the common case: an engine writes only what
     differs; the others it must write.
@@ -109,6 +110,9 @@ class Engine:
     faulthandler: bool = False
     line_clock: bool = False
     started_at: float = 0.0
+    # Reference logits closer than this are a greedy tie (its options' `tie_tolerance`); None:
+    # diagnosis's default.
+    tie_tolerance: float | None = None
 
     def prepare(self, run_dir: Path) -> None:
         """Nothing depends on the run dir."""

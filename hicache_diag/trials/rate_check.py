@@ -16,7 +16,7 @@ from hicache_diag.evidence.verdict import ExitCode, Outcome
 from hicache_diag.trials.trials import run_trials, trial_verdict
 
 if TYPE_CHECKING:
-    from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
+    from hicache_diag.diagnosis.bisect_table import BisectTrial, Cell
     from hicache_diag.faults.expect import Expectation
     from hicache_diag.trials.engine import EngineConfig
     from hicache_diag.trials.warm_trials import WarmPool
@@ -83,7 +83,7 @@ class RateCheck:
         }
 
 
-def _checked(res: TrialResult, expect: Expectation) -> CheckedTrial:
+def _checked(res: BisectTrial, expect: Expectation) -> CheckedTrial:
     verdict = trial_verdict(res)
     if verdict is None:
         why = res.error or "no verdict.json"
@@ -101,7 +101,7 @@ def run_rate_check(
     expect: Expectation,
     out: Path,
     trial_timeout_s: float,
-    on_result: Callable[[Cell, TrialResult], None] | None = None,
+    on_result: Callable[[Cell, BisectTrial], None] | None = None,
     preload: tuple[str, ...] = (),
     warm: Callable[[Path], WarmPool] | None = None,
 ) -> RateCheck:

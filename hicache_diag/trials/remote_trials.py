@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag.cluster.base import LIFELINE, Node
-from hicache_diag.cluster.detect import Target, detect
+from hicache_diag.cluster.detect import ClusterFlags, detect
 from hicache_diag.cluster.ssh import SshExecutor, parse_hosts, probe
 from hicache_diag.errors import HicacheDiagError, UsageError
 
@@ -63,7 +63,7 @@ class TrialPlaces:
 def via(cfg: Any, executor: str | None, hosts: str | None, ssh_config: str | None) -> Any:
     """The bisect config with its trials sent through `executor` (`--hosts` alone: ssh); bad
     input (no srun, an unknown or unreachable host) is one line before any trial starts."""
-    name = detect(Target(via=executor, hosts=hosts, ssh_config=ssh_config))
+    name = detect(ClusterFlags(via=executor, hosts=hosts, ssh_config=ssh_config))
     if name not in ("slurm", "ssh"):
         raise UsageError(f"bisect --via {name}: trials run through slurm or ssh --hosts A,B")
     if ssh_config and name != "ssh":

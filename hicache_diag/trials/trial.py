@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from hicache_diag.evidence.verdict import Verdict
 from hicache_diag.trials.engine import (
     Engine,
     EngineConfig,
+    Progress,
     RankRecord,
     TrialWatch,
     rank_process,
@@ -45,8 +45,6 @@ from hicache_diag.trials.trial_verdict import judge, write_verdict
 
 STACK_DEADLINE_S = 4.0  # py-spy attaches in well under a second; a stuck one is killed
 FAULTHANDLER_WAIT_S = 1.0
-
-Progress = Callable[[dict[str, Any]], None]
 
 
 @dataclass(slots=True)

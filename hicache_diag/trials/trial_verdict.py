@@ -24,7 +24,7 @@ def judge(run_dir: Path, engine: Engine, watch: TrialWatch, t0: float) -> Verdic
     """The classifier's verdict, amended by the engine; interrupted when a stop signal comes
     while it reads (the ranks are reaped already: only the judging is cut short)."""
     try:
-        verdict = engine.amend(_classify(run_dir), watch)
+        verdict = engine.amend(_classify(run_dir, engine.tie_tolerance), watch)
     except KeyboardInterrupt:
         verdict = fallback_verdict(run_dir)
         by = last_signal() or "SIGINT"
@@ -73,13 +73,13 @@ def write_verdict(run_dir: Path, verdict: Verdict, reserve: VerdictReserve) -> N
     _undecided(verdict, cause)
 
 
-def _classify(run_dir: Path) -> Verdict:
+def _classify(run_dir: Path, tie_tolerance: float | None = None) -> Verdict:
     """The diagnosis classifier; our minimal one if it fails (a checker that crashes must not
-    crash the run: Jepsen's check-safe)."""
+    crash the run: Jepsen's check-safe). `tie_tolerance`: the engine's."""
     from hicache_diag.diagnosis.classify import classify_run  # lazy: pandas, see diagnosis/
 
     try:
-        return classify_run(run_dir)
+        return classify_run(run_dir, None if tie_tolerance is None else lambda _: tie_tolerance)
     except Exception as exc:  # noqa: BLE001
         verdict = fallback_verdict(run_dir)
         verdict.evidence.append(f"classifier failed ({type(exc).__name__}: {exc}); fallback used")
@@ -124,6 +124,7 @@ def fallback_verdict(run_dir: Path) -> Verdict:
     manifest = _read_record(ev.Manifest, run_dir / ev.MANIFEST)
     ranks = [RankState(r.rank, r.pp, r.tp, r.pid, r.state) for r in launcher.ranks]
     v = Verdict(Outcome.OK, ranks=ranks, seed=manifest.seed, steps=_count_steps(run_dir))
+    v.device = manifest.ran_on
     if launcher.environment_error:
         v.outcome, v.signature = Outcome.UNDECIDED, launcher.environment_error
         v.evidence.append(f"{launcher.environment_error}: the environment failed, not a rank")

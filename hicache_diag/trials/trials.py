@@ -13,11 +13,11 @@ from hicache_diag.evidence.verdict import Verdict
 from hicache_diag.trials.bisect import BisectConfig, run_bisect
 
 if TYPE_CHECKING:
-    from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
+    from hicache_diag.diagnosis.bisect_table import BisectTrial, Cell
     from hicache_diag.trials.engine import EngineConfig
     from hicache_diag.trials.warm_trials import WarmPool
 
-OnResult = Callable[["Cell", "TrialResult"], None]
+OnResult = Callable[["Cell", "BisectTrial"], None]
 
 
 def run_trials(
@@ -29,7 +29,7 @@ def run_trials(
     on_result: OnResult | None = None,
     preload: tuple[str, ...] = (),
     warm: Callable[[Path], WarmPool] | None = None,
-) -> tuple[list[TrialResult], bool]:
+) -> tuple[list[BisectTrial], bool]:
     """(each trial's result in order, whether Ctrl-C cut them short); `preload`: the engine's
     modules for the warm trial server (engines.py `EngineEntry.preload`); `warm`: the engine's
     warm pool factory (`--warm-server`): the trials then run one after another on its server."""
@@ -48,5 +48,5 @@ def verdict_in(run_dir: str | Path) -> Verdict | None:
         return None
 
 
-def trial_verdict(result: TrialResult) -> Verdict | None:
+def trial_verdict(result: BisectTrial) -> Verdict | None:
     return verdict_in(result.run_dir)

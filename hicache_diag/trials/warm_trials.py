@@ -16,9 +16,9 @@ from hicache_diag.evidence.verdict import Outcome
 from hicache_diag.trials.bisect_trials import PlannedTrial, result_of, timed_out
 
 if TYPE_CHECKING:
-    from hicache_diag.diagnosis.bisect_table import Cell, TrialResult
+    from hicache_diag.diagnosis.bisect_table import BisectTrial, Cell
 
-OnResult = Callable[["Cell", "TrialResult"], None]
+OnResult = Callable[["Cell", "BisectTrial"], None]
 
 
 class WarmPool(Protocol):
@@ -78,7 +78,7 @@ def run_warm_cells(
     return False
 
 
-def _one(pool: WarmPool, planned: PlannedTrial, timeout_s: float) -> TrialResult | None:
+def _one(pool: WarmPool, planned: PlannedTrial, timeout_s: float) -> BisectTrial | None:
     """The trial's result; None when the user interrupted it."""
     planned.out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()

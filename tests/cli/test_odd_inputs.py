@@ -1,7 +1,8 @@
 """Odd inputs (issue 29.7): well-formed, but they would do nothing or contradict each other. One
 row per input over every command, scenario keys and environment variables: each is refused
-before anything starts, exit 2, in one line that names the input (options/no_effect.py's
-tables, env_vars.py's); a `warn` row goes on, and its one warning line names the input."""
+before anything starts, exit 2, in one line that names the input (the run options' rules,
+each command's CHECKS table, env_vars.py's); a `warn` row goes on, and its one warning line
+names the input."""
 
 from __future__ import annotations
 
@@ -52,8 +53,8 @@ ODD = [
     # run: flags that contradict or need another
     odd(
         "two-fixes",
-        ["run", "--fix", "ack-count=local", "--fix", "ack-count=leader"],
-        "--fix ack-count=local and --fix ack-count=leader",
+        ["run", "--switch", "ack-count=local", "--switch", "ack-count=leader"],
+        "--switch ack-count=local and --switch ack-count=leader",
     ),
     odd(
         "size-and-ratio",

@@ -57,6 +57,8 @@ NOT_OUTPUTS = {
     ("triage", "--dumps"): "read",
     ("triage", "--logs"): "read",
     ("triage", "--ssh-config"): "read",
+    ("triage", "--record-dir"): "read; live (--pid/--discover) only the recorder's own protocol "
+    "file goes into a live session found there: dump-request.json, replaced whole",
     ("bisect", "--ssh-config"): "read",
     ("run", "--ssh-config"): "read",
     ("triage", "more_logs"): "read",

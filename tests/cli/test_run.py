@@ -13,12 +13,12 @@ from tests.conftest import assert_no_children
 # The malformed-input table lives in tests/cli/bad_inputs.py (test_bad_input.py runs it).
 
 
-def build_run_config(flags):
-    """The builtin config `run` would build from these flags (the scenario read as run reads it)."""
-    from hicache_diag.cli.run import options_from_params
+def build_run_config(argv):
+    """The builtin config `run ARGV` would build (the scenario read as run reads it)."""
+    from hicache_diag.cli.run import options_from_argv
     from hicache_diag.engines.registry import build
 
-    return build(options_from_params(flags))
+    return build(options_from_argv(argv))
 
 
 def test_out_that_is_a_file_is_rejected(capsys, tmp_path):
@@ -34,7 +34,7 @@ def test_help_lists_the_shared_flags():
     out = res.output
     for flag in (
         "--fault",
-        "--fix",
+        "--switch",
         "--protocol",
         "--scenario",
         "--async-depth",
@@ -80,12 +80,12 @@ def test_scenario_fills_in_and_the_command_line_wins(tmp_path):
         'pp = 3\nprotocol = "legacy"\nfix = ["ack-count=leader"]\nstorage_backend = "file"\n'
         'requests = 5\n\n[[fault]]\nname = "p2p-delay"\nrank = 1\nms = 5\n'
     )
-    cfg = build_run_config({"scenario": str(sc), "requests": 9, "fault": ["rank-stall:ms=1"]})
+    cfg = build_run_config(["--scenario", str(sc), "--requests", "9", "--fault", "rank-stall:ms=1"])
     assert cfg.server_args.pp_size == 3 and cfg.workload.requests == 9
     assert cfg.server_args.hicache_storage_backend == "file"
     assert cfg.protocol.mode("ack-count") == "leader" and cfg.protocol.mode("l3-hit") == "local"
     assert [f.split(":")[0] for f in cfg.faults] == ["p2p-delay", "rank-stall"]
-    cfg = build_run_config({"scenario": str(sc), "pp": 2})
+    cfg = build_run_config(["--scenario", str(sc), "--pp", "2"])
     assert cfg.server_args.pp_size == 2
 
 
@@ -97,12 +97,12 @@ def test_fault_outside_the_topology_is_bad_input(capsys):
 def test_protocol_on_the_command_line_drops_the_scenario_fix_list(tmp_path):
     sc = tmp_path / "s.toml"
     sc.write_text('protocol = "legacy"\nfix = ["ack-count=leader"]\n')
-    kept = build_run_config({"scenario": str(sc)})
+    kept = build_run_config(["--scenario", str(sc)])
     assert kept.protocol.mode("ack-count") == "leader" and kept.protocol.preset == "legacy+fixes"
-    full = build_run_config({"scenario": str(sc), "protocol": "full"})
-    assert full.protocol.as_dict() == build_run_config({"protocol": "full"}).protocol.as_dict()
+    full = build_run_config(["--scenario", str(sc), "--protocol", "full"])
+    assert full.protocol.as_dict() == build_run_config(["--protocol", "full"]).protocol.as_dict()
     mixed = build_run_config(
-        {"scenario": str(sc), "protocol": "full", "fix": ["lru-clock=monotonic"]}
+        ["--scenario", str(sc), "--protocol", "full", "--switch", "lru-clock=monotonic"]
     )
     assert mixed.protocol.mode("lru-clock") == "monotonic"
     assert mixed.protocol.mode("ack-count") == "leader-batched"

@@ -1,7 +1,8 @@
-"""`run --engine sglang` bad input: one line, exit 2, nothing launched (DESIGN §8)."""
+"""`run --engine sglang` bad input: one line, exit 2, nothing launched (docs/design.md §8)."""
 
 from __future__ import annotations
 
+import json
 import stat
 import sys
 
@@ -29,7 +30,10 @@ def _fake_sglang_python(tmp_path, version_file: bool = False):
     [
         (["--engine", "nope"], "unknown --engine 'nope'; valid: builtin, sglang"),
         (["--engine", "sglang", "--protocol", "legacy"], "--protocol is a builtin-engine switch"),
-        (["--engine", "sglang", "--fix", "ack-count=local"], "--fix is a builtin-engine switch"),
+        (
+            ["--engine", "sglang", "--switch", "ack-count=local"],
+            "--switch is a builtin-engine switch",
+        ),
         (["--model", "/tmp"], "--model applies to --engine sglang only"),
         (["--engine", "sglang", "--model", "/nonexistent-model"], "not a model directory"),
         (["--engine", "sglang", "--hicache-size", "16MiB"], "whole GiB"),
@@ -56,3 +60,27 @@ def test_a_release_without_the_hook_targets_is_refused_before_launch(capsys, tmp
     assert rc == 2, err
     assert "lacks what hicache-diag hooks" in err and "run_scheduler_process" in err, err
     assert len(err.splitlines()) == 1
+
+
+def test_device_cuda_on_this_cpu_host_is_refused_before_anything_starts(capsys, tmp_path):
+    """The release's own torch (here a CPU build) is asked; one line, exit 2, no run dir, no
+    process left; under --json the same refusal as one JSON object on stdout."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU host: --device cuda may run here")
+    out = tmp_path / "run"
+    argv = ["run", "--engine", "sglang", "--device", "cuda", "--out", str(out)]
+    assert run_cli(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("hicache-diag: error: --device cuda: torch "), err
+    assert f"in {sys.executable} (the release's interpreter)" in err, err
+    assert err.endswith("; --pp 2 x --tp 1 needs 2 GPUs"), err
+    assert not out.exists() and not live_children()
+    assert run_cli([*argv, "--json"]) == 2
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["schema"] == "hicache-diag/error/v1" and doc["exit_code"] == 2
+    assert doc["error"] == err.removeprefix("hicache-diag: error: ")
+    assert len(captured.err.strip().splitlines()) == 1 and not out.exists()

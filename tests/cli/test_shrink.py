@@ -38,9 +38,9 @@ def test_shrinking_form_a_keeps_form_a_with_less(capsys, tmp_path, monkeypatch):
     last = Path(report["last_failing"])
     verdict = json.loads((last / "verdict.json").read_text())
     assert (verdict["outcome"], verdict["form"]) == ("crash", "A")
+    from hicache_diag.engines.registry import run_options
     from hicache_diag.faults import load_scenario
-    from hicache_diag.options.parse import parse_run_options
 
-    shrunk = parse_run_options({}, load_scenario(out / "shrunk.toml"))
+    shrunk = run_options(scenario=load_scenario(out / "shrunk.toml"))
     assert (list(shrunk.faults), shrunk.requests) == (after["faults"], after["requests"])
     assert_no_children()

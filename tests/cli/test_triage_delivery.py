@@ -1,4 +1,4 @@
-"""`hicache-diag triage` on logs as they arrive: gzip'd, bad gzip, the --pp-size hint, the
+"""`hicache-diag triage` on logs as they arrive: gzip'd, bad gzip, the --pp hint, the
 confidence in --json, the progress line (a terminal only)."""
 
 from __future__ import annotations
@@ -53,11 +53,22 @@ def test_pp_size_hint_and_confidence_in_json(tmp_path, capsys):
     log = tmp_path / "s.log"
     log.write_text(SHAPE)
     plain = runner.invoke(app, ["triage", "--json", "--logs", str(log)])
-    hinted = runner.invoke(app, ["triage", "--json", "--pp-size", "2", "--logs", str(log)])
+    hinted = runner.invoke(app, ["triage", "--json", "--pp", "2", "--logs", str(log)])
     assert (plain.exit_code, hinted.exit_code) == (16, 10)
     assert json.loads(plain.stdout)["confidence"] == "medium"
     assert json.loads(hinted.stdout)["form"] == "A"
-    assert "--pp-size" in one_line_error(["--pp-size", "0", "--logs", str(log)], capsys)
+    assert "--pp must be positive" in one_line_error(["--pp", "0", "--logs", str(log)], capsys)
+
+
+def test_the_old_pp_size_spelling_still_works_and_says_so(tmp_path, capsys):
+    from hicache_diag.cli.main import run_cli
+
+    log = tmp_path / "s.log"
+    log.write_text(SHAPE)
+    assert run_cli(["triage", "--json", "--pp-size", "2", "--logs", str(log)]) == 10
+    out, err = capsys.readouterr()
+    assert json.loads(out)["form"] == "A"
+    assert err.strip() == "hicache-diag: warning: --pp-size is deprecated: use --pp"
 
 
 def test_the_progress_line_shows_on_a_terminal_only_after_a_while():

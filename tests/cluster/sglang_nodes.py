@@ -18,8 +18,8 @@ from tests.cluster.sshd import SshCluster, _free_port
 
 def launch(cluster: SshCluster, root: Path) -> list[subprocess.Popen]:
     from hicache_diag.engines.sglang.build import build
+    from hicache_diag.engines.sglang.options import SglangOptions
     from hicache_diag.engines.sglang.trial import SglangEngine
-    from hicache_diag.options.run_options import SglangOptions
 
     cfg = build(SglangOptions(out=str(root / "runs")))
     addr = f"127.0.0.1:{_free_port('127.0.0.1')}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from hicache_diag.cluster.base import BOOTSTRAP, MARKER, Node, NodeResult, Sampling, collector_args
-from hicache_diag.cluster.detect import Target, detect, executor_for
+from hicache_diag.cluster.detect import ClusterFlags, detect, executor_for
 from hicache_diag.cluster.kubectl import KubectlExecutor, parse_pods
 from hicache_diag.cluster.slurm import SlurmExecutor
 from hicache_diag.cluster.ssh import SshExecutor
@@ -79,13 +79,13 @@ def test_ssh_and_slurm_commands():
 @pytest.mark.parametrize(
     ("target", "env", "via"),
     [
-        (Target(hosts="a,b"), {}, "ssh"),
-        (Target(jobid="7"), {}, "slurm"),
-        (Target(), {"SLURM_JOB_ID": "7"}, "slurm"),
-        (Target(selector="app=sglang"), {}, "kubectl"),
-        (Target(), {}, "local"),
-        (Target(via="ssh", hosts="a"), {"SLURM_JOB_ID": "7"}, "ssh"),
-        (Target(hosts="a"), {"SLURM_JOB_ID": "7"}, "ssh"),  # a flag beats the environment
+        (ClusterFlags(hosts="a,b"), {}, "ssh"),
+        (ClusterFlags(jobid="7"), {}, "slurm"),
+        (ClusterFlags(), {"SLURM_JOB_ID": "7"}, "slurm"),
+        (ClusterFlags(selector="app=sglang"), {}, "kubectl"),
+        (ClusterFlags(), {}, "local"),
+        (ClusterFlags(via="ssh", hosts="a"), {"SLURM_JOB_ID": "7"}, "ssh"),
+        (ClusterFlags(hosts="a"), {"SLURM_JOB_ID": "7"}, "ssh"),  # a flag beats the environment
     ],
 )
 def test_auto_detection(target, env, via):
@@ -95,14 +95,14 @@ def test_auto_detection(target, env, via):
 @pytest.mark.parametrize(
     ("target", "message"),
     [
-        (Target(hosts="a", jobid="7"), "give --via"),
-        (Target(via="rsh"), "choose one of"),
-        (Target(via="ssh"), "needs --hosts"),
-        (Target(via="slurm"), "--jobid ''"),
-        (Target(via="kubectl"), "needs --selector"),
-        (Target(hosts="a,,b"), "--hosts"),
-        (Target(hosts="a,a"), "named twice"),
-        (Target(via="slurm", jobid="7", ssh_config="x"), "--ssh-config is for --via ssh"),
+        (ClusterFlags(hosts="a", jobid="7"), "give --via"),
+        (ClusterFlags(via="rsh"), "choose one of"),
+        (ClusterFlags(via="ssh"), "needs --hosts"),
+        (ClusterFlags(via="slurm"), "--jobid ''"),
+        (ClusterFlags(via="kubectl"), "needs --selector"),
+        (ClusterFlags(hosts="a,,b"), "--hosts"),
+        (ClusterFlags(hosts="a,a"), "named twice"),
+        (ClusterFlags(via="slurm", jobid="7", ssh_config="x"), "--ssh-config is for --via ssh"),
     ],
 )
 def test_bad_cluster_flags_are_usage_errors(target, message):

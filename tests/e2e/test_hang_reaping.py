@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hicache_diag.diagnosis.classify import classify_run
-from hicache_diag.engines.builtin.launcher import Launcher, RankProcess
+from hicache_diag.engines.builtin.launcher import LaunchedRank, Launcher
 from hicache_diag.engines.builtin.runtime.server_args import ServerArgs
 from tests.conftest import assert_no_children
 
@@ -106,7 +106,7 @@ def test_kill_all_stops_every_rank_before_killing_any(tmp_path: Path):
     launcher = Launcher(tmp_path, ServerArgs(pp_size=2))
     for rank, proc in enumerate((first, second)):
         log = open(tmp_path / f"rank{rank}.log", "ab")  # noqa: SIM115 - the launcher closes it
-        launcher.procs.append(RankProcess(rank, rank, 0, proc, log))
+        launcher.procs.append(LaunchedRank(rank, rank, 0, proc, log))
     launcher.kill_all("hung")
     launcher.kill_all("killed")  # idempotent: the second call finds nothing alive
     assert [p.state for p in launcher.procs] == ["hung", "hung"]

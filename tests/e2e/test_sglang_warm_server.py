@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(_missing), reason=_missi
 
 def _cfg(out: Path):
     from hicache_diag.engines.registry import build
-    from hicache_diag.options.run_options import SglangOptions
+    from hicache_diag.engines.sglang.options import SglangOptions
 
     return build(SglangOptions(requests=6, max_new_tokens=4, hang_timeout=120.0, out=str(out)))
 

@@ -1,5 +1,5 @@
 """Each upstream bug is reproducible by one switch: the same run fails with the switch in its
-legacy mode and passes in its fixed mode, everything else equal (DESIGN §2).
+legacy mode and passes in its fixed mode, everything else equal (docs/design.md §2).
 
 The baseline is the preset right after the fix merged: `full` for most switches; `l2` for the
 ones whose bug only shows while the host alloc is still local (#29258, #28429). The L3 switches

@@ -27,7 +27,7 @@ EVENTS = {
 
 def _block(rank: int, **kw) -> ev.DivergenceBlock:
     steps = [ev.StepRecord(rank=rank, step=40, rids=["r0003"]), ev.StepRecord(step=41, idle=True)]
-    stack = ev.ThreadStack(name="MainThread", ident=1, daemon=False, frames=["a.py:1 in f"])
+    stack = ev.ThreadDump(name="MainThread", ident=1, daemon=False, frames=["a.py:1 in f"])
     values = {
         "rank": rank,
         "pp": rank,
@@ -59,7 +59,7 @@ def test_a_block_reads_back_as_written_typed_and_lossless(tmp_path):
     back = ev.read_blocks(tmp_path)[1]
     assert back.to_json() == block.to_json()
     assert isinstance(back.steps[0], ev.StepRecord) and back.steps[0].rids == ["r0003"]
-    assert isinstance(back.stacks[0], ev.ThreadStack) and back.stacks[0].frames == ["a.py:1 in f"]
+    assert isinstance(back.stacks[0], ev.ThreadDump) and back.stacks[0].frames == ["a.py:1 in f"]
     assert back.last_step is not None and back.last_step.step == 40  # the last busy one
     data = json.loads(path.read_text()) | {"newer_key": 7}
     path.write_text(json.dumps(data))

@@ -6,31 +6,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from hicache_diag.engines.builtin.options import BuiltinOptions
 from hicache_diag.errors import UsageError
 from hicache_diag.faults.validate import validated_faults
 from hicache_diag.options.parse import from_command_line
-from hicache_diag.options.run_options import BuiltinOptions
 
 if TYPE_CHECKING:
     from hicache_diag.engines.builtin.runtime.protocol import ProtocolConfig
     from hicache_diag.engines.builtin.runtime.server_args import RunConfig, ServerArgs
 
 
-def _check_cuda() -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is available on this host")
-    # Honest refusal: the tiny model, its KV pool and the PP transport run on CPU/gloo only.
-    raise UsageError("--device cuda is not supported yet: this runtime runs on CPU (gloo)")
-
-
 def _server_args(options: BuiltinOptions) -> ServerArgs:
     from hicache_diag.engines.builtin.runtime.server_args import ServerArgs
     from hicache_diag.evidence.paths import output_dir
 
-    if options.device == "cuda":
-        _check_cuda()
     if options.storage and options.hicache_storage_dir:
         output_dir(options.how("hicache_storage_dir"), options.hicache_storage_dir)
         from hicache_diag.options.storage_dir import check_storage_dir
@@ -48,18 +37,18 @@ def _server_args(options: BuiltinOptions) -> ServerArgs:
         hicache_storage_backend=options.hicache_storage_backend,
         hicache_storage_dir=options.hicache_storage_dir,
         hicache_storage_prefetch_policy=options.hicache_storage_prefetch_policy,
-        device=options.device,
+        device="cpu",  # auto is the CPU here; cuda was refused with the options
     )
 
 
 def _protocol(options: BuiltinOptions) -> ProtocolConfig:
     """A scenario's `fix` list refines the scenario's own preset (e.g. legacy + ack-count=leader
     replays the state between #27285 and #31425); `--protocol` on the command line replaces
-    that historical state whole, so it drops the list. `--fix` flags always apply last."""
+    that historical state whole, so it drops the list. `--switch` flags always apply last."""
     from hicache_diag.engines.builtin.runtime.protocol import build_protocol
 
     scenario_fixes = () if from_command_line(options, "protocol") else options.scenario_fix
-    return build_protocol(options.protocol, [*scenario_fixes, *options.fix])
+    return build_protocol(options.protocol, [*scenario_fixes, *options.switches])
 
 
 def _refuse_no_effect(protocol: ProtocolConfig, faults: tuple[str, ...]) -> None:
@@ -68,7 +57,7 @@ def _refuse_no_effect(protocol: ProtocolConfig, faults: tuple[str, ...]) -> None
     if protocol.lru_clock == "logical" and "clock-skew" in names:
         raise UsageError(
             "fault 'clock-skew' does nothing with lru-clock=logical (the tree stamps a step "
-            "counter, not a clock); add --fix lru-clock=monotonic or use --protocol legacy"
+            "counter, not a clock); add --switch lru-clock=monotonic or use --protocol legacy"
         )
 
 
@@ -103,7 +92,7 @@ def build(options: BuiltinOptions) -> RunConfig:
 
 
 def protocol_switches() -> Mapping[str, Any]:
-    """The runtime's protocol switches (`--fix NAME=MODE`), by name."""
+    """The runtime's protocol switches (`--switch NAME=MODE`), by name."""
     from hicache_diag.engines.builtin.runtime.protocol import SWITCHES
 
     return SWITCHES

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hicache_diag import evidence as ev
+from hicache_diag.engines.builtin.options import BuiltinOptions
 from hicache_diag.trials.engine import Engine
 
 if TYPE_CHECKING:
-    from hicache_diag.engines.builtin.launcher import RankProcess
+    from hicache_diag.engines.builtin.launcher import LaunchedRank
     from hicache_diag.engines.builtin.runtime.server_args import RunConfig
     from hicache_diag.trials.engine import EngineConfig, Failure, Progress, TrialWatch
     from hicache_diag.trials.trial import TrialResult
@@ -29,6 +30,7 @@ class BuiltinEngine(Engine):
     poll_s = POLL_S
     faulthandler = True  # rank_main installs it on SIGUSR1
     started_at = 0.0  # set at start()
+    tie_tolerance = BuiltinOptions.tie_tolerance
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
@@ -78,10 +80,10 @@ class BuiltinEngine(Engine):
             if p.state == "crashed"
         ]
 
-    def ranks(self) -> list[RankProcess]:
+    def ranks(self) -> list[LaunchedRank]:
         return list(self.launcher.procs) if self.launcher is not None else []
 
-    def alive(self) -> list[RankProcess]:
+    def alive(self) -> list[LaunchedRank]:
         return self.launcher.alive()
 
     def stop(self, state: str) -> None:

@@ -47,7 +47,7 @@ def start_method_from_env() -> str:
 
 
 @dataclass(eq=False)
-class RankProcess:
+class LaunchedRank:
     rank: int
     pp: int
     tp: int
@@ -74,7 +74,7 @@ class Launcher:
 
     run_dir: Path
     server_args: ServerArgs
-    procs: list[RankProcess] = field(default_factory=list)
+    procs: list[LaunchedRank] = field(default_factory=list)
     store: Any = None
     start_method: str = field(default_factory=start_method_from_env)
 
@@ -154,9 +154,9 @@ class Launcher:
 
     def _add(self, rank: int, proc: subprocess.Popen | ForkedProcess, log: IO[Any]) -> None:
         pp, tp = divmod(rank, self.server_args.tp_size)
-        self.procs.append(RankProcess(rank, pp, tp, proc, log, self.start_method))
+        self.procs.append(LaunchedRank(rank, pp, tp, proc, log, self.start_method))
 
-    def poll(self) -> list[RankProcess]:
+    def poll(self) -> list[LaunchedRank]:
         """Ranks that ended since the last poll, earliest first. Ranks that end within one poll
         are ordered by when their log last changed: a rank that died (or raised) writes its last
         line before the peers that fail in its wake write theirs."""
@@ -167,18 +167,18 @@ class Launcher:
             self._mark_ended(p, rc, "exited" if rc == 0 else "crashed")
         return ended
 
-    def _log_mtime(self, p: RankProcess) -> int:
+    def _log_mtime(self, p: LaunchedRank) -> int:
         try:
             return ev.rank_log(self.run_dir, p.rank).stat().st_mtime_ns
         except OSError:
             return 0
 
-    def _mark_ended(self, p: RankProcess, rc: int, state: str) -> None:
+    def _mark_ended(self, p: LaunchedRank, rc: int, state: str) -> None:
         p.exitcode, p.state, p.ended_at = rc, state, time.time()
         p.signal = -rc if rc < 0 else None
         p.log.close()
 
-    def alive(self) -> list[RankProcess]:
+    def alive(self) -> list[LaunchedRank]:
         return [p for p in self.procs if p.state == "running"]
 
     def signal_all(self, sig: int) -> None:

@@ -163,7 +163,7 @@ def run_rank(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port: int | 
 
 def _make_scheduler(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port, state: dict):
     """Join gloo, build hooks (+ faults), comm, caches, recorder and the Scheduler."""
-    from hicache_diag.engines.builtin.probes.recorder import StepRecorder
+    from hicache_diag.engines.builtin.probes.recorder import RankRecorder
     from hicache_diag.engines.builtin.runtime.distributed.parallel_state import ParallelState
     from hicache_diag.engines.builtin.runtime.managers.scheduler import Scheduler
     from hicache_diag.engines.builtin.runtime.mem_cache.kv_cache_builder import build_kv_cache
@@ -180,7 +180,7 @@ def _make_scheduler(cfg, run_dir: Path, rank: int, pp: int, tp: int, store_port,
     state["bundle"] = bundle = build_kv_cache(sa, cfg.protocol, comm, hooks, pp, tp, l3_dir)
     storage = sa.hicache_storage_backend != "none"
     path = ev.rank_jsonl(run_dir, rank)
-    state["recorder"] = recorder = StepRecorder(
+    state["recorder"] = recorder = RankRecorder(
         path, rank, pp, tp, protocol=cfg.protocol, storage=storage
     )
     workload = Workload(cfg.workload, sa)

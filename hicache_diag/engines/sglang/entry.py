@@ -1,18 +1,19 @@
-"""The sglang engine's registration: names its build, trial, source tree and warm pool; torch
-and SGLang load only when a trial runs or a pool is made."""
+"""The sglang engine's registration: names its options, build, trial, source tree and warm
+pool; torch and SGLang load only when a trial runs or a pool is made."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hicache_diag.engines.registry import ENGINES, EngineEntry, Releases
+from hicache_diag.engines.registry import EngineEntry, Releases, register_engine
+from hicache_diag.engines.sglang.options import SglangOptions
 
 if TYPE_CHECKING:
     from hicache_diag.trials.trial import TrialResult
 
 
-@ENGINES.register("sglang")
+@register_engine("sglang", SglangOptions)
 def _sglang() -> EngineEntry:
     from hicache_diag.engines.sglang.build import build
     from hicache_diag.engines.sglang.release import VENVS_ENV

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from hicache_diag.options.run_options import SglangOptions
+from hicache_diag.engines.sglang.options import SglangOptions
 
 _DEFAULT = SglangOptions()  # the defaults are the run options' (one home)
 # reference/sglang-on-cpu.md: the CPU platform, its attention backend, and the HiCache copy path

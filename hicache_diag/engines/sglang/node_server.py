@@ -31,7 +31,7 @@ from hicache_diag.engines.sglang.node_watch import NodeWatch
 from hicache_diag.engines.sglang.nodes import OMP_BIND, node_ranks, omp_bind
 from hicache_diag.engines.sglang.ports import http_url
 from hicache_diag.engines.sglang.server import (
-    Scheduler,
+    SchedulerProc,
     ServerStartError,
     SglangServer,
     parse_title,
@@ -135,14 +135,14 @@ class SshNodes(SglangServer):
                     f"{last_error_line(self.log_path)} (log: {self.log_path})"
                 )
 
-    def discover(self) -> list[Scheduler]:
+    def discover(self) -> list[SchedulerProc]:
         """Each node's schedulers as its collector sees them (pids in the node's own process
         table), once every node shows the ranks SGLang puts there."""
         found = [s for i in range(len(self.specs)) for s in self._node_schedulers(i)]
         self.schedulers = sorted(found, key=lambda s: s.rank)
         return self.schedulers
 
-    def _node_schedulers(self, i: int) -> list[Scheduler]:
+    def _node_schedulers(self, i: int) -> list[SchedulerProc]:
         w, node, want = self.watches[i], self.executor.nodes[i], len(node_ranks(self.specs[i]))
         end, procs = time.time() + DISCOVER_S, []
         while time.time() < end:
@@ -158,12 +158,12 @@ class SshNodes(SglangServer):
         out = []
         for p in procs:
             ids = parse_title(p["title"])
-            s = Scheduler(p["pid"], ids.pp, ids.tp, p["title"], ids.flat(self.spec.tp_size))
+            s = SchedulerProc(p["pid"], ids.pp, ids.tp, p["title"], ids.flat(self.spec.tp_size))
             s.node, s.host, s.seen_by = node.name, node.address, SEEN_BY
             out.append(s)
         return out
 
-    def _facts(self, s: Scheduler) -> dict[str, Any] | None:
+    def _facts(self, s: SchedulerProc) -> dict[str, Any] | None:
         """The scheduler's latest kernel facts on its node (None: gone from its table)."""
         doc = self._watch(s.node).doc or {}
         proc = next((p for p in doc.get("processes", []) if p["pid"] == s.pid), None)
@@ -172,7 +172,7 @@ class SshNodes(SglangServer):
     def _watch(self, node: str | None) -> NodeWatch:
         return next(w for w in self.watches if w.node.name == node)
 
-    def poll(self) -> list[Scheduler]:
+    def poll(self) -> list[SchedulerProc]:
         ended = []
         for s in self.schedulers:
             if s.state not in ("running", "stopped") or self._watch(s.node).lost:
@@ -188,7 +188,7 @@ class SshNodes(SglangServer):
                 s.state = "stopped" if state in ("T", "t") else "running"
         return ended
 
-    def kernel_states(self, ranks: list[Scheduler]) -> dict[int, str]:
+    def kernel_states(self, ranks: list[SchedulerProc]) -> dict[int, str]:
         """rank -> psutil's name of its state on its node (for the trial loop's StopWatch)."""
         out = {}
         for s in ranks:
@@ -237,7 +237,7 @@ class SshNodes(SglangServer):
             self._log.close()
         return time.time() - t0
 
-    def dump_stacks(self, run_dir: Path, ranks: list[Scheduler]) -> ev.StacksRecord:
+    def dump_stacks(self, run_dir: Path, ranks: list[SchedulerProc]) -> ev.StacksRecord:
         """Every rank's stack through the collector on its node, all at one instant."""
         at = time.time() + LEAD_S["ssh"]
         sampling = Sampling(at, samples=1, deadline=STACK_DEADLINE_S, budget=30.0)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from hicache_diag.engines.sglang.install import SglangInstall
 from hicache_diag.engines.sglang.launch_spec import LaunchSpec
 from hicache_diag.engines.sglang.ports import free_port, host_port
-from hicache_diag.engines.sglang.server import Scheduler, ServerStartError, SglangServer
+from hicache_diag.engines.sglang.server import SchedulerProc, ServerStartError, SglangServer
 
 LOCAL_HOST = "127.0.0.1"
 OMP_BIND = "SGLANG_CPU_OMP_THREADS_BIND"
@@ -132,7 +132,7 @@ class NodeServer(SglangServer):
             except ServerStartError as exc:
                 raise ServerStartError(f"{server.node}: {exc}") from None
 
-    def discover(self) -> list[Scheduler]:
+    def discover(self) -> list[SchedulerProc]:
         found = []
         for server in (self, *self.peers):
             for scheduler in SglangServer.discover(server):

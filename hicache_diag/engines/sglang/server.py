@@ -60,7 +60,7 @@ class ServerStartError(EngineStartError):
 
 
 @dataclass
-class Scheduler:
+class SchedulerProc:
     pid: int
     pp: int
     tp: int
@@ -111,7 +111,7 @@ class SglangServer:
         self._log_path = log or run_dir / ev.SERVER_LOG  # a warm server's: the pool's own
         self.port = free_port()
         self.popen: subprocess.Popen | None = None
-        self.schedulers: list[Scheduler] = []
+        self.schedulers: list[SchedulerProc] = []
         self._log: IO[Any] | None = None
         self.started_at = self.ready_at = None
         self._ext_root: Path | None = None
@@ -250,7 +250,7 @@ class SglangServer:
         except (urllib.error.URLError, OSError, TimeoutError):
             return False
 
-    def discover(self) -> list[Scheduler]:
+    def discover(self) -> list[SchedulerProc]:
         """The scheduler processes, as SGLang's own `collect_scheduler_processes` finds them."""
         found = []
         for proc in self._tree():
@@ -262,12 +262,14 @@ class SglangServer:
             if ids is None:
                 continue
             found.append(
-                Scheduler(proc.pid, ids.pp, ids.tp, title, ids.flat(self.spec.tp_size), proc=proc)
+                SchedulerProc(
+                    proc.pid, ids.pp, ids.tp, title, ids.flat(self.spec.tp_size), proc=proc
+                )
             )
         self.schedulers = sorted(found, key=lambda s: s.rank)
         return self.schedulers
 
-    def poll(self) -> list[Scheduler]:
+    def poll(self) -> list[SchedulerProc]:
         """Update each scheduler's state; return those that ended since the last poll."""
         ended = []
         for s in self.schedulers:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -20,21 +19,21 @@ from hicache_diag import evidence as ev
 from hicache_diag.engines.sglang.client import WorkloadClient
 from hicache_diag.engines.sglang.config import REQUEST_TIMEOUT_S, SglangRunConfig
 from hicache_diag.engines.sglang.nodes import make_server, placement_evidence
+from hicache_diag.engines.sglang.options import SglangOptions
 from hicache_diag.engines.sglang.plugin.config import PluginConfig
-from hicache_diag.engines.sglang.server import Scheduler, SglangServer
+from hicache_diag.engines.sglang.server import SchedulerProc, SglangServer
 from hicache_diag.engines.sglang.sessions import SESSION_WORKLOADS, make_client
 from hicache_diag.engines.sglang.trial_evidence import finish_evidence, split_rank_logs
 from hicache_diag.errors import UsageError
 from hicache_diag.evidence.verdict import Outcome, Verdict
 from hicache_diag.options.workloads import Workload
-from hicache_diag.trials.engine import Engine, Failure, TrialWatch
+from hicache_diag.trials.engine import Engine, Failure, Progress, TrialWatch
 from hicache_diag.trials.rundir import manifest_head, write_json
 from hicache_diag.trials.trial import TrialResult, run_engine_trial
 
 POLL_S = 0.2
 CASCADE_GRACE_S = 3.0  # SGLang's survivors log `Connection closed by peer` within a second or two
 
-Progress = Callable[[dict[str, Any]], None]
 _Watch = TrialWatch  # the loop's record (trials/trial.py)
 
 
@@ -62,6 +61,7 @@ class SglangEngine(Engine):
     faulthandler = False  # SGLang's schedulers have no SIGUSR1 faulthandler
     line_clock = True
     started_at = 0.0  # set at start()
+    tie_tolerance = SglangOptions.tie_tolerance
 
     def __init__(
         self, cfg: SglangRunConfig, on_progress: Progress | None = None, warm: Any = None
@@ -135,8 +135,10 @@ class SglangEngine(Engine):
         return {
             **manifest_head(argv),
             "engine": "sglang",
+            "device": cfg.device_name,
             "sglang": {
                 **cfg.release,
+                **({"cuda": cfg.cuda_facts} if cfg.cuda_facts else {}),
                 "version": cfg.sglang_version,
                 "python": cfg.python,
                 "argv": launch,
@@ -214,14 +216,14 @@ class SglangEngine(Engine):
             failures.append(Failure(lost, 0.0))
         return failures
 
-    def ranks(self) -> list[Scheduler]:
+    def ranks(self) -> list[SchedulerProc]:
         return self.server.schedulers if self.server is not None else []
 
-    def live(self) -> list[Scheduler]:
+    def live(self) -> list[SchedulerProc]:
         # server.poll() marks a SIGSTOPped scheduler "stopped": it is live, and watched.
         return [s for s in self.ranks() if s.state in ("running", "stopped")]
 
-    def alive(self) -> list[Scheduler]:
+    def alive(self) -> list[SchedulerProc]:
         """The schedulers py-spy can dump (a stopped one cannot be suspended)."""
         return [s for s in self.ranks() if s.state == "running"]
 

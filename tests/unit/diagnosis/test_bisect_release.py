@@ -4,12 +4,12 @@ pooled rates' 95% Wilson intervals are apart."""
 
 from __future__ import annotations
 
-from hicache_diag.diagnosis.bisect_table import RELEASE_AXIS, BisectTable, Cell, TrialResult
+from hicache_diag.diagnosis.bisect_table import RELEASE_AXIS, BisectTable, BisectTrial, Cell
 
 
 def _cell(python: str, failures: int, trials: int) -> Cell:
     results = [
-        TrialResult(i, f"d{i}", "crash" if i < failures else "ok", "B" if i < failures else None)
+        BisectTrial(i, f"d{i}", "crash" if i < failures else "ok", "B" if i < failures else None)
         for i in range(trials)
     ]
     return Cell({RELEASE_AXIS: python}, results)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from hicache_diag.diagnosis.bisect_table import BisectTable, Cell, TrialResult
+from hicache_diag.diagnosis.bisect_table import BisectTable, BisectTrial, Cell
 
 
 def _cell(values: dict[str, str], failures: int, trials: int) -> Cell:
     results = [
-        TrialResult(i, f"d{i}", "crash" if i < failures else "ok", "A" if i < failures else None)
+        BisectTrial(i, f"d{i}", "crash" if i < failures else "ok", "A" if i < failures else None)
         for i in range(trials)
     ]
     return Cell(values, results)

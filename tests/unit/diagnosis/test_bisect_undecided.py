@@ -6,15 +6,15 @@ from __future__ import annotations
 from hicache_diag.cli.render.bisect import table_markdown
 from hicache_diag.diagnosis.bisect_table import (
     BisectTable,
+    BisectTrial,
     Cell,
-    TrialResult,
     undecided_trial,
 )
 
 TIMEOUT = "trial timeout 0.001s"
 
 
-def _timed_out(i: int) -> TrialResult:
+def _timed_out(i: int) -> BisectTrial:
     return undecided_trial(i, f"d{i}", TIMEOUT, "timed out after 0.001s (--trial-timeout)")
 
 
@@ -38,8 +38,8 @@ def test_no_finished_trial_concludes_nothing():
 
 def test_table_md_has_its_own_undecided_column_with_the_cause():
     cells = [
-        Cell({"ack-count": "local"}, [_timed_out(0), TrialResult(1, "d1", "crash", "A", 2.0)]),
-        Cell({"ack-count": "leader"}, [TrialResult(0, "d0", "ok"), TrialResult(1, "d1", "ok")]),
+        Cell({"ack-count": "local"}, [_timed_out(0), BisectTrial(1, "d1", "crash", "A", 2.0)]),
+        Cell({"ack-count": "leader"}, [BisectTrial(0, "d0", "ok"), BisectTrial(1, "d1", "ok")]),
     ]
     md = table_markdown(BisectTable(["ack-count"], cells))
     head = next(line for line in md.splitlines() if line.startswith("| ack-count"))
@@ -51,8 +51,8 @@ def test_table_md_has_its_own_undecided_column_with_the_cause():
 def test_some_undecided_are_said_and_left_out_of_the_rates():
     budget = undecided_trial(2, "d2", "step budget", "undecided: step budget exhausted ...")
     cells = [
-        Cell({"ack-count": "local"}, [TrialResult(i, f"d{i}", "crash", "A") for i in range(6)]),
-        Cell({"ack-count": "leader"}, [TrialResult(i, f"d{i}", "ok") for i in range(6)] + [budget]),
+        Cell({"ack-count": "local"}, [BisectTrial(i, f"d{i}", "crash", "A") for i in range(6)]),
+        Cell({"ack-count": "leader"}, [BisectTrial(i, f"d{i}", "ok") for i in range(6)] + [budget]),
     ]
     table = BisectTable(["ack-count"], cells)
     lines = table.verdict()

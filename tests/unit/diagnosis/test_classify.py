@@ -55,7 +55,7 @@ def test_other_runtime_error_without_mismatch_is_unknown_crash(tmp_path):
     rd = RunDir(tmp_path).crash(1, 4, "RuntimeError: something else", t=1000.04)
     v = classify_run(rd.write())
     assert (v.outcome, v.form) == (Outcome.CRASH, None)
-    assert v.exit_code is ExitCode.CRASH_OTHER  # DESIGN §4: 16, a crash of another form
+    assert v.exit_code is ExitCode.CRASH_OTHER  # docs/design.md §4: 16, a crash of another form
 
 
 def test_form_b_pop_from_empty_with_ack_culprit(tmp_path):

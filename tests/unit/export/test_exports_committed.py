@@ -24,7 +24,7 @@ FINDINGS = {
     "write-through-form-b": "sglang-0.5.23-form-b",
     "write-through-form-c-tp": "sglang-0.5.23-form-c-tp",
 }
-_HAND_MADE = {"nonfix.patch"}
+_HAND_MADE = {"nonfix.patch", "fix.patch"}
 HUNTS = ROOT / "samples" / "hunt"
 # The hunt exported these from a shrink's last failing run, which is not committed (only each
 # trigger's first failing run is): kept as the hunt wrote them, not regenerated here.

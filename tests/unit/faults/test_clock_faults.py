@@ -8,13 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from hicache_diag.engines.builtin.options import BuiltinOptions
+from hicache_diag.engines.sglang.options import SglangOptions
 from hicache_diag.engines.sglang.plugin import hook_points
 from hicache_diag.engines.sglang.plugin.recorder import StepRecorder
 from hicache_diag.errors import UsageError
 from hicache_diag.faults import install_faults, parse_fault_spec
 from hicache_diag.faults.hooks import Hooks
 from hicache_diag.faults.validate import validated_faults
-from hicache_diag.options.run_options import BuiltinOptions, SglangOptions
 
 
 def _hooks(*specs, rank=1):

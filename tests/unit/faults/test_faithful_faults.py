@@ -10,13 +10,13 @@ import torch
 from hicache_diag.diagnosis.consensus import consensus_lines
 from hicache_diag.diagnosis.divergence import attribute, find_first
 from hicache_diag.engines.builtin.runtime.mem_cache.memory_pool_host import HostKVCache
+from hicache_diag.engines.sglang.options import SglangOptions
 from hicache_diag.evidence.verdict import DivergenceSource
 from hicache_diag.faults import parse_fault_spec
 from hicache_diag.faults.hooks import Hooks
 from hicache_diag.faults.install import install_faults
 from hicache_diag.faults.side_pool import SidePool
 from hicache_diag.faults.validate import validated_faults
-from hicache_diag.options.run_options import SglangOptions
 
 
 def _pool(size=64, page=4):

@@ -67,7 +67,7 @@ def test_clock_skew_jitter_can_reorder_stamps_and_records_once_per_step():
     hooks, _ = _hooks("clock-skew:jitter-us=500", seed=4)
     stamps = [hooks.apply("now", 1.0 + i * 1e-6) for i in range(100)]
     assert all(abs(s - (1.0 + i * 1e-6)) <= 500e-6 for i, s in enumerate(stamps))
-    assert stamps != sorted(stamps)  # what changes LRU victims (sglang-internals 3.4)
+    assert stamps != sorted(stamps)  # what changes LRU victims
     assert len(hooks.drain_fired()) == 1
     hooks.step = 1
     hooks.apply("now", 2.0)

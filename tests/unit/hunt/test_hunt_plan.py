@@ -8,11 +8,12 @@ from dataclasses import dataclass
 import pytest
 
 from hicache_diag.cli.hunt import parse_budget
+from hicache_diag.engines.builtin.options import BuiltinOptions
+from hicache_diag.engines.sglang.options import SglangOptions
 from hicache_diag.errors import UsageError
 from hicache_diag.hunt.plan import plan_hunt
 from hicache_diag.hunt.run import variant_options
 from hicache_diag.hunt.triggers import FLUSH_DEADLINE, SESSION_CLOSE, WAITING_TIMEOUT
-from hicache_diag.options.run_options import BuiltinOptions, SglangOptions
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from hicache_diag.engines.builtin.options import BuiltinOptions
+from hicache_diag.engines.registry import run_options
+from hicache_diag.engines.sglang.options import SglangOptions
 from hicache_diag.faults import load_scenario
-from hicache_diag.options.parse import parse_run_options
-from hicache_diag.options.run_options import BuiltinOptions, SglangOptions
 from hicache_diag.shrink.ddmin import ddmin, smallest_count
 from hicache_diag.shrink.scenario_text import scenario_text
 
@@ -41,7 +42,7 @@ def test_smallest_count_finds_the_threshold():
             pp=3,
             requests=5,
             protocol="legacy",
-            fix=("ack-count=leader",),
+            switches=("ack-count=leader",),
             hang_timeout=3.0,
             faults=("host-alloc-fail:rank=1,after=19,until=19", "dma-delay:rank=2,ms=30"),
         ),
@@ -51,10 +52,10 @@ def test_smallest_count_finds_the_threshold():
 def test_a_shrunk_run_written_as_a_scenario_reads_back_the_same(tmp_path, options):
     path = tmp_path / "s.toml"
     path.write_text(scenario_text(options, "shrunk\nfor a test"))
-    back = parse_run_options({}, load_scenario(path))
+    back = run_options(scenario=load_scenario(path))
     assert type(back) is type(options)
     for name in ("pp", "requests", "hang_timeout", "workload", "faults"):
         assert getattr(back, name) == getattr(options, name), name
-    want = (*getattr(options, "scenario_fix", ()), *getattr(options, "fix", ()))
+    want = (*getattr(options, "scenario_fix", ()), *getattr(options, "switches", ()))
     assert getattr(back, "scenario_fix", ()) == want
     assert getattr(back, "sglang_env", ()) == getattr(options, "sglang_env", ())

@@ -22,7 +22,7 @@ def test_rank_that_died_between_samples_is_the_crash_culprit():
     ]
     report = classify(ranks)
     assert (report.kind, report.culprit.rank) == ("crash", RankId(pp=1))
-    assert int(report.exit_code) == 16  # a crash of another form (DESIGN §4)
+    assert int(report.exit_code) == 16  # a crash of another form (docs/design.md §4)
 
 
 def test_subprocess_watchdog_line_alone_is_a_crash_elsewhere():

@@ -52,7 +52,7 @@ def _options(argv: list[str]) -> tuple[dict, list[str]]:
     opts, fixes = {}, []
     it = iter(argv[2:])  # hicache-diag run ...
     for arg in it:
-        if arg == "--fix":
+        if arg == "--switch":
             fixes.append(next(it))
         elif arg in ("--bad", "--sleep", "--json"):
             opts[arg] = True

@@ -42,8 +42,9 @@ def test_parse_values_and_switches():
     with pytest.raises(UsageError, match="unknown mode 'nope'.*valid: local, leader-batched"):
         parse_switch("ack-count=local,nope", switches=SWITCHES)
     with pytest.raises(UsageError, match="unknown switch 'warp'; valid: ack-count"):
-        parse_switch("warp=1,2", run_options={"async-depth"}, switches=SWITCHES)
-    assert parse_switch("async-depth=0,1", {"async-depth"}).values == ("0", "1")
+        parse_switch("warp=1,2", run_options={"async-depth": "async_depth"}, switches=SWITCHES)
+    axis = parse_switch("async-depth=0,1", {"async-depth": "async_depth"})
+    assert (axis.values, axis.field) == (("0", "1"), "async_depth")
     with pytest.raises(UsageError, match="malformed"):
         parse_switch("ack-count")
 
@@ -69,7 +70,7 @@ def test_matrix_and_trial_argv(tmp_path):
         "legacy",
         "--storage-backend",
         "file",
-        "--fix",
+        "--switch",
         "ack-count=leader",
         "--seed",
         "3",

@@ -10,11 +10,12 @@ import pytest
 
 from hicache_diag.engines import registry as eng
 from hicache_diag.engines.builtin.engine import BuiltinEngine
+from hicache_diag.engines.builtin.options import BuiltinOptions
+from hicache_diag.engines.sglang.options import SglangOptions
 from hicache_diag.engines.sglang.trial import SglangEngine
 from hicache_diag.errors import UsageError
 from hicache_diag.faults import Scenario
-from hicache_diag.options.parse import from_command_line, parse_run_options
-from hicache_diag.options.run_options import BuiltinOptions, SglangOptions
+from hicache_diag.options.parse import from_command_line
 from hicache_diag.trials import engine as contract
 from hicache_diag.trials.bisect import Axis
 from hicache_diag.trials.hang_watch import HangWatch
@@ -44,12 +45,12 @@ def test_defaults_differ_per_engine_and_help_says_so():
 
 def test_unknown_engine_is_bad_input():
     with pytest.raises(UsageError, match="unknown --engine 'vllm'; valid: builtin, sglang"):
-        parse_run_options({"engine": "vllm"})
+        eng.run_options(engine="vllm")
 
 
 def test_options_read_flags_over_scenario_over_the_engines_default():
     scenario = Scenario(options={"pp": 4, "tp": 1, "engine": "sglang"}, path="s.toml")
-    opts = parse_run_options({"pp": None, "tp": 2, "fault": ["rank-stall:ms=1"]}, scenario)
+    opts = eng.run_options(scenario=scenario, tp=2, faults=("rank-stall:ms=1",))
     assert isinstance(opts, SglangOptions)
     assert (opts.pp, opts.tp, opts.hang_timeout) == (4, 2, 30.0)
     assert opts.faults == ("rank-stall:ms=1",)
@@ -60,9 +61,10 @@ def test_a_bisect_axis_is_the_users_pick_over_the_scenarios():
     """A release (or protocol) axis is typed on bisect's line: the scenario's own pick must not
     refuse it (the scenario pins 0.5.19; the axis runs 0.5.19 and 0.5.20)."""
     scenario = Scenario(options={"engine": "sglang", "sglang_version": "0.5.19"}, path="s.toml")
-    opts = parse_run_options({}, scenario)
+    opts = eng.run_options(scenario=scenario)
     assert not from_command_line(opts, "sglang_python")
-    cell = Axis("sglang-python", ("a", "b")).apply(opts, "/venvs/sglang-0.5.20/bin/python")
+    axis = Axis("sglang-python", ("a", "b"), field="sglang_python")
+    cell = axis.apply(opts, "/venvs/sglang-0.5.20/bin/python")
     assert from_command_line(cell, "sglang_python")
     assert not from_command_line(cell, "sglang_version")  # the scenario's, still
 
@@ -98,11 +100,10 @@ def test_the_engine_of_a_config_runs_its_trial():
 def test_a_trial_is_its_cells_config_with_its_own_seed_and_run_dir(tmp_path):
     """bisect builds a cell once and each trial with for_trial: every seeded part follows."""
     out = str(tmp_path / "t")
-    cell = eng.build(parse_run_options({"protocol": "legacy", "requests": 8}))
+    cell = eng.build(eng.run_options(protocol="legacy", requests=8))
     trial = cell.for_trial(7, out)
     assert (trial.seed, trial.workload.seed, trial.out) == (7, 7, out)
-    flags = {"protocol": "legacy", "requests": 8, "seed": 7, "out": out}
-    assert trial == eng.build(parse_run_options(flags))
+    assert trial == eng.build(eng.run_options(protocol="legacy", requests=8, seed=7, out=out))
 
 
 def test_each_engine_names_its_source_tree_and_whether_it_takes_releases():

@@ -58,7 +58,7 @@ def test_trials_run_in_this_process_on_one_pool_in_bisects_layout(tmp_path):
 
 
 def test_each_bisect_cell_gets_its_own_pool(tmp_path):
-    axis = Axis("requests", ("4", "8"))
+    axis = Axis("requests", ("4", "8"), field="requests")
     cfg = BisectConfig((axis,), 2, 1, 0, tmp_path, (), 60.0, (FakeConfig(), FakeConfig()))
     table = run_bisect(BisectConfig(**{**_fields(cfg), "warm": _Pool}))
     assert [len(c.results) for c in table.cells] == [2, 2]

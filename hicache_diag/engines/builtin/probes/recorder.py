@@ -89,7 +89,7 @@ def batch_fields(batch: Any) -> dict[str, Any]:
     }
 
 
-class StepRecorder:
+class RankRecorder:
     """Appends to `path`; every line is flushed so a crashed or killed rank leaves its history."""
 
     def __init__(

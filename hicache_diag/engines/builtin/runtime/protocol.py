@@ -1,4 +1,4 @@
-"""Protocol switches (`--fix NAME=MODE`) and presets (`--protocol legacy|l2|full`); ours.
+"""Protocol switches (`--switch NAME=MODE`) and presets (`--protocol legacy|l2|full`); ours.
 
 Each switch turns one per-rank quantity into a protocol quantity. The legacy mode reproduces the
 historical bug; the fixed modes are the upstream changes named in `upstream`.
@@ -140,11 +140,11 @@ class ProtocolConfig:
 
 
 def parse_fix(spec: str) -> tuple[str, str]:
-    """Parse one `--fix NAME=MODE` into (name, mode), validated against SWITCHES."""
+    """Parse one `--switch NAME=MODE` into (name, mode), validated against SWITCHES."""
     name, sep, mode = spec.partition("=")
     name, mode = name.strip(), mode.strip()
     if not sep or not name or not mode:
-        raise UsageError(f"malformed --fix {spec!r}; expected NAME=MODE, e.g. ack-count=leader")
+        raise UsageError(f"malformed --switch {spec!r}; expected NAME=MODE, e.g. ack-count=leader")
     if name not in SWITCHES:
         raise UsageError(f"unknown switch {name!r}; valid: {', '.join(SWITCHES)}")
     if mode not in SWITCHES[name].modes:
@@ -155,7 +155,7 @@ def parse_fix(spec: str) -> tuple[str, str]:
 
 
 def build_protocol(preset: str = "full", fixes: list[str] | tuple[str, ...] = ()) -> ProtocolConfig:
-    """A preset with `--fix` overrides applied on top, in order."""
+    """A preset with `--switch` overrides applied on top, in order."""
     if preset not in PRESETS:
         raise UsageError(f"unknown protocol preset {preset!r}; valid: {', '.join(PRESETS)}")
     modes = dict(PRESETS[preset])

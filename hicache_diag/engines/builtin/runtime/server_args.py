@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
+from hicache_diag.engines.builtin.options import BuiltinOptions
 from hicache_diag.engines.builtin.runtime.protocol import ProtocolConfig
 from hicache_diag.errors import UsageError
-from hicache_diag.options.run_options import BuiltinOptions
 from hicache_diag.options.workloads import WorkloadConfig
 
 # The run options' defaults (run_options.py is their one home); the fields keep SGLang's names.
@@ -43,7 +43,7 @@ class ServerArgs:
     hicache_storage_backend: str = _DEFAULT.hicache_storage_backend
     hicache_storage_dir: str | None = None
     hicache_storage_prefetch_policy: str = _DEFAULT.hicache_storage_prefetch_policy
-    device: str = _DEFAULT.device
+    device: str = "cpu"  # the runtime runs on the CPU only (options: auto is its CPU)
     model: ModelConfig = field(default_factory=ModelConfig)
 
     def __post_init__(self) -> None:

@@ -123,7 +123,7 @@ def _cache_state(state: Any, errors: list[str], follower: bool) -> dict[str, Any
         return {}
 
 
-def thread_stacks() -> list[ev.ThreadStack]:
+def thread_stacks() -> list[ev.ThreadDump]:
     """Every Python thread's stack, innermost frame last. Frames are named from their code
     objects, never their source lines: linecache reads files, and the scheduler thread runs on
     meanwhile (a TP peer's mismatched forward aborts the process within milliseconds)."""
@@ -139,7 +139,7 @@ def thread_stacks() -> list[ev.ThreadStack]:
             names.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
             frame = frame.f_back
         out.append(
-            ev.ThreadStack(
+            ev.ThreadDump(
                 name=thread.name, ident=thread.ident, daemon=thread.daemon, frames=names[::-1]
             )
         )

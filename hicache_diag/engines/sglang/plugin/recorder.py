@@ -1,4 +1,4 @@
-"""rank{r}.jsonl from inside a real SGLang scheduler: one line per scheduler step (DESIGN §4).
+"""rank{r}.jsonl from inside a real SGLang scheduler: one line per step (docs/evidence.md).
 
 A step is one call of `Scheduler.get_next_batch_to_run`, i.e. one micro-batch slot of
 `event_loop_pp`. Every PP stage makes those calls in lockstep (each slot receives the previous

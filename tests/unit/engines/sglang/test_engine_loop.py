@@ -9,7 +9,7 @@ import time
 from types import SimpleNamespace
 
 from hicache_diag.engines.sglang import trial as sglang_trial
-from hicache_diag.engines.sglang.server import Scheduler
+from hicache_diag.engines.sglang.server import SchedulerProc
 from hicache_diag.trials.engine import TrialWatch
 from hicache_diag.trials.trial import _watch_loop
 
@@ -19,10 +19,12 @@ class FakeServer:
 
     def __init__(self, states):
         self.schedulers = [
-            Scheduler(pid=10**7 + r, pp=r, tp=0, title=f"sglang::scheduler_PP{r}", rank=r, state=st)
+            SchedulerProc(
+                pid=10**7 + r, pp=r, tp=0, title=f"sglang::scheduler_PP{r}", rank=r, state=st
+            )
             for r, st in enumerate(states)
         ]
-        self.ended: list[Scheduler] = []
+        self.ended: list[SchedulerProc] = []
         self.popen = SimpleNamespace(pid=1)
 
     def poll(self):

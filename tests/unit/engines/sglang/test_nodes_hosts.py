@@ -20,7 +20,7 @@ from hicache_diag.engines.sglang.launch_spec import LaunchSpec
 from hicache_diag.engines.sglang.node_server import SshNodes
 from hicache_diag.engines.sglang.nodes import NodePorts, host_specs, make_server, placement_evidence
 from hicache_diag.engines.sglang.remote_nodes import SshPlacement, place, run_parent
-from hicache_diag.engines.sglang.server import Scheduler
+from hicache_diag.engines.sglang.server import SchedulerProc
 from hicache_diag.engines.sglang.trial import _lost_node
 from hicache_diag.errors import UsageError
 from hicache_diag.evidence.verdict import CrashForm, Outcome, RankState, Verdict
@@ -113,8 +113,8 @@ def _watching(server: SshNodes, procs: list[dict], t: float) -> None:
     watch.proc = _Proc()
 
 
-def _sched(rank: int, pid: int, node: str) -> Scheduler:
-    return Scheduler(pid, rank, 0, f"sglang::scheduler_PP{rank}_TP0", rank, node=node)
+def _sched(rank: int, pid: int, node: str) -> SchedulerProc:
+    return SchedulerProc(pid, rank, 0, f"sglang::scheduler_PP{rank}_TP0", rank, node=node)
 
 
 def test_node_facts_come_from_its_collector(tmp_path, monkeypatch) -> None:

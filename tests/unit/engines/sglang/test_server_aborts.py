@@ -49,15 +49,15 @@ def test_a_request_without_answer_still_leaves_the_run_undecided(tmp_path: Path)
 
 
 def test_server_env_from_flags_else_the_scenario_table() -> None:
+    from hicache_diag.engines.registry import run_options
     from hicache_diag.faults import Scenario
-    from hicache_diag.options.parse import parse_run_options
 
     table = Scenario(options={"engine": "sglang", "sglang_env": {"C": "1"}}, path="s.toml")
-    flags = {"sglang_env": ["SGLANG_REQ_WAITING_TIMEOUT=1.5", "B=x=y"]}
-    assert parse_run_options(flags, table).server_env() == (
+    flags = ("SGLANG_REQ_WAITING_TIMEOUT=1.5", "B=x=y")
+    assert run_options(scenario=table, sglang_env=flags).server_env() == (
         ("SGLANG_REQ_WAITING_TIMEOUT", "1.5"),
         ("B", "x=y"),
     )
     table = Scenario(options={"engine": "sglang", "sglang_env": {"W": 1.5}}, path="s.toml")
-    assert parse_run_options({}, table).server_env() == (("W", "1.5"),)
-    assert parse_run_options({"engine": "sglang"}).server_env() == ()
+    assert run_options(scenario=table).server_env() == (("W", "1.5"),)
+    assert run_options(engine="sglang").server_env() == ()

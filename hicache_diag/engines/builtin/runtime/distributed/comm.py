@@ -39,7 +39,7 @@ class HiCacheComm(Protocol):
     def all_reduce_thread_group(self, name: str, tensor: torch.Tensor, op: str = "min") -> None:
         """In-place all-reduce over every rank on a dedicated gloo group reserved for one
         background thread (`THREAD_GROUPS`). Two threads never share one communicator
-        (#27010, LMSYS blog §7): each storage thread calls only its own group."""
+        (upstream #27010): each storage thread calls only its own group."""
 
     def inflight_sends(self) -> int:
         """Number of kept isend handles (the #28902 leak grows this without bound)."""

@@ -22,7 +22,7 @@ from hicache_diag.engines.builtin.runtime.model_executor.model_runner import Mod
 from hicache_diag.engines.builtin.runtime.server_args import RunConfig
 
 if TYPE_CHECKING:
-    from hicache_diag.engines.builtin.probes.recorder import StepRecorder
+    from hicache_diag.engines.builtin.probes.recorder import RankRecorder
     from hicache_diag.engines.builtin.runtime.distributed.comm import HiCacheComm
     from hicache_diag.engines.builtin.runtime.mem_cache.kv_cache_builder import KVCacheBundle
     from hicache_diag.faults.hooks import Hooks
@@ -40,7 +40,7 @@ class Scheduler(SchedulerPPMixin):
         comm: HiCacheComm,
         bundle: KVCacheBundle,
         hooks: Hooks,
-        recorder: StepRecorder,
+        recorder: RankRecorder,
         request_source: Any = None,
         stop_after: int = 0,
         on_budget_exhausted: Callable[[int, int], None] | None = None,

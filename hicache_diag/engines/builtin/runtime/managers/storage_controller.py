@@ -135,8 +135,8 @@ class StorageController(StorageThreadsMixin):
 
     def prefetch_rate_limited(self) -> bool:
         """SGLang's cap: stop prefetching while reserved tokens reach half the host pool.
-        The tree adds to / subtracts from `prefetch_tokens_occupied`; a leak stops L3 silently
-        (sglang-internals §8.11), so probes report it."""
+        The tree adds to / subtracts from `prefetch_tokens_occupied`; a leak stops L3 for the
+        life of the process with only a rate-limited warning in SGLang, so probes report it."""
         return self.prefetch_tokens_occupied >= self.prefetch_capacity_limit
 
     def submit_prefetch_io(

@@ -65,7 +65,8 @@ class StorageThreadsMixin:
 
     def _serve(self, queue: Queue, handle: Callable[[Any], None]) -> None:
         """A thread's loop: take items until stopped; an unexpected error becomes a fault and
-        the loop goes on (SGLang's IO thread dies silently here, sglang-internals §8.4)."""
+        the loop goes on (SGLang's `prefetch_io_aux_func` catches only `Empty`: a short read of
+        HiCacheFile kills the daemon thread silently, and its request never finishes prefetch)."""
         while not self.storage_stop_event.is_set():
             try:
                 item = queue.get(timeout=0.1)

@@ -120,8 +120,13 @@ class TestPPStorageControlDrain(unittest.TestCase):
         finally:
             late.join()
 
-        self.assertEqual(leader.cache_controller.mem_pool_host.freed,
-                         follower.cache_controller.mem_pool_host.freed)
+        freed = (leader.cache_controller.mem_pool_host.freed,
+                 follower.cache_controller.mem_pool_host.freed)
+        self.assertEqual(
+            freed[0], freed[1],
+            f"host slots freed by one drain: PP0 {freed[0]}, PP1 {freed[1]} (each stage "
+            "drained the release queue by its own count, not by PP0's)",
+        )
 
 
 if __name__ == "__main__":

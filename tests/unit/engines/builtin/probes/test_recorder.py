@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from hicache_diag.engines.builtin.probes.recorder import MUST_AGREE, StepRecorder
+from hicache_diag.engines.builtin.probes.recorder import MUST_AGREE, RankRecorder
 from hicache_diag.engines.builtin.runtime.protocol import build_protocol
 from hicache_diag.faults.hooks import Hooks
 
@@ -22,7 +22,7 @@ class _Tree:
 
 
 def _record(tmp_path, protocol, storage=False, stats=None, extra=None):
-    rec = StepRecorder(tmp_path / "r.jsonl", 3, 1, 1, protocol=protocol, storage=storage)
+    rec = RankRecorder(tmp_path / "r.jsonl", 3, 1, 1, protocol=protocol, storage=storage)
     hooks = Hooks(3, 1, 1)
     hooks.record("rank-stall", stall_ms=5)
     rec.record(
@@ -75,7 +75,7 @@ def test_recording_off_writes_heartbeats_and_still_drains(tmp_path, monkeypatch)
         def tree_digest(self):
             raise AssertionError("recording off must not hash the tree")
 
-    rec = StepRecorder(tmp_path / "r.jsonl", 3, 1, 1, protocol=build_protocol("full"))
+    rec = RankRecorder(tmp_path / "r.jsonl", 3, 1, 1, protocol=build_protocol("full"))
     hooks = Hooks(3, 1, 1)
     hooks.record("rank-stall", stall_ms=5)
     comm = SimpleNamespace(inflight_sends=lambda: 0, take_sync_seconds=lambda: {"pp_sync": 1.0})
@@ -90,7 +90,7 @@ def test_recording_off_writes_heartbeats_and_still_drains(tmp_path, monkeypatch)
 
 
 def test_sync_seconds_are_recorded_per_step(tmp_path):
-    rec = StepRecorder(tmp_path / "r.jsonl", 0, 0, 0, protocol=build_protocol("full"))
+    rec = RankRecorder(tmp_path / "r.jsonl", 0, 0, 0, protocol=build_protocol("full"))
     taken = iter([{"pp_sync": 0.0012345678}, {}])
     comm = SimpleNamespace(inflight_sends=lambda: 0, take_sync_seconds=lambda: next(taken))
     for step in (0, 1):
@@ -109,7 +109,7 @@ def test_sync_seconds_are_recorded_per_step(tmp_path):
 
 
 def test_crash_record_carries_the_steps_inputs_outside_must_agree(tmp_path):
-    rec = StepRecorder(tmp_path / "r.jsonl", 1, 1, 0, protocol=build_protocol("full"))
+    rec = RankRecorder(tmp_path / "r.jsonl", 1, 1, 0, protocol=build_protocol("full"))
     stats = {"l3_progress": {"r1": 12}, "l3_progress_local": {"r1": 12}, "tree_digest": "x"}
     rec.record_crash(
         step=7, slot=0, batch=None, proxy=None, error=RuntimeError("boom"), tree_cache=_Tree(stats)
@@ -126,10 +126,10 @@ def test_every_line_kind_is_a_step_record_written_by_the_one_writer(tmp_path, mo
     from hicache_diag import evidence as ev
 
     _record(tmp_path, build_protocol("full"), extra={"evicted_by_scheduler": 8, "num_waiting": 2})
-    rec = StepRecorder(tmp_path / "r.jsonl", 3, 1, 1, protocol=build_protocol("full"))
+    rec = RankRecorder(tmp_path / "r.jsonl", 3, 1, 1, protocol=build_protocol("full"))
     rec.record_crash(step=5, slot=1, batch=None, proxy=None, error=RuntimeError("boom"))
     monkeypatch.setenv("HICACHE_DIAG_RECORD", "0")
-    off = StepRecorder(tmp_path / "r.jsonl", 3, 1, 1, protocol=build_protocol("full"))
+    off = RankRecorder(tmp_path / "r.jsonl", 3, 1, 1, protocol=build_protocol("full"))
     off.record(
         step=6,
         slot=0,

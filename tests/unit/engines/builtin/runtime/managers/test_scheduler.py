@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from hicache_diag.engines.builtin.probes.recorder import StepRecorder
+from hicache_diag.engines.builtin.probes.recorder import RankRecorder
 from hicache_diag.engines.builtin.reference import compute_reference
 from hicache_diag.engines.builtin.runtime.managers.scheduler import Scheduler
 from hicache_diag.engines.builtin.runtime.mem_cache.kv_cache_builder import build_kv_cache
@@ -46,7 +46,7 @@ def _run(tmp_path, hicache: bool, max_total_tokens: int, requests: int = 24):
     )
     hooks, comm = Hooks(), SoloComm()
     bundle = build_kv_cache(sa, cfg.protocol, comm, hooks, 0, 0)
-    recorder = StepRecorder(tmp_path / "rank0.jsonl", 0, 0, 0, protocol=cfg.protocol)
+    recorder = RankRecorder(tmp_path / "rank0.jsonl", 0, 0, 0, protocol=cfg.protocol)
     wl = Workload(cfg.workload, sa)
     sched = Scheduler(cfg, comm, bundle, hooks, recorder, wl.arrivals, wl.last_arrival_step)
     try:
