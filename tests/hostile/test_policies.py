@@ -24,7 +24,9 @@ def test_every_refusal_under_json_is_one_json_document(cli, command):
     ran = cli([command, "--no-such-flag", "--json"])
     check_output(ran, json_out=True)
     assert ran.code == 2
-    assert one_json_document(ran.out) == {"error": "No such option: --no-such-flag", "exit_code": 2}
+    doc = one_json_document(ran.out)
+    assert doc["error"] == "No such option: --no-such-flag" and doc["exit_code"] == 2, doc
+    assert doc["schema"] == "hicache-diag/error/v1"
 
 
 @pytest.mark.parametrize(
@@ -43,7 +45,7 @@ def test_a_refusal_in_the_command_itself_is_one_json_document(cli, argv, tmp_pat
     ran = cli(argv)
     check_output(ran, json_out=True)
     doc = one_json_document(ran.out)
-    assert set(doc) == {"error", "exit_code"} and doc["exit_code"] == ran.code == 2, doc
+    assert set(doc) == {"schema", "error", "exit_code"} and doc["exit_code"] == ran.code == 2, doc
 
 
 def _single_valued() -> list[tuple[str, str]]:
