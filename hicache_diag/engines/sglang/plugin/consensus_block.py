@@ -114,7 +114,7 @@ def _cache_state(state: Any, errors: list[str], follower: bool) -> dict[str, Any
     if scheduler is None:
         errors.append("no scheduler seen yet: queues and pools not read")
         return {}
-    from hicache_diag.engines.sglang.plugin.recorder import cache_fields
+    from hicache_diag.engines.sglang.plugin.step_fields import cache_fields
 
     try:
         return cache_fields(scheduler, follower=follower)
