@@ -214,6 +214,12 @@ class RankRecording:
                 self._guard(self._write_meta)
             self._close_fds()
 
+    def refresh_meta(self) -> None:
+        """The meta file as the meta now is (a field set after the start)."""
+        if self.meta.on:
+            with self._lock:
+                self._guard(self._write_meta)
+
     def turn_off(self, reason: str) -> None:
         """The recorder failed (not the disk): off, said once, as for a disk error."""
         with self._lock:
