@@ -26,16 +26,17 @@ from hicache_diag.evidence.recording_files import (
 
 EXAMPLES = """\b
 Examples:
-  hicache-diag record -- python -m sglang.launch_server --pp-size 2 ...
+  hicache-diag record -- python -m sglang.launch_server --pp-size 2
   srun hicache-diag record --dir /shared/rec -- python -m sglang.launch_server
-  hicache-diag record --print-env --dir /rec --bundle-dir ./recorder --json
+  hicache-diag record --print-env --dir /rec --bundle-dir /opt/rec --json
 
 Each launch writes one session folder under DIR; `triage` reads them. The
 recorder runs in SGLang's own processes: no listener, bounded files (0600),
 off for a rank (said once in its log) on any error of its own.
 HICACHE_DIAG_RECORD=0 turns it off.
 
-Exit: the command's own (it replaces this process), 2 bad input."""
+Exit: 0 --print-env printed, else the command's own (it replaces this
+process); 2 bad input, 1 internal error."""
 
 
 def record(
