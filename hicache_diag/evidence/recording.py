@@ -261,7 +261,7 @@ class RankRecording:
             self._sizes[kind] = path.stat().st_size
         written = os.write(self._fds[kind], data)
         if written != len(data):
-            raise OSError(28, "short write")
+            raise OSError(28, "No space left on device (a short write)")
         self._sizes[kind] += written
 
     def _rotate(self, kind: str) -> None:
