@@ -18,6 +18,7 @@ from hicache_diag.cli.render.record import export_lines, manifest
 from hicache_diag.engines.registry import record_setup
 from hicache_diag.errors import UsageError
 from hicache_diag.evidence.recording_files import (
+    CPU_SHIMS_ENV,
     SESSION_ENV,
     SWITCH_ENV,
     session_name,
@@ -93,8 +94,11 @@ def record(
 
 def _environ(setup) -> dict[str, str]:
     if switch_state(os.environ.get(SWITCH_ENV)) is False:
-        _warn(f"{SWITCH_ENV} is off: running the command without the recorder")
-        return dict(os.environ)
+        if CPU_SHIMS_ENV not in setup.variables:
+            _warn(f"{SWITCH_ENV} is off: running the command without the recorder")
+            return dict(os.environ)
+        _warn(f"{SWITCH_ENV} is off: running the command with the CPU shims alone")
+        return setup.environ(os.environ)  # the plugin reads the switch: shims, nothing else
     try:
         setup.record_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:  # the server runs regardless; its ranks say they are off

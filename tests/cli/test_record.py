@@ -119,6 +119,18 @@ def test_the_switch_off_runs_the_command_as_it_is(tmp_path):
 
 
 @pytest.mark.process
+def test_the_switch_off_keeps_the_cpu_shims_asked_for(tmp_path):
+    """A CPU host needs the shims to serve at all: off means no recording, not no shims."""
+    env = {**_base(), "HICACHE_DIAG_CACHE": str(tmp_path / "c"), rec.SWITCH_ENV: "0"}
+    argv = ["record", "--cpu-shims", "--dir", str(tmp_path / "rec"), "--", sys.executable]
+    done = _cli(*argv, "-c", SHOW, env=env)
+    assert done.returncode == 7 and "with the CPU shims alone" in done.stderr
+    seen = json.loads(done.stdout)["env"]
+    assert seen[rec.CPU_SHIMS_ENV] == "1" and seen[rec.SWITCH_ENV] == "0"
+    assert rec.SESSION_ENV not in seen and not (tmp_path / "rec").exists()
+
+
+@pytest.mark.process
 def test_a_switch_neither_on_nor_off_is_refused(tmp_path):
     env = {**_base(), rec.SWITCH_ENV: "maybe"}
     done = _cli("record", "--dir", str(tmp_path), "--", "true", env=env)
