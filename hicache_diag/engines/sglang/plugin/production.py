@@ -7,6 +7,7 @@ scheduler goes on serving as if the plugin were not there."""
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import socket
@@ -20,7 +21,7 @@ from hicache_diag.engines.sglang.plugin import dumps
 from hicache_diag.engines.sglang.plugin.hook_state import STATE
 from hicache_diag.engines.sglang.plugin.recorder import MUST_AGREE, StepRecorder
 from hicache_diag.engines.sglang.plugin.sinks import RecordingSink
-from hicache_diag.evidence.recording import Limits, RankMeta, RankRecording
+from hicache_diag.evidence.recording import Limits, RankMeta, RankRecording, meta_path
 
 # A child of no SGLang logger: SGLang's basicConfig(force=True) root handler prints it with the
 # rank's own prefix ("[... PP1] hicache-diag recorder off on rank 1: ...").
@@ -77,6 +78,10 @@ def arm_rank(session_dir: str, hooks: Any, server_args: Any, ids: tuple[int, int
         limits=asdict(limits),
         device=str(getattr(server_args, "device", None) or "") or None,
     )
+    taken = _recorded_by(Path(session_dir), rank)
+    if taken is not None:  # e.g. data-parallel replicas: one rank number, two processes
+        OFF(f"rank {rank} of this session is recorded by pid {taken} already")
+        return
     recording = RankRecording(Path(session_dir), meta, limits, on_off=OFF)
     if not recording.on:
         return  # OFF said why
@@ -91,6 +96,23 @@ def arm_rank(session_dir: str, hooks: Any, server_args: Any, ids: tuple[int, int
     dumps.RANK[:] = [dumper]
     dumper.start()
     atexit.register(_close, recorder)
+
+
+def _recorded_by(session: Path, rank: int) -> int | None:
+    """The pid of a live process already recording `rank` in `session`, if any."""
+    try:
+        pid = int(json.loads(meta_path(session, rank).read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if pid == os.getpid():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except OSError:
+        pass  # alive, someone else's
+    return pid
 
 
 def _close(recorder: StepRecorder) -> None:

@@ -198,3 +198,21 @@ def test_arming_where_no_folder_can_be_made_leaves_no_recorder_and_says_why(tmp_
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and said[0].startswith("hicache-diag recorder off on rank 1: ")
     assert "Not a directory" in said[0]
+
+
+def test_a_rank_another_live_process_records_is_not_recorded_twice(tmp_path, caplog):
+    """Two processes with one rank number in one session (data-parallel replicas): the second
+    stays off rather than interleave its lines with the first's."""
+    session = tmp_path / "s"
+    rec.RankRecording(session, rec.RankMeta(0, 0, 0, 1, "h", None, [], 0.0, {}), None).close()
+    try:
+        with caplog.at_level(logging.WARNING, logger="hicache_diag.recorder"):
+            production.arm_rank(str(session), Hooks(rank=0), None, (0, 0, 0))
+        assert hook_points.STATE.recorder is None
+    finally:
+        hook_points.reset()
+        production.OFF.__init__()
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "hicache-diag recorder off on rank 0: rank 0 of this session is recorded by pid 1 already"
+    ]
