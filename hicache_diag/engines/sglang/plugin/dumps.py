@@ -12,6 +12,7 @@ blocked in a collective does not delay the dump.
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import signal
@@ -20,6 +21,7 @@ import threading
 import time
 from typing import Any
 
+from hicache_diag.engines.sglang.plugin.sinks import bounded
 from hicache_diag.engines.sglang.plugin.step_fields import cache_fields
 from hicache_diag.evidence.recording_dump import DumpSnapshot, ThreadDump
 from hicache_diag.evidence.recording_files import DUMP_REQUEST, DUMP_SIGNAL, read_dump_request
@@ -213,9 +215,13 @@ RANK: list[RankDumper] = []
 
 
 def fire(reason: str, detail: dict[str, Any] | None = None) -> None:
-    """A dump now, in the calling thread, if this process is a recorded rank; never raises."""
+    """A dump now, if this process is a recorded rank; never raises. The snapshot is taken in
+    the calling thread (SGLang's watchdog, checker or scheduler thread: the moment it fired);
+    the write is waited for WAIT_S at most, so a stuck disk never holds SGLang's own path."""
     for dumper in RANK:
         try:
-            dumper.dump(reason, detail=detail)
+            doc = dumper.snapshot(reason, None, detail)
         except Exception as exc:  # noqa: BLE001 - SGLang's own path goes on regardless
             dumper.recording.turn_off(f"{reason} dump: {type(exc).__name__}: {exc}")
+            continue
+        bounded(functools.partial(dumper.recording.dump, doc, reason))

@@ -18,6 +18,15 @@ from typing import Any
 MAX_PENDING = 1024  # lines queued for the writer thread (a slow or stuck disk)
 SLOW_S = 10.0  # a write the writer thread has been in for longer: the disk is stuck
 WRITE_EVERY_S = 0.05  # the writer thread's poll
+WAIT_S = 2.0  # what another thread (a crash, the exit) waits for a flush at most
+
+
+def bounded(fn: Callable[[], Any], wait_s: float | None = None) -> None:
+    """`fn()` in a thread of its own, waited for `wait_s` at most: a stuck disk must never
+    hold up SGLang's own thread (its crash report, its watchdog, its exit)."""
+    thread = threading.Thread(target=fn, name="hicache-diag-flush", daemon=True)
+    thread.start()
+    thread.join(WAIT_S if wait_s is None else wait_s)
 
 
 class RunSink:
@@ -84,7 +93,11 @@ class RecordingSink:
         self._pending.append((held, text))
 
     def flush(self) -> None:
-        """Everything queued, written now (a crash line before the process exits)."""
+        """Everything queued, written now (a crash line before the process exits), waited
+        for WAIT_S at most."""
+        bounded(self._drain)
+
+    def _drain(self) -> None:
         with self._flush_lock:
             while self._pending and self.off_reason is None:
                 held, text = self._pending.popleft()
@@ -98,7 +111,7 @@ class RecordingSink:
         while self.off_reason is None:
             time.sleep(WRITE_EVERY_S)
             try:
-                self.flush()
+                self._drain()
             except Exception as exc:  # noqa: BLE001 - the writer's own failure: off, said once
                 self.fail(f"writer: {type(exc).__name__}: {exc}")
 
@@ -114,7 +127,10 @@ class RecordingSink:
         ).start()
 
     def close(self) -> None:
-        try:
-            self.flush()
-        finally:
-            self.recording.close()
+        def drain_and_close() -> None:
+            try:
+                self._drain()
+            finally:
+                self.recording.close()
+
+        bounded(drain_and_close)

@@ -156,3 +156,21 @@ def test_a_dump_fired_where_no_rank_is_recorded_does_nothing():
     hook_points.reset()
     dumps.RANK.clear()
     dumps.fire("exception", {"error": "x"})  # run --engine sglang: no recording, no dump
+
+
+def test_a_stuck_disk_never_holds_sglangs_thread_in_a_fired_dump(rank, monkeypatch):
+    """The watchdog's own thread fires the dump: if the write hangs, SGLang still gets its
+    thread back (and goes on to its SIGQUIT) after WAIT_S."""
+    from hicache_diag.engines.sglang.plugin import sinks
+
+    monkeypatch.setattr(sinks, "WAIT_S", 0.2)
+    release = __import__("threading").Event()
+    monkeypatch.setattr(rank.recording, "dump", lambda doc, reason: release.wait(10))
+    dumps.RANK[:] = [rank]
+    try:
+        start = time.monotonic()
+        dumps.fire("watchdog", {"watchdog": "Scheduler"})
+        assert time.monotonic() - start < 2.0
+    finally:
+        release.set()
+        dumps.RANK.clear()
