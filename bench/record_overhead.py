@@ -53,7 +53,7 @@ class Server:
         os.killpg(self.proc.pid, signal.SIGCONT)
 
 
-def _launch(name: str, port: int, record_dir: Path, work: Path, on: bool) -> Server:
+def _launch(name: str, port: int, record_dir: Path, work: Path, on: bool, off: str) -> Server:
     from hicache_diag.engines.sglang.install import probe_sglang
     from hicache_diag.engines.sglang.launch_spec import LaunchSpec
     from hicache_diag.engines.sglang.model import default_model_dir
@@ -66,8 +66,10 @@ def _launch(name: str, port: int, record_dir: Path, work: Path, on: bool) -> Ser
     env = {k: v for k, v in os.environ.items() if not k.startswith("HICACHE_DIAG_")}
     env.update(SGLANG_USE_CPU_ENGINE="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(str(r % (os.cpu_count() or 1)) for r in (0, 1))
-    if not on:
+    if not on and off == "switch":
         env["HICACHE_DIAG_RECORD"] = "0"
+    elif not on:  # the plugin's patches in place, its recording off from the start
+        argv[argv.index("--dir") + 1] = "/proc/no-such-dir"
     log = work / f"{name}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
@@ -192,6 +194,14 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--ready-s", type=float, default=900.0)
     parser.add_argument("--keep", action="store_true", help="keep the logs and recording")
+    parser.add_argument("--off-first", action="store_true", help="launch the off server first")
+    parser.add_argument(
+        "--off",
+        choices=("switch", "patched"),
+        default="switch",
+        help="the off server: HICACHE_DIAG_RECORD=0 (SGLang as it is), or the plugin's patches "
+        "in place with no recording (an unwritable dir): what the patches alone cost",
+    )
     args = parser.parse_args()
     from hicache_diag.engines.sglang.ports import free_ports
 
@@ -199,12 +209,13 @@ def main() -> None:
     ports = free_ports(2)
     servers: list[Server] = []
     try:
-        servers.append(_launch("on", ports[0], work / "rec", work, on=True))
-        _ready(servers[0], args.ready_s)
-        servers[0].stop()
-        servers.append(_launch("off", ports[1], work / "rec-off", work, on=False))
-        _ready(servers[1], args.ready_s)
-        on, off = servers
+        for name in ("off", "on") if args.off_first else ("on", "off"):
+            port = ports[len(servers)]
+            rec_dir = work / f"rec-{name}"
+            servers.append(_launch(name, port, rec_dir, work, name == "on", args.off))
+            _ready(servers[-1], args.ready_s)
+            servers[-1].stop()
+        on, off = sorted(servers, key=lambda s: s.name != "on")
         prompts = _prompts()
         for s in (off, on):  # warm both: the first requests compile and fill caches
             s.cont()
@@ -221,7 +232,7 @@ def main() -> None:
             s.cont()
             rss[s.name] = _rss_mb(s)
             s.stop()
-        kept, notes = _disk(work / "rec", args.window_s * len(on.tokens))
+        kept, notes = _disk(work / "rec-on", args.window_s * len(on.tokens))
         t_on, t_off = statistics.median(on.tokens), statistics.median(off.tokens)
         ratio = sum(on.tokens) / sum(off.tokens)
         print(

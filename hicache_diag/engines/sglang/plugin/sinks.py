@@ -67,6 +67,7 @@ class RecordingSink:
         self._pending: deque[tuple[dict[str, Any], str]] = deque()
         self._writing_since: float | None = None
         self._flush_lock = threading.Lock()
+        self._closed = False
         self.off_reason: str | None = None if recording.on else recording.meta.off_reason
         self._thread = threading.Thread(target=self._run, name="hicache-diag-writer", daemon=True)
         if self.off_reason is None:
@@ -108,7 +109,7 @@ class RecordingSink:
                     self.fail(self.recording.meta.off_reason or "recording off")
 
     def _run(self) -> None:
-        while self.off_reason is None:
+        while self.off_reason is None and not self._closed:
             time.sleep(WRITE_EVERY_S)
             try:
                 self._drain()
@@ -127,6 +128,8 @@ class RecordingSink:
         ).start()
 
     def close(self) -> None:
+        self._closed = True  # the writer thread ends; what it left is written here
+
         def drain_and_close() -> None:
             try:
                 self._drain()

@@ -40,7 +40,8 @@ def test_the_switch(tmp_path, switch, on):
 
 def test_the_first_process_names_the_session_for_all_it_starts(tmp_path, monkeypatch):
     monkeypatch.setenv(rec.RECORD_DIR_ENV, str(tmp_path))
-    monkeypatch.delenv(rec.SESSION_ENV, raising=False)
+    monkeypatch.setenv(rec.SESSION_ENV, "")  # so that the name set below is undone after
+    monkeypatch.delenv(rec.SESSION_ENV)
     config = production_config(os.environ)
     assert os.environ[rec.SESSION_ENV].endswith(f"-{os.getpid()}")
     assert config.session_dir == str(tmp_path / os.environ[rec.SESSION_ENV])
