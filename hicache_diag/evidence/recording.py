@@ -30,6 +30,7 @@ import os
 import shutil
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,12 +56,14 @@ from hicache_diag.evidence.recording_files import (
     digest_path,
     dump_path,
     field_digest,
+    field_texts,
     lines_path,
     meta_path,
     read_dump_request,
     session_name,
     step_digest,
     switch_state,
+    texts_digest,
     write_dump_request,
     write_private,
 )
@@ -93,6 +96,7 @@ __all__ = [
     "digest_path",
     "dump_path",
     "field_digest",
+    "field_texts",
     "lines_path",
     "meta_path",
     "ranks_in",
@@ -103,6 +107,7 @@ __all__ = [
     "sessions_in",
     "step_digest",
     "switch_state",
+    "texts_digest",
     "write_dump_request",
 ]
 
@@ -159,20 +164,27 @@ class RankRecording:
 
     def write_step(self, line: dict[str, Any], text: str | None = None) -> None:
         """One step line; `text`: the line as already rendered (the run's StepRecord.line)."""
-        if self.meta.on:
+        self.write_steps([(line, text)])
+
+    def write_steps(self, items: list[tuple[dict[str, Any], str | None]]) -> None:
+        """Several step lines at once: one write a file for all of them."""
+        if self.meta.on and items:
             with self._lock:
-                self._guard(self._write_step, line, text)
+                self._guard(self._write_steps, items)
 
-    def _write_step(self, line: dict[str, Any], text: str | None) -> None:
-        step = int(line.get("step", 0))
-        text = json.dumps(line, sort_keys=True) if text is None else text
-        self._append("lines", (text + "\n").encode())
-        crc = step_digest(line, self.meta.fields)
-        self._append("digest", DIGEST.pack(step & 0xFFFFFFFF, crc))
-        self._fold_block(step, line)
-        self.meta.last_step = step
+    def _write_steps(self, items: list[tuple[dict[str, Any], str | None]]) -> None:
+        lines, digests = [], []
+        for line, text in items:
+            step = int(line.get("step", 0))
+            lines.append(json.dumps(line, sort_keys=True) if text is None else text)
+            texts = field_texts(line, self.meta.fields)
+            digests.append(DIGEST.pack(step & 0xFFFFFFFF, texts_digest(texts)))
+            self._fold_block(step, texts)
+            self.meta.last_step = step
+        self._append("lines", ("\n".join(lines) + "\n").encode())
+        self._append("digest", b"".join(digests))
 
-    def _fold_block(self, step: int, line: dict[str, Any]) -> None:
+    def _fold_block(self, step: int, texts: list[tuple[str, str]]) -> None:
         index = step // self.limits.block_steps
         if self._block is not None and self._block.index != index:
             self._flush_block()
@@ -180,9 +192,8 @@ class RankRecording:
             self._block = _Block(index, step)
         block = self._block
         block.last, block.n = step, block.n + 1
-        for key in self.meta.fields:
-            if key in line:
-                block.crcs[key] = field_digest(step, line[key], block.crcs.get(key, 0))
+        for key, text in texts:  # field_digest, with the value encoded once
+            block.crcs[key] = zlib.crc32(f"{step}:{text}".encode(), block.crcs.get(key, 0))
 
     def _flush_block(self) -> None:
         if self._block is not None:

@@ -80,13 +80,23 @@ def dump_path(session: Path, rank: int, n: int) -> Path:
     return session / f"rank{rank}.dump-{n}.json"
 
 
+def field_texts(line: dict[str, Any], fields_: Iterable[str]) -> list[tuple[str, str]]:
+    """(field, its value as canonical JSON) for each must-agree field the line holds: the one
+    encoding both digests are taken over (each value encoded once a step)."""
+    return [(k, json.dumps(line[k], sort_keys=True)) for k in fields_ if k in line]
+
+
+def texts_digest(texts: Iterable[tuple[str, str]]) -> int:
+    return zlib.crc32(";".join(f"{k}={t}" for k, t in sorted(texts)).encode())
+
+
 def step_digest(line: dict[str, Any], fields_: Iterable[str]) -> int:
     """crc32 of the must-agree fields a line holds, as canonical JSON: equal lines, equal crc."""
-    held = {k: line[k] for k in fields_ if k in line}
-    return zlib.crc32(json.dumps(held, sort_keys=True, separators=(",", ":")).encode())
+    return texts_digest(field_texts(line, fields_))
 
 
 def field_digest(step: int, value: Any, crc: int) -> int:
+    """A block's running crc of one field, `value` at `step` folded into `crc`."""
     return zlib.crc32(f"{step}:{json.dumps(value, sort_keys=True)}".encode(), crc)
 
 

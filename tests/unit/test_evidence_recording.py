@@ -44,6 +44,20 @@ def test_steps_read_back_with_their_digests_and_blocks(tmp_path):
     assert view.last_step == 9
 
 
+def test_a_reader_recomputes_the_writers_digests(tmp_path):
+    """Triage may check a line against its digests: both come from the module's own functions."""
+    w = rec.RankRecording(tmp_path / "s", _meta(), _small())
+    w.write_steps([(_line(step, tokens=step), None) for step in range(4, 8)])
+    w.close()
+    view = rec.read_rank(tmp_path / "s", 0)
+    assert [crc for _, crc in view.digests] == [rec.step_digest(ln, FIELDS) for ln in view.lines]
+    (block,) = view.blocks
+    crc = 0
+    for ln in view.lines:
+        crc = rec.field_digest(ln["step"], ln["extend_num_tokens"], crc)
+    assert block["f"]["extend_num_tokens"] == crc and block["n"] == 4
+
+
 def test_files_are_private(tmp_path):
     w = rec.RankRecording(tmp_path / "s", _meta(), _small())
     w.write_step(_line(1))

@@ -18,6 +18,7 @@ from typing import Any
 MAX_PENDING = 1024  # lines queued for the writer thread (a slow or stuck disk)
 SLOW_S = 10.0  # a write the writer thread has been in for longer: the disk is stuck
 WRITE_EVERY_S = 0.05  # the writer thread's poll
+BATCH = 64  # lines written at once (one write a file)
 WAIT_S = 2.0  # what another thread (a crash, the exit) waits for a flush at most
 
 
@@ -101,9 +102,9 @@ class RecordingSink:
     def _drain(self) -> None:
         with self._flush_lock:
             while self._pending and self.off_reason is None:
-                held, text = self._pending.popleft()
+                batch = [self._pending.popleft() for _ in range(min(BATCH, len(self._pending)))]
                 self._writing_since = time.monotonic()
-                self.recording.write_step(held, text)
+                self.recording.write_steps(batch)
                 self._writing_since = None
                 if not self.recording.on:
                     self.fail(self.recording.meta.off_reason or "recording off")

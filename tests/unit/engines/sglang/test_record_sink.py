@@ -66,11 +66,11 @@ def test_a_stuck_disk_turns_the_rank_off_without_holding_the_scheduler(tmp_path,
     recording = _recording(tmp_path)
     stuck, release = threading.Event(), threading.Event()
 
-    def write_step(line, text=None):  # a write on a hung mount: never returns until released
+    def write_steps(items):  # a write on a hung mount: never returns until released
         stuck.set()
         release.wait(10)
 
-    recording.write_step = write_step
+    recording.write_steps = write_steps
     sink = sinks.RecordingSink(recording, MUST_AGREE, said.append)
     try:
         sink.write({"step": 0}, "{}")
