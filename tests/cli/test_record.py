@@ -50,6 +50,15 @@ def test_a_bundle_dir_holding_something_else_is_refused(tmp_path, capsys, monkey
     assert "not empty and not a recorder bundle" in capsys.readouterr().err
 
 
+def test_a_bundle_dir_that_is_a_symlink_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HICACHE_DIAG_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "mine")
+    assert run_cli(["record", "--print-env", "--bundle-dir", str(tmp_path / "link")]) == 2
+    assert "a symlink; name the folder itself" in capsys.readouterr().err
+    assert list((tmp_path / "mine").iterdir()) == []
+
+
 def test_print_env_names_the_bundle_and_the_dir_and_nothing_else(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HICACHE_DIAG_CACHE", str(tmp_path / "cache"))
     bundle = tmp_path / "bundle"

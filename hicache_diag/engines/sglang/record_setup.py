@@ -64,6 +64,8 @@ def record_setup(
 
 def copy_bundle(bundle: Path, dest: Path) -> Path:
     """The bundle's files at `dest` (an empty or missing folder, or an older copy of ours)."""
+    if dest.is_symlink():
+        raise UsageError(f"--bundle-dir {dest}: a symlink; name the folder itself")
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"--bundle-dir {dest}: not a directory (it is a file)")
     if dest.is_dir() and any(dest.iterdir()) and not (dest / _MARKER).is_file():
