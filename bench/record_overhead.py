@@ -33,7 +33,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
 NEW_TOKENS = 32
@@ -41,13 +40,10 @@ PROMPT_TOKENS = 24
 DAY_S = 86400
 
 
-@dataclass
-class Server:
-    name: str
-    proc: subprocess.Popen
-    port: int
-    log: Path
-    tokens: list[float] = field(default_factory=list)  # tok/s per window
+class Server:  # a plain class: the bench tests load this file without a module entry
+    def __init__(self, name: str, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.name, self.proc, self.port, self.log = name, proc, port, log
+        self.tokens: list[float] = []  # tok/s per window
 
     def stop(self) -> None:
         os.killpg(self.proc.pid, signal.SIGSTOP)
