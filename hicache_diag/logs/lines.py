@@ -18,6 +18,8 @@ from collections.abc import Iterable, Iterator
 
 from hicache_diag.logs.carriers import ANY_CARRIER, TRACEBACK, TS, peel, unflatten_traceback
 from hicache_diag.logs.framing import Framing
+from hicache_diag.logs.speakers import speaker_label
+from hicache_diag.rules.rank_labels import split_prefix
 
 _TS = TS
 _TRACEBACK = TRACEBACK
@@ -310,7 +312,10 @@ class _Stages:
             line = line[:-1]  # the usual line: its newline off without a call
         # `[2026-06-24 15:38:03 ...` is SGLang's prefix, never a carrier: skip the carrier scan.
         if not (line[:3] == "[20" and line[11:12] == " ") and ANY_CARRIER.match(line):
+            speaker = speaker_label(line)  # a worker's rank, before its prefix is peeled
             text, continued = peel(line)
+            if speaker and split_prefix(text) is None:
+                text = f"[{speaker}] {text}"
             if continued:
                 partial = self.partial
                 self.partial = (

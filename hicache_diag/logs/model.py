@@ -222,3 +222,10 @@ class ReadCtx:
     thread: str | None = None  # from `Exception in thread X:`, the line before its traceback
     noise_next: bool = False  # `Ignore import error ...` logged with its traceback
     header: tuple[int, str] | None = None  # (line index, kind) of a traceback's announcer
+    prefixed: bool = False  # the line being read carries its own rank label
+
+    @property
+    def own_rank(self) -> RankId | None:
+        """The rank the line itself names: a fatal line with no label names none, whatever
+        the line before it said (a culprit comes from evidence, never from adjacency)."""
+        return self.rank if self.prefixed else None

@@ -30,7 +30,13 @@ from hicache_diag.logs.model import (  # noqa: F401 - re-exported for triage's c
     PyspyFailure,
     ReadCtx,
 )
-from hicache_diag.logs.tracebacks import MAX_BLOCK, TRACEBACK, read_traceback  # noqa: F401
+from hicache_diag.logs.speakers import worker_rank
+from hicache_diag.logs.tracebacks import (  # noqa: F401
+    MAX_BLOCK,
+    TRACEBACK,
+    is_frame,
+    read_traceback,
+)
 from hicache_diag.logs.triggers import (
     PROGRESS_HINT,
     SCHEDULER_PROGRESS,
@@ -142,6 +148,7 @@ def parse_log_lines(
         if fast and _plain(msg, prefixed, i, source, ctx, ev):
             nxt = i + 1
         else:
+            ctx.prefixed = prefixed
             nxt = _consume(window, i, msg, prefixed, source, ctx, ev) + 1
         if on_line is not None and nxt >> 12 != i >> 12:
             on_line(nxt)
@@ -198,6 +205,7 @@ def _consume(
         on_faulthandler,
         _on_fatal,
         _on_bare_exception,
+        _on_headless,
     )
     for handler in handlers:
         end = handler(lines, i, msg, source, ctx, ev)
@@ -255,6 +263,24 @@ def _on_traceback(
     if ctx.noise_next:  # `Ignore import error when loading ...` with its traceback: benign
         ev.noise += 1
         return tb.end
+    return _record_traceback(tb, i, msg, source, ctx, ev)
+
+
+def _on_headless(
+    lines: LineWindow, i: int, msg: str, source: str, ctx: ReadCtx, ev: LogEvidence
+) -> int | None:
+    """A traceback's frames with no `Traceback` header above them (the paste or a logger's
+    per-line prefix lost it): a traceback when it ends in an exception line, or cut short
+    where the text ends; frames that run into another record are a printed stack, no error."""
+    if 'File "' not in msg or not is_frame(msg):
+        return None
+    tb = read_traceback(lines, i, headless=True)
+    if tb.message == CUT_SHORT and lines.has(tb.end + 1):
+        return None
+    return _record_traceback(tb, i, msg, source, ctx, ev)
+
+
+def _record_traceback(tb, i: int, msg: str, source: str, ctx: ReadCtx, ev: LogEvidence) -> int:
     thread = _THREAD_EXC.search(msg)
     name = (thread.group(1) or thread.group(2)) if thread else ctx.thread
     header = header_kind(msg)
@@ -307,7 +333,7 @@ def _on_terminate(
     what = _WHAT.match(lines[i + 1]) if lines.has(i + 1) else None
     exc_type = m.group(1).rsplit("::", 1)[-1]
     text = what.group(1).strip() if what else "terminate called"
-    exc = LogException(ctx.rank, ctx.ts, source, i + 1, exc_type, text, fatal_signal=True)
+    exc = LogException(ctx.own_rank, ctx.ts, source, i + 1, exc_type, text, fatal_signal=True)
     ev.keep(ev.exceptions, exc)
     return i + 1 if what else i
 
@@ -320,10 +346,11 @@ def _on_fatal(
     fact = read_fate(msg)
     if fact is not None and fact.stopped_from_outside:
         return None  # a child stopped by SIGTERM / SIGINT: a fate (read next), not its crash
+    rank = worker_rank(msg) or ctx.own_rank  # `Worker proc VllmWorker-3 died`: that worker
     if fact is not None:
-        ev.keep(ev.fates, FateLine(fact, LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())))
+        ev.keep(ev.fates, FateLine(fact, LogLine(rank, ctx.ts, source, i + 1, msg.strip())))
     kind = "RankDivergence" if "rank divergence" in msg else "SubprocessCrash"
-    ev.keep(ev.exceptions, LogException(ctx.rank, ctx.ts, source, i + 1, kind, msg.strip()))
+    ev.keep(ev.exceptions, LogException(rank, ctx.ts, source, i + 1, kind, msg.strip()))
     return i
 
 

@@ -7,41 +7,42 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-# Every line the log reader's handlers could use holds one of these (or starts as TRIGGER_STARTS
-# says); a line with none is plain text, progress or an access line and takes the fast path.
-# All start with a capital, so the scan stops at few positions; the few lower-case triggers
-# are plain substring tests. tests/unit/triage/test_triage_stream.py checks that the fast path
-# agrees with the full one on every sample and corpus log.
-TRIGGERS = (
+from hicache_diag.logs.emitters import HEADER
+from hicache_diag.rules import signatures as sig
+from hicache_diag.rules.literals import required_words
+from hicache_diag.rules.process_fate import FATE_SIGNATURES
+
+# The words of the reader's own handlers (logs/parse.py, logs/dumps.py): a traceback, a bare
+# exception line, a dump, an abort, an announcing header. All start with a capital, so the scan
+# stops at few positions.
+HANDLER_WORDS = (
     "Traceback",
+    'File "',
     "Ignore import",
     "Pyspy",
-    "All pyspy",
-    "Failed to suspend",
-    "Fatal Python",
-    "Timeout (",
-    "Found rank divergence",
-    "Subprocess ",
     "Error",
     "Exception",
     "SIG",
     "Signal",
-    "FAILED",
     "Term",
-    "Draining",
-    "Gracefully",
-    "Watchdog",
-    "Timed out",
     "NCCL",
-    "Scheduler debug info",
-    "Connection ",
-    "Broken pipe",
-    "ECONNRESET",
-    "Socket closed",
-    "Received sigquit",
     "Killed",
     "ProcessGroup",
 )
+
+
+def _signature_words() -> tuple[str, ...]:
+    """Every word the rule book's line signatures require (rules.literals): one source, so a
+    signature the fast path would skip cannot exist."""
+    words: list[str] = []
+    for pattern in (*sig.LINE_SIGNATURES, *FATE_SIGNATURES, HEADER):
+        words += [w for w in required_words(pattern) if w not in words]
+    return tuple(words)
+
+
+SIGNATURE_WORDS = _signature_words()
+# Capitalised words go into one regex, grouped by first letter; the rest are substring tests.
+TRIGGERS = HANDLER_WORDS + tuple(w for w in SIGNATURE_WORDS if w[0].isupper())
 
 
 def _by_first_letter(words: tuple[str, ...]) -> re.Pattern[str]:
@@ -59,16 +60,7 @@ def _by_first_letter(words: tuple[str, ...]) -> re.Pattern[str]:
 
 
 TRIGGER = _by_first_letter(TRIGGERS)
-_TRIGGER_WORDS = (
-    "atchdog",
-    "freeze_gc",
-    "kill_process",
-    "yspy",
-    "hit an exception",
-    "Task exception",
-    "encountered a fatal",
-    "shared memory broadcast",
-)
+_TRIGGER_WORDS = ("atchdog", "yspy") + tuple(w for w in SIGNATURE_WORDS if not w[0].isupper())
 # Words that may name HiCache: the reader asks rules.signatures.text_context of a line holding
 # one, while it has not seen HiCache yet.
 HICACHE_WORDS = ("Cache", "adix", "ierarch")

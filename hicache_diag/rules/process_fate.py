@@ -49,6 +49,8 @@ _NCCL_ABORT = re.compile(r"Terminating the process after attempting to dump debu
 # After SIGTERM, SGLang's tokenizer manager drains: every 5 s while requests remain it reports
 # them (`sigterm_watchdog`, same wording 0.5.12.post1-0.5.23), then stops the schedulers.
 _DRAIN_REPORT = re.compile(r"Gracefully exiting\.\.\. Remaining number of requests (\d{1,9})\.")
+# What the log reader asks of a line here (logs/triggers.py derives its fast path's words).
+FATE_SIGNATURES = (_OPERATOR_STOP, _TEARDOWN, _CHILD_EXIT, _NCCL_ABORT, _DRAIN_REPORT)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from hicache_diag.logs.emitters import Emitter
 from hicache_diag.logs.parse import LogEvidence, LogException, LogLine
 from hicache_diag.logs.teardown import set_aside_teardown
 from hicache_diag.rules import signatures as sig
+from hicache_diag.rules.engine_stats import engine_stats, idle_line
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.advice import next_steps
 from hicache_diag.triage.fates import fate_report, survived, survived_notes, thread_death
@@ -169,7 +170,6 @@ def _from_hang(finding: HangFinding, reports: list[RankReport]) -> TriageReport:
     return report
 
 
-_READY = "The server is fired up"
 _SCHED = Emitter.SCHEDULER.value
 
 
@@ -212,12 +212,16 @@ def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
             "scheduler hang",
         ]
         return TriageReport("unknown", ranks=reports, evidence=ev, reason="soft watchdog only")
-    if progress and not progress[-1].text.startswith(_READY):
+    if progress and not idle_line(progress[-1].text):
         last = progress[-1]
-        ev = [f"{logs.progress_count} batch lines, last: {last.text}"]
+        ev = [f"{logs.progress_count} progress lines, last: {last.text}"]
+        if stats := engine_stats(last.text):
+            ev.append(f"the engine's own stats say busy: {stats.describe()}")
         return TriageReport("busy", ranks=reports, evidence=ev, confidence="medium", emitter=_SCHED)
     if progress:
         ev = ["the server is up and idle"]
+        if stats := engine_stats(progress[-1].text):
+            ev.append(f"the engine's own stats say idle: {stats.describe()}")
         return TriageReport("healthy", ranks=reports, evidence=ev, emitter=_SCHED)
     if report := served_only(logs, reports):
         return report

@@ -18,23 +18,7 @@ NOT_CASES = ("README.md", "expected.json", "NEW-CASES-SCORE.md")
 # Issue 38 part 6: new public cases whose expected verdict (written before triage was run on
 # them) today's triage does not give; samples/corpus/NEW-CASES-SCORE.md says what it answers and
 # why. Strict xfail: a case that starts passing fails here until it is taken off this list.
-KNOWN_MISSES_ISSUE_38 = frozenset(
-    {
-        "llamafactory-8261-numbered-tqdm-flight-recorder",
-        "llmscaler-154-compose-vllm-worker-died.log",
-        "llmscaler-391-apiserver-stats-waiting-14.log",
-        "milabench-269-nolog-tag-cpp-frames.log",
-        "primerl-3186-flight-recorder-dump-signal.log",
-        "proxmoxved-2047-journald-vllm",
-        "sglang-470-client-stream-executor-unindented.log",
-        "torchtune-2651-wrapped-flight-recorder.log",
-        "vllm-11517-python-logging-stats-cut.log",
-        "vllm-12314-metrics-stats-one-running.log",
-        "vllm-2731-old-stats-before-the-stall.log",
-        "vllm-30599-apiserver-stats-one-long-request.log",
-        "vllmascend-6449-worker-tp10-headless-traceback.log",
-    }
-)
+KNOWN_MISSES_ISSUE_38 = frozenset({})
 
 
 def triage(case: str) -> tuple[int, dict]:
