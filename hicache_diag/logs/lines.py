@@ -18,8 +18,6 @@ from collections.abc import Iterable, Iterator
 
 from hicache_diag.logs.carriers import ANY_CARRIER, TRACEBACK, TS, peel, unflatten_traceback
 from hicache_diag.logs.framing import Framing
-from hicache_diag.logs.speakers import speaker_label
-from hicache_diag.rules.rank_labels import split_prefix
 
 _TS = TS
 _TRACEBACK = TRACEBACK
@@ -146,7 +144,7 @@ def _paste_damage(raw: Iterator[str], framing: Framing) -> tuple[Iterator[str], 
     numbered = _numbered(head)
     if numbered:
         head = [h[m.end() :] if (m := _LINE_NO.match(h)) else h for h in head]
-    framing.learn(peel(h)[0] for h in head if not (h[:3] == "[20" and h[11:12] == " "))
+    framing.learn([peel(h)[0] for h in head if not (h[:3] == "[20" and h[11:12] == " ")])
     width = _wrap_width(head)
     if not numbered and not width:
         return itertools.chain(head, raw), False
@@ -312,10 +310,7 @@ class _Stages:
             line = line[:-1]  # the usual line: its newline off without a call
         # `[2026-06-24 15:38:03 ...` is SGLang's prefix, never a carrier: skip the carrier scan.
         if not (line[:3] == "[20" and line[11:12] == " ") and ANY_CARRIER.match(line):
-            speaker = speaker_label(line)  # a worker's rank, before its prefix is peeled
             text, continued = peel(line)
-            if speaker and split_prefix(text) is None:
-                text = f"[{speaker}] {text}"
             if continued:
                 partial = self.partial
                 self.partial = (

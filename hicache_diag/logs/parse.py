@@ -74,7 +74,7 @@ def _split_prefix(line: str, ctx: ReadCtx, ev: LogEvidence) -> tuple[str, bool]:
         head = _bracket(line[1:j])  # the usual line: one cached look-up for stamp and rank
         if head is not None:
             ts, rank, pp = head
-            ctx.ts = ts or ctx.ts
+            ctx.ts = _dated(ts, ctx.ts) if ts else ctx.ts
             ctx.rank = rank
             if pp and not ev.context.pp:
                 ev.context = ev.context | Context(pp=True)
@@ -86,7 +86,7 @@ def _split_prefix(line: str, ctx: ReadCtx, ev: LogEvidence) -> tuple[str, bool]:
             ctx.rank = None  # a global rank number; PP/TP unknown without the topology
         return line, False
     ts, tokens, msg = parts
-    ctx.ts = ts or ctx.ts
+    ctx.ts = _dated(ts, ctx.ts) if ts else ctx.ts
     if tokens:
         ctx.rank = _rank_of(tokens)
         if not ev.context.pp and "PP" in tokens:
@@ -94,6 +94,14 @@ def _split_prefix(line: str, ctx: ReadCtx, ev: LogEvidence) -> tuple[str, bool]:
     else:
         ctx.rank = None  # the launcher / tokenizer process: no rank tokens
     return msg, True
+
+
+def _dated(ts: str, last: str | None) -> str:
+    """A stamp that lost its date (a time-only label, a cut paste) takes the date of the last
+    full stamp, so stamps compare in time order."""
+    if len(ts) > 12 or not last or len(last) < 19:
+        return ts
+    return f"{last[:10]} {ts}"
 
 
 # A log names few ranks, on every line: parse each token string once.

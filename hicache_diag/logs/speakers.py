@@ -41,3 +41,12 @@ def worker_rank(text: str) -> RankId | None:
     if m is None:
         return None
     return parse_rank_tokens(f"TP{m['n']}" if m["n"] else m["dims"].replace("_", " "))
+
+
+_ANYWHERE = re.compile(r"\((?:Vllm)?Worker[^()]{0,160}\)")
+
+
+def speaker_in(text: str) -> str | None:
+    """The rank a worker's process name names anywhere in `text` (a wrapper learned whole)."""
+    m = _ANYWHERE.search(text) if "Worker" in text else None
+    return speaker_label(m.group() + " ") if m else None

@@ -44,6 +44,11 @@ def _body(line: str) -> str:
     return line
 
 
+def _message(line: str) -> str:
+    parts = split_prefix(line) if line[:1] == "[" or line[:1].isdigit() else None
+    return (parts[2] if parts else line).strip()
+
+
 def is_frame(line: str) -> bool:
     """A traceback's `File "...", line N, in f` line (indented or not)."""
     return _FRAME.match(line) is not None
@@ -67,10 +72,11 @@ def read_traceback(lines: LineWindow, start: int, headless: bool = False) -> Tra
             code_next = False
         elif raw[0].isspace() or (code_next and not _SURE_EXC.match(raw.strip())):
             code_next = False  # a code line or a `^^^` marker
+        elif headless and not _SURE_EXC.match(_message(raw)):
+            break  # another record: these frames were no traceback's (or its end is lost)
         else:
             where = f"{last[4].strip()} ({last[2].rsplit('/', 1)[-1]}:{last[3]})" if last else None
-            parts = split_prefix(raw) if raw[:1] == "[" or raw[:1].isdigit() else None
-            text = (parts[2] if parts else raw).strip()
+            text = _message(raw)
             m = _EXC_LINE.match(text)
             if m:
                 return Traceback(frames, files, m.group(1), (m.group(2) or "").strip(), i, where)

@@ -1,0 +1,153 @@
+"""Learn a per-line prefix nobody listed from the file itself: the fields in front of most
+lines (a runner's `<bench>.<node>.nolog [stderr] `, a shipper's `host=gpu-3 seq=000017 | `,
+a logging agent's `[severity: ERROR] {"insertId": "9f1c"} `), whatever they are.
+
+The first lines are cut into blank-separated fields; each field's shape keeps its words and
+punctuation and lets its figures vary (a time, a counter, a pid, a hex id). The longest run of
+leading field shapes that most lines share is the prefix, stopping where the message starts:
+at a plain word that is the same on every line (prose, not a field), at a word the rule book
+looks for (a trigger), at a collector's prefix we know or SGLang's own label. What the prefix
+says is kept: the rank it names (`TP3`, `rank=3`) as a rank label in front of the line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hicache_diag.evidence.ranks import rank_tokens
+from hicache_diag.logs.carriers import ANY_CARRIER, TRACEBACK
+from hicache_diag.rules.rank_labels import split_prefix
+
+_FIELD = re.compile(r"\S{1,120}\s{1,8}")
+MAX_FIELDS = 12
+MAX_PREFIX = 240  # characters: a longer run of shared fields is a message template
+MIN_SHARE = 0.5  # of the non-blank lines the prefix must start
+_LEVELS = frozenset(
+    "INFO WARNING WARN ERROR DEBUG CRITICAL FATAL NOTICE TRACE DEFAULT ALERT EMERGENCY E I W F D "
+    "info warn warning error err debug fatal notice trace stdout stderr".split()
+)
+# A level or stream name varies from line to line within one field: any of them matches.
+_ANY_LEVEL = "(?:" + "|".join(sorted(_LEVELS, key=len, reverse=True)) + ")"
+# The start of a message the reader knows, never part of a wrapper.
+_MESSAGE_START = re.compile(
+    r'^(?:Traceback|File "|Exception|Fatal Python|Thread 0x|Current thread|Process \d'
+    r"|terminate called|During handling|The above exception)"
+)
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)")
+
+
+def _shape(field: str) -> str:
+    """A field's regex: figures (and runs of letters mixed with figures: a hex id) vary, the
+    rest is kept; the blank after it is any blank."""
+    body = field.rstrip()
+    out = []
+    for part in re.split(r"([0-9A-Za-z]+)", body):
+        if not part:
+            continue
+        if part.isdigit():
+            out.append(r"\d+")
+        elif part in _LEVELS:
+            out.append(_ANY_LEVEL)
+        elif part.isalnum() and any(c.isdigit() for c in part):
+            out.append(r"[0-9A-Za-z]+")
+        else:
+            out.append(re.escape(part))
+    return "".join(out)
+
+
+def _prose(field: str, shared_by_all: bool) -> bool:
+    """A message's word, not a wrapper's field: letters only (a trailing `,` or `.` at most),
+    the same on every line, and no level or stream name."""
+    word = field.strip().rstrip(",.")
+    return shared_by_all and word.isalpha() and word not in _LEVELS
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedPrefix:
+    """A learned prefix: its regex and what the report says of it."""
+
+    pattern: re.Pattern[str]
+    fields: int
+    share: float  # of the first non-blank lines it starts
+    example: str
+
+    def describe(self) -> str:
+        return (
+            f"stripped a {self.fields}-field prefix nobody listed (`{self.example.strip()}`) "
+            f"from {100 * self.share:.0f}% of the first lines"
+        )
+
+
+def _fields(line: str) -> list[str]:
+    fields: list[str] = []
+    pos = 0
+    while len(fields) < MAX_FIELDS and (m := _FIELD.match(line, pos)):
+        fields.append(m.group())
+        pos = m.end()
+    return fields
+
+
+def _stops(field: str, rest: str) -> bool:
+    """A field the message starts with (`rest`: the line from it on): a traceback's or dump's
+    shape, a collector's prefix we know (logs/carriers.py peels it), SGLang's label, a word
+    the rule book looks for."""
+    from hicache_diag.logs.triggers import triggered  # the triggers import the rule book
+
+    text = field.strip()
+    return bool(
+        _MESSAGE_START.match(text)
+        or (rest[:1] in "[0123456789" and split_prefix(rest) is not None)
+        or (rest[:1] != "|" and ANY_CARRIER.match(rest))
+        or triggered(text)
+        or TRACEBACK in text
+    )
+
+
+def learn_prefix(head: Sequence[str]) -> LearnedPrefix | None:
+    """The prefix most of `head`'s lines share, or None. `head`: the first lines, carriers we
+    know already peeled."""
+    lines = [h for h in head if h.strip() and not ANY_CARRIER.match(h)]
+    if len(lines) < 2:
+        return None
+    split = [_fields(h) for h in lines]
+    best: LearnedPrefix | None = None
+    for k in range(1, MAX_FIELDS + 1):
+        keys = Counter(tuple(map(_shape, f[:k])) for f in split if len(f) > k)
+        if not keys:
+            break
+        key, count = keys.most_common(1)[0]
+        share = count / len(lines)
+        if share < MIN_SHARE or count < 2:
+            break
+        n = next(n for n, f in enumerate(split) if len(f) > k and tuple(map(_shape, f[:k])) == key)
+        sample, field = split[n], split[n][k - 1]
+        at = sum(map(len, sample[: k - 1]))  # where the field starts in its line
+        same = sum(1 for f in split if len(f) >= k and f[k - 1] == field) == count
+        if _stops(field, lines[n][at:]) or _prose(field, same) or at + len(field) > MAX_PREFIX:
+            break
+        # The blanks after the last field that every line has are the wrapper's; more are
+        # the message's own indent (a traceback's code line).
+        gap = min(
+            len(f[k - 1]) - len(f[k - 1].rstrip())
+            for f in split
+            if len(f) > k and tuple(map(_shape, f[:k])) == key
+        )
+        pattern = r"[ \t]+".join(key) + rf"[ \t]{{{gap}}}"
+        best = LearnedPrefix(re.compile(pattern), k, share, "".join(sample[:k]))
+    return best
+
+
+def prefix_label(prefix: str) -> str | None:
+    """What a stripped prefix says that the reader keeps: the rank tokens it names (`TP3`,
+    `Worker_PP1_TP3`) and its date and time, as SGLang's label; None when it names no rank (a
+    global rank, `rank=3`, says nothing of PP and TP; a time alone is not kept: the lines
+    would look like a server's)."""
+    tokens = rank_tokens(prefix)
+    if not tokens:
+        return None
+    stamp = _STAMP.search(prefix)
+    dims = " ".join(f"{k}{v}" for k, v in tokens.items())
+    return f"{stamp[1]} {stamp[2]} {dims}" if stamp else dims
