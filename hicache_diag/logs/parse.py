@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 
 from hicache_diag.evidence.ranks import RankId, parse_rank_tokens
 from hicache_diag.logs.blocks import read_block
+from hicache_diag.logs.chunks import Blank
 from hicache_diag.logs.dumps import on_faulthandler, on_pyspy, on_pyspy_error
 from hicache_diag.logs.emitters import CLIENT_STARTS, header_kind
 from hicache_diag.logs.lines import Block, normalise_blocks
@@ -137,6 +138,12 @@ def parse_log_lines(
     last_seen: dict[int, tuple[RankId, str | None, int, str]] = {}
     i = 0
     while (raw := window.take(i, fast)) is not None:
+        if type(raw) is Blank:  # a run of blank lines: counted, nothing else
+            nxt = i + raw.n
+            if on_line is not None and nxt >> 12 != i >> 12:
+                on_line(nxt)
+            i = nxt
+            continue
         if type(raw) is Block:  # a run of plain SGLang lines: recorded at once
             nxt = i + read_block(raw, i, source, ctx, ev, last_seen, _bracket)
             window.resume(raw, nxt)
