@@ -49,6 +49,21 @@ _CARRIERS = (
         r"\[[^\]]{0,200}\] "
     ),
 )
+# What each carrier above is, for the report's framing line.
+CARRIER_NAMES = (
+    "kubectl / docker timestamps",
+    "Loki epoch column",
+    "Loki time column",
+    "Loki labels",
+    "a viewer's bracketed ISO stamp",
+    "Python logging header",
+    "journald",
+    "docker compose",
+    "Ray / vLLM process prefix",
+    "torchrun rank prefix",
+    "mpirun rank prefix",
+    "vLLM / Python logging header",
+)
 # A dashboard table row: `| 2024-07-01 18:00:57.123 | <line> |` (cells that are only a time,
 # an epoch or a level are dropped).
 _TABLE_CELL = re.compile(
@@ -134,3 +149,18 @@ def unflatten_traceback(line: str) -> list[str]:
         elif rest_text:
             out.append(f"    {rest_text}")
     return out
+
+
+def carrier_names(lines: list[str]) -> list[str]:
+    """The collectors we know that start any of `lines` (the report's framing line)."""
+    found: list[str] = []
+    for line in lines:
+        if line and ANY_CARRIER.match(line):
+            if _CRI.match(line) and "Kubernetes CRI" not in found:
+                found.append("Kubernetes CRI")
+            for name, carrier in zip(CARRIER_NAMES, _CARRIERS, strict=True):
+                if name not in found and carrier.match(peel(line)[0] if _CRI.match(line) else line):
+                    found.append(name)
+            if _TABLE_CELL.match(line) and "dashboard table" not in found:
+                found.append("dashboard table")
+    return found

@@ -15,6 +15,8 @@ import zlib
 from collections.abc import Iterator
 from typing import Protocol
 
+from hicache_diag.logs.framing_notes import FramingNotes
+
 CHUNK = 1 << 20  # characters read at a time
 BLANK_RUN = 64  # blank lines in a row handed on as one Blank
 MAX_LINE = 256 * 1024  # logs/lines.py reads a longer line by its head and tail
@@ -84,14 +86,20 @@ def _reads(text: _Text, cut: list[int]) -> Iterator[str]:
         yield data
 
 
-def read_lines(text: _Text, cut: list[int], cr_only: bool = False) -> Iterator[str | Blank]:
+def read_lines(
+    text: _Text, cut: list[int], cr_only: bool = False, notes: FramingNotes | None = None
+) -> Iterator[str | Blank]:
     """The lines of `text` (without their newlines), with Blank for each run of BLANK_RUN or
-    more blank lines; `cr_only`: the file ends its lines with CR alone."""
+    more blank lines; `cr_only`: the file ends its lines with CR alone. `notes` learns of the
+    CR-only endings and the NUL bytes dropped."""
+    notes = notes or FramingNotes()
+    notes.cr_only = cr_only
     carry = ""
     for data in _reads(text, cut):
         if cr_only:
             data = data.replace("\r", "\n")
         if "\x00" in data:
+            notes.nul_bytes += data.count("\x00")
             data = data.replace("\x00", "")  # a hole of NUL bytes: nothing was written there
         end = data.rfind("\n") + 1
         if end == 0:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hicache_diag.logs.chunks import Decoded, read_lines
+from hicache_diag.logs.framing_notes import FramingNotes
 from hicache_diag.logs.model import LogEvidence
 from hicache_diag.logs.parse import parse_log_lines
 
@@ -98,8 +99,9 @@ def parse_log_file(path: Path, progress: Progress | None = None) -> LogEvidence:
         text = Decoded(stream, encoding)
         on_line = (lambda _n: progress(raw.tell(), total)) if progress else None
         cut: list[int] = []
-        lines = read_lines(text, cut, cr_only=_cr_only(head, encoding))
-        ev = parse_log_lines(lines, str(path), on_line)
+        notes = FramingNotes()
+        lines = read_lines(text, cut, cr_only=_cr_only(head, encoding), notes=notes)
+        ev = parse_log_lines(lines, str(path), on_line, notes=notes)
     if cut:
         ev.notes.append(
             f"{path}: the gzip stream is cut short (no end-of-stream marker); read the "

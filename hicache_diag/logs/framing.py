@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from hicache_diag.logs.carriers import peel
+from hicache_diag.logs.framing_notes import FramingNotes
 from hicache_diag.logs.prefix import LearnedPrefix, learn_prefix, prefix_label
 from hicache_diag.logs.speakers import speaker_in
 from hicache_diag.rules.rank_labels import split_prefix
@@ -50,12 +51,12 @@ _MESSAGE_WORDS = ("Traceback", 'File "', "Error:", "Exception:")
 class Framing:
     """The wrappers seen so far in one stream, and `unwrap` for each line."""
 
-    __slots__ = ("templates", "learned", "stripped")
+    __slots__ = ("templates", "learned", "notes")
 
-    def __init__(self) -> None:
+    def __init__(self, notes: FramingNotes | None = None) -> None:
         self.templates: list[re.Pattern[str]] = []
         self.learned: LearnedPrefix | None = None  # the prefix the first lines share
-        self.stripped = 0  # lines a learned wrapper was taken off
+        self.notes = notes or FramingNotes()  # what was undone, for the report
 
     def unwrap(self, line: str) -> str:
         """The line as SGLang (or Python) printed it: learned wrappers off, a wrapper before
@@ -65,7 +66,7 @@ class Framing:
         if self.learned is not None and (m := self.learned.pattern.match(line)):
             # The prefix most lines share: off, then the rest is read as any line is (a
             # wrapper behind it, a collector we know, a damaged label).
-            self.stripped += 1
+            self.notes.stripped += 1
             rest = _keep_speaker(line[: m.end()], peel(line[m.end() :])[0])
             return rest if rest[:1] == "[" and split_prefix(rest) else self._behind(rest)
         return self._behind(line)
@@ -76,6 +77,7 @@ class Framing:
             return line
         for template in self.templates:
             if m := template.match(line):
+                self.notes.stripped += 1
                 return _keep_speaker(line[: m.end()], _restore(peel(line[m.end() :])[0]))
         if (restored := _restore(line)) is not line:
             return restored
@@ -89,6 +91,7 @@ class Framing:
             start = start if _WRAPPERISH.search(line, 0, start) else -1
         if start > 0 and self._learn(line[:start]):
             # A collector we know may sit behind the unknown wrapper (kubectl's stamp).
+            self.notes.stripped += 1
             return _keep_speaker(line[:start], _restore(peel(line[start:])[0]))
         return line
 
@@ -96,11 +99,12 @@ class Framing:
         """Learn the wrappers of a stream's first lines before any line is read, so a line
         before the first label (a fatal error, a dump's header) is unwrapped too: first the
         prefix most of them share (logs/prefix.py), then those found before a label."""
-        self.learned = learn_prefix(lines)
+        self.learned = self.notes.learned = learn_prefix(lines)
         for line in lines:
             if len(self.templates) >= _MAX_TEMPLATES:
-                return
+                break
             self.unwrap(line)
+        self.notes.stripped = 0  # counted again as the lines are read
 
     def _learn(self, wrapper: str) -> bool:
         """Keep the wrapper's shape; False when it does not look like one (blank, long,

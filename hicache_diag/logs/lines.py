@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from hicache_diag.logs.carriers import ANY_CARRIER, TRACEBACK, peel, unflatten_traceback
 from hicache_diag.logs.chunks import MAX_LINE, Blank
 from hicache_diag.logs.framing import Framing
+from hicache_diag.logs.framing_notes import FramingNotes
 from hicache_diag.logs.paste import clean_line, paste_damage
 
 _TRACEBACK = TRACEBACK
@@ -139,11 +140,13 @@ def _runs(chunk: list[str]) -> Iterator[tuple[int, list[str]]]:
             start = k
 
 
-def normalise_blocks(raw: Iterable[str | Blank]) -> Iterator[str | Block | Blank]:
+def normalise_blocks(
+    raw: Iterable[str | Blank], notes: FramingNotes | None = None
+) -> Iterator[str | Block | Blank]:
     """normalise's lines, with runs of plain SGLang lines handed on as Blocks (the hot path of
     a big log: a busy server's batch lines) and runs of blank lines as Blanks; every other
     line goes through each stage."""
-    state = _Stages()
+    state = _Stages(notes)
     lines, cleaned = paste_damage(iter(raw), state.framing)
     while items := list(itertools.islice(lines, BLOCK_LINES)):
         for chunk in _without_blanks(items):
@@ -191,9 +194,9 @@ class _Stages:
 
     __slots__ = ("partial", "framing")
 
-    def __init__(self) -> None:
+    def __init__(self, notes: FramingNotes | None = None) -> None:
         self.partial = ""
-        self.framing = Framing()  # wrappers no carrier names, learned from this stream
+        self.framing = Framing(notes)  # wrappers no carrier names, learned from this stream
 
     def line(self, line: str, cleaned: bool = False) -> Iterator[str]:
         if len(line) > MAX_LINE:
@@ -207,6 +210,7 @@ class _Stages:
         # `[2026-06-24 15:38:03 ...` is SGLang's prefix, never a carrier: skip the carrier scan.
         if not (line[:3] == "[20" and line[11:12] == " ") and ANY_CARRIER.match(line):
             text, continued = peel(line)
+            self.framing.notes.peeled += text is not line
             if continued:
                 partial = self.partial
                 self.partial = (
@@ -222,17 +226,18 @@ class _Stages:
         if line.find("[", 1) < 0 and _TRACEBACK not in line:
             yield line
         else:
-            yield from _split_glued(line)
+            yield from _split_glued(line, self.framing.notes)
 
     def end(self) -> Iterator[str]:
         if self.partial:
             partial, self.partial = self.partial, ""
-            yield from _split_glued(peel(partial)[0])
+            yield from _split_glued(peel(partial)[0], self.framing.notes)
 
 
-def _split_glued(line: str) -> Iterator[str]:
+def _split_glued(line: str, notes: FramingNotes) -> Iterator[str]:
     if line.find("[", 1) > 0 and (cuts := _glue_points(line)):
         pieces = [line[a:b] for a, b in zip([0, *cuts], [*cuts, len(line)], strict=True)]
+        notes.glued += len(cuts)
     else:
         pieces = [line]
     for piece in pieces:

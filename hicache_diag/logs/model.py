@@ -144,6 +144,7 @@ class LogEvidence:
     notes: list[str] = field(default_factory=list)  # what reading a file noticed (a cut gzip)
     labelled: int = 0  # lines behind SGLang's label: a server's log
     client_lines: int = 0  # lines a benchmark client prints (triage.emitters.CLIENT_STARTS)
+    framing: list[str] = field(default_factory=list)  # what reading undid (logs.framing_notes)
 
     def keep(self, items: list, item: object) -> None:
         """Append unless `items` already holds KEEP entries (counted in `dropped`)."""
@@ -193,6 +194,7 @@ class LogEvidence:
         self.notes += other.notes
         self.labelled += other.labelled
         self.client_lines += other.client_lines
+        self.framing += other.framing
 
     @property
     def watchdog_fired(self) -> bool:

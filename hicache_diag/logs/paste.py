@@ -9,9 +9,10 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator
 
-from hicache_diag.logs.carriers import TS, peel
+from hicache_diag.logs.carriers import TS, carrier_names, peel
 from hicache_diag.logs.chunks import MAX_LINE, Blank
 from hicache_diag.logs.framing import Framing
+from hicache_diag.logs.framing_notes import FramingNotes
 
 _TS = TS
 # ANSI SGR colours and other CSI sequences a coloured terminal or `docker logs` leaves in.
@@ -67,7 +68,7 @@ def _numbered(head: list[str]) -> bool:
     return False
 
 
-def _unwrap(lines: Iterable[str | Blank], width: int) -> Iterator[str | Blank]:
+def _unwrap(lines: Iterable[str | Blank], width: int, notes: FramingNotes) -> Iterator[str | Blank]:
     """Join the pieces of lines a terminal wrapped at `width` back into one line."""
     pending: str | None = None
     for line in lines:
@@ -81,6 +82,7 @@ def _unwrap(lines: Iterable[str | Blank], width: int) -> Iterator[str | Blank]:
             width = 10**9  # a longer line: this text was not wrapped after all
         if pending is not None and not _RECORD_START.match(line) and len(pending) < MAX_LINE:
             pending += line
+            notes.joined += 1
         else:
             if pending is not None:
                 yield pending
@@ -157,6 +159,9 @@ def paste_damage(
         head = [x for x in items if type(x) is str]
     framing.learn([peel(h)[0] for h in head if not (h[:3] == "[20" and h[11:12] == " ")])
     width = _wrap_width(head)
+    notes = framing.notes
+    notes.numbered, notes.wrap_width = numbered, width
+    notes.carriers = carrier_names(head[:200])
     if not numbered and not width:
         return itertools.chain(items, raw), False
     rest: Iterable[str | Blank] = _clean(raw)
@@ -164,5 +169,5 @@ def paste_damage(
         rest = _line_numbers(rest)
     stream: Iterable[str | Blank] = itertools.chain(items, rest)
     if width:
-        stream = _unwrap(stream, width)
+        stream = _unwrap(stream, width, notes)
     return iter(stream), True

@@ -88,6 +88,10 @@ class LineWindow:
             self._base, k = i, 0
         return buf[k]
 
+    def expand(self, block: Block) -> None:
+        """Hand a Block taken whole back as its lines, each read on its own."""
+        self._back.extend(reversed(block.rest()))
+
     def resume(self, block: Block, i: int) -> None:
         """The reader recorded `block` up to its line `block.start`, stream index i. If lines
         are left, that line goes to the full path on its own and the rest stays a Block."""

@@ -257,6 +257,7 @@ def classify(
     hang_hint = hang_declared or logs.hang_signal or any(e.is_timeout for e in logs.exceptions)
     report = _decide(logs, ranks, reports, hang_hint, num_heads, hang_declared)
     report.evidence += teardown.evidence
+    report.framing = list(logs.framing)
     _annotate(report, logs, ranks, reports)
     return report
 

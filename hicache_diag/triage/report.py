@@ -71,6 +71,9 @@ class TriageReport:
     # Who printed the evidence that decided it (triage.emitters): `scheduler`, `scheduler
     # thread Thread-3 (backup_thread_func) (backup)`, `http-server`, `client`, ...
     emitter: str | None = None
+    # What reading the logs undid to get at their lines (logs.framing_notes): collectors
+    # peeled, a prefix learned from the file, wrapped or glued lines, JSON decoded, ...
+    framing: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS or (self.cause is not None and self.cause not in CAUSES):
@@ -110,6 +113,7 @@ class TriageReport:
             "samples": self.samples,
             "confidence": self.confidence,
             "emitter": self.emitter,
+            "framing": self.framing,
             "exit_code": int(self.exit_code),
         }
 
