@@ -21,6 +21,7 @@ from hicache_diag.logs.chunks import MAX_LINE, Blank
 from hicache_diag.logs.framing import Framing
 from hicache_diag.logs.framing_notes import FramingNotes
 from hicache_diag.logs.paste import clean_line, paste_damage
+from hicache_diag.logs.shippers import unship
 
 _TRACEBACK = TRACEBACK
 # An SGLang prefix glued onto the end of the previous line (two writers on one stream).
@@ -147,7 +148,7 @@ def normalise_blocks(
     a big log: a busy server's batch lines) and runs of blank lines as Blanks; every other
     line goes through each stage."""
     state = _Stages(notes)
-    lines, cleaned = paste_damage(iter(raw), state.framing)
+    lines, cleaned = paste_damage(unship(iter(raw), state.framing.notes), state.framing)
     while items := list(itertools.islice(lines, BLOCK_LINES)):
         for chunk in _without_blanks(items):
             if type(chunk) is Blank:

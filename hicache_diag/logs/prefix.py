@@ -39,9 +39,10 @@ _MESSAGE_START = re.compile(
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)")
 
 
-def _shape(field: str) -> str:
-    """A field's regex: figures (and runs of letters mixed with figures: a hex id) vary, the
-    rest is kept; the blank after it is any blank."""
+def _shape(field: str, letters: bool = False) -> str:
+    """A field's regex: figures (and runs of letters mixed with figures: a hex id) vary, a
+    level or stream name is any of them, the rest is kept; with `letters`, a field's words
+    vary too (a field that holds punctuation or figures: `node-7.cc`, `pod-abc`)."""
     body = field.rstrip()
     out = []
     for part in re.split(r"([0-9A-Za-z]+)", body):
@@ -51,11 +52,31 @@ def _shape(field: str) -> str:
             out.append(r"\d+")
         elif part in _LEVELS:
             out.append(_ANY_LEVEL)
-        elif part.isalnum() and any(c.isdigit() for c in part):
+        elif part.isalnum() and (letters or any(c.isdigit() for c in part)):
             out.append(r"[0-9A-Za-z]+")
         else:
             out.append(re.escape(part))
     return "".join(out)
+
+
+def _skeleton(field: str) -> str:
+    """The shape lines are counted by: words vary where the field also holds punctuation or
+    figures (a bare word stays itself: it may be the message's first)."""
+    body = field.rstrip()
+    return _shape(field, letters=not body.isalpha())
+
+
+def _regex(fields: list[list[str]], k: int) -> str:
+    """The prefix regex of the lines' first k fields (all of one skeleton): each field as
+    itself where every line has it so, else its skeleton."""
+    parts = []
+    for j in range(k):
+        exact = {_shape(f[j]) for f in fields}
+        parts.append(exact.pop() if len(exact) == 1 else _skeleton(fields[0][j]))
+    # The blanks after the last field that every line has are the wrapper's; more are the
+    # message's own indent (a traceback's code line).
+    gap = min(len(f[k - 1]) - len(f[k - 1].rstrip()) for f in fields)
+    return r"[ \t]+".join(parts) + rf"[ \t]{{{gap}}}"
 
 
 def _prose(field: str, shared_by_all: bool) -> bool:
@@ -115,27 +136,23 @@ def learn_prefix(head: Sequence[str]) -> LearnedPrefix | None:
     split = [_fields(h) for h in lines]
     best: LearnedPrefix | None = None
     for k in range(1, MAX_FIELDS + 1):
-        keys = Counter(tuple(map(_shape, f[:k])) for f in split if len(f) > k)
+        keys = Counter(tuple(map(_skeleton, f[:k])) for f in split if len(f) > k)
         if not keys:
             break
         key, count = keys.most_common(1)[0]
         share = count / len(lines)
         if share < MIN_SHARE or count < 2:
             break
-        n = next(n for n, f in enumerate(split) if len(f) > k and tuple(map(_shape, f[:k])) == key)
-        sample, field = split[n], split[n][k - 1]
+        shared = [
+            n for n, f in enumerate(split) if len(f) > k and tuple(map(_skeleton, f[:k])) == key
+        ]
+        sample, field = split[shared[0]], split[shared[0]][k - 1]
         at = sum(map(len, sample[: k - 1]))  # where the field starts in its line
-        same = sum(1 for f in split if len(f) >= k and f[k - 1] == field) == count
-        if _stops(field, lines[n][at:]) or _prose(field, same) or at + len(field) > MAX_PREFIX:
+        same = all(split[n][k - 1] == field for n in shared)
+        rest = lines[shared[0]][at:]
+        if _stops(field, rest) or _prose(field, same) or at + len(field) > MAX_PREFIX:
             break
-        # The blanks after the last field that every line has are the wrapper's; more are
-        # the message's own indent (a traceback's code line).
-        gap = min(
-            len(f[k - 1]) - len(f[k - 1].rstrip())
-            for f in split
-            if len(f) > k and tuple(map(_shape, f[:k])) == key
-        )
-        pattern = r"[ \t]+".join(key) + rf"[ \t]{{{gap}}}"
+        pattern = _regex([split[n] for n in shared], k)
         best = LearnedPrefix(re.compile(pattern), k, share, "".join(sample[:k]))
     return best
 

@@ -17,6 +17,7 @@ from tests.unit.triage.generated_deliveries import (
     cut_stamp,
     generated,
     random_wrapper,
+    transforms,
 )
 
 CORPUS = Path(__file__).resolve().parents[3] / "samples" / "corpus"
@@ -115,3 +116,33 @@ def test_a_cloud_agents_fields_that_vary_per_line_keep_the_verdict(log, tmp_path
     wrapped.write_text("\n".join(lines) + "\n")
     want = verdict(run_triage(TriageRequest(logs=(log,))))
     assert verdict(run_triage(TriageRequest(logs=(wrapped,)))) == want
+
+
+# Issue 38's transforms: what the user's stack did to the text (generated_deliveries.py).
+TRANSFORMS = transforms()
+TRANSFORM_PAIRS = [
+    (case, d)
+    for case, want in sorted(EXPECTED.items())
+    if want.get("mode") != "dumps"
+    for d in TRANSFORMS
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "delivery"), TRANSFORM_PAIRS, ids=[f"{c}-{d.name}" for c, d in TRANSFORM_PAIRS]
+)
+def test_transforms_keep_the_verdict(case, delivery, tmp_path):
+    want = EXPECTED[case]
+    report = triage_case(CORPUS / case, want.get("mode", "logs"), delivery, tmp_path)
+    assert verdict(report) == (want["kind"], want["form"], want["culprit"])
+
+
+@pytest.mark.parametrize("delivery", TRANSFORMS, ids=lambda d: d.name)
+def test_each_transform_changes_the_bytes(delivery):
+    case = (
+        "sglang-10350-segfault.log"
+        if "interleaved" in delivery.name
+        else "sglang0523-cpu-form-a-pp2.log"
+    )
+    files = case_files(CORPUS / case, "logs")
+    assert delivery.deliver(files) != files
