@@ -16,10 +16,12 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator
 
-from hicache_diag.logs.carriers import ANY_CARRIER, TRACEBACK, peel, unflatten_traceback
+from hicache_diag.logs.carriers import ANY_CARRIER, TRACEBACK, peel
 from hicache_diag.logs.chunks import MAX_LINE, Blank
 from hicache_diag.logs.framing import Framing
 from hicache_diag.logs.framing_notes import FramingNotes
+from hicache_diag.logs.glue import flattened, split_records, unflatten
+from hicache_diag.logs.interleave import separate
 from hicache_diag.logs.paste import clean_line, paste_damage
 from hicache_diag.logs.shippers import unship
 
@@ -148,7 +150,8 @@ def normalise_blocks(
     a big log: a busy server's batch lines) and runs of blank lines as Blanks; every other
     line goes through each stage."""
     state = _Stages(notes)
-    lines, cleaned = paste_damage(unship(iter(raw), state.framing.notes), state.framing)
+    notes = state.framing.notes
+    lines, cleaned = paste_damage(separate(unship(iter(raw), notes), notes), state.framing)
     while items := list(itertools.islice(lines, BLOCK_LINES)):
         for chunk in _without_blanks(items):
             if type(chunk) is Blank:
@@ -208,6 +211,14 @@ class _Stages:
             line = clean_line(line)
         elif line[-1:] == "\n":
             line = line[:-1]  # the usual line: its newline off without a call
+        pieces = split_records(line)
+        if len(pieces) > 1:
+            self.framing.notes.glued += len(pieces) - 1
+        for piece in pieces:
+            yield from self._record(piece)
+
+    def _record(self, line: str) -> Iterator[str]:
+        """One record: its carriers and wrappers off, a flattened traceback split."""
         # `[2026-06-24 15:38:03 ...` is SGLang's prefix, never a carrier: skip the carrier scan.
         if not (line[:3] == "[20" and line[11:12] == " ") and ANY_CARRIER.match(line):
             text, continued = peel(line)
@@ -224,10 +235,7 @@ class _Stages:
             line, self.partial = peel(_bounded(self.partial + line))[0], ""
         if not (line[:3] == "[20" and line[11:12] == " "):
             line = self.framing.unwrap(line)
-        if line.find("[", 1) < 0 and _TRACEBACK not in line:
-            yield line
-        else:
-            yield from _split_glued(line, self.framing.notes)
+        yield from _split_glued(line, self.framing.notes)
 
     def end(self) -> Iterator[str]:
         if self.partial:
@@ -236,14 +244,13 @@ class _Stages:
 
 
 def _split_glued(line: str, notes: FramingNotes) -> Iterator[str]:
-    if line.find("[", 1) > 0 and (cuts := _glue_points(line)):
-        pieces = [line[a:b] for a, b in zip([0, *cuts], [*cuts, len(line)], strict=True)]
-        notes.glued += len(cuts)
-    else:
-        pieces = [line]
+    """Records glued after the carriers came off (a carrier's line holding two records), and
+    a flattened traceback split into its lines."""
+    pieces = split_records(line) if line.find("[", 1) > 0 else [line]
+    notes.glued += len(pieces) - 1
     for piece in pieces:
-        if _TRACEBACK in piece:
-            yield from unflatten_traceback(piece)
+        if flattened(piece):
+            yield from unflatten(piece)
         else:
             yield piece
 

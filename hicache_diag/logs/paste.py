@@ -9,7 +9,7 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator
 
-from hicache_diag.logs.carriers import TS, carrier_names, peel
+from hicache_diag.logs.carriers import ANY_CARRIER, TS, carrier_names, peel
 from hicache_diag.logs.chunks import MAX_LINE, Blank
 from hicache_diag.logs.framing import Framing
 from hicache_diag.logs.framing_notes import FramingNotes
@@ -43,18 +43,21 @@ def _clean(lines: Iterable[str | Blank]) -> Iterator[str | Blank]:
 def _wrap_width(head: list[str]) -> int | None:
     """The terminal width a paste was wrapped at, from its first lines; None if not wrapped.
     Wrapped text has no line longer than the width and several exactly that long that the next
-    line continues: two at a common terminal width, three at any other (a resized window)."""
+    line continues: two at a common terminal width, three at any other (a resized window), one
+    where nearly every line starts with a collector's prefix and the pieces after the
+    full-width lines do not (they can only be the rest of the line before)."""
     longest = max((len(s) for s in head), default=0)
     if longest < 60:
         return None
     # A full-width line that the next one continues (it starts no record of its own): a log
     # whose templated lines merely share one length shows none.
-    cut = sum(
-        1
-        for a, b in itertools.pairwise(head)
-        if len(a) == longest and b and not _RECORD_START.match(b)
-    )
-    return longest if cut >= (2 if longest in WRAP_WIDTHS else 3) else None
+    pieces = [b for a, b in itertools.pairwise(head) if len(a) == longest and b]
+    pieces = [b for b in pieces if not _RECORD_START.match(b)]
+    need = 2 if longest in WRAP_WIDTHS else 3
+    if pieces and len(pieces) < need and not any(map(ANY_CARRIER.match, pieces)):
+        carried = sum(1 for s in head if s and ANY_CARRIER.match(s))
+        need = 1 if carried >= 0.8 * (len(head) - len(pieces)) else need
+    return longest if len(pieces) >= need else None
 
 
 def _numbered(head: list[str]) -> bool:

@@ -166,25 +166,32 @@ def _hard_wrapped(seed: int) -> Delivery:
     return _per_file(wrap, seed)
 
 
-_RECORD = re.compile(r"^(?:\[|\d{4}-\d\d-\d\d|[A-Z]{4,8} \d\d-\d\d|\(\w+ pid=)")
+# A record's own start: SGLang's label, torchrun's rank, an RFC 3339 or logging stamp, vLLM's
+# level header, a process prefix.
+_RECORD = re.compile(
+    r"^(?:\[\d{4}-\d\d-\d\d[ T]\d\d:|\[(?:[A-Z]{1,8}(?:_[A-Z]{1,8})?\d{1,5} ?){1,8}\] "
+    r"|\[rank\d+\]:|\d{4}-\d\d-\d\d[T ]\d\d:|(?:INFO|WARNING|ERROR|DEBUG) \d\d-\d\d \d\d:"
+    r"|\(\w+ pid=\d+[,)])"
+)
 
 
 def _glued(seed: int) -> Delivery:
-    """2 to 6 records flattened onto one physical line: a record that starts with its own
-    stamp or label follows the one before it directly (two writers, a lost newline), any
-    other line after a blank (a paste that turned newlines into blanks)."""
+    """2 to 6 records flattened onto one physical line: the newline before a record that
+    starts with its own stamp, label or level marker is lost (two writers on one stream), so
+    it follows the record before it (and that record's last line) directly."""
 
     def glue(lines: list[str], rng: random.Random) -> list[str]:
         out: list[str] = []
-        k = 0
-        while k < len(lines):
-            n = rng.randint(2, 6)
-            group = lines[k : k + n]
-            line = group[0]
-            for nxt in group[1:]:
-                line += nxt if _RECORD.match(nxt) else " " + nxt
+        glued = 0  # records glued onto the current line so far
+        limit = rng.randint(2, 6)
+        for line in lines:
+            if out and glued + 1 < limit and _RECORD.match(line):
+                out[-1] += line
+                glued += 1
+                continue
+            if _RECORD.match(line):
+                glued, limit = 0, rng.randint(2, 6)
             out.append(line)
-            k += n
         return out
 
     return _per_file(glue, seed)
@@ -222,7 +229,8 @@ _DUMP_START = re.compile(r"^(?:Fatal Python error|Thread 0x|Current thread 0x|Pr
 def _interleaved(seed: int) -> Delivery:
     """Two ranks dumping the same stacks at once into one stream (faulthandler writes as it
     goes): the case's first dump block and a second rank's copy of it, interleaved character
-    by character. A case without a dump is sent unchanged."""
+    by character, the writers taking turns and now and then one slipping a turn (5%). A
+    case without a dump is sent unchanged."""
 
     def interleave(lines: list[str], rng: random.Random) -> list[str]:
         start = next((k for k, s in enumerate(lines) if _DUMP_START.match(s)), None)
@@ -232,15 +240,16 @@ def _interleaved(seed: int) -> Delivery:
         while end < len(lines) and lines[end].strip() and not _RECORD.match(lines[end]):
             end += 1
         block = "\n".join(lines[start:end]) + "\n"
-        a = b = 0
-        mixed = []
-        while a < len(block) or b < len(block):
-            if b >= len(block) or (a < len(block) and rng.random() < 0.5):
-                mixed.append(block[a])
-                a += 1
-            else:
-                mixed.append(block[b])
-                b += 1
+        pos = [0, 0]
+        turn, mixed = 0, []
+        while pos[0] < len(block) or pos[1] < len(block):
+            if rng.random() < 0.05:
+                turn ^= 1
+            if pos[turn] >= len(block):
+                turn ^= 1
+            mixed.append(block[pos[turn]])
+            pos[turn] += 1
+            turn ^= 1
         return lines[:start] + "".join(mixed).rstrip("\n").split("\n") + lines[end:]
 
     return _per_file(interleave, seed)
