@@ -62,6 +62,15 @@ Logs = Annotated[
         "or a pasted traceback (repeat per node).",
     ),
 ]
+FlightDumps = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--fr",
+        metavar="DIR",
+        help="Folder of PyTorch Flight Recorder dumps, one file per rank (pickle or JSON; "
+        "docs/triage-framing.md).",
+    ),
+]
 Save = Annotated[
     str | None,
     typer.Option("--save", metavar="DIR", help="Write the live samples here (merge with --dumps)."),
@@ -87,6 +96,13 @@ def _check_paths(dumps: list[str], logs: list[str], save: str | None) -> None:
     for path in dumps:
         input_dir("--dumps", path)
     claim_save(save)
+
+
+def _check_flight(folders: list[str]) -> None:
+    from hicache_diag.evidence.paths import input_dir
+
+    for path in folders:
+        input_dir("--fr", path)
 
 
 def _pid_max() -> int:
@@ -171,6 +187,7 @@ def triage(
     parent: Parent = None,
     dumps: Dumps = None,
     logs: Logs = None,
+    fr: FlightDumps = None,
     save: Save = None,
     interval: Interval = 0.5,
     samples: Samples = 2,
@@ -199,6 +216,7 @@ def triage(
         opts = {"interval": interval, "deadline_s": deadline, "host_timeout_s": host_timeout}
         run_cluster(cluster, judging | opts | {"save": save}, json_out)
     _check_paths(dumps or [], [*(logs or []), *(more_logs or [])], save)
+    _check_flight(fr or [])
     reread_bundle(dumps, [pid, discover, logs, more_logs, save], judging, json_out)
     progress = None if json_out else LogReadProgress(err_console)  # --json: quiet
     request = _request(ctx.params, progress)
@@ -229,4 +247,5 @@ def _request(p: dict, progress: LogReadProgress | None) -> TriageRequest:
         num_heads=p["num_heads"],
         pp_size=p["pp_size"],
         progress=progress,
+        flight=tuple(map(Path, p["fr"] or ())),
     )

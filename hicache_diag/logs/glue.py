@@ -23,6 +23,7 @@ _RECORD_MID = re.compile(
     r"|\[rank\d{1,6}\]:"
     r"|\[[EWIF]\d{4} \d\d:\d\d:\d\d"
     r"|\([A-Za-z_][\w.-]{0,40} pid=\d{1,9}[,)]"
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) "
     r")"
     r"|(?<=[\])|>%.!?A-Za-z])(?="
     r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d"

@@ -47,8 +47,8 @@ def describe(ev: LogEvidence, first: str | None, last: str | None, lines: int) -
 
 
 def gap_inside(block: Block, stamp: str | None) -> bool:
-    """A silence longer than INCIDENT_GAP_S between two of a Block's lines (or before its
-    first, after `stamp`): looked for only where the hour changes."""
+    """A silence longer than INCIDENT_GAP_S after the latest stamp so far (`stamp`, then the
+    Block's own lines): looked for only where the hour changes."""
     hour = stamp[:13] if stamp else None
     for k in range(block.start, len(block.raw)):
         ts = block.raw[k][1:20]
@@ -56,5 +56,6 @@ def gap_inside(block: Block, stamp: str | None) -> bool:
             if gap_s(stamp, ts) > INCIDENT_GAP_S:
                 return True
             hour = ts[:13]
-        stamp = ts
+        if stamp is None or ts > stamp:
+            stamp = ts  # the latest: a paste may go back in time
     return False

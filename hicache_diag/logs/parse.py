@@ -148,7 +148,8 @@ class _Reader:
         # from _rank_of's cache): a dataclass hash per line would cost more than the line.
         self.last_seen: dict[int, tuple[RankId, str | None, int, str]] = {}
         self.hour: str | None = None  # the last stamp's date and hour: gaps are looked for
-        self.stamp: str | None = None  # when it changes, against the last stamp
+        self.stamp: str | None = None  # when it changes, against the latest stamp
+        self.latest: str | None = None  # the latest full stamp (a paste may go back in time)
         self.first: str | None = None  # this incident's first stamp and line
         self.start = 0
         self.earlier: list[str] = []
@@ -171,7 +172,7 @@ class _Reader:
 
     def _block(self, block: Block, i: int) -> int:
         last = block.line(len(block.raw) - 1)[1:20]
-        if last[:13] != self.hour and gap_inside(block, self.stamp):
+        if last[:13] != self.hour and gap_inside(block, self.latest):
             self.window.expand(block)  # read line by line, so the gap splits the incident
             return i
         ev, ctx = self.ev, self.ctx
@@ -179,17 +180,17 @@ class _Reader:
         self.window.resume(block, nxt)
         if ctx.ts:
             self.first = self.first or ctx.ts
-            self.stamp, self.hour = ctx.ts, ctx.ts[:13]
+            self._seen(ctx.ts)
         return nxt
 
     def _line(self, raw: str, i: int) -> int:
         ctx = self.ctx
         msg, prefixed = _split_prefix(raw, ctx, self.ev)
         if prefixed and ctx.ts is not self.stamp and ctx.ts:
-            if ctx.ts[:13] != self.hour and gap_s(self.stamp, ctx.ts) > INCIDENT_GAP_S:
+            if ctx.ts[:13] != self.hour and gap_s(self.latest, ctx.ts) > INCIDENT_GAP_S:
                 self._split(i)
             self.first = self.first or ctx.ts
-            self.stamp, self.hour = ctx.ts, ctx.ts[:13]
+            self._seen(ctx.ts)
         ev = self.ev
         if prefixed:
             ev.labelled += 1
@@ -204,9 +205,14 @@ class _Reader:
         ctx.prefixed = prefixed
         return _consume(self.window, i, msg, prefixed, self.source, ctx, ev) + 1
 
+    def _seen(self, ts: str) -> None:
+        self.stamp, self.hour = ts, ts[:13]
+        if len(ts) >= 19 and (self.latest is None or ts > self.latest):
+            self.latest = ts
+
     def _split(self, i: int) -> None:
         """A silence longer than INCIDENT_GAP_S before line i: what came before is set aside."""
-        self.earlier.append(describe(self.ev, self.first, self.stamp, i - self.start))
+        self.earlier.append(describe(self.ev, self.first, self.latest, i - self.start))
         self.ev = LogEvidence(context=self.ev.context)
         self.last_seen = {}
         self.first, self.start = None, i

@@ -80,10 +80,13 @@ def _regex(fields: list[list[str]], k: int) -> str:
 
 
 def _prose(field: str, shared_by_all: bool) -> bool:
-    """A message's word, not a wrapper's field: letters only (a trailing `,` or `.` at most),
-    the same on every line, and no level or stream name."""
+    """A message's word, not a wrapper's field: the same on every line, no level or stream
+    name, and nothing a field carries (a figure, a bracket, a separator: `host-3`, `[stderr]`,
+    `job=7`); `init_process_group` is a word too."""
     word = field.strip().rstrip(",.")
-    return shared_by_all and word.isalpha() and word not in _LEVELS
+    if not shared_by_all or word in _LEVELS:
+        return False
+    return not any(c.isdigit() or c in "[](){}<>|:=@" for c in word)
 
 
 @dataclass(frozen=True, slots=True)

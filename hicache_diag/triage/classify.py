@@ -184,7 +184,7 @@ def _logged_hang(logs: LogEvidence, reports: list[RankReport]) -> TriageReport |
     else:
         first = (logs.hang_lines or logs.debug_lines)[0]
     ev = [f"{first.source}:{first.lineno}: {first.text}"]
-    if not logs.hang_lines:
+    if not logs.hang_lines and logs.watchdog_fired:
         ev.append("the scheduler watchdog's own output (its debug block, dump or thread): it fired")
     ev.append("no stacks: run triage live (--discover) or pass the py-spy dumps to name the site")
     return TriageReport(

@@ -18,6 +18,9 @@ from hicache_diag.rules.rank_fate import launcher_fates
 from hicache_diag.triage.classify import classify
 from hicache_diag.triage.collect import capture_live, load_dumps, save_samples
 from hicache_diag.triage.discover import discover_schedulers
+from hicache_diag.triage.flight_findings import analyse
+from hicache_diag.triage.flight_recorder import read_flight_dir
+from hicache_diag.triage.flight_verdict import join_flight
 from hicache_diag.triage.hang import RankSamples
 from hicache_diag.triage.report import TriageReport
 
@@ -37,10 +40,11 @@ class TriageRequest:
     num_heads: int | None = None
     pp_size: int | None = None  # the deployment's PP size, when the text may not show it
     progress: Progress | None = None  # (bytes read, bytes in all) while a log is read
+    flight: tuple[Path, ...] = ()  # folders of Flight Recorder dumps (--fr)
 
     def __post_init__(self) -> None:
-        if not (self.pids or self.discover or self.dumps or self.logs):
-            raise UsageError("nothing to triage: give --pid, --discover, --dumps or --logs")
+        if not (self.pids or self.discover or self.dumps or self.logs or self.flight):
+            raise UsageError("nothing to triage: give --pid, --discover, --dumps, --logs or --fr")
         bad = [p for p in self.pids if p < 1]
         if bad:
             raise UsageError(f"--pid must be a positive process id, got {bad[0]}")
@@ -115,9 +119,18 @@ def run_triage(req: TriageRequest) -> TriageReport:
         declared |= _apply_run_facts(folder, loaded)
         ranks += loaded
     logs = _read_logs(req.logs + tuple(run_logs), req.progress)
-    return classify(
+    report = classify(
         ranks, logs, num_heads=req.num_heads, pp_size=req.pp_size, hang_declared=declared
     )
+    return _with_flight(report, req.flight)
+
+
+def _with_flight(report: TriageReport, folders: tuple[Path, ...]) -> TriageReport:
+    """The Flight Recorder dumps of --fr joined in (triage/flight_verdict.py)."""
+    if not folders:
+        return report
+    dumps = [d for folder in folders for d in read_flight_dir(folder)]
+    return join_flight(report, analyse(dumps))
 
 
 def _record(kind: type[ev.Record], path: Path) -> Any:
