@@ -96,7 +96,8 @@ def _site(frames: object) -> str | None:
         return None
     for f in frames:
         if isinstance(f, dict) and "/torch/" not in str(f.get("filename", "")):
-            return f"{f.get('name')} ({str(f.get('filename', '?')).rsplit('/', 1)[-1]}:{f.get('line')})"
+            where = str(f.get("filename", "?")).rsplit("/", 1)[-1]
+            return f"{f.get('name')} ({where}:{f.get('line')})"
     return None
 
 
