@@ -130,6 +130,7 @@ def pyspy_fate(text: str, gave_up: bool = False) -> RankFate | None:
         return RankFate.STOPPED
     if _PYSPY_GONE.search(text):
         return RankFate.EXITED
-    if "Failed to suspend" in text or (gave_up and not _PYSPY_TOOLING.search(text)):
+    suspend = "Failed to suspend" in text or "could not suspend" in text
+    if suspend or (gave_up and not _PYSPY_TOOLING.search(text)):
         return RankFate.STOPPED
     return None
