@@ -40,7 +40,7 @@ def _clean(lines: Iterable[str | Blank]) -> Iterator[str | Blank]:
         yield line if type(line) is Blank else clean_line(line)  # type: ignore[arg-type]
 
 
-def _wrap_width(head: list[str]) -> int | None:
+def _wrap_width(head: list[str], framing: Framing | None = None) -> int | None:
     """The terminal width a paste was wrapped at, from its first lines; None if not wrapped.
     Wrapped text has no line longer than the width and several exactly that long that the next
     line continues: two at a common terminal width, three at any other (a resized window), one
@@ -51,8 +51,11 @@ def _wrap_width(head: list[str]) -> int | None:
         return None
     # A full-width line that the next one continues (it starts no record of its own): a log
     # whose templated lines merely share one length shows none.
+    learned = framing.learned.pattern if framing and framing.learned else None
     pieces = [b for a, b in itertools.pairwise(head) if len(a) == longest and b]
-    pieces = [b for b in pieces if not _RECORD_START.match(b)]
+    pieces = [
+        b for b in pieces if not _RECORD_START.match(b) and not (learned and learned.match(b))
+    ]
     need = 2 if longest in WRAP_WIDTHS else 3
     if pieces and len(pieces) < need and not any(map(ANY_CARRIER.match, pieces)):
         carried = sum(1 for s in head if s and ANY_CARRIER.match(s))
@@ -161,7 +164,7 @@ def paste_damage(
         items = [_unnumbered(x) for x in items]
         head = [x for x in items if type(x) is str]
     framing.learn([peel(h)[0] for h in head if not (h[:3] == "[20" and h[11:12] == " ")])
-    width = _wrap_width(head)
+    width = _wrap_width(head, framing)
     notes = framing.notes
     notes.numbered, notes.wrap_width = numbered, width
     notes.carriers = carrier_names(head[:200])

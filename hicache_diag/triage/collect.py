@@ -17,8 +17,8 @@ from hicache_diag.evidence.stacks import RankDump, parse_dump_text, threads_from
 from hicache_diag.logs.files import NotALog, decode_text
 from hicache_diag.triage.discover import describe_pid
 from hicache_diag.triage.hang import RankSamples
-from hicache_diag.triage.saved_failures import failure_samples
 from hicache_diag.triage.pyspy import dump_stacks
+from hicache_diag.triage.saved_failures import failure_samples
 
 _SAMPLE = re.compile(r"_s(\d+)\b")
 _GLOBAL_RANK = re.compile(r"rank[_-]?(\d+)", re.I)
