@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import itertools
 import re
 import zlib
 from collections.abc import Iterator
@@ -17,9 +18,12 @@ from typing import Protocol
 
 from hicache_diag.logs.framing_notes import FramingNotes
 
-CHUNK = 1 << 20  # characters read at a time
-BLANK_RUN = 64  # blank lines in a row handed on as one Blank
 MAX_LINE = 256 * 1024  # logs/lines.py reads a longer line by its head and tail
+# Characters read at a time: no line inside one read is longer than MAX_LINE, so only the line
+# a read continues from the one before can be.
+CHUNK = MAX_LINE
+BLANK_RUN = 32  # blank lines in a row handed on as one Blank
+_RUN = "\n" * BLANK_RUN
 _KEEP = MAX_LINE // 2
 # A run of blank (or blank-only) lines, each ended by its newline, starting at a line's start.
 _BLANKS = re.compile(rf"(?:(?<=\n)|^)(?:[ \t]*\r?\n){{{BLANK_RUN},}}")
@@ -92,6 +96,13 @@ def read_lines(
     """The lines of `text` (without their newlines), with Blank for each run of BLANK_RUN or
     more blank lines; `cr_only`: the file ends its lines with CR alone. `notes` learns of the
     CR-only endings and the NUL bytes dropped."""
+    return itertools.chain.from_iterable(read_chunks(text, cut, cr_only, notes))
+
+
+def read_chunks(
+    text: _Text, cut: list[int], cr_only: bool = False, notes: FramingNotes | None = None
+) -> Iterator[list[str | Blank]]:
+    """read_lines' items a chunk at a time (no generator step per line)."""
     notes = notes or FramingNotes()
     notes.cr_only = cr_only
     carry = ""
@@ -107,30 +118,33 @@ def read_lines(
             continue
         first, data = carry + data[:end], data[end:]
         carry = _bounded(data)
-        yield from _split(first)
+        yield _split(first)
     if carry:
-        yield carry
+        yield [carry]
 
 
-def _split(data: str) -> Iterator[str | Blank]:
+def _split(data: str) -> list[str | Blank]:
     """Lines of `data` (which ends with a newline), a run of blank lines as one Blank."""
-    if not data.strip():  # a chunk of blank lines only: one test, no line objects
-        yield Blank(data.count("\n"))
-        return
+    if data.isspace():  # a chunk of blank lines only: one test, no line objects
+        return [Blank(data.count("\n"))]
+    if _RUN not in data:
+        return _lines(data)  # type: ignore[return-value]
+    out: list[str | Blank] = []
     pos = 0
-    for m in _BLANKS.finditer(data) if "\n\n" in data or "\n \n" in data else ():
+    for m in _BLANKS.finditer(data):
         if m.start() > pos:
-            yield from _lines(data[pos : m.start()])
-        yield Blank(m.group().count("\n"))
+            out += _lines(data[pos : m.start()])
+        out.append(Blank(m.group().count("\n")))
         pos = m.end()
     if pos < len(data):
-        yield from _lines(data[pos:])
+        out += _lines(data[pos:])
+    return out
 
 
 def _lines(data: str) -> list[str]:
     """`data` (ending with a newline) as its lines without newlines; a long line by head and
     tail."""
     lines = data[:-1].split("\n")
-    if len(data) > MAX_LINE and max(map(len, lines)) > MAX_LINE:
-        lines = [_bounded(s) for s in lines]
+    if len(lines[0]) > MAX_LINE:  # the line a read continued (one read holds no longer one)
+        lines[0] = _bounded(lines[0])
     return lines

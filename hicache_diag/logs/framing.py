@@ -51,12 +51,15 @@ _MESSAGE_WORDS = ("Traceback", 'File "', "Error:", "Exception:")
 class Framing:
     """The wrappers seen so far in one stream, and `unwrap` for each line."""
 
-    __slots__ = ("templates", "learned", "notes")
+    __slots__ = ("templates", "learned", "notes", "bulk")
 
     def __init__(self, notes: FramingNotes | None = None) -> None:
         self.templates: list[re.Pattern[str]] = []
         self.learned: LearnedPrefix | None = None  # the prefix the first lines share
         self.notes = notes or FramingNotes()  # what was undone, for the report
+        # The learned prefix as a multi-line regex, when it never names a rank: then a chunk
+        # of lines loses it in one C-level pass (a big log), not line by line.
+        self.bulk: re.Pattern[str] | None = None
 
     def unwrap(self, line: str) -> str:
         """The line as SGLang (or Python) printed it: learned wrappers off, a wrapper before
@@ -100,11 +103,27 @@ class Framing:
         before the first label (a fatal error, a dump's header) is unwrapped too: first the
         prefix most of them share (logs/prefix.py), then those found before a label."""
         self.learned = self.notes.learned = learn_prefix(lines)
+        if self.learned is not None:
+            heads = [m.group() for line in lines if (m := self.learned.pattern.match(line))]
+            if not any(speaker_in(h) or prefix_label(h) for h in heads):
+                # A newline first: the regex engine jumps from line start to line start.
+                self.bulk = re.compile(f"\n(?:{self.learned.pattern.pattern})")
         for line in lines:
             if len(self.templates) >= _MAX_TEMPLATES:
                 break
             self.unwrap(line)
         self.notes.stripped = 0  # counted again as the lines are read
+
+    def strip_chunk(self, chunk: list[str]) -> list[str]:
+        """The learned prefix off every line of a chunk that starts with it, in one pass."""
+        if self.bulk is None:
+            return chunk
+        text = "\n".join(chunk)
+        if text.count("\n") != len(chunk) - 1:
+            return chunk  # lines that hold their newline (a list, not a file): line by line
+        text, n = self.bulk.subn("\n", "\n" + text)
+        self.notes.stripped += n
+        return text[1:].split("\n")
 
     def _learn(self, wrapper: str) -> bool:
         """Keep the wrapper's shape; False when it does not look like one (blank, long,

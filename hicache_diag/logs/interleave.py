@@ -14,7 +14,9 @@ Anything else passes as it is."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import itertools
+import re
+from collections.abc import Iterator
 
 from hicache_diag.logs.chunks import Blank
 from hicache_diag.logs.framing_notes import FramingNotes
@@ -22,6 +24,7 @@ from hicache_diag.logs.framing_notes import FramingNotes
 _HEADERS = ("Fatal Python error", "Thread 0x", "Current thread 0x", "Process ", "Stack (most")
 _FIRST = frozenset(h[0] for h in _HEADERS)
 _PROBE = 48  # characters of a line looked at for a start
+_GATE = re.compile(r"\n([FTCPS])[^\n]{0,2}?\1")
 MAX_LAG = 64  # characters one copy may be ahead of the other
 _KEEP = 16  # readings kept (the least lag first)
 MAX_REGION = 1024 * 1024  # characters one region may span before it is given up
@@ -81,17 +84,26 @@ def _starts(line: str) -> bool:
     return len(best) <= 8 and probe.text(best).startswith(_HEADERS)
 
 
-def separate(raw: Iterable[str | Blank], notes: FramingNotes) -> Iterator[str | Blank]:
-    """`raw` with each shuffled region handed on as the text its writers shared."""
-    it = iter(raw)
-    for item in it:
+def separate(
+    items: list[str | Blank], more: Iterator[str | Blank], notes: FramingNotes
+) -> list[str | Blank]:
+    """A chunk of the stream with each shuffled region in it replaced by the text its writers
+    shared (a region that runs past the chunk takes its lines from `more`)."""
+    # Most chunks hold no line a shuffle could start (its first letter again within the next
+    # three: `FFa`, `TtT`): handed back as they are after one C-level search.
+    if Blank not in set(map(type, items)) and not _GATE.search("\n" + "\n".join(items)):  # type: ignore[arg-type]
+        return items
+    out: list[str | Blank] = []
+    rest = iter(items)
+    for item in rest:
         if type(item) is Blank or not _starts(item):  # type: ignore[arg-type]
-            yield item
+            out.append(item)
             continue
-        yield from _region(item, it, notes)  # type: ignore[arg-type]
+        out += _region(item, itertools.chain(rest, more), notes)  # type: ignore[arg-type]
+    return out
 
 
-def _region(first: str, it: Iterator[str | Blank], notes: FramingNotes) -> Iterator[str | Blank]:
+def _region(first: str, it: Iterator[str | Blank], notes: FramingNotes) -> list[str | Blank]:
     """Read the region that starts at `first` up to its last line where both copies were
     whole; the lines after that point pass on as they are."""
     shuffle = _Shuffle()
@@ -111,8 +123,6 @@ def _region(first: str, it: Iterator[str | Blank], notes: FramingNotes) -> Itera
         if nxt is not None:
             taken.append(nxt)
     if not whole_at:
-        yield from taken  # never two whole copies: not a shuffle after all
-        return
+        return taken  # never two whole copies: not a shuffle after all
     notes.interleaved += 1
-    yield from shared.rstrip("\n").split("\n")
-    yield from taken[whole_at:]
+    return [*shared.rstrip("\n").split("\n"), *taken[whole_at:]]

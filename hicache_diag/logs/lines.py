@@ -67,21 +67,21 @@ class Block:
 
 BLOCK_LINES = 2048  # lines per block: long enough to pay for its tests, short for the window
 _NL = itertools.repeat("\n")
-_ISO_BRACKET = re.compile(r"\[\d{4}-\d\d-\d\dT")
+_ISO_BRACKET = re.compile(r"\n\[20\d\d-\d\d-\d\dT")  # a line's start (the first is tested apart)
 
 
 def _plain_block(chunk: list[str]) -> Block | None:
     """The chunk as a Block when normalise would leave every line as it is (less its newline),
     else None. Lines come from a file (each ends with one newline) or a list (none has one).
     Only C-level scans of the chunk here: this runs on every line of a big log."""
-    text = "".join(chunk)
-    newlines = text.count("\n")
-    if newlines == 0:
-        nl, text = 0, "\n".join(chunk)
-    elif newlines == len(chunk) and all(map(str.endswith, chunk, _NL)):
-        nl = 1
+    if chunk[0][-1:] == "\n":  # lines that keep their newline (a file iterated)
+        nl, text = 1, "".join(chunk)
+        if text.count("\n") != len(chunk) or not all(map(str.endswith, chunk, _NL)):
+            return None
     else:
-        return None
+        nl, text = 0, "\n".join(chunk)
+        if text.count("\n") != len(chunk) - 1:
+            return None
     if (
         "\r" in text
         or "\x1b" in text
@@ -91,6 +91,7 @@ def _plain_block(chunk: list[str]) -> Block | None:
         # ISO stamp: normalise's carrier scan would change nothing)
         or text[:3] != "[20"
         or text.count("\n[20") != len(chunk) - 1
+        or chunk[0][11:12] == "T"
         or _ISO_BRACKET.search(text)
     ):
         return None
@@ -151,9 +152,9 @@ def normalise_blocks(
     line goes through each stage."""
     state = _Stages(notes)
     notes = state.framing.notes
-    lines, cleaned = paste_damage(separate(unship(iter(raw), notes), notes), state.framing)
+    lines, cleaned = paste_damage(unship(iter(raw), notes), state.framing)
     while items := list(itertools.islice(lines, BLOCK_LINES)):
-        for chunk in _without_blanks(items):
+        for chunk in _without_blanks(separate(items, lines, notes)):
             if type(chunk) is Blank:
                 yield from state.end()
                 yield chunk
@@ -164,7 +165,7 @@ def normalise_blocks(
 
 def _without_blanks(items: list) -> list:
     """The items as runs of lines, with each Blank on its own (most chunks have none)."""
-    if not any(type(x) is Blank for x in items):
+    if Blank not in set(map(type, items)):
         return [items]
     parts: list = []
     for x in items:
@@ -179,6 +180,7 @@ def _without_blanks(items: list) -> list:
 
 def _chunk(chunk: list[str], cleaned: bool, state: _Stages) -> Iterator[str | Block]:
     """One chunk of lines through the stages (a plain run as a Block)."""
+    chunk = state.framing.strip_chunk(chunk)
     if cleaned:
         for line in chunk:
             yield from state.line(line, cleaned=True)

@@ -137,18 +137,17 @@ def learn_prefix(head: Sequence[str]) -> LearnedPrefix | None:
     if len(lines) < 2:
         return None
     split = [_fields(h) for h in lines]
+    skeletons = [tuple(map(_skeleton, f)) for f in split]
     best: LearnedPrefix | None = None
     for k in range(1, MAX_FIELDS + 1):
-        keys = Counter(tuple(map(_skeleton, f[:k])) for f in split if len(f) > k)
+        keys = Counter(sk[:k] for f, sk in zip(split, skeletons, strict=True) if len(f) > k)
         if not keys:
             break
         key, count = keys.most_common(1)[0]
         share = count / len(lines)
         if share < MIN_SHARE or count < 2:
             break
-        shared = [
-            n for n, f in enumerate(split) if len(f) > k and tuple(map(_skeleton, f[:k])) == key
-        ]
+        shared = [n for n, f in enumerate(split) if len(f) > k and skeletons[n][:k] == key]
         sample, field = split[shared[0]], split[shared[0]][k - 1]
         at = sum(map(len, sample[: k - 1]))  # where the field starts in its line
         same = all(split[n][k - 1] == field for n in shared)

@@ -64,8 +64,11 @@ def required_words(pattern: re.Pattern[str]) -> tuple[str, ...]:
         raise NoTriggerWord(f"{pattern.pattern!r} ignores case: no substring test finds it")
     words = []
     for alternative in _alternatives(P.parse(pattern.pattern, pattern.flags).data):
-        runs = _runs(alternative)
-        best = runs[0].strip() if runs else ""
+        runs = [r.strip() for r in _runs(alternative)]
+        # A capitalised word first (the fast path scans for those in one regex), else the
+        # longest.
+        capital = [r for r in runs if len(r) >= MIN_WORD and r[0].isupper()]
+        best = capital[0] if capital else (runs[0] if runs else "")
         if len(best) < MIN_WORD:
             raise NoTriggerWord(f"{pattern.pattern!r}: an alternative requires no literal word")
         words.append(best)
