@@ -40,7 +40,7 @@ def _clean(lines: Iterable[str | Blank]) -> Iterator[str | Blank]:
         yield line if type(line) is Blank else clean_line(line)  # type: ignore[arg-type]
 
 
-def _wrap_width(head: list[str], framing: Framing | None = None) -> int | None:
+def _wrap_width(head: list[str]) -> int | None:
     """The terminal width a paste was wrapped at, from its first lines; None if not wrapped.
     Wrapped text has no line longer than the width and several exactly that long that the next
     line continues: two at a common terminal width, three at any other (a resized window), one
@@ -51,16 +51,26 @@ def _wrap_width(head: list[str], framing: Framing | None = None) -> int | None:
         return None
     # A full-width line that the next one continues (it starts no record of its own): a log
     # whose templated lines merely share one length shows none.
-    learned = framing.learned.pattern if framing and framing.learned else None
-    pieces = [b for a, b in itertools.pairwise(head) if len(a) == longest and b]
+    # A piece that starts as the line before it does (the same first field: a runner's tag on
+    # every line of one template) is a record of its own, not the rest of that line.
     pieces = [
-        b for b in pieces if not _RECORD_START.match(b) and not (learned and learned.match(b))
+        b
+        for a, b in itertools.pairwise(head)
+        if len(a) == longest and b and not _RECORD_START.match(b) and not _same_start(a, b)
     ]
     need = 2 if longest in WRAP_WIDTHS else 3
     if pieces and len(pieces) < need and not any(map(ANY_CARRIER.match, pieces)):
         carried = sum(1 for s in head if s and ANY_CARRIER.match(s))
         need = 1 if carried >= 0.8 * (len(head) - len(pieces)) else need
     return longest if len(pieces) >= need else None
+
+
+def _same_start(a: str, b: str) -> bool:
+    first_a, first_b = a.split(" ", 1)[0], b.split(" ", 1)[0]
+    return len(first_a) >= 3 and _DIGITS.sub("0", first_a) == _DIGITS.sub("0", first_b)
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 def _numbered(head: list[str]) -> bool:
@@ -163,9 +173,11 @@ def paste_damage(
     if numbered:
         items = [_unnumbered(x) for x in items]
         head = [x for x in items if type(x) is str]
-    framing.learn([peel(h)[0] for h in head if not (h[:3] == "[20" and h[11:12] == " ")])
-    width = _wrap_width(head, framing)
+    width = _wrap_width(head)
     notes = framing.notes
+    if width:  # the wrapper is learned from whole lines
+        head = [x for x in _unwrap(iter(head), width, FramingNotes()) if type(x) is str]
+    framing.learn([peel(h)[0] for h in head if not (h[:3] == "[20" and h[11:12] == " ")])
     notes.numbered, notes.wrap_width = numbered, width
     notes.carriers = carrier_names(head[:200])
     if not numbered and not width:
