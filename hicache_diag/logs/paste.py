@@ -66,8 +66,11 @@ def _wrap_width(head: list[str]) -> int | None:
 
 
 def _same_start(a: str, b: str) -> bool:
+    """Both lines start with one short field of one shape (a tag), text after it."""
     first_a, first_b = a.split(" ", 1)[0], b.split(" ", 1)[0]
-    return len(first_a) >= 3 and _DIGITS.sub("0", first_a) == _DIGITS.sub("0", first_b)
+    if not 3 <= len(first_a) <= 60 or len(first_a) == len(a):
+        return False
+    return _DIGITS.sub("0", first_a) == _DIGITS.sub("0", first_b)
 
 
 _DIGITS = re.compile(r"\d+")
