@@ -19,6 +19,7 @@ from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.triage.discover import describe_pid
 from hicache_diag.triage.hang import RankSamples
 from hicache_diag.triage.pyspy import dump_stacks
+from hicache_diag.triage.saved_failures import failure_samples
 
 _SAMPLE = re.compile(r"_s(\d+)\b")
 _GLOBAL_RANK = re.compile(r"rank[_-]?(\d+)", re.I)
@@ -164,6 +165,14 @@ def _rank_of(dump: RankDump, path: Path, manifest: dict[int, RankId]) -> RankId 
     return None
 
 
+def _rank_of_file(path: Path, manifest: dict[int, RankId]) -> RankId | None:
+    if (rank := parse_rank_tokens(path.stem)) is not None:
+        return rank
+    if m := _GLOBAL_RANK.search(path.stem):
+        return manifest.get(int(m.group(1)), RankId(tp=int(m.group(1))))
+    return None
+
+
 def load_dumps(folder: Path) -> list[RankSamples]:
     """Every stack file in `folder` (py-spy JSON or text, faulthandler), grouped by rank."""
     if not folder.is_dir():
@@ -173,17 +182,22 @@ def load_dumps(folder: Path) -> list[RankSamples]:
     by_rank: dict[RankId, RankSamples] = {}
     order: list[tuple[int, RankDump]] = []
     unreadable = 0
+    failed: list[RankSamples] = []
     for path in files:
         try:  # UTF-16 from PowerShell's `>` too; a binary file is skipped as unreadable
-            dumps = parse_dump_text(decode_text(path.read_bytes()), str(path))
+            text = decode_text(path.read_bytes())
+            dumps = parse_dump_text(text, str(path))
         except (OSError, NotALog):
             unreadable += 1
+            continue
+        if not dumps and (rs := failure_samples(text, _rank_of_file(path, manifest))):
+            failed.append(rs)  # py-spy's own failure, read as live triage reads it
             continue
         m = _SAMPLE.search(path.stem)
         for dump in dumps:
             dump.rank = _rank_of(dump, path, manifest)
             order.append((int(m.group(1)) if m else 0, dump))
-    if not order:
+    if not order and not failed:
         what = f"{len(files)} files" + (f", {unreadable} unreadable" if unreadable else "")
         raise UsageError(f"--dumps {folder}: no py-spy or faulthandler stacks found ({what})")
     unnamed = 0
@@ -192,4 +206,6 @@ def load_dumps(folder: Path) -> list[RankSamples]:
             dump.rank, unnamed = RankId(anon=unnamed), unnamed + 1
         rs = by_rank.setdefault(dump.rank, RankSamples(dump.rank, dump.pid, dump.title))
         rs.dumps.append(dump)
+    for rs in failed:
+        by_rank.setdefault(rs.rank, rs)
     return sorted(by_rank.values(), key=lambda rs: rs.rank.key)
