@@ -146,7 +146,10 @@ def test_a_full_record_dir_leaves_the_server_serving(tmp_path):
             assert generate(port, "still serving")["meta_info"]["completion_tokens"] > 0
         said = [ln for ln in tail(log, 10**7).splitlines() if "hicache-diag recorder off" in ln]
         assert len(said) == 2, said  # once a rank
-        assert all("No space left on device" in ln for ln in said), said
+        # Whichever rank meets the full disk first: the write's ENOSPC, or the free-space
+        # reserve checked before a new file (the other rank's writes took the last bytes).
+        full = ("No space left on device", "disk nearly full")
+        assert all(any(why in ln for why in full) for ln in said), said
     finally:
         subprocess.run(["umount", "-l", str(record_dir)], check=False)
     assert_no_children()
