@@ -176,6 +176,12 @@ def record_setup(record_dir: Path | None, bundle_dir: Path | None, cpu_shims: bo
     return entry.record(record_dir, bundle_dir, cpu_shims)
 
 
+def release_options() -> type[RunOptions]:
+    """The release engine's options class, read without building its entry (--help stays
+    fast): the one whose options pick a release by its Python."""
+    return next(c for c in option_classes().values() if "sglang_python" in field_names(c))
+
+
 def takes_releases(name: str) -> bool:
     """Whether engine `name` runs a release picked by --sglang-python / --sglang-version."""
     return engine(name).releases is not None
