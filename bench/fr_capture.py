@@ -51,11 +51,19 @@ def _rank(rank: int, out: str, port: int) -> None:
 
 
 def main() -> int:
+    import argparse
     import socket
 
     import torch.multiprocessing as mp
 
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "samples/flight_recorder/gloo-desync-4ranks")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "out_dir",
+        nargs="?",
+        default="samples/flight_recorder/gloo-desync-4ranks",
+        help="where the four dumps and ranks.log go (default: %(default)s)",
+    )
+    out = Path(parser.parse_args().out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("nccl_trace_rank_*"):
         old.unlink()

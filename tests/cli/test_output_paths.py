@@ -56,6 +56,7 @@ NOT_OUTPUTS = {
     ("run", "--sglang-python"): "read: an interpreter to run",
     ("triage", "--dumps"): "read",
     ("triage", "--logs"): "read",
+    ("triage", "--fr"): "read: Flight Recorder dumps",
     ("triage", "--ssh-config"): "read",
     ("triage", "--record-dir"): "read; live (--pid/--discover) only the recorder's own protocol "
     "file goes into a live session found there: dump-request.json, replaced whole",
