@@ -68,6 +68,7 @@ def _register() -> None:
         bisect,
         export,
         hunt,
+        record,
         report,
         run,
         shrink,
@@ -76,7 +77,7 @@ def _register() -> None:
         triage,
     )
 
-    for module in (run, triage, bisect, report, timeline, sources, export, hunt, shrink):
+    for module in (run, record, triage, bisect, report, timeline, sources, export, hunt, shrink):
         module.register(app)
     bisect.add_run_flags_to_help(app)
 

@@ -21,6 +21,7 @@ from hicache_diag.cli.triage_flags import (
     DEADLINE,
     DISCOVER,
     DUMPS,
+    FLIGHT,
     HOST_TIMEOUT,
     INTERVAL,
     JOBID,
@@ -48,6 +49,7 @@ Dumps = flag(DUMPS, list[str] | None)
 Logs = flag(LOGS, list[str] | None)
 Save = flag(SAVE, str | None)
 RecordDirs = flag(RECORD_DIR, list[str] | None)
+FlightDumps = flag(FLIGHT, list[str] | None)
 Interval = flag(INTERVAL, float)
 Samples = flag(SAMPLES, int)
 Native = flag(NATIVE, bool)
@@ -97,6 +99,7 @@ def triage(
     dumps: Dumps = None,
     logs: Logs = None,
     record_dir: RecordDirs = None,
+    fr: FlightDumps = None,
     save: Save = None,
     interval: Interval = 0.5,
     samples: Samples = 2,
@@ -134,6 +137,7 @@ def triage(
     request = TriageRequest(pids, discover, parent, folders, found, saved, samples, interval)
     request = replace(request, deadline_s=deadline, native=native, num_heads=num_heads)
     request = replace(request, record_dirs=tuple(map(Path, record_dir or ())))
+    request = replace(request, flight=tuple(map(Path, fr or ())))
     _report(replace(request, pp_size=pp, progress=progress), json_out)
 
 

@@ -35,6 +35,12 @@ RECORD_DIR = Param(
     "recordings when their environment cannot be read.",
     "DIR",
 )
+FLIGHT = Param(
+    "--fr",
+    "Folder of PyTorch Flight Recorder dumps, one file per rank (pickle or JSON; "
+    "docs/triage-framing.md).",
+    "DIR",
+)
 INTERVAL = Param("--interval", "Seconds between live samples.", "SECONDS")
 SAMPLES = Param("--samples", "Live samples per rank (>= 2 tells progress from a wedge).", "N")
 NATIVE = Param("--native", "Add a py-spy --native pass.")
@@ -120,7 +126,7 @@ def _paths(p: Parsed) -> str | None:
 
     for path in [] if _cluster(p) else _logs(p):
         input_file(str(LOGS), path)
-    for flag in (DUMPS, RECORD_DIR):
+    for flag in (DUMPS, RECORD_DIR, FLIGHT):
         for path in [] if _cluster(p) else p.value(flag) or ():
             input_dir(str(flag), path)
     claim_dir(str(SAVE), p.value(SAVE), fresh=True, once="a --save bundle")
@@ -128,8 +134,11 @@ def _paths(p: Parsed) -> str | None:
 
 
 def _something(p: Parsed) -> str | None:
-    if not (_cluster(p) or _local_live(p) or p.value(DUMPS) or _logs(p) or p.value(RECORD_DIR)):
-        return f"nothing to triage: give {PID}, {DISCOVER}, {DUMPS}, {LOGS} or {RECORD_DIR}"
+    given = (p.value(DUMPS), _logs(p), p.value(RECORD_DIR), p.value(FLIGHT))
+    if not (_cluster(p) or _local_live(p) or any(given)):
+        return (
+            f"nothing to triage: give {PID}, {DISCOVER}, {DUMPS}, {LOGS}, {RECORD_DIR} or {FLIGHT}"
+        )
     return None
 
 

@@ -10,6 +10,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from hicache_diag.cli.render.console import SafeConsole as Console
+from hicache_diag.cli.render.safe_text import safe_report
 from hicache_diag.triage.recorded import Recording
 from hicache_diag.triage.report import TriageReport
 from hicache_diag.triage.stacks import StackNode, format_rank_set
@@ -99,7 +100,9 @@ def _ranks(node: StackNode) -> str:
 
 
 def render_triage(report: TriageReport, console: Console | None = None) -> None:
-    # Error texts carry `[/pytorch/...]` paths that rich would parse as markup: print as Text.
+    # Error texts carry `[/pytorch/...]` paths that rich would parse as markup: print as Text;
+    # escape sequences a log carried are shown, never sent to the terminal.
+    report = safe_report(report)
     console = console or Console()
     console.print(Text(verdict_line(report), style=_STYLE.get(report.kind, "bold yellow")))
     if report.confidence != "high":
@@ -110,6 +113,8 @@ def render_triage(report: TriageReport, console: Console | None = None) -> None:
         console.print(Text(f"printed by: {report.emitter}"))
     if report.reason:
         console.print(Text(f"reason: {report.reason}"))
+    for line in report.framing:  # what reading the logs undid (logs.framing_notes)
+        console.print(Text(f"framing: {line}", style="dim"))
     if report.ranks:
         console.print(_rank_table(report))
     if report.recording is not None and report.recording.ranks:

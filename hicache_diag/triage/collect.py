@@ -21,6 +21,7 @@ from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.triage.discover import describe_pid
 from hicache_diag.triage.hang import RankSamples
 from hicache_diag.triage.pyspy import dump_stacks
+from hicache_diag.triage.saved_failures import failure_samples
 
 _SAMPLE = re.compile(r"_s(\d+)\b")
 MAX_DUMP_FILES = 10_000  # a dumps folder of one incident: a sample per rank per few seconds
@@ -160,6 +161,10 @@ def _manifest_ranks(folder: Path) -> dict[int, RankId]:
 def _rank_of(dump: RankDump, path: Path, manifest: dict[int, RankId]) -> RankId | None:
     if dump.rank is not None:
         return dump.rank
+    return _rank_of_file(path, manifest)
+
+
+def _rank_of_file(path: Path, manifest: dict[int, RankId]) -> RankId | None:
     if (rank := parse_rank_tokens(path.stem)) is not None:
         return rank
     if m := _GLOBAL_RANK.search(path.stem):
@@ -194,18 +199,22 @@ def load_dumps(folder: Path) -> list[RankSamples]:
     by_rank: dict[RankId, RankSamples] = {}
     order: list[tuple[int, RankDump]] = []
     unreadable = 0
+    failed: list[RankSamples] = []
     for path in files:
         try:  # UTF-16 from PowerShell's `>` too; a binary, huge or odd file is unreadable
-            raw = ev_files.read_bytes(path, ev_files.MAX_JSON_BYTES)
-            dumps = parse_dump_text(decode_text(raw), str(path))
+            text = decode_text(ev_files.read_bytes(path, ev_files.MAX_JSON_BYTES))
+            dumps = parse_dump_text(text, str(path))
         except (OSError, ValueError, NotALog):
             unreadable += 1
+            continue
+        if not dumps and (rs := failure_samples(text, _rank_of_file(path, manifest))):
+            failed.append(rs)  # py-spy's own failure, read as live triage reads it
             continue
         m = _SAMPLE.search(path.stem)
         for dump in dumps:
             dump.rank = _rank_of(dump, path, manifest)
             order.append((int(m.group(1)) if m else 0, dump))
-    if not order:
+    if not order and not failed:
         what = f"{len(files)} files" + (f", {unreadable} unreadable" if unreadable else "")
         raise UsageError(f"--dumps {folder}: no py-spy or faulthandler stacks found ({what})")
     unnamed = 0
@@ -214,4 +223,6 @@ def load_dumps(folder: Path) -> list[RankSamples]:
             dump.rank, unnamed = RankId(anon=unnamed), unnamed + 1
         rs = by_rank.setdefault(dump.rank, RankSamples(dump.rank, dump.pid, dump.title))
         rs.dumps.append(dump)
+    for rs in failed:
+        by_rank.setdefault(rs.rank, rs)
     return sorted(by_rank.values(), key=lambda rs: rs.rank.key)

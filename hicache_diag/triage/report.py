@@ -74,6 +74,9 @@ class TriageReport:
     emitter: str | None = None
     # A production recording read beside the stacks (`hicache-diag record`), when one was found
     recording: Recording | None = None
+    # What reading the logs undid to get at their lines (logs.framing_notes): collectors
+    # peeled, a prefix learned from the file, wrapped or glued lines, JSON decoded, ...
+    framing: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS or (self.cause is not None and self.cause not in CAUSES):
@@ -113,6 +116,7 @@ class TriageReport:
             "samples": self.samples,
             "confidence": self.confidence,
             "emitter": self.emitter,
+            "framing": self.framing,
             "exit_code": int(self.exit_code),
             "recorded": rec.recorded_json() if (rec := self.recording) and rec.ranks else None,
             "first_divergence": rec.first_divergence_json() if rec else None,

@@ -17,6 +17,9 @@ from hicache_diag.rules.rank_fate import launcher_fates
 from hicache_diag.triage.classify import classify
 from hicache_diag.triage.collect import capture_live, load_dumps, save_samples
 from hicache_diag.triage.discover import discover_schedulers
+from hicache_diag.triage.flight_findings import analyse
+from hicache_diag.triage.flight_recorder import read_flight_dir
+from hicache_diag.triage.flight_verdict import join_flight
 from hicache_diag.triage.hang import RankSamples
 from hicache_diag.triage.recorded import Recording, offline_facts, read_recording
 from hicache_diag.triage.recorded_dumps import offline_stacks, read_offline
@@ -49,6 +52,7 @@ class TriageRequest:
     pp_size: int | None = None  # the deployment's PP size, when the text may not show it
     progress: ReadProgress | None = None  # (bytes read, bytes in all) while a log is read
     record_dirs: tuple[Path, ...] = ()  # production recordings (`hicache-diag record`)
+    flight: tuple[Path, ...] = ()  # folders of Flight Recorder dumps (--fr)
 
 
 def _live_pids(req: TriageRequest) -> list[int]:
@@ -113,7 +117,15 @@ def run_triage(req: TriageRequest) -> TriageReport:
         ranks, logs, num_heads=req.num_heads, pp_size=req.pp_size, hang_declared=declared
     )
     attach_recording(report, recording, live=bool(pids))
-    return report
+    return _with_flight(report, req.flight)
+
+
+def _with_flight(report: TriageReport, folders: tuple[Path, ...]) -> TriageReport:
+    """The Flight Recorder dumps of --fr joined in (triage/flight_verdict.py)."""
+    if not folders:
+        return report
+    dumps = [d for folder in folders for d in read_flight_dir(folder)]
+    return join_flight(report, analyse(dumps))
 
 
 def _offline(folders: tuple[Path, ...], ranks: list[RankSamples]) -> Recording:

@@ -56,6 +56,7 @@ NOT_OUTPUTS = {
     ("run", "--sglang-python"): "read: an interpreter to run",
     ("triage", "--dumps"): "read",
     ("triage", "--logs"): "read",
+    ("triage", "--fr"): "read: Flight Recorder dumps",
     ("triage", "--ssh-config"): "read",
     ("triage", "--record-dir"): "read; live (--pid/--discover) only the recorder's own protocol "
     "file goes into a live session found there: dump-request.json, replaced whole",
@@ -69,6 +70,11 @@ NOT_OUTPUTS = {
     ("shrink", "run_dir"): "read",
     ("sources", "--source"): "read",
     ("sources", "--run"): "read",
+    ("record", "--dir"): "the recorder's sessions: each launch writes a new folder of its own "
+    "inside, never a file it did not make",
+    ("record", "--bundle-dir"): "an empty folder or an older copy of the recorder, replaced; "
+    "anything else (a file, a symlink, a folder of the user's) is refused "
+    "(tests/cli/test_record.py)",
 }
 # How an option says it names a path: its metavar, or a name outputs have.
 PATH_METAVARS = {"DIR", "FILE", "PATH", "RUN_DIR", "LOG"}
