@@ -244,12 +244,12 @@ def _run(argv: list[str]) -> int:
     finally:
         if old:  # the command has ended: a late stop signal changes nothing
             for sig in STOP_SIGNALS:
-                signal.signal(sig, _ended)
+                signal.signal(sig, _late_stop)
         phase["now"] = "ended"
         restore_sigterm(old)
 
 
-def _ended(signum: int, frame: object) -> None:
+def _late_stop(signum: int, frame: object) -> None:
     """A stop signal as the command ends: its outputs are written, nothing is left to stop."""
 
 
