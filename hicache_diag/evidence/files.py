@@ -100,18 +100,25 @@ def _brackets(text: str | bytes) -> int:
 
 
 def depth(value: Any) -> int:
-    """How deep `value` nests (a scalar: 0), walked without recursion."""
-    deepest, todo = 0, [(value, 1)]
+    """How deep `value` nests (a scalar: 0), walked without recursion. A container reached
+    again (an unpickled value may share one, or hold itself) is walked again only from a
+    deeper level: at most MAX_JSON_DEPTH walks of each."""
+    deepest, todo, seen = 0, [(value, 1)], {}
     while todo:
         item, level = todo.pop()
         if isinstance(item, dict):
-            item = list(item.values())
-        elif not isinstance(item, list):
+            children = list(item.values())
+        elif isinstance(item, (list, tuple)):  # a tuple: an unpickled value's
+            children = item
+        else:
             continue
+        if seen.get(id(item), 0) >= level:
+            continue
+        seen[id(item)] = level
         deepest = max(deepest, level)
         if level > MAX_JSON_DEPTH:
             return level
-        todo.extend((v, level + 1) for v in item)
+        todo.extend((v, level + 1) for v in children)
     return deepest
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from tests.hostile.invariants import (
     BUILTIN_HANG,
+    ROOT,
     SGLANG_CRASH,
     changed,
     check_output,
@@ -22,6 +23,7 @@ from tests.hostile.invariants import (
     tree_hashes,
 )
 
+FR_SAMPLE = ROOT / "samples" / "flight_recorder"
 LONG = "x" * 300  # past NAME_MAX (255): Errno 36 before issue 41
 
 
@@ -65,10 +67,18 @@ _WRONG_TYPES = {
     "launcher.json": '{"ranks": "abc", "hang": 5, "stacks": []}',
     "manifest.json": '{"faults": "dma-delay", "topology": [1, 2], "config": 3}',
     "verdict.json": '{"outcome": "crash", "ranks": "abc", "evidence": 5}',
-    "rank0.jsonl": '{"step": "x", "queues": 5, "rids": {"a": 1}}',
+    "rank0.jsonl": '{"step": "x", "queues": 5, "rids": {"a": 1}}\n'
+    '{"step": 3, "queues": 5, "rids": {"a": 1}, "acks_consumed": "x", "must_agree": 7}',
     "rank0.json": '[{"frames": "x", "thread_name": 5}, 7, {"frames": [{"line": "inf"}]}]',
     "requests.json": '{"errors": [1, 2], "aborted": "x"}',
     "outputs.json": '"not outputs"',
+    # a production recording (`record`) and a Flight Recorder dump (`triage --fr`)
+    "rank0.meta.json": '{"rank": "x", "pid": "abc", "fields": 5, "limits": []}',
+    "rank0.dump-1.json": '{"rank": 0, "threads": "x", "steps": 5, "at": "later", "queues": 1}',
+    "rank0.blocks.jsonl": '{"step": "x", "crcs": 5}\n{"block": 0, "first": 1, "last": "x"}\n'
+    '{"block": 1, "first": 5, "last": 8, "n": 4, "f": {"rids": "x", "evicted": [1]}}',
+    "nccl_trace_rank_0": '{"entries": [{"state": 5, "collective_seq_id": "x", "frames": 7}, 3], '
+    '"pg_config": [1], "pg_status": 3, "version": {}}',
 }
 KINDS = (
     "fifo",
@@ -100,7 +110,17 @@ EXPORT_FILES = (
     "rank1.log",
     "server.log",
 )
-_TEXT_ONLY = {"rank0.log", "rank1.log", "server.log"}  # logs: deep JSON or types mean nothing
+RECORDING_FILES = (
+    "rank0.meta.json",
+    "rank0.jsonl",
+    "rank0.blocks.jsonl",
+    "rank0.digest.000000",
+    "rank0.dump-1.json",
+    "dump-request.json",
+)
+FR_FILES = ("nccl_trace_rank_0", "nccl_trace_rank_1")
+# Not JSON text: deep JSON or types mean nothing (a log; a digest segment is binary records).
+_TEXT_ONLY = {"rank0.log", "rank1.log", "server.log", "rank0.digest.000000"}
 
 
 def _cases(files: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -120,7 +140,8 @@ def _run_case(cli, argv: list[str], tmp_path: Path) -> None:
     before = tree_hashes(tmp_path)
     ran = cli([*argv, "--json"] if "export" not in argv else argv)
     check_output(ran, json_out="export" not in argv)
-    assert ran.code in (0, 2, 3), (ran.code, ran.err[-1500:])
+    verdicts = range(10, 17) if argv[0] == "triage" else ()  # triage's exit names its verdict
+    assert ran.code in (0, 2, 3, *verdicts), (ran.code, ran.err[-1500:])
     assert not changed(before, tree_hashes(tmp_path)), "an input was changed"
 
 
@@ -146,6 +167,56 @@ def test_export_reads_any_hostile_evidence_file(cli, tmp_path, no_export_probe, 
     assert not changed(before, tree_hashes(run))
 
 
+def _recording(session: Path) -> None:
+    """Two ranks' recording, as the recorder's own writer leaves it, rank 0 with a dump."""
+    from hicache_diag.evidence import recording as rec
+    from tests.unit.triage.recordings import record, small
+
+    writers = record(session, 2, 40)
+    rec.RankRecording(session, writers[0].meta, small()).dump({"request": "q1"}, "asked")
+    rec.write_dump_request(session, "q1")
+
+
+@pytest.mark.parametrize(("name", "kind"), _cases(RECORDING_FILES), ids=_ids(RECORDING_FILES))
+def test_triage_reads_any_hostile_recording_file(cli, tmp_path, name, kind):
+    """`triage --record-dir`: a recording copied from a node is input like any other."""
+    session = tmp_path / "rec" / "node1-20250101T000000Z-7"
+    session.mkdir(parents=True)
+    _recording(session)
+    _make(session / name, kind)
+    _run_case(cli, ["triage", "--record-dir", session], tmp_path)
+    _run_case(cli, ["triage", "--record-dir", tmp_path / "rec"], tmp_path)  # its record dir
+
+
+@pytest.mark.parametrize(("name", "kind"), _cases(FR_FILES), ids=_ids(FR_FILES))
+def test_triage_reads_any_hostile_flight_recorder_dump(cli, tmp_path, name, kind):
+    fr = tmp_path / "fr"
+    shutil.copytree(FR_SAMPLE / "gloo-desync-4ranks", fr)
+    _make(fr / name, kind)
+    _run_case(cli, ["triage", "--fr", fr], tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["deep", "shared", "a class"])
+def test_a_hostile_pickle_in_a_flight_recorder_folder_is_no_dump(cli, tmp_path, kind):
+    """Pickles nested past any dump, sharing one list 2^60 ways, or naming a class: each
+    is left out (the other ranks read), never a RecursionError, a hang or code run."""
+    import pickle
+
+    fr = tmp_path / "fr"
+    shutil.copytree(FR_SAMPLE / "gloo-desync-4ranks", fr)
+    if kind == "deep":  # written by opcode: pickling it here would recurse
+        data = b"\x80\x02" + b"(" * 100_000 + b"]" + b"l" * 100_000 + b"."
+    elif kind == "shared":
+        value: list = []
+        for _ in range(60):
+            value = [value, value]
+        data = pickle.dumps({"entries": value, "version": "2.10"})
+    else:
+        data = pickle.dumps({"entries": [Path("x")]})
+    (fr / "nccl_trace_rank_0").write_bytes(data)
+    _run_case(cli, ["triage", "--fr", fr], tmp_path)
+
+
 @pytest.mark.parametrize("kind", ["fifo", "damaged", "deep-json", "many"])
 def test_export_never_reads_the_run_dirs_beside_it(cli, tmp_path, no_export_probe, kind):
     """A FIFO verdict.json next door hung export, a damaged one made it exit 1, 300 siblings
@@ -169,6 +240,8 @@ PATH_INPUTS = [
     (["run", "--scenario"], []),
     (["triage", "--dumps"], []),
     (["triage", "--logs"], []),
+    (["triage", "--record-dir"], []),
+    (["triage", "--fr"], []),
     (["triage", "--live", "--via", "ssh", "--hosts", "n1", "--ssh-config"], []),
     (["report"], []),
     (["export"], []),
@@ -211,6 +284,8 @@ OUTPUT_FLAGS = [
     (["report", BUILTIN_HANG, "--html"], []),
     (["run", "--out"], []),
     (["triage", "--dumps", BUILTIN_HANG / "stacks", "--save"], []),
+    (["record", "--print-env", "--bundle-dir"], []),
+    (["record", "--print-env", "--dir"], []),
 ]
 
 
