@@ -39,26 +39,16 @@ class Record:
     @classmethod
     def from_json(cls: type[R], data: dict[str, Any] | None) -> R:
         """Every key of `data` kept: known ones typed, the rest in `extra`."""
-        known, nested = _key_set(cls), cls.nested
-        if (wrong := cls.wrong_type(data or {})) is not None:
-            raise ValueError(wrong)  # a file is input: a wrong type is damage, said
+        known, nested, types = _key_set(cls), cls.nested, _types(cls)
         kwargs, extra = {}, {}
         for k, v in (data or {}).items():
             if k not in known:
                 extra[k] = v
                 continue
+            if not isinstance(v, types[k]):  # a file is input: a wrong type is damage, said
+                raise ValueError(f"{k!r} is a JSON {_json_kind(v)}, not {_expected(types[k])}")
             kwargs[k] = _read(nested[k], v) if k in nested else v
         return cls(**kwargs, extra=extra, absent=known.difference(kwargs))
-
-    @classmethod
-    def wrong_type(cls, data: dict[str, Any]) -> str | None:
-        """What from_json would refuse in `data`'s own keys (not its nested records'), or
-        None: for a reader that keeps the plain dict."""
-        types = _types(cls)
-        for k, v in data.items():
-            if k in types and not isinstance(v, types[k]):
-                return f"{k!r} is a JSON {_json_kind(v)}, not {_expected(types[k])}"
-        return None
 
     def to_json(self) -> dict[str, Any]:
         nested, absent = self.nested, self.absent

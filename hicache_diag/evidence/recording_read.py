@@ -21,7 +21,6 @@ from hicache_diag.evidence.recording_files import (
     lines_path,
     meta_path,
 )
-from hicache_diag.evidence.step import StepRecord
 
 # The writer keeps 2 x 4 MiB of lines and 8 x 4 MiB of digests a rank by default; bounds well
 # past any configured recording, the newest data kept where one is reached.
@@ -81,11 +80,12 @@ def json_lines(paths: list[Path]) -> list[dict[str, Any]]:
 
 
 def is_step_line(item: dict[str, Any]) -> bool:
-    """A step line its readers can walk: a step number, each key of the JSON type a step
-    record holds, the must-agree fields named by strings."""
-    if not isinstance(item.get("step"), int) or StepRecord.wrong_type(item) is not None:
+    """A step line its readers can walk: a step number, the must-agree fields a list of names.
+    Other values are compared as written (a release's recorder may write its own shapes)."""
+    agree = item.get("must_agree")
+    if not isinstance(item.get("step"), int) or not isinstance(agree, (list, type(None))):
         return False
-    return all(isinstance(k, str) for k in item.get("must_agree") or ())
+    return all(isinstance(k, str) for k in agree or ())
 
 
 def is_block(item: dict[str, Any]) -> bool:
