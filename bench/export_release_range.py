@@ -114,6 +114,41 @@ def run_test(export: Path, python: str, tmp: Path) -> dict:
     }
 
 
+def package_dir(python: str) -> Path | None:
+    done = subprocess.run(
+        [python, "-c", "import importlib.util as u; print(u.find_spec('sglang').origin)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    origin = done.stdout.strip()
+    return Path(origin).parent if done.returncode == 0 and origin else None
+
+
+def code_shape(test_file: str, packages: dict[str, Path | None]) -> dict[str, bool | None]:
+    """Per release: whether every step of the mechanism (the export recipe whose test this is)
+    is in that release's source, read with `ast`, never imported (None: no source)."""
+    sys.path.insert(0, str(ROOT))
+    from hicache_diag.export.recipes import RECIPES
+    from hicache_diag.export.source_lines import present
+
+    recipe = next((r for r in RECIPES if r.test_file == test_file), None)
+    if recipe is None:
+        return {}
+    return {v: (present(p, recipe.steps) if p else None) for v, p in packages.items()}
+
+
+def dense_tree_cache(package: Path | None) -> str | None:
+    """The tree cache a dense model gets with --enable-hierarchical-cache in that release, read
+    off its `mem_cache/registry.py` (0.5.18 builds HiRadixCache there; later releases only
+    UnifiedRadixCache). None: no source."""
+    if package is None or not (package / "srt" / "mem_cache" / "registry.py").is_file():
+        return None
+    text = (package / "srt" / "mem_cache" / "registry.py").read_text()
+    return "HiRadixCache" if "HiRadixCache(" in text else "UnifiedRadixCache"
+
+
 def release_range(runs: dict[str, dict]) -> dict:
     """The range, read off the outcomes."""
     by = {o: [v for v, r in runs.items() if r["outcome"] == o] for o in ("failed", "passed")}
@@ -157,8 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "findings": {},
     }
+    packages = {v: package_dir(py) for v, py in found.items()}
+    result["dense_hicache_tree"] = {v: dense_tree_cache(p) for v, p in packages.items()}
     with tempfile.TemporaryDirectory(prefix="export-range-") as tmp:
         for finding in args.findings:
+            test = next(
+                p.name for p in sorted((EXPORTS / finding).iterdir()) if _TEST.match(p.name)
+            )
             runs = {}
             for version, python in found.items():
                 export = Path(tmp) / version / finding  # pytest may write into its rootdir
@@ -167,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{finding} on {version}: {runs[version]['outcome']}", file=sys.stderr)
             rng = release_range(runs)
             result["findings"][finding] = {
+                "test": test,
+                "code_shape": code_shape(test, packages),
                 "runs": runs,
                 "range": rng,
                 "sentence": range_sentence(rng),
