@@ -10,8 +10,9 @@ ours): on the release as it is, on a copy with `nonfix.patch` applied, on a copy
 lines run in the patched files (imports included), in the test process and in the processes
 it forks; each hunk
 of a patch counts as executed when one of its added lines, or the line that follows one of its
-removals, ran. The patched copy is the release's tree of symlinks with only the patched files
-copied (patch(1) rewrites them), so the installed release is never touched.
+removals, ran. The patched copy is the overlay `run --patch` launches (the release's tree of
+symlinks with only the patched files copied and patch(1) applied), so the installed release is
+never touched.
 
 Prints one JSON object per finding: each run's outcome (`passed` / `failed`, and the failure
 lines pytest printed), each patch's hunks with `executed`, and whether the fix and the non-fix
@@ -99,24 +100,20 @@ def hunks(patch: str) -> list[dict]:
 
 
 def patched_copy(release: Path, patch: Path, root: Path) -> Path:
-    shutil.copytree(
-        release,
-        root / "sglang",
-        symlinks=True,
-        copy_function=os.symlink,
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    for h in hunks(patch.read_text()):
-        target = root / h["file"]
-        if target.is_symlink():
-            target.unlink()
-            shutil.copyfile(release.parent / h["file"], target)
-    done = subprocess.run(
-        ["patch", "-s", "-p1", "-d", str(root), "-i", str(patch)], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"{patch} does not apply: {done.stdout}{done.stderr}")
-    return root
+    """The release with `patch` applied: the overlay `run --patch` launches (a tree of
+    symlinks with only the patched files copied; engines/sglang/patch_overlay.py), built into
+    `root`'s cache so the check never shares one with a user's runs."""
+    import importlib.metadata
+
+    sys.path.insert(0, str(ROOT))
+    os.environ["HICACHE_DIAG_CACHE"] = str(root.parent / "cache")
+    from hicache_diag.engines.sglang.patch_overlay import patch_overlay
+    from hicache_diag.errors import UsageError
+
+    try:
+        return patch_overlay(str(patch), importlib.metadata.version("sglang"), release).root
+    except UsageError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def run_test(export: Path, path: str, env_extra: dict[str, str], plugin: bool) -> dict:

@@ -176,12 +176,42 @@ def range_sentence(rng: dict) -> str:
     return "; ".join(parts) or "not run"
 
 
+def merged(old: dict, new: dict) -> dict:
+    """`old` with `new`'s releases added (or replaced), each finding's range read again; the
+    host facts of each part kept under `parts`."""
+    out = {**old, "releases": {**old.get("releases", {}), **new["releases"]}}
+    out["releases"] = dict(sorted(out["releases"].items(), key=lambda kv: _release_key(kv[0])))
+    out["dense_hicache_tree"] = {**old.get("dense_hicache_tree", {}), **new["dense_hicache_tree"]}
+    parts = old.get("parts") or [{"started": old.get("started"), "host": old.get("host")}]
+    out["parts"] = [*parts, {"started": new["started"], "host": new["host"]}]
+    for finding, f in new["findings"].items():
+        prev = old.get("findings", {}).get(finding, {"runs": {}, "code_shape": {}})
+        runs = {**prev["runs"], **f["runs"]}
+        runs = dict(sorted(runs.items(), key=lambda kv: _release_key(kv[0])))
+        rng = release_range(runs)
+        shape = {**prev.get("code_shape", {}), **f["code_shape"]}
+        out.setdefault("findings", {})[finding] = {
+            **f,
+            "code_shape": dict(sorted(shape.items(), key=lambda kv: _release_key(kv[0]))),
+            "runs": runs,
+            "range": rng,
+            "sentence": range_sentence(rng),
+        }
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("findings", nargs="+", help="directories under samples/exports/")
     parser.add_argument("--json", help="write the result here too")
+    parser.add_argument("--only", help="comma-separated versions to run (default: every one)")
+    parser.add_argument(
+        "--merge", help="a previous output: its runs of other releases are kept, these added"
+    )
     args = parser.parse_args(argv)
     found = releases()
+    if args.only:
+        found = {v: p for v, p in found.items() if v in args.only.split(",")}
     if not found:
         print("no SGLang release here (this interpreter or $HICACHE_DIAG_SGLANG_VENVS)")
         return 2
@@ -214,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
                 "sentence": range_sentence(rng),
             }
     result["host"]["load_at_end"] = round(os.getloadavg()[0], 1)
+    if args.merge:
+        result = merged(json.loads(Path(args.merge).read_text()), result)
     text = json.dumps(result, indent=2) + "\n"
     if args.json:
         Path(args.json).write_text(text)

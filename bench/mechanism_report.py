@@ -304,6 +304,7 @@ def _range_section(m: Mechanism) -> list[str]:
             f"- The tree cache a dense model gets with `--enable-hierarchical-cache`, read off "
             f"each release's `mem_cache/registry.py`: {per}.",
         ]
+    out += _runs_by_release(m)
     load = data.get("host", {})
     out += [
         "",
@@ -321,6 +322,34 @@ def _said(said: list[str]) -> str:
         return ""
     message = next((s.split(" : ", 1)[1] for s in said if " : " in s), None)
     return f': `{said[0].split(":", 1)[0]}`, "{message}"' if message else f": `{said[0]}`"
+
+
+def _runs_by_release(m: Mechanism) -> list[str]:
+    """The committed real-engine runs whose evidence names this mechanism, by release."""
+    from hicache_diag.export.evidence_tags import run_tags
+
+    evidence = set(_recipe(m.recipe).evidence)
+    found: dict[str, list[str]] = {}
+    dirs = [*ROOT.glob("samples/runs/*"), *ROOT.glob("samples/hunt/*/runs/*")]
+    dirs += list(ROOT.glob("samples/bisect/*/runs/*"))
+    for run in sorted(d for d in dirs if (d / "manifest.json").is_file()):
+        if not evidence & set(run_tags(run)):
+            continue
+        version = (_json(run / "manifest.json").get("sglang") or {}).get("version", "?")
+        verdict = _json(run / "verdict.json")
+        found.setdefault(version, []).append(
+            f"`{run.relative_to(ROOT)}` ({verdict.get('outcome')}"
+            + (f", form {verdict['form']}" if verdict.get("form") else "")
+            + ")"
+        )
+    if not found:
+        return []
+    out = [
+        f"- Committed runs of the real server whose evidence names this mechanism "
+        f"({'/'.join(sorted(evidence))} apart across ranks), by release:"
+    ]
+    out += [f"  - {v}: {', '.join(runs)}" for v, runs in sorted(found.items())]
+    return out
 
 
 def _unit_section(m: Mechanism, recipe) -> list[str]:
