@@ -12,13 +12,16 @@ it forks; each hunk
 of a patch counts as executed when one of its added lines, or the line that follows one of its
 removals, ran. The patched copy is the overlay `run --patch` launches (the release's tree of
 symlinks with only the patched files copied and patch(1) applied), so the installed release is
-never touched.
+never touched. Where the export has a `revert.yaml` (the fix in the shape of 0.5.23's
+`SGLANG_DEBUG_REVERT_PR` registry), a fourth run applies it with SGLang's own source patcher at
+start on top of `fix.patch`: the test should fail again, as on the release.
 
 Prints one JSON object per finding: each run's outcome (`passed` / `failed`, and the failure
 lines pytest printed), each patch's hunks with `executed`, and whether the fix and the non-fix
 differ in outcome. Exit status 1 when a finding breaks the rule the export promises (fails on
 the release, fails under the non-fix, the non-fix's hunks executed; passes under the fix when
-`--expect-fix pass`). Slow: each run imports SGLang (tens of seconds on a loaded 2-core host).
+`--expect-fix pass`; fails again under fix.patch with revert.yaml). Slow: each run imports
+SGLang (tens of seconds on a loaded 2-core host).
 """
 
 from __future__ import annotations
@@ -63,6 +66,20 @@ def _global(frame, event, arg):
 def pytest_configure(config):  # before collection imports the release's modules
     sys.settrace(_global)
     threading.settrace(_global)
+"""
+
+# Applies the export's revert.yaml with SGLang's own source patcher (what
+# `SGLANG_DEBUG_REVERT_PR` does at a scheduler's start-up) before the test imports anything of
+# the release; the forked ranks inherit the patched functions.
+_REVERTER = """
+import os
+
+
+def pytest_configure(config):
+    from sglang.srt.debug_utils.source_patcher import apply_patches_from_config
+
+    with open(os.environ["EXPORT_REVERT_YAML"]) as fh:
+        apply_patches_from_config(fh.read())
 """
 
 
@@ -116,12 +133,13 @@ def patched_copy(release: Path, patch: Path, root: Path) -> Path:
         raise SystemExit(str(exc)) from None
 
 
-def run_test(export: Path, path: str, env_extra: dict[str, str], plugin: bool) -> dict:
+def run_test(export: Path, path: str, env_extra: dict[str, str], plugin: bool | str) -> dict:
     test = next(p for p in sorted(export.iterdir()) if _TEST.match(p.name))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HICACHE_DIAG", "VIRTUAL"))}
     env.update(PYTHONPATH=path, PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", **env_extra)
     argv = [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-W", "ignore"]
-    argv += ["-p", "_export_line_tracer"] if plugin else []
+    if plugin:
+        argv += ["-p", plugin if isinstance(plugin, str) else "_export_line_tracer"]
     argv += ["--rootdir", str(export), str(test)]
     ran = subprocess.run(argv, capture_output=True, text=True, timeout=1200, cwd=export, env=env)
     text = ran.stdout + ran.stderr
@@ -169,9 +187,23 @@ def check(finding: str, release: Path, tmp: Path) -> dict:
         ]
         result["runs"][kind] = run
     runs = result["runs"]
+    revert = export / "revert.yaml"
+    if "fix" in runs and revert.is_file():
+        runs["fix+revert"] = reverted(export, release, tmp / "fix" / finding, revert)
     if "fix" in runs and "nonfix" in runs:
         result["fix_and_nonfix_differ"] = runs["fix"]["outcome"] != runs["nonfix"]["outcome"]
     return result
+
+
+def reverted(export: Path, release: Path, where: Path, revert: Path) -> dict:
+    """The test under fix.patch with revert.yaml applied at start, as SGLANG_DEBUG_REVERT_PR
+    would: it should fail as on the release."""
+    root = patched_copy(release, export / "fix.patch", where)
+    plugin_dir = where.parent.parent / "reverter"
+    plugin_dir.mkdir(parents=True, exist_ok=True)
+    (plugin_dir / "_revert_pr_yaml.py").write_text(_REVERTER)
+    env = {"EXPORT_REVERT_YAML": str(revert)}
+    return run_test(export, f"{root}{os.pathsep}{plugin_dir}", env, plugin="_revert_pr_yaml")
 
 
 def broken(result: dict, expect_fix: str) -> list[str]:
@@ -186,6 +218,8 @@ def broken(result: dict, expect_fix: str) -> list[str]:
         out.append("a non-fix hunk the test never executes")
     if expect_fix == "pass" and runs.get("fix", {}).get("outcome") != "passed":
         out.append("fails under fix.patch")
+    if runs.get("fix+revert", {}).get("outcome") == "passed":
+        out.append("passes under fix.patch with revert.yaml: the YAML does not revert the fix")
     return out
 
 

@@ -25,7 +25,7 @@ FINDINGS = {
     "write-through-form-b": "sglang-0.5.23-form-b",
     "write-through-form-c-tp": "sglang-0.5.23-form-c-tp",
 }
-_HAND_MADE = {"nonfix.patch", "fix.patch"}
+_HAND_MADE = {"nonfix.patch", "fix.patch", "revert.yaml"}
 HUNTS = ROOT / "samples" / "hunt"
 # The hunt exported these from a shrink's last failing run, which is not committed (only each
 # trigger's first failing run is): kept as the hunt wrote them, not regenerated here.
