@@ -67,3 +67,31 @@ def test_every_scheduler_runs_the_patched_release_and_the_manifest_says_which(
     assert facts["sha256"] == hashlib.sha256(patch.read_bytes()).hexdigest()
     assert facts["files"] == [_FILE]
     assert release_file.read_bytes() == before  # the installed release is never touched
+
+
+def test_a_patch_axis_runs_each_cell_on_its_own_server(tmp_path, capsys, monkeypatch):
+    """`bisect --switch patch=none,FILE --warm-server`: the patched cell's schedulers import the
+    overlay and its manifests carry the patch's sha256; the unpatched cell's never print the
+    marker (its server was never the patched one)."""
+    try:
+        install = probe_sglang(None)
+    except UsageError as exc:
+        pytest.skip(f"no SGLang in this interpreter: {exc}")
+    monkeypatch.setenv("HICACHE_DIAG_SGLANG_READY_TIMEOUT", "900")
+    patch = _marker_patch(install.package_dir, tmp_path / "marker.patch")
+    out = tmp_path / "bisect"
+    argv = ["bisect", "--engine", "sglang", "--pp", "2", "--requests", "2"]
+    argv += ["--max-new-tokens", "4", "--switch", f"patch=none,{patch}", "--trials", "1"]
+    rc = run_cli([*argv, "--warm-server", "--out", str(out), "--json"])
+    table = json.loads(capsys.readouterr().out)
+    assert rc == 0, table
+    assert_no_children()
+    by_patch = {c["values"]["patch"]: c for c in table["cells"]}
+    assert by_patch["none"]["trials"] == 1 and by_patch[str(patch)]["trials"] == 1, table
+    plain = Path(by_patch["none"]["run_dirs"][0])
+    fixed = Path(by_patch[str(patch)]["run_dirs"][0])
+    assert _MARKER not in (plain / "server.log").read_text()
+    assert _MARKER in (fixed / "server.log").read_text()
+    assert "patch" not in json.loads((plain / "manifest.json").read_text())["sglang"]
+    facts = json.loads((fixed / "manifest.json").read_text())["sglang"]["patch"]
+    assert facts["sha256"] == hashlib.sha256(patch.read_bytes()).hexdigest()
