@@ -46,6 +46,8 @@ class Mechanism:
     to: str  # the upstream thread this comment is for
     opening: str  # one paragraph: what a maintainer sees first
     extra_threads: tuple[tuple[str, str, str], ...] = ()  # (ref, state, why)
+    # What the end-to-end runs' own logs show, beyond the table (each names its run dir).
+    seen: tuple[str, ...] = ()
 
 
 MECHANISMS = {
@@ -68,6 +70,15 @@ MECHANISMS = {
         "with only the clock differing, a candidate fix in the shape #37143 used for the "
         "waiting timeout (PP0 decides, the decision rides the request broadcast and PP relay), "
         "and the fix checked end to end on the real server.",
+        seen=(
+            "Every unpatched failure's first divergence is attributed to the reap tick "
+            "(`session-clock`: one rank closed the session, the other not yet); in "
+            "`runs/unpatched-trial0-seed0/` PP1's tick released `c000` at step 356 and PP0's a "
+            "tick later, then PP1 raised `shape '[96, -1, 16]' is invalid for input of size 64`.",
+            "With the fix, `runs/fix-trial1-seed1/`'s server log has `Deferred close ready for "
+            "session c00N, releasing.` on PP0 and PP1 in the same second for each session, and "
+            "the outputs equal the `transformers` reference.",
+        ),
     ),
     "flush-deadline": Mechanism(
         "flush-deadline",
@@ -99,6 +110,17 @@ MECHANISMS = {
                 "tree other stages still used): the same family, the idle check, not the clock",
             ),
         ),
+        seen=(
+            "Unpatched, `runs/unpatched-trial0-seed0/`: PP0 logs `Deferred flush_cache timed "
+            "out while waiting for idle state.` at 10:46:17 and PP1 `Cache flushed "
+            "successfully!` at 10:46:19; PP1 reset its tree alone (`host_free` PP0 364 / PP1 "
+            "516 at step 1294) and the next shared-prefix request split differently (PP1: "
+            "`shape '[80, -1, 16]' is invalid for input of size 1024`). All ten failures name "
+            "the deferred flush as the source.",
+            "With the fix, `runs/fix-trial0-seed0/` has every flush outcome on PP0 and PP1 in "
+            "the same second (both flushed, then both timed out for each later round), and "
+            "the outputs equal the reference.",
+        ),
     ),
     "write-through": Mechanism(
         "write-through",
@@ -108,27 +130,29 @@ MECHANISMS = {
             (
                 "sglang-0.5.23-write-through-fix",
                 "fault: `host-shortage:rank=0,leave=0` (PP0's host pool held by a side pool; "
-                "the hunt's host-pool trigger on the leader), `--max-total-tokens 256`; the "
-                "natural small-pool variant diverged in 0 of 9 hunt trials",
+                "the hunt's host-pool trigger on the leader), `--max-total-tokens 256`, PP2; "
+                "the natural small-pool variant diverged in 0 of 9 hunt trials",
             ),
             (
-                "sglang-0.5.23-write-through-form-b",
-                "fault, shrunk: `host-shortage:rank=1,leave=0` (PP1 short), one request (the "
-                "hunt's shrink of the host-pool failure)",
+                "sglang-0.5.23-write-through-form-c-tp",
+                "fault: `host-shortage:rank=1,leave=0` on TP2 (PP1), page size 1, "
+                "`--max-total-tokens 256`: the committed form C-TP run's trigger",
             ),
         ),
         "#31425 (and #28429, which states the root cause), as a comment",
         "`UnifiedRadixCache` (0.5.23) has the mechanism #28429 describes and #31425 addresses "
         "for `HiRadixCache`: `_execute_kv_backup` decides a write-through backup on each rank's "
         "own host room, while only the number of acks drained is agreed afterwards. One rank "
-        "short of host memory then leaves the ranks apart in three ways, one per topology: PP1 "
-        "short pops an ack it never had (`IndexError: pop from empty list`, form B), PP0 short "
-        "relays 0 acks so PP1's locks stay and the stages admit different batches (form A, a "
-        "reshape error on PP1), a TP rank short makes the MIN 0 and the other TP rank's lock "
-        "stays (a hang, form C). Below: one unit test per form on two real gloo ranks with a "
-        "real `UnifiedRadixCache`, a candidate fix (the host room MIN-reduced on PP0's group "
-        "and relayed), and the fix checked end to end; it fixes forms A and C-TP and, by "
-        "construction, not form B.",
+        "short of host memory leaves the ranks apart three ways, one per topology: PP1 short "
+        "pops an ack it never had (`IndexError: pop from empty list`, form B), PP0 short relays "
+        "0 acks so PP1's locks stay and the stages admit different batches (a reshape error on "
+        "PP1, form A), a TP rank short makes the MIN 0 and the other TP rank's lock stays (a "
+        "hang, form C). Below: one unit test per form on two real gloo ranks with a real "
+        "`UnifiedRadixCache`, and a candidate fix (the host room MIN-reduced over PP0's "
+        "attention group and relayed down the pipeline) that passes the unit tests of forms A "
+        "and C-TP, and what it did on the real server: **under PP it deadlocks the pipeline** "
+        "(the relay it adds at decision time has no partner in the PP loop), so it is not the "
+        "fix; the end-to-end runs say where a PP-safe one has to carry the decision.",
     ),
 }
 
@@ -181,6 +205,8 @@ def _bisect_section(m: Mechanism) -> list[str]:
                 f"{hi:.2f} | {forms} |"
             )
         out += ["", *[f"The tool's verdict: `{v}`." for v in table.get("verdict", [])], ""]
+        if folder == m.bisects[0][0] and m.seen:
+            out += [f"- {line} (`samples/bisect/{folder}/`)" for line in m.seen] + [""]
         readme = root / "README.md"
         if readme.is_file():
             host = [ln for ln in readme.read_text().splitlines() if ln.startswith("Host: ")]
@@ -227,40 +253,66 @@ def _cost_section(m: Mechanism) -> list[str]:
     table = _json(COST / "table.json")
     if not table:
         return out + ["The default workload's hit counts were not measured yet.", ""]
-    trials = json.loads((COST / "trials.json").read_text()) if table else []
-    rows = {}
-    for t in trials:
-        if t["outcome"] != "ok":
-            continue
-        row = rows.setdefault(t["patch"], {"n": 0, "dur": [], "ranks": {}})
-        row["n"] += 1
-        row["dur"].append(t["duration_s"] or 0)
-        for rank, counts in t["cache"].items():
-            into = row["ranks"].setdefault(rank, [0, 0])
-            into[0] += int(counts.get("prefix_hit") or 0)
-            into[1] += int(counts.get("host_hit") or 0)
+    trials = json.loads((COST / "trials.json").read_text())
+    by = {(t["patch"], t["trial"]): t for t in trials}
+    seeds = sorted({t["trial"] for t in trials}, key=lambda n: int(n.split("seed")[-1]))
     out += [
         "The default workload (`hicache-diag run --engine sglang --pp 2`: 24 shared-prefix "
-        "requests) on the release and under each fix, warm servers, one bisect "
-        "(`samples/bisect/sglang-0.5.23-fix-cost/`); tokens served from the device tree "
-        "(`prefix_hit`) and from host memory (`host_hit`) per rank, per ok trial:",
+        "requests, seed per trial, the same seeds in each cell) on the release and under the "
+        "fix, warm servers, one bisect over every fix (`samples/bisect/sglang-0.5.23-fix-cost/`). "
+        "Tokens served from the device tree (`prefix_hit`) and from host memory (`host_hit`), "
+        "per rank, from each trial's verdict:",
         "",
-        "| patch | ok trials | rank 0 prefix / host | rank 1 prefix / host |",
-        "|---|---|---|---|",
+        "| trial | 0.5.23 as released: rank 0, rank 1 | with fix.patch: rank 0, rank 1 |",
+        "|---|---|---|",
     ]
-    for patch in ("none", fix):
-        row = rows.get(patch)
-        if row is None:
-            out.append(f"| {patch} | 0 | - | - |")
-            continue
-        per = [
-            f"{row['ranks'].get(r, [0, 0])[0] / row['n']:.0f} / "
-            f"{row['ranks'].get(r, [0, 0])[1] / row['n']:.0f}"
-            for r in ("0", "1")
-        ]
-        out.append(f"| {patch} | {row['n']} | {per[0]} | {per[1]} |")
+    for seed in seeds:
+        cells = []
+        for patch in ("none", fix):
+            t = by.get((patch, seed))
+            if t is None:
+                cells.append("not run")
+            elif t["outcome"] != "ok":
+                cells.append(f"{t['outcome']}{' ' + t['form'] if t['form'] else ''}")
+            else:
+                cells.append(
+                    ", ".join(
+                        f"{c.get('prefix_hit', 0)} / {c.get('host_hit', 0)}"
+                        for _, c in sorted(t["cache"].items())
+                    )
+                )
+        out.append(f"| {seed} | {cells[0]} | {cells[1]} |")
     out.append("")
     return out
+
+
+def _span(versions: list[str]) -> str:
+    if not versions:
+        return "none"
+    return versions[0] if len(versions) == 1 else f"{versions[0]}-{versions[-1]}"
+
+
+def range_headline(m: Mechanism) -> str:
+    """One line, read off release-range.json and the committed runs: where the test fails,
+    where the code is, where a real run showed it."""
+    data = _json(EXPORTS / "release-range.json")
+    if not data:
+        return "Affected releases: not computed (no samples/exports/release-range.json)."
+    order = list(data.get("releases", {}))
+    fails, shape, skipped = set(), set(), set()
+    for finding in m.exports:
+        f = data["findings"].get(finding, {})
+        fails |= set(f.get("range", {}).get("fails_on", []))
+        skipped |= set(f.get("range", {}).get("skipped_on", {}))
+        shape |= {v for v, ok in f.get("code_shape", {}).items() if ok}
+    fails_l = [v for v in order if v in fails]
+    shape_l = [v for v in order if v in shape]
+    skip_l = [v for v in order if v in skipped]
+    return (
+        f"Affected releases (computed over the {len(order)} installed, {_span(order)}): the "
+        f"unit test fails on {_span(fails_l)}; it does not run on {', '.join(skip_l) or 'none'} "
+        f"(reasons below); every step of the mechanism is in the source of {_span(shape_l)}."
+    )
 
 
 def _range_section(m: Mechanism) -> list[str]:
@@ -305,13 +357,13 @@ def _range_section(m: Mechanism) -> list[str]:
             f"each release's `mem_cache/registry.py`: {per}.",
         ]
     out += _runs_by_release(m)
-    load = data.get("host", {})
-    out += [
-        "",
-        f"Run on {data.get('started', '?')} with {load.get('cores', '?')} cores at load "
-        f"{load.get('load_at_start', '?')}-{load.get('load_at_end', '?')}.",
-        "",
-    ]
+    parts = data.get("parts") or [{"started": data.get("started"), "host": data.get("host")}]
+    when = "; ".join(
+        f"{p['started']}, {p['host'].get('cores')} cores at load "
+        f"{p['host'].get('load_at_start')}-{p['host'].get('load_at_end')}"
+        for p in parts
+    )
+    out += ["", f"Run in {len(parts)} part(s): {when}.", ""]
     return out
 
 
@@ -348,7 +400,9 @@ def _runs_by_release(m: Mechanism) -> list[str]:
         f"- Committed runs of the real server whose evidence names this mechanism "
         f"({'/'.join(sorted(evidence))} apart across ranks), by release:"
     ]
-    out += [f"  - {v}: {', '.join(runs)}" for v, runs in sorted(found.items())]
+    for v, runs in sorted(found.items()):
+        more = f" and {len(runs) - 2} more" if len(runs) > 2 else ""
+        out.append(f"  - {v}: {len(runs)} run(s): {', '.join(runs[:2])}{more}")
     return out
 
 
@@ -384,6 +438,8 @@ def render(m: Mechanism) -> str:
         f"For: {m.to}.",
         "",
         m.opening,
+        "",
+        range_headline(m),
         "",
         "## Mechanism (file:line in 0.5.23)",
         "",
