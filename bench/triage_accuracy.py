@@ -32,6 +32,7 @@ from pathlib import Path  # noqa: E402
 from hicache_diag.triage import TriageRequest, run_triage  # noqa: E402
 from tests.unit.triage.deliveries import DELIVERIES, verdict  # noqa: E402
 from tests.unit.triage.deliveries import triage_case as deliver_case  # noqa: E402
+from tests.unit.triage.generated_deliveries import transforms  # noqa: E402
 
 CORPUS = Path("samples/corpus")
 
@@ -75,6 +76,7 @@ def main() -> int:
         return 2
     expected = json.loads((CORPUS / "expected.json").read_text())["cases"]
     scores = {"kind": 0, "form": 0, "culprit": 0, "exit": 0}
+    whole = 0
     per_emitter: dict[str, list[int]] = {}  # emitter -> [cases, all three right]
     named = named_right = 0
     t0 = time.perf_counter()
@@ -89,6 +91,7 @@ def main() -> int:
         tally = per_emitter.setdefault(got["emitter"], [0, 0])
         tally[0] += 1
         tally[1] += marks["kind"] and marks["form"] and marks["culprit"]
+        whole += all(marks.values())
         flag = "ok  " if all(marks.values()) else "MISS"
         print(
             f"{flag} {name:48} kind={got['kind']:7} form={got['form']!s:4} "
@@ -97,8 +100,11 @@ def main() -> int:
     n = len(expected)
     elapsed = time.perf_counter() - t0
     print(f"\n{n} cases in {elapsed:.2f} s")
+    # Strict: the kind must equal the expected one (no kind is accepted in place of another).
+    print(f"kind, strict (no accepted-kind leniency): {scores['kind']}/{n}")
     for k, v in scores.items():
         print(f"{k:8} {v}/{n} = {100 * v / n:.0f}%")
+    print(f"whole verdict (kind, form, culprit, exit): {whole}/{n}")
     print(f"culprit where the text names one: {named_right}/{named}")
     print("per emitter (who printed the deciding evidence; kind, form and culprit right):")
     for emitter, (cases, right) in sorted(per_emitter.items()):
@@ -130,25 +136,26 @@ def public_emitters() -> None:
 
 def delivery_table(expected: dict) -> None:
     """Every case x every delivery: does the verdict hold?"""
-    heads = [d.name for d in DELIVERIES]
-    print(f"\n{'case':48} " + " ".join(f"{i:>2}" for i in range(len(heads))))
+    every = (*DELIVERIES, *transforms())  # issue 38's transforms after the listed deliveries
+    heads = [d.name for d in every]
+    print(f"\n{'case':48} " + "".join(f"{i:>3}" for i in range(len(heads))))
     held = total = 0
     broken: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, want in sorted(expected.items()):
             mode = want.get("mode", "logs")
             cells = []
-            for d in DELIVERIES:
+            for d in every:
                 if mode == "dumps" or (d.kinds is not None and want["kind"] not in d.kinds):
-                    cells.append("  ")
+                    cells.append(" ")
                     continue
                 report = deliver_case(CORPUS / name, mode, d, Path(tmp) / name / d.name)
                 ok = verdict(report) == (want["kind"], want["form"], want["culprit"])
                 held, total = held + ok, total + 1
-                cells.append(" ." if ok else " X")
+                cells.append("." if ok else "X")
                 if not ok:
                     broken.append(f"{name} / {d.name}: {verdict(report)}")
-            print(f"{name[:48]:48} " + " ".join(cells))
+            print(f"{name[:48]:48} " + "".join(f"{c:>3}" for c in cells))
     print("deliveries: " + ", ".join(f"{i}={h}" for i, h in enumerate(heads)))
     print(f"case x delivery held: {held}/{total}")
     for line in broken:

@@ -1,11 +1,17 @@
-"""Offline triage speed and memory on big logs: lines/s and peak RSS.
+"""Offline triage speed and memory on big and hostile logs: lines/s, peak RSS, and issue 38's
+budgets side by side with what was measured.
 
 Run from the project root:  python bench/triage_speed.py [--sizes 10000,100000,1000000]
+  [--big-gb 1] [--line-mb 20]
 Writes synthetic SGLang server logs (PP2 x TP2 decode and prefill lines, HTTP access lines,
-benign warnings, a form-B crash with its cascade at the end) of each size, plus one 20 MB
-single line, and triages each as `hicache-diag triage --logs` does, in a fresh interpreter per
-log so its peak RSS is that read's alone. Prints one row per log; exits 0 (figures, not a test).
-Goal (issue 21): 1M lines <= 5 s and <= 200 MB RSS; the 20 MB line <= 5 s.
+benign warnings, a form-B crash with its cascade at the end) of each size, plain and behind a
+3-field runner tag nobody listed (framing learned), and triages each as `hicache-diag triage
+--logs` does, in a fresh interpreter per log so its peak RSS is that read's alone; beside each,
+a bare Python loop over the same file's lines. Then the hostile files: 10 MB of blank lines, a
+100 KB gzip of blank lines, one 20 MB line, and a 1 GB log read through the CLI on a
+pseudo-terminal (progress drawn, peak RSS). Prints one row per log; exits 0 (figures, not a
+test). Budgets (issue 38): 1M lines <= 5x the bare loop with framing learned; the blank floods
+<= 2 s; 1 GB with <= 200 MB RSS and progress on a TTY; the 20 MB line <= 100 MB RSS.
 """
 
 from __future__ import annotations
@@ -52,7 +58,10 @@ from hicache_diag.triage import TriageRequest, run_triage
 t0, c0 = time.perf_counter(), time.process_time()
 report = run_triage(TriageRequest(logs=(Path(sys.argv[1]),)))
 elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM: this process's own peak (ru_maxrss keeps the parent's across exec on Linux).
+status = Path("/proc/self/status").read_text()
+rss = int(status.split("VmHWM:")[1].split()[0]) / 1024 if "VmHWM:" in status else (
+    resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 print(json.dumps({"s": elapsed, "cpu": cpu, "rss_mb": rss, "kind": report.kind,
                   "form": report.form}))
 """
@@ -71,7 +80,32 @@ def write_single_line(path: Path, megabytes: int) -> None:
     # quadratic), as a base64 blob or a runaway repr would make it.
     unit = "a" * 4000 + " Error [x] " + "B" * 4000 + ' File "x Traceback ' + "1." * 500
     with path.open("w") as f:
-        f.write((unit * (megabytes * 2**20 // len(unit) + 1))[: megabytes * 2**20] + "\n")
+        for _ in range(megabytes * 2**20 // len(unit)):
+            f.write(unit)
+        f.write("\n")
+
+
+def write_tagged(src: Path, dst: Path) -> None:
+    """The same log behind a runner's tag of three fields nobody listed."""
+    with src.open() as f, dst.open("w") as out:
+        for i, line in enumerate(f):
+            out.write(f"gpu-node-3.cluster [stderr] {i:07d} {line}")
+
+
+_BARE = """
+import sys, time
+t = time.process_time()
+with open(sys.argv[1], encoding="utf-8", errors="replace", newline="\\n") as f:
+    for line in f:
+        pass
+print(time.process_time() - t)
+"""
+
+
+def bare_loop(path: Path) -> float:
+    """CPU seconds of a bare Python loop over the file's lines (a fresh interpreter)."""
+    out = subprocess.run([sys.executable, "-c", _BARE, str(path)], capture_output=True, text=True)
+    return float(out.stdout.strip() or "nan")
 
 
 def measure(path: Path) -> dict:
@@ -81,36 +115,95 @@ def measure(path: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _row(name: str, path: Path, lines: int, r: dict, bare: float | None = None) -> None:
+    mb = path.stat().st_size / 2**20
+    ratio = f"{r['cpu'] / bare:6.1f}x" if bare else "      "
+    print(
+        f"{name:>26} {mb:8.1f} {r['s']:8.2f} {r['cpu']:7.2f} {lines / r['cpu']:12.0f} "
+        f"{r['rss_mb']:8.0f} {ratio}  {r['kind']} {r['form']}"
+    )
+
+
+def sizes(tmp: Path, counts: list[int]) -> None:
+    for n in counts:
+        path = tmp / f"server-{n}.log"
+        write_log(path, n)
+        _row(f"{n} lines", path, n, measure(path), bare_loop(path))
+        tagged = tmp / f"tagged-{n}.log"
+        write_tagged(path, tagged)
+        _row(f"{n} lines, tag learned", tagged, n, measure(tagged), bare_loop(tagged))
+        path.unlink()
+        tagged.unlink()
+
+
+def floods(tmp: Path, line_mb: int) -> None:
+    import gzip
+
+    blank = tmp / "blank-10mb.log"
+    with blank.open("w") as f:  # written a megabyte at a time: this process stays small
+        for _ in range(10):
+            f.write("\n" * 2**20)
+    _row("10 MB of blank lines", blank, 10 * 2**20, measure(blank))
+    gz = tmp / "blank.log.gz"
+    with gzip.open(gz, "wb", compresslevel=9) as f:  # about 100 KB on disk
+        for _ in range(100):
+            f.write(b"\n" * 2**20)
+    _row(f"{gz.stat().st_size // 1024} KB gzip of blanks", gz, 100 * 2**20, measure(gz))
+    one = tmp / "one-line.log"
+    write_single_line(one, line_mb)
+    _row(f"one {line_mb} MB line", one, 1, measure(one))
+
+
+def big_on_a_tty(tmp: Path, gigabytes: float) -> None:
+    """The CLI on a pseudo-terminal over a big log: peak RSS and whether progress was drawn."""
+    import os
+    import pty
+    import shutil
+    import time
+
+    lines = int(gigabytes * 2**30 / 135)
+    path = tmp / "big.log"
+    write_log(path, lines)
+    cli = shutil.which("hicache-diag") or "hicache-diag"
+    t0 = time.perf_counter()
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI, its stderr on the terminal
+        os.execvp(cli, [cli, "triage", "--logs", str(path)])
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        drawn += chunk[-4096:] if b"reading logs" not in drawn else b""
+    _, _, usage = os.wait4(pid, 0)
+    wall = time.perf_counter() - t0
+    rss = usage.ru_maxrss / 1024  # this child's own (the bench itself stays small)
+    gb = path.stat().st_size / 2**30
+    progress = "progress drawn" if b"reading logs" in drawn else "NO progress seen"
+    print(f"{gb:20.2f} GB on a TTY {wall:8.1f} s wall, peak RSS {rss:.0f} MB, {progress}")
+    path.unlink()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000,1000000", help="log sizes in lines")
     ap.add_argument("--line-mb", type=int, default=20, help="size of the single-line log")
+    ap.add_argument("--big-gb", type=float, default=1.0, help="the TTY log's size (0: skip)")
     args = ap.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",") if s]
+    counts = [int(s) for s in args.sizes.split(",") if s]
     # Wall time counts the machine's other load; CPU time is this process's own work.
     print(
-        f"{'log':>22} {'MB':>7} {'wall s':>8} {'CPU s':>7} {'lines/s CPU':>12} "
-        f"{'peak RSS MB':>12}  verdict"
+        f"{'log':>26} {'MB':>8} {'wall s':>8} {'CPU s':>7} {'lines/s CPU':>12} "
+        f"{'RSS MB':>8} {'/bare':>7}  verdict"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        for n in sizes:
-            path = Path(tmp) / f"server-{n}.log"
-            write_log(path, n)
-            r = measure(path)
-            mb = path.stat().st_size / 2**20
-            print(
-                f"{n:>16} lines {mb:7.1f} {r['s']:8.2f} {r['cpu']:7.2f} {n / r['cpu']:12.0f} "
-                f"{r['rss_mb']:12.0f}  {r['kind']} {r['form']}"
-            )
-            path.unlink()
-        path = Path(tmp) / "one-line.log"
-        write_single_line(path, args.line_mb)
-        r = measure(path)
-        print(
-            f"{'1 line':>22} {args.line_mb:7.1f} {r['s']:8.2f} {r['cpu']:7.2f} "
-            f"{1 / r['cpu']:12.2f} "
-            f"{r['rss_mb']:12.0f}  {r['kind']} {r['form']}"
-        )
+        sizes(Path(tmp), counts)
+        floods(Path(tmp), args.line_mb)
+        if args.big_gb > 0:
+            big_on_a_tty(Path(tmp), args.big_gb)
     return 0
 
 

@@ -15,9 +15,10 @@ from hicache_diag.cli.params import Check, Parsed, check, flag
 from hicache_diag.cli.render.console import print_json
 from hicache_diag.cli.run_flags import pass_through_names, run_fields
 from hicache_diag.diagnosis.bisect_table import RELEASE_AXIS
+from hicache_diag.engines.registry import release_options
 from hicache_diag.errors import UsageError
 from hicache_diag.options.limits import check_seconds
-from hicache_diag.options.params import HOSTS, SSH_CONFIG, VIA, Param
+from hicache_diag.options.params import HOSTS, SSH_CONFIG, VIA, Param, restated
 from hicache_diag.options.run_options import RunOptions
 from hicache_diag.trials.bisect import (
     HOST_AXIS,
@@ -29,8 +30,11 @@ from hicache_diag.trials.bisect import (
     run_bisect,
 )
 
-BACKENDS = Param("--storage-backend", "Backends to compare, e.g. none,file.", "V1,V2")
-SIZES = Param("--hicache-size", "Host sizes to compare, e.g. 16MiB,64MiB.", "S1,S2")
+# Axes: a run option's own flag (declared once, on its field), comma-separated values to compare.
+BACKENDS = restated(
+    RunOptions, "hicache_storage_backend", "Backends to compare, e.g. none,file.", "V1,V2"
+)
+SIZES = restated(RunOptions, "hicache_size", "Host sizes to compare, e.g. 16MiB,64MiB.", "S1,S2")
 SWITCH = Param(
     "--switch",
     "A protocol switch or run option: several values are compared (an axis), one is set in "
@@ -43,8 +47,9 @@ SEED = Param("--seed", "Seed of trial 0 (trial j: +j).", "N")
 OUT = Param("--out", "Parent of the run dirs.", "DIR")
 TIMEOUT = Param("--trial-timeout", "Seconds before killing a trial.", "SECONDS")
 JSON = Param("--json", "Print the table as JSON.")
-PYTHONS = Param(
-    "--sglang-python",
+PYTHONS = restated(
+    release_options(),
+    "sglang_python",
     "SGLang releases to compare, as interpreters (one: every cell).",
     "PY1,PY2",
 )

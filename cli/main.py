@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
@@ -31,7 +32,7 @@ app = typer.Typer(
 )
 VERBOSE_FLAGS = ("-v", "--verbose")
 
-_state = {"verbose": False}
+_state = {"verbose": False, "json": False}
 
 
 def _version(value: bool) -> None:
@@ -65,6 +66,7 @@ def _register() -> None:
         bisect,
         export,
         hunt,
+        record,
         report,
         run,
         shrink,
@@ -73,7 +75,7 @@ def _register() -> None:
         triage,
     )
 
-    for module in (run, triage, bisect, report, timeline, sources, export, hunt, shrink):
+    for module in (run, record, triage, bisect, report, timeline, sources, export, hunt, shrink):
         module.register(app)
     bisect.add_run_flags_to_help(app)
 
@@ -81,8 +83,16 @@ def _register() -> None:
 _register()
 
 
+ERROR_SCHEMA = "hicache-diag/error/v1"
+
+
 def _fail(message: str, code: ExitCode) -> int:
+    """The one line on stderr; under --json also one JSON object on stdout, so a script that
+    reads stdout gets an answer for every way a command ends."""
     sys.stderr.write(f"hicache-diag: error: {message}\n")
+    if _state["json"]:
+        doc = {"schema": ERROR_SCHEMA, "error": message, "exit_code": int(code)}
+        sys.stdout.write(json.dumps(doc) + "\n")
     return int(code)
 
 
@@ -165,6 +175,7 @@ def run_cli(argv: list[str] | None = None) -> int:
     if not argv:
         return _print_help()  # a bare command: the help, not its last line as an error
     argv = _hoist_verbose(argv)
+    _state["json"] = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
     try:
         rv = typer.main.get_command(app).main(
             args=argv, prog_name="hicache-diag", standalone_mode=False

@@ -12,8 +12,9 @@ import typer
 from hicache_diag.cli.params import Check, Parsed, check, flag
 from hicache_diag.cli.render.console import err_console, print_json
 from hicache_diag.cli.run_flags import ENGINE
+from hicache_diag.engines.registry import release_options
 from hicache_diag.errors import UsageError
-from hicache_diag.options.params import Param
+from hicache_diag.options.params import Param, restated
 
 EXAMPLES = """\b
 Examples:
@@ -25,8 +26,11 @@ Exit: 0 inventory printed, 2 bad input (no such tree, a Python without SGLang, a
 dir with no recorded source reads), 1 internal error."""
 
 SOURCE = Param("--source", "An unzipped SGLang wheel or sglang package dir to scan.", "DIR")
-PYTHON = Param(
-    "--sglang-python", "Scan the SGLang this Python has (found without importing it).", "PY"
+PYTHON = restated(
+    release_options(),
+    "sglang_python",
+    "Scan the SGLang this Python has (found without importing it).",
+    "PY",
 )
 DIFF = Param("--diff", "Compare two trees (dirs, Pythons or 'builtin').", "A B")
 ALL = Param("--all", "Also list reads whose decision is unknown.")

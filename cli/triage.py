@@ -21,6 +21,7 @@ from hicache_diag.cli.triage_flags import (
     DEADLINE,
     DISCOVER,
     DUMPS,
+    FLIGHT,
     HOST_TIMEOUT,
     INTERVAL,
     JOBID,
@@ -33,6 +34,7 @@ from hicache_diag.cli.triage_flags import (
     PARENT,
     PID,
     PP,
+    RECORD_DIR,
     SAMPLES,
     SAVE,
     SELECTOR,
@@ -46,6 +48,8 @@ Parent = flag(PARENT, int | None)
 Dumps = flag(DUMPS, list[str] | None)
 Logs = flag(LOGS, list[str] | None)
 Save = flag(SAVE, str | None)
+RecordDirs = flag(RECORD_DIR, list[str] | None)
+FlightDumps = flag(FLIGHT, list[str] | None)
 Interval = flag(INTERVAL, float)
 Samples = flag(SAMPLES, int)
 Native = flag(NATIVE, bool)
@@ -94,6 +98,8 @@ def triage(
     parent: Parent = None,
     dumps: Dumps = None,
     logs: Logs = None,
+    record_dir: RecordDirs = None,
+    fr: FlightDumps = None,
     save: Save = None,
     interval: Interval = 0.5,
     samples: Samples = 2,
@@ -123,13 +129,15 @@ def triage(
     if wanted(live, *cluster.values()):
         opts = {"interval": interval, "deadline_s": deadline, "host_timeout_s": host_timeout}
         run_cluster(cluster, judging | opts | {"save": save}, json_out)
-    reread_bundle(dumps, [pid, discover, logs, more_logs, save], judging, json_out)
+    reread_bundle(dumps, [pid, discover, logs, more_logs, save, record_dir], judging, json_out)
     progress = None if json_out else LogReadProgress(err_console)  # --json: quiet
     found = tuple(map(Path, [*(logs or []), *(more_logs or [])]))
     saved = None if save is None else Path(save)
     pids, folders = tuple(pid or ()), tuple(map(Path, dumps or ()))
     request = TriageRequest(pids, discover, parent, folders, found, saved, samples, interval)
     request = replace(request, deadline_s=deadline, native=native, num_heads=num_heads)
+    request = replace(request, record_dirs=tuple(map(Path, record_dir or ())))
+    request = replace(request, flight=tuple(map(Path, fr or ())))
     _report(replace(request, pp_size=pp, progress=progress), json_out)
 
 

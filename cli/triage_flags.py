@@ -27,6 +27,19 @@ LOGS = Param(
     "FILE",
 )
 SAVE = Param("--save", "Write the live samples here (merge with --dumps).", "DIR")
+RECORD_DIR = Param(
+    "--record-dir",
+    "A production recording (`hicache-diag record`): a session folder or its record dir, as "
+    "left or copied (repeat per node); with --pid/--discover, where to find the live ranks' "
+    "recordings when their environment cannot be read.",
+    "DIR",
+)
+FLIGHT = Param(
+    "--fr",
+    "Folder of PyTorch Flight Recorder dumps, one file per rank (pickle or JSON; "
+    "docs/triage-framing.md).",
+    "DIR",
+)
 INTERVAL = Param("--interval", "Seconds between live samples.", "SECONDS")
 SAMPLES = Param("--samples", "Live samples per rank (>= 2 tells progress from a wedge).", "N")
 NATIVE = Param("--native", "Add a py-spy --native pass.")
@@ -91,9 +104,9 @@ def _read_twice(p: Parsed) -> str | None:
 
 
 def _local_inputs_with_live(p: Parsed) -> str | None:
-    local = (p.value(PID), p.value(DISCOVER), p.value(DUMPS), _logs(p))
+    local = (p.value(PID), p.value(DISCOVER), p.value(DUMPS), _logs(p), p.value(RECORD_DIR))
     if _cluster(p) and any(local):
-        return f"{LIVE} samples the nodes: not with {PID}/{DISCOVER}/{DUMPS}/{LOGS}"
+        return f"{LIVE} samples the nodes: not with {PID}/{DISCOVER}/{DUMPS}/{LOGS}/{RECORD_DIR}"
     return None
 
 
@@ -112,15 +125,19 @@ def _paths(p: Parsed) -> str | None:
 
     for path in [] if _cluster(p) else _logs(p):
         input_file(str(LOGS), path)
-    for path in [] if _cluster(p) else p.value(DUMPS) or ():
-        input_dir(str(DUMPS), path)
+    for flag in (DUMPS, RECORD_DIR, FLIGHT):
+        for path in [] if _cluster(p) else p.value(flag) or ():
+            input_dir(str(flag), path)
     claim_dir(str(SAVE), p.value(SAVE), fresh=True, once="a --save bundle")
     return None
 
 
 def _something(p: Parsed) -> str | None:
-    if not (_cluster(p) or _local_live(p) or p.value(DUMPS) or _logs(p)):
-        return f"nothing to triage: give {PID}, {DISCOVER}, {DUMPS} or {LOGS}"
+    given = (p.value(DUMPS), _logs(p), p.value(RECORD_DIR), p.value(FLIGHT))
+    if not (_cluster(p) or _local_live(p) or any(given)):
+        return (
+            f"nothing to triage: give {PID}, {DISCOVER}, {DUMPS}, {LOGS}, {RECORD_DIR} or {FLIGHT}"
+        )
     return None
 
 

@@ -55,7 +55,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("export", "shrink", *ENGINE_FOLDERS),
     ("engines",),  # the registry: what `run`, bisect and hunt ask of an engine
     ("trials",),  # the one engine-blind trial loop, the Engine base, bisect, rate check, warm
-    ("diagnosis", "triage"),  # a run directory read back; live and offline triage
+    ("triage",),  # live and offline triage (a production recording read with diagnosis' code)
+    ("diagnosis",),  # a run directory read back
     ("logs", "options"),  # what a server printed, as delivered; the run vocabulary
     ("faults", "rules", "sources"),  # faults and their hook points; the rule book; inventory
     ("cluster", "evidence"),  # reaching other nodes; the record types and files of a run

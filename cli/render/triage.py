@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from hicache_diag.cli.render.safe_text import safe_report
+from hicache_diag.triage.recorded import Recording
 from hicache_diag.triage.report import TriageReport
 from hicache_diag.triage.stacks import StackNode, format_rank_set
 
@@ -49,6 +53,31 @@ def _rank_table(report: TriageReport) -> Table:
     return table
 
 
+def _recorded_table(recording: Recording) -> Table:
+    """Each rank's recording: its last step, its last in-process dump, why it is blind."""
+    table = Table(title="recorded", box=box.SIMPLE_HEAD, show_edge=False)
+    for col in ("rank", "pid", "last step", "dumped"):
+        table.add_column(col, overflow="fold", max_width=12)
+    table.add_column("blind", overflow="fold", ratio=1)
+    for r in recording.ranks:
+        dumped = time.strftime("%H:%M:%S", time.localtime(r.dumped_at)) if r.dumped_at else "-"
+        step = "-" if r.last_step is None else str(r.last_step)
+        blind = Text(r.blind or "-", style="yellow" if r.blind else "")
+        table.add_row(Text(r.label), Text(str(r.pid or "-")), Text(step), Text(dumped), blind)
+    return table
+
+
+def divergence_line(recording: Recording) -> str | None:
+    p = recording.parting
+    if p is None:
+        return None
+    where = f"steps {p.step}-{p.last_step}" if p.last_step is not None else f"step {p.step}"
+    values = ", ".join(f"rank {r} = {v}" for r, v in p.values.items())
+    field = p.field or "field unknown"
+    rotated = "" if p.reach == "lines" else f" (values rotated out: {p.reach} only)"
+    return f"first divergence: {where}, {field}: {values}{rotated} · source {p.source}"
+
+
 def _add(tree: Tree, node: StackNode, total: int, depth: int) -> None:
     for child in node.children.values():
         # Collapse a chain whose rank set does not change: one line per branch point.
@@ -71,7 +100,9 @@ def _ranks(node: StackNode) -> str:
 
 
 def render_triage(report: TriageReport, console: Console | None = None) -> None:
-    # Error texts carry `[/pytorch/...]` paths that rich would parse as markup: print as Text.
+    # Error texts carry `[/pytorch/...]` paths that rich would parse as markup: print as Text;
+    # escape sequences a log carried are shown, never sent to the terminal.
+    report = safe_report(report)
     console = console or Console()
     console.print(Text(verdict_line(report), style=_STYLE.get(report.kind, "bold yellow")))
     if report.confidence != "high":
@@ -82,8 +113,14 @@ def render_triage(report: TriageReport, console: Console | None = None) -> None:
         console.print(Text(f"printed by: {report.emitter}"))
     if report.reason:
         console.print(Text(f"reason: {report.reason}"))
+    for line in report.framing:  # what reading the logs undid (logs.framing_notes)
+        console.print(Text(f"framing: {line}", style="dim"))
     if report.ranks:
         console.print(_rank_table(report))
+    if report.recording is not None and report.recording.ranks:
+        console.print(_recorded_table(report.recording))
+        if line := divergence_line(report.recording):
+            console.print(Text(line, style="bold"))
     for line in report.evidence:
         console.print(Text(f"• {line}"))
     if report.stack_tree is not None and report.stack_tree.children:

@@ -50,6 +50,8 @@ def verdict_table(v: Verdict) -> Table:
     for rank, c in sorted(v.cache.items(), key=lambda kv: int(kv[0])):
         t.add_row(f"cache rank {rank}", _cache_text(c))
     t.add_row("steps / time", f"{v.steps} steps in {v.duration_s:.1f} s, seed {v.seed}")
+    if v.device:
+        t.add_row("device", v.device)
     t.add_row("run dir", str(v.run_dir))
     if v.run_dir:
         t.add_row("next", f"hicache-diag report {shlex.quote(v.run_dir)}")

@@ -7,12 +7,15 @@ agreed wall-clock instant (`--at`, so every node samples together), then takes e
 stack through a fallback chain and names every link it tried: py-spy dump; py-spy dump
 --nonblocking; pystack; /proc (state, wchan, kernel stack: a stopped `T` or D-state process is
 itself evidence). It never signals a target; its own children die with it (--budget, or when
-its launcher goes away).
+its launcher goes away). A scheduler that records (`hicache-diag record`) is asked for an
+in-process dump, and its recording comes back bounded and compressed (`recordings`).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
 import json
 import os
 import re
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 
 SCHEMA = "hicache-diag/collector/v1"
 MARKER = "--hicache-diag-collector"  # in our argv, so a leftover collector can be found
@@ -33,12 +37,13 @@ _CHILDREN: set[subprocess.Popen] = set()
 _LOCK = threading.Lock()
 
 
-def _read(path: str) -> str | None:
+def _read(path: str, raw: bool = False):
     try:
         with open(path, "rb") as f:
-            return f.read().decode(errors="replace")
+            data = f.read()
     except OSError:
         return None
+    return data if raw else data.decode(errors="replace")
 
 
 def _cmdline(pid: int) -> str:
@@ -210,24 +215,113 @@ def _tools() -> dict:
     return {name: shutil.which(name, path=path) for name in ("py-spy", "pystack")}
 
 
+# -- production recordings (`hicache-diag record`, evidence/recording.py's files) -------------
+SESSION_ENV, RECORD_DIR_ENV = "HICACHE_DIAG_RECORD_SESSION", "HICACHE_DIAG_RECORD_DIR"
+# Each rank's newest bytes shipped, per kind: (name after `rank{r}.`, cap, record size, newest
+# first by reversed name order: digest segments count up, the lines' older half is `.1`)
+SHIP = {"jsonl": (2 << 20, 0, False), "blocks.jsonl": (2 << 20, 0, False)}
+SHIP["digest"] = (4 << 20, 8, True)  # 512K steps a rank; the blocks reach further back
+_QUIET = ("T", "t", "D", "Z", "X", "g")  # stopped, in the kernel, dead, gone: it answers nothing
+
+
+def _json(path: str) -> dict:
+    try:
+        doc = json.loads(_read(path) or "{}")
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _metas(place: str) -> list:
+    """(session, meta file) of a session folder, or of every session in a record dir."""
+    subs = filter(os.path.isdir, [place, *(os.path.join(place, d) for d in os.listdir(place))])
+    return [(s, n) for s in subs for n in os.listdir(s) if n.endswith(".meta.json")]
+
+
+def _recorded(pid: int, cur: int = 0, depth: int = 8) -> list | None:
+    """[session, rank] whose rank meta names `pid`, in a session or record dir the environment
+    of `pid` or an ancestor names (a scheduler's own is blank once setproctitle ran)."""
+    env = (_read(f"/proc/{cur or pid}/environ") or "").split("\0")
+    keys = (SESSION_ENV + "=", RECORD_DIR_ENV + "=")
+    places = [kv.split("=", 1)[1] for kv in env if kv.startswith(keys)]
+    for session, name in (m for place in filter(os.path.isdir, places) for m in _metas(place)):
+        if _json(os.path.join(session, name)).get("pid") == pid:
+            return [session, int(name[4:].split(".")[0])]
+    parent = _ppid(cur or pid)
+    return _recorded(pid, parent, depth - 1) if depth and parent > 1 else None
+
+
+def _ask(sessions: set, rid: str) -> None:
+    """dump-request.json, written whole: every rank's dumper thread answers a new id once."""
+    for session in sessions:
+        tmp = os.path.join(session, f".dump-request.json.{os.getpid()}.tmp")
+        with contextlib.suppress(OSError):
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+                f.write(json.dumps({"id": rid, "at": time.time()}))
+            os.replace(tmp, os.path.join(session, "dump-request.json"))
+
+
+def _answers(session: str, rank: int, rids: list) -> list:
+    names = [n for n in os.listdir(session) if n.startswith(f"rank{rank}.dump-")]
+    return [n for n in names if _json(os.path.join(session, n)).get("request") in rids]
+
+
+def _tail(session: str, names: list, cap: int, step: int = 0) -> dict:
+    """The newest `cap` bytes of `names` (newest first), cut at a line or a `step`-byte record
+    (a record torn at a file's end dropped; past the cap, empty), zlib-compressed, base64'd."""
+    out = {}
+    for name in names:
+        data = _read(os.path.join(session, name), raw=True) or b""
+        data = data[: len(data) - len(data) % step] if step else data
+        if len(data) > cap:
+            data = data[len(data) - cap + cap % max(step, 1) :]
+            data = data if step else data[data.find(b"\n") + 1 :]
+        out[name], cap = base64.b64encode(zlib.compress(data, 6)).decode(), cap - len(data)
+    return out
+
+
+def ship(session: str, rids: list) -> dict:
+    """One session's files, bounded: metas whole, each rank's newest lines, blocks and digests
+    up to SHIP, its dumps answering `rids` and its newest; zlib + base64 each."""
+    names = set(os.listdir(session)) - {"dump-request.json"}
+    files = _tail(session, sorted(n for n in names if n.endswith(".meta.json")), 1 << 20)
+    for r in {int(n[4:].split(".")[0]) for n in files}:
+        mine = {n.split(".", 1)[1]: n for n in names if n.startswith(f"rank{r}.")}
+        for kind, (cap, step, back) in SHIP.items():
+            got = sorted((k for k in mine if k.startswith(kind + ".") or k == kind), reverse=back)
+            files |= _tail(session, [mine[k] for k in got], cap, step)
+        dumps = sorted((k for k in mine if k.startswith("dump-")), key=lambda k: int(k[5:-5]))
+        asked = {*_answers(session, r, rids), *(mine[k] for k in dumps[-1:])}
+        files |= _tail(session, sorted(asked), 4 << 20)
+    return {"session": session, "name": os.path.basename(session), "files": files, "asked": rids}
+
+
+def _record(procs: list, rids: list, deadline: float) -> list:
+    """Wait (to `deadline`) for the answers of the ranks that can answer, then ship."""
+    mine = [p for p in procs if p["recorded"]]
+    live = [p for p in mine if p["samples"][-1]["proc"].get("state", "g")[:1] not in _QUIET]
+    while time.time() < deadline and not all(_answers(*p["recorded"], rids[-1:]) for p in live):
+        time.sleep(0.05)
+    return [ship(session, rids) for session in sorted({p["recorded"][0] for p in mine})]
+
+
 def collect(args: argparse.Namespace) -> dict:
     tools = _tools()
-    procs = [dict(p, samples=[]) for p in discover()]
-    doc = {
-        "schema": SCHEMA,
-        "node": args.node,
-        "hostname": socket.gethostname(),
-        "python": sys.version.split()[0],
-        "tools": tools,
-        "at": args.at,
-        "started": time.time(),
-        "processes": procs,
-        "samples_at": [],
-    }
+    procs = [dict(p, samples=[], recorded=_recorded(p["pid"])) for p in discover()]
+    sessions, rids = {p["recorded"][0] for p in procs if p["recorded"]}, []
+    doc = {"schema": SCHEMA, "node": args.node, "hostname": socket.gethostname(), "at": args.at}
+    doc |= {"python": sys.version.split()[0], "tools": tools, "started": time.time()}
+    doc |= {"processes": procs, "samples_at": []}
     for n in range(args.samples):
         due = args.at + n * args.interval
         time.sleep(max(0.0, due - time.time()))
+        unread = any(not p["samples"][-1]["threads"] for p in procs if p["recorded"] and n)
+        if sessions and (n == 0 or unread):
+            rids.append(f"triage-{args.at:.3f}-s{n}")  # another where py-spy could not read
+            _ask(sessions, rids[-1])
         doc["samples_at"].append(_sample_all(procs, tools, args.deadline))
+    if sessions:
+        doc["recordings"] = _record(procs, rids, time.time() + args.deadline)
     doc["finished"] = time.time()
     return doc
 

@@ -303,6 +303,7 @@ def verdict_from(run: RunData) -> Verdict:
         run_dir=str(run.run_dir),
         cache=_safe("cache", cache_counts, run, notes) or {},
         recorder_errors=errors,
+        device=run.manifest.ran_on,
     )
 
 

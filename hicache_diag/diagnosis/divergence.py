@@ -75,13 +75,15 @@ def _agreeable(rows: pd.DataFrame, column: str) -> dict[int, Any]:
 
 
 def _first(
-    frames: pd.DataFrame, folded: FoldedSlots
+    frames: pd.DataFrame, folded: FoldedSlots, steps: set[int] | None = None
 ) -> tuple[int, str, dict[int, Any], list[int]] | None:
-    """The first disagreement and the ranks whose value there is a folded idle slot's."""
+    """The first disagreement and the ranks whose value there is a folded idle slot's; only at
+    `steps` when given (a caller that knows the others agree)."""
     if frames.empty or "must_agree" not in frames.columns:
         return None
     ranks = sorted(int(r) for r in frames["rank"].unique())
-    for step, rows in frames.groupby("step", sort=True):
+    search = frames if steps is None else frames[frames["step"].isin(steps)]
+    for step, rows in search.groupby("step", sort=True):
         if rows["rank"].nunique() == len(ranks) == 1:
             continue
         for column in _must_agree_fields(rows):
@@ -101,12 +103,13 @@ def find_first(frames: pd.DataFrame) -> tuple[int, str, dict[int, Any]] | None:
 
 
 def first_divergence(
-    frames: pd.DataFrame, ran_to: dict[int, int] | None = None
+    frames: pd.DataFrame, ran_to: dict[int, int] | None = None, steps: set[int] | None = None
 ) -> Divergence | None:
     """`ran_to`: rank -> the last slot a hung rank is known to have run past its last line
-    (idle_slots.ran_past_last_line)."""
+    (idle_slots.ran_past_last_line); `steps`: search only these (every other step is known to
+    agree: a production recording's hours of lines), the rest kept for the attribution."""
     folded = FoldedSlots(frames, ran_to)
-    found = _first(frames, folded)
+    found = _first(frames, folded, steps)
     if found is None:
         return None
     step, column, values, idle = found

@@ -102,6 +102,9 @@ class EngineEntry:
     # `run --hosts`: place(cfg) checks the hosts and places the nodes before anything starts.
     place: Callable[[Any], Any] = _as_placed
     releases: Releases | None = None  # None: the engine runs no release of anyone's
+    # `hicache-diag record`: record(record_dir, bundle_dir, cpu_shims) -> the environment that
+    # loads the engine's recorder into a server the user launches; None: it has none.
+    record: Callable[..., Any] | None = None
 
     @property
     def options(self) -> type[RunOptions]:
@@ -164,6 +167,19 @@ def require_recorded_reads(name: str) -> None:
             f"--run reads the sources a run's ranks recorded, which the {name} engine does not "
             f"record: drop --engine, or use --engine {takes}"
         )
+
+
+def record_setup(record_dir: Path | None, bundle_dir: Path | None, cpu_shims: bool) -> Any:
+    """`hicache-diag record`: the recording engine's setup (its `RecordSetup`)."""
+    entry = next(e for e in map(engine, ENGINES) if e.record is not None)
+    assert entry.record is not None
+    return entry.record(record_dir, bundle_dir, cpu_shims)
+
+
+def release_options() -> type[RunOptions]:
+    """The release engine's options class, read without building its entry (--help stays
+    fast): the one whose options pick a release by its Python."""
+    return next(c for c in option_classes().values() if "sglang_python" in field_names(c))
 
 
 def takes_releases(name: str) -> bool:

@@ -14,21 +14,12 @@ from typing import Any
 
 from hicache_diag.evidence.layout import FIRST_DIVERGENCE, divergence_json, rank_files
 from hicache_diag.evidence.record import Record, json_text, read_record
+from hicache_diag.evidence.recording_dump import ThreadDump
 from hicache_diag.evidence.step import StepRecord
 
 DETECTED_BY = "sglang-rank-consensus-checker"
 LAST_STEPS = 16  # the step lines kept: enough to see the ranks part, small enough to read
 TAIL_BYTES = 1 << 18  # how far back in rank{r}.jsonl the last steps are looked for
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadDump(Record):
-    """One Python thread of the rank's process as `sys._current_frames` had it."""
-
-    name: str = ""
-    ident: int | None = None
-    daemon: bool | None = None
-    frames: list[str] = field(default_factory=list)  # "file:line in func", outermost first
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,9 @@ class Manifest(Record):
     faults: list[str] = field(default_factory=list)  # spec strings
     topology: Topology | None = None
     engine: str | None = None
-    sglang: dict[str, Any] | None = None  # the release: version, python, argv, torch, ...
+    # The device the run ran on: "cpu" or "cuda" (None: a run from before the key; `ran_on`).
+    device: str | None = None
+    sglang: dict[str, Any] | None = None  # the release: version, python, argv, torch, cuda, ...
     notes: list[str] = field(default_factory=list)  # how the sglang engine adapted the launch
     started_at: str = ""
     # The sglang engine's warm server: reused or restarted, with each rank's clean-state proof.
@@ -79,6 +81,20 @@ class Manifest(Record):
             started_at=utc_now(),
             absent=frozenset(cls.keys()) - frozenset(HEAD_KEYS),
         )
+
+    @property
+    def ran_on(self) -> str | None:
+        """The device the run ran on; for a manifest from before the `device` key, what its
+        config says (the sglang engine's launch `spec.cpu`, the builtin's `server_args.device`)."""
+        if self.device:
+            return self.device
+        spec = self.config.get("spec")
+        if isinstance(spec, dict) and isinstance(spec.get("cpu"), bool):
+            return "cpu" if spec["cpu"] else "cuda"
+        args = self.config.get("server_args")
+        if isinstance(args, dict) and args.get("device") in ("cpu", "cuda"):
+            return args["device"]
+        return None
 
     @property
     def tp_size(self) -> int:

@@ -11,12 +11,16 @@ One folder per launch (a session), under the record dir:
                                        fields), in segments; the oldest dropped past the cap
       rank{r}.blocks.jsonl[.1]         per block of BLOCK_STEPS steps, one crc per field: which
                                        field parted the ranks once the full lines rotated out
-      rank{r}.dump-N.json              in-process snapshots (watchdog, mismatch, exception, asked)
-      dump-request.json                written by triage: every rank answers with a dump
+      rank{r}.dump-N.json              in-process snapshots (DumpSnapshot): watchdog, mismatch,
+                                       exception, asked (dump-request.json), signal (SIGUSR2)
+      dump-request.json                written by triage: {"id", "at"}; each rank answers a new
+                                       id once, with a dump whose "request" is that id
 
 A writer never raises: any OSError (a full disk, a read-only dir) or a disk near full turns the
 rank's recording off, says why in its meta file (when it still can) and through `on_off`, once.
 Files are 0600, folders 0700: a recording may hold request shapes of a production server.
+The names live in recording_files.py, the dump records in recording_dump.py and the reader in
+recording_read.py; every one of them is reachable here as `recording.X`.
 """
 
 from __future__ import annotations
@@ -24,122 +28,88 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import struct
+import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-RECORD_DIR_ENV = "HICACHE_DIAG_RECORD_DIR"  # the env-only form: where sessions go
-SESSION_ENV = "HICACHE_DIAG_RECORD_SESSION"  # this launch's folder, set by its first process
-SWITCH_ENV = "HICACHE_DIAG_RECORD"  # "0", "off", "false", "no" (any case): recording off
-DUMP_REQUEST = "dump-request.json"
-DIGEST = struct.Struct("<II")  # step, crc32: one written step
-OFF_WORDS = frozenset({"0", "off", "false", "no"})
-ON_WORDS = frozenset({"", "1", "on", "true", "yes"})
+# The recording's names, records and reader, all reachable as `recording.X` (one import for
+# the writer inside SGLang and for triage).
+from hicache_diag.evidence.recording_dump import DumpSnapshot, ThreadDump
+from hicache_diag.evidence.recording_files import (
+    CPU_SHIMS_ENV,
+    DIGEST,
+    DUMP_REASONS,
+    DUMP_REQUEST,
+    DUMP_SIGNAL,
+    OFF_WORDS,
+    ON_WORDS,
+    RECORD_DIR_ENV,
+    SESSION_ENV,
+    SWITCH_ENV,
+    Limits,
+    RankMeta,
+    blocks_path,
+    digest_path,
+    dump_path,
+    field_digest,
+    field_texts,
+    lines_path,
+    meta_path,
+    read_dump_request,
+    session_name,
+    step_digest,
+    switch_state,
+    texts_digest,
+    write_dump_request,
+    write_private,
+)
+from hicache_diag.evidence.recording_read import (
+    RecordedRank,
+    ranks_in,
+    read_rank,
+    read_session,
+    sessions_in,
+)
 
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """The recorder's bounds per rank. Defaults: 2 x 4 MiB of full lines, 8 x 4 MiB of step
-    digests (4M written steps), 2 x 4 MiB of block digests, the last 8 dumps, and off when
-    the disk's free space falls under `reserve_bytes`."""
-
-    lines_bytes: int = 4 << 20
-    digest_segment_bytes: int = 4 << 20
-    digest_segments: int = 8
-    block_steps: int = 256
-    blocks_bytes: int = 4 << 20
-    dumps_kept: int = 8
-    reserve_bytes: int = 256 << 20
-
-
-def switch_state(value: str | None) -> bool | None:
-    """The switch's reading: True on, False off, None a value that is neither (refused by the
-    CLI, treated as on by the plugin, which must never guess a user's server off)."""
-    word = (value or "").strip().lower()
-    if word in OFF_WORDS:
-        return False
-    if word in ON_WORDS:
-        return True
-    return None
-
-
-def session_name(pid: int, now: float | None = None, host: str | None = None) -> str:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
-    return f"{host or socket.gethostname()}-{stamp}-{pid}"
-
-
-def meta_path(session: Path, rank: int) -> Path:
-    return session / f"rank{rank}.meta.json"
-
-
-def lines_path(session: Path, rank: int, older: bool = False) -> Path:
-    return session / (f"rank{rank}.jsonl.1" if older else f"rank{rank}.jsonl")
-
-
-def blocks_path(session: Path, rank: int, older: bool = False) -> Path:
-    return session / (f"rank{rank}.blocks.jsonl.1" if older else f"rank{rank}.blocks.jsonl")
-
-
-def digest_path(session: Path, rank: int, segment: int) -> Path:
-    return session / f"rank{rank}.digest.{segment:06d}"
-
-
-def dump_path(session: Path, rank: int, n: int) -> Path:
-    return session / f"rank{rank}.dump-{n}.json"
-
-
-def step_digest(line: dict[str, Any], fields_: Iterable[str]) -> int:
-    """crc32 of the must-agree fields a line holds, as canonical JSON: equal lines, equal crc."""
-    held = {k: line[k] for k in fields_ if k in line}
-    return zlib.crc32(json.dumps(held, sort_keys=True, separators=(",", ":")).encode())
-
-
-def field_digest(step: int, value: Any, crc: int) -> int:
-    return zlib.crc32(f"{step}:{json.dumps(value, sort_keys=True)}".encode(), crc)
-
-
-@dataclass(slots=True)
-class RankMeta:
-    """rank{r}.meta.json: the rank, its process, what it records and whether it still does."""
-
-    rank: int
-    pp_rank: int
-    tp_rank: int
-    pid: int
-    host: str
-    release: str | None
-    fields: list[str]
-    started_at: float
-    limits: dict[str, int]
-    on: bool = True
-    off_reason: str | None = None
-    off_at: float | None = None
-    last_step: int | None = None  # the last step written when the meta was last written
-    device: str | None = None  # cpu / cuda: what the scheduler's tensors live on
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RankMeta:
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Atomic: a temporary file in the same folder (0600), then rename over `path`."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+__all__ = [
+    "CPU_SHIMS_ENV",
+    "DIGEST",
+    "DUMP_REASONS",
+    "DUMP_REQUEST",
+    "DUMP_SIGNAL",
+    "OFF_WORDS",
+    "ON_WORDS",
+    "RECORD_DIR_ENV",
+    "SESSION_ENV",
+    "SWITCH_ENV",
+    "DumpSnapshot",
+    "Limits",
+    "RankMeta",
+    "RankRecording",
+    "RecordedRank",
+    "ThreadDump",
+    "blocks_path",
+    "digest_path",
+    "dump_path",
+    "field_digest",
+    "field_texts",
+    "lines_path",
+    "meta_path",
+    "ranks_in",
+    "read_dump_request",
+    "read_rank",
+    "read_session",
+    "session_name",
+    "sessions_in",
+    "step_digest",
+    "switch_state",
+    "texts_digest",
+    "write_dump_request",
+]
 
 
 def _append_fd(path: Path) -> int:
@@ -161,22 +131,25 @@ class _Block:
 
 class RankRecording:
     """One rank's writer. `write_step(line)` after each step the recorder writes; `dump(doc,
-    reason)` for a snapshot; `close()` at exit. Called from the scheduler thread, except
-    `dump`, which a dumper thread may call (its own files only)."""
+    reason)` for a snapshot; `close()` at exit; `turn_off(reason)` when the recorder itself
+    failed. Any thread may call them (the plugin's writer and dumper threads do): one lock, so
+    a file descriptor is never closed under a write that another thread is making."""
 
     def __init__(
         self,
         session: Path,
         meta: RankMeta,
-        limits: Limits = Limits(),
+        limits: Limits | None = None,
         on_off: Callable[[str], None] | None = None,
     ) -> None:
-        self.session, self.meta, self.limits, self._on_off = session, meta, limits, on_off
+        self.session, self.meta, self._on_off = session, meta, on_off
+        self.limits = limits or Limits()
         self._fds: dict[str, int] = {}
         self._sizes: dict[str, int] = {}
         self._segment = 0
         self._block: _Block | None = None
         self._dumps = 0
+        self._lock = threading.RLock()
         self._guard(self._start)
 
     @property
@@ -187,21 +160,31 @@ class RankRecording:
     def _start(self) -> None:
         self.session.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._check_free()
-        _write_private(meta_path(self.session, self.meta.rank), json.dumps(self.meta.to_json()))
+        self._write_meta()
 
-    def write_step(self, line: dict[str, Any]) -> None:
-        if self.meta.on:
-            self._guard(self._write_step, line)
+    def write_step(self, line: dict[str, Any], text: str | None = None) -> None:
+        """One step line; `text`: the line as already rendered (the run's StepRecord.line)."""
+        self.write_steps([(line, text)])
 
-    def _write_step(self, line: dict[str, Any]) -> None:
-        step = int(line.get("step", 0))
-        self._append("lines", (json.dumps(line, sort_keys=True) + "\n").encode())
-        crc = step_digest(line, self.meta.fields)
-        self._append("digest", DIGEST.pack(step & 0xFFFFFFFF, crc))
-        self._fold_block(step, line)
-        self.meta.last_step = step
+    def write_steps(self, items: list[tuple[dict[str, Any], str | None]]) -> None:
+        """Several step lines at once: one write a file for all of them."""
+        if self.meta.on and items:
+            with self._lock:
+                self._guard(self._write_steps, items)
 
-    def _fold_block(self, step: int, line: dict[str, Any]) -> None:
+    def _write_steps(self, items: list[tuple[dict[str, Any], str | None]]) -> None:
+        lines, digests = [], []
+        for line, text in items:
+            step = int(line.get("step", 0))
+            lines.append(json.dumps(line, sort_keys=True) if text is None else text)
+            texts = field_texts(line, self.meta.fields)
+            digests.append(DIGEST.pack(step & 0xFFFFFFFF, texts_digest(texts)))
+            self._fold_block(step, texts)
+            self.meta.last_step = step
+        self._append("lines", ("\n".join(lines) + "\n").encode())
+        self._append("digest", b"".join(digests))
+
+    def _fold_block(self, step: int, texts: list[tuple[str, str]]) -> None:
         index = step // self.limits.block_steps
         if self._block is not None and self._block.index != index:
             self._flush_block()
@@ -209,9 +192,8 @@ class RankRecording:
             self._block = _Block(index, step)
         block = self._block
         block.last, block.n = step, block.n + 1
-        for key in self.meta.fields:
-            if key in line:
-                block.crcs[key] = field_digest(step, line[key], block.crcs.get(key, 0))
+        for key, text in texts:  # field_digest, with the value encoded once
+            block.crcs[key] = zlib.crc32(f"{step}:{text}".encode(), block.crcs.get(key, 0))
 
     def _flush_block(self) -> None:
         if self._block is not None:
@@ -222,28 +204,48 @@ class RankRecording:
         """A snapshot file (the last `dumps_kept` stay); its path, None when off or failed."""
         if not self.meta.on:
             return None
-        return self._guard(self._dump, doc, reason)
+        with self._lock:
+            return self._guard(self._dump, doc, reason)
 
     def _dump(self, doc: dict[str, Any], reason: str) -> Path:
         self._check_free()
         self._dumps += 1
         path = dump_path(self.session, self.meta.rank, self._dumps)
         body = {"rank": self.meta.rank, "reason": reason, "at": time.time(), **doc}
-        _write_private(path, json.dumps(body, sort_keys=True, default=str))
+        write_private(path, json.dumps(body, sort_keys=True, default=str))
         old = dump_path(self.session, self.meta.rank, self._dumps - self.limits.dumps_kept)
         old.unlink(missing_ok=True)
+        self._write_meta()  # its last_step, as of the dump
         return path
 
     def close(self) -> None:
+        with self._lock:
+            if self.meta.on:
+                self._guard(self._flush_block)
+                self._guard(self._write_meta)
+            self._close_fds()
+
+    def refresh_meta(self) -> None:
+        """The meta file as the meta now is (a field set after the start)."""
         if self.meta.on:
-            self._guard(self._flush_block)
-            self._guard(self._write_meta)
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+            with self._lock:
+                self._guard(self._write_meta)
+
+    def turn_off(self, reason: str) -> None:
+        """The recorder failed (not the disk): off, said once, as for a disk error."""
+        with self._lock:
+            self._turn_off(reason)
 
     def _write_meta(self) -> None:
-        _write_private(meta_path(self.session, self.meta.rank), json.dumps(self.meta.to_json()))
+        write_private(meta_path(self.session, self.meta.rank), json.dumps(self.meta.to_json()))
+
+    def _close_fds(self) -> None:
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
 
     # -- files, rotation, and turning off ----------------------------------------------------
     def _path(self, kind: str, older: bool = False) -> Path:
@@ -270,7 +272,7 @@ class RankRecording:
             self._sizes[kind] = path.stat().st_size
         written = os.write(self._fds[kind], data)
         if written != len(data):
-            raise OSError(28, "short write")
+            raise OSError(28, "No space left on device (a short write)")
         self._sizes[kind] += written
 
     def _rotate(self, kind: str) -> None:
@@ -284,9 +286,11 @@ class RankRecording:
             os.replace(self._path(kind), self._path(kind, older=True))
 
     def _check_free(self) -> None:
-        free = shutil.disk_usage(self.session).free
-        if free < self.limits.reserve_bytes:
-            raise OSError(28, f"disk nearly full ({free >> 20} MiB free)")
+        # The reserve is capped at a tenth of the disk: a small volume of its own holds a
+        # recording (48 MiB a rank at the default limits) with no system beside it to starve.
+        usage = shutil.disk_usage(self.session)
+        if usage.free < min(self.limits.reserve_bytes, usage.total // 10):
+            raise OSError(28, f"disk nearly full ({usage.free >> 20} MiB free)")
 
     def _guard(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -299,96 +303,10 @@ class RankRecording:
         if not self.meta.on:
             return
         self.meta.on, self.meta.off_reason, self.meta.off_at = False, reason, time.time()
-        for fd in self._fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._fds.clear()
+        self._close_fds()
         try:
             self._write_meta()
         except Exception:  # noqa: BLE001 - a full disk may refuse even this
             pass
         if self._on_off is not None:
             self._on_off(reason)
-
-
-# -- reading a session back ------------------------------------------------------------------
-@dataclass(slots=True)
-class RecordedRank:
-    """What one rank's recording holds, as read back (a file cut mid-record is read up to it)."""
-
-    rank: int
-    meta: RankMeta | None
-    digests: list[tuple[int, int]]  # (step, crc), oldest first
-    blocks: list[dict[str, Any]]
-    lines: list[dict[str, Any]]  # full step lines still held, oldest first
-    dumps: list[dict[str, Any]]  # oldest first
-
-    @property
-    def last_step(self) -> int | None:
-        steps = [s for s, _ in self.digests[-1:]] + [ln.get("step") for ln in self.lines[-1:]]
-        known = [s for s in steps if isinstance(s, int)]
-        return max(known) if known else (self.meta.last_step if self.meta else None)
-
-
-def _json_lines(paths: Iterable[Path]) -> list[dict[str, Any]]:
-    out = []
-    for path in paths:
-        if not path.is_file():
-            continue
-        for raw in path.read_bytes().splitlines():
-            try:
-                item = json.loads(raw)
-            except ValueError:
-                continue  # a line cut by a crash or a full disk
-            if isinstance(item, dict):
-                out.append(item)
-    return out
-
-
-def _digests(session: Path, rank: int) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for path in sorted(session.glob(f"rank{rank}.digest.*")):
-        data = path.read_bytes()
-        usable = len(data) - len(data) % DIGEST.size
-        out += [DIGEST.unpack_from(data, i) for i in range(0, usable, DIGEST.size)]
-    return out
-
-
-def ranks_in(session: Path) -> list[int]:
-    found = set()
-    for path in session.glob("rank*.*"):
-        head = path.name.split(".", 1)[0].removeprefix("rank")
-        if head.isdigit():
-            found.add(int(head))
-    return sorted(found)
-
-
-def read_rank(session: Path, rank: int) -> RecordedRank:
-    meta = None
-    if meta_path(session, rank).is_file():
-        try:
-            meta = RankMeta.from_json(json.loads(meta_path(session, rank).read_text()))
-        except (ValueError, TypeError):
-            meta = None
-    dumps = []
-    for path in session.glob(f"rank{rank}.dump-*.json"):
-        try:
-            dumps.append(json.loads(path.read_text()))
-        except ValueError:
-            continue
-    dumps.sort(key=lambda d: d.get("at") or 0)
-    lines = _json_lines([lines_path(session, rank, older=True), lines_path(session, rank)])
-    blocks = _json_lines([blocks_path(session, rank, older=True), blocks_path(session, rank)])
-    return RecordedRank(rank, meta, _digests(session, rank), blocks, lines, dumps)
-
-
-def read_session(session: Path) -> dict[int, RecordedRank]:
-    return {r: read_rank(session, r) for r in ranks_in(session)}
-
-
-def sessions_in(record_dir: Path) -> list[Path]:
-    """The sessions under a record dir, newest first (a folder holding rank meta files)."""
-    found = [p for p in record_dir.iterdir() if p.is_dir() and any(p.glob("rank*.meta.json"))]
-    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)

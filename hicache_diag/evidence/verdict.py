@@ -137,6 +137,8 @@ class Verdict:
     cache: dict[str, dict[str, int]] = field(default_factory=dict)
     # Per rank (str key): steps whose evidence line the recorder could not build.
     recorder_errors: dict[str, int] = field(default_factory=dict)
+    # The device the run ran on ("cpu", "cuda"; the manifest's): None where unknown.
+    device: str | None = None
     # Read from a file (`from_json`): its keys this record does not type (a newer writer's),
     # and the record's own keys that file lacked (an older writer's), so that writing it back
     # gives the file as it was (evidence/record.py does the same for every run-dir record).
@@ -194,6 +196,7 @@ class Verdict:
             run_dir=data.get("run_dir"),
             cache=dict(data.get("cache") or {}),
             recorder_errors=dict(data.get("recorder_errors") or {}),
+            device=data.get("device"),
             extra={k: v for k, v in data.items() if k not in own and k not in derived},
             absent=frozenset(k for k in own if k not in data),
         )

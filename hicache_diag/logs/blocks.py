@@ -11,6 +11,8 @@ their lines. tests/unit/triage/test_triage_stream.py checks it agrees with readi
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 import re
 from collections.abc import Callable
 
@@ -111,24 +113,27 @@ def read_block(
     return stop - start
 
 
+# Each line's `[...]` prefix inside and whether SGLang's batch line follows it, one match per
+# line: the leading newline makes the engine jump from line start to line start.
+_HEAD = re.compile(r"\n(?:\[([^\]\n]{0,198})\]([^\S\n]?(?:Decode|Prefill) batch)?)?")
+
+
 def _scan(raw: list[str], start: int, bracket: Bracket) -> tuple[list[str], list[int], list[int]]:
     """Each line's prefix inside, up to the first line whose prefix is not one; the lines that
-    are SGLang's batch lines (progress, whatever they hold) and the others."""
-    insides: list[str] = []
-    progress: list[int] = []  # SGLang's batch lines
-    others: list[int] = []  # every other line
-    for k, line in enumerate(raw[start:] if start else raw, start):  # noqa: B007
-        j = line.find("]", 1, 200)
-        if j < 0 or bracket(inside := line[1:j]) is None:
-            break
-        insides.append(inside)
-        # The message starts after one blank at most (logs._split_prefix)
-        if line.startswith(_BATCH, j + 1) or (
-            line[j + 1 : j + 2].isspace() and line.startswith(SCHEDULER_PROGRESS, j + 2)
-        ):
-            progress.append(k)
-        else:
-            others.append(k)
+    are SGLang's batch lines (progress, whatever they hold) and the others. C-level passes over
+    the block's text, no step per line but two list builds."""
+    lines = raw[start:] if start else raw
+    text = "".join(lines) if lines and lines[0][-1:] == "\n" else "\n".join(lines)
+    heads = _HEAD.findall("\n" + text)
+    insides = [h[0] for h in heads]
+    bad = [x for x in set(insides) if bracket(x) is None]
+    if bad:
+        stop = min(insides.index(x) for x in bad)
+        insides, heads = insides[:stop], heads[:stop]
+    flags = [h[1] for h in heads]
+    span = range(start, start + len(heads))
+    progress = list(itertools.compress(span, flags))
+    others = list(itertools.compress(span, map(operator.not_, flags)))
     return insides, progress, others
 
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import re
 
+from hicache_diag.logs.speakers import speaker_label
+from hicache_diag.rules.rank_labels import split_prefix
+
 TS = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 # Kubernetes CRI log format: `<RFC3339Nano> <stream> <P|F> <text>`; P = a partial line.
 _CRI = re.compile(rf"^{TS}\s+(?:stdout|stderr)\s+(?P<tag>[FP])(?: |$)")
@@ -46,6 +49,21 @@ _CARRIERS = (
         r"\[[^\]]{0,200}\] "
     ),
 )
+# What each carrier above is, for the report's framing line.
+CARRIER_NAMES = (
+    "kubectl / docker timestamps",
+    "Loki epoch column",
+    "Loki time column",
+    "Loki labels",
+    "a viewer's bracketed ISO stamp",
+    "Python logging header",
+    "journald",
+    "docker compose",
+    "Ray / vLLM process prefix",
+    "torchrun rank prefix",
+    "mpirun rank prefix",
+    "vLLM / Python logging header",
+)
 # A dashboard table row: `| 2024-07-01 18:00:57.123 | <line> |` (cells that are only a time,
 # an epoch or a level are dropped).
 _TABLE_CELL = re.compile(
@@ -68,27 +86,37 @@ _FLAT_EXC = re.compile(
 )
 
 
-def _strip_once(line: str) -> str:
+def _strip_once(line: str) -> tuple[str, str | None]:
+    """One pass of every carrier; the worker rank a layer named (logs/speakers.py), if any."""
+    speaker = None
     if line.startswith("|"):
         line = line.rstrip().removesuffix("|").rstrip() if line.rstrip().endswith("|") else line
     line = _TABLE_CELL.sub("", line, count=1) if _TABLE_CELL.match(line) else line
     for carrier in _CARRIERS:
+        if line[:1] == "(" and speaker is None:
+            speaker = speaker_label(line)
         line = carrier.sub("", line, count=1)
-    return line
+    return line, speaker
 
 
 def peel(line: str) -> tuple[str, bool]:
     """Remove collector prefixes from one line, several stacked in any order (CRI around
-    docker around Loki); True when a CRI layer marked it partial (`P`: continued next line)."""
+    docker around Loki); True when a CRI layer marked it partial (`P`: continued next line).
+    A layer that names a worker rank (logs/speakers.py) leaves that rank as a label."""
     partial = False
+    speaker = None
     for _ in range(6):
         if m := _CRI.match(line):
             partial = partial or m["tag"] == "P"
             line = line[m.end() :]
             continue
-        before, line = line, _strip_once(line)
+        before = line
+        line, named = _strip_once(line)
+        speaker = speaker or named
         if line == before:
             break
+    if speaker and split_prefix(line) is None:
+        line = f"[{speaker}] {line}"
     return line, partial
 
 
@@ -121,3 +149,18 @@ def unflatten_traceback(line: str) -> list[str]:
         elif rest_text:
             out.append(f"    {rest_text}")
     return out
+
+
+def carrier_names(lines: list[str]) -> list[str]:
+    """The collectors we know that start any of `lines` (the report's framing line)."""
+    found: list[str] = []
+    for line in lines:
+        if line and ANY_CARRIER.match(line):
+            if _CRI.match(line) and "Kubernetes CRI" not in found:
+                found.append("Kubernetes CRI")
+            for name, carrier in zip(CARRIER_NAMES, _CARRIERS, strict=True):
+                if name not in found and carrier.match(peel(line)[0] if _CRI.match(line) else line):
+                    found.append(name)
+            if _TABLE_CELL.match(line) and "dashboard table" not in found:
+                found.append("dashboard table")
+    return found

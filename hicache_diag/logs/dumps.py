@@ -127,7 +127,7 @@ def on_faulthandler(
     line = LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())
     if fatal:
         what = fatal["what"].strip()
-        exc = LogException(ctx.rank, ctx.ts, source, i + 1, "Fatal Python error", what)
+        exc = LogException(ctx.own_rank, ctx.ts, source, i + 1, "Fatal Python error", what)
         exc.fatal_signal = True
         ev.keep(ev.exceptions, exc)
     elif timeout:

@@ -67,6 +67,10 @@ HEADER = re.compile(
 # also runs the launcher's warm-up, which is no request handler).
 _HTTP_FILES = ("uvicorn/", "starlette/", "fastapi/")
 _CLIENT_FILES = (
+    # SGLang's frontend language (`sgl.function`, its stream executor) runs in the client's
+    # program, and SGLang's examples are client programs
+    "sglang/lang/",
+    "/examples/",
     "bench_serving",
     "benchmark_serving",
     "bench_one_batch_server",

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import gzip
 import io
-import itertools
 import os
+import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
+from hicache_diag.logs.chunks import Decoded, read_lines
+from hicache_diag.logs.framing_notes import FramingNotes
 from hicache_diag.logs.model import LogEvidence
 from hicache_diag.logs.parse import parse_log_lines
 
@@ -41,7 +43,8 @@ _MAGIC = (
 )
 _BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
 # Bytes text never holds (NUL and the C0 controls but tab, newline, CR, form feed, ESC).
-_CONTROL = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27))
+_CONTROL = bytes(b for b in range(1, 32) if b not in (9, 10, 12, 13, 27))
+_NUL_RUN = re.compile(rb"\x00+")
 
 
 class NotALog(ValueError):
@@ -62,9 +65,17 @@ def sniff_encoding(head: bytes) -> str:
             return "utf-16-le"
         if evens > 2 * odds:
             return "utf-16-be"
-    if 0 in head or sum(head.count(c) for c in _CONTROL) * 10 > len(head):
+    if _binary(head):
         raise NotALog("not a log: binary data")
     return "utf-8"
+
+
+def _binary(head: bytes) -> bool:
+    """Bytes no text holds: control characters in number, or NULs scattered through it. A hole
+    of NULs (one or a few runs: a file preallocated or cut by a crash) is text around a hole."""
+    holes = len(_NUL_RUN.findall(head))
+    controls = sum(head.count(c) for c in _CONTROL)
+    return holes > 4 or controls * 10 > max(1, len(head) - head.count(0))
 
 
 def decode_text(data: bytes) -> str:
@@ -83,17 +94,26 @@ def parse_log_file(path: Path, progress: ReadProgress | None = None) -> LogEvide
         gz = raw.read(2) == _GZIP_MAGIC
         raw.seek(0)
         stream: io.BufferedIOBase = gzip.GzipFile(fileobj=raw) if gz else raw  # type: ignore[assignment]
-        encoding = sniff_encoding(_peek(stream))
-        text = io.TextIOWrapper(stream, encoding=encoding, errors="replace", newline="\n")
+        head = _peek(stream)
+        encoding = sniff_encoding(head)
+        text = Decoded(stream, encoding)
         on_line = (lambda _n: progress(raw.tell(), total)) if progress else None
         cut: list[int] = []
-        ev = parse_log_lines(_lines(text, cut), str(path), on_line)
+        notes = FramingNotes()
+        lines = read_lines(text, cut, cr_only=_cr_only(head, encoding), notes=notes)
+        ev = parse_log_lines(lines, str(path), on_line, notes=notes)
     if cut:
         ev.notes.append(
             f"{path}: the gzip stream is cut short (no end-of-stream marker); read the "
             f"{ev.lines} lines before the cut"
         )
     return ev
+
+
+def _cr_only(head: bytes, encoding: str) -> bool:
+    """The file ends its lines with a lone CR (no LF in its first bytes, several CRs)."""
+    text = head.decode(encoding, errors="ignore")
+    return "\n" not in text and text.count("\r") >= 2
 
 
 def _peek(stream: io.BufferedIOBase) -> bytes:
@@ -104,25 +124,3 @@ def _peek(stream: io.BufferedIOBase) -> bytes:
         return b""
     except (zlib.error, gzip.BadGzipFile) as exc:  # gzip's magic, then no deflate stream
         raise OSError(f"not a gzip stream ({exc})") from None
-
-
-def _lines(text: io.TextIOWrapper, cut: list[int]) -> Iterator[str]:
-    return itertools.chain.from_iterable(_chunks(text, cut))
-
-
-def _chunks(text: io.TextIOWrapper, cut: list[int]) -> Iterator[list[str]]:
-    """The file's lines a few thousand at a time (no generator step per line); a gzip member
-    without its end appends to `cut` and ends the stream where it ends."""
-    while True:
-        chunk: list[str] = []
-        try:
-            chunk.extend(itertools.islice(text, 4096))
-        except EOFError:  # a gzip member without its end: keep what was read
-            cut.append(len(chunk))
-            yield chunk
-            return
-        except (zlib.error, gzip.BadGzipFile) as exc:
-            raise OSError(f"not a gzip stream ({exc})") from None
-        if not chunk:
-            return
-        yield chunk

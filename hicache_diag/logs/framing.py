@@ -11,9 +11,11 @@ takes what is left.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 from hicache_diag.logs.carriers import peel
+from hicache_diag.logs.framing_notes import FramingNotes
+from hicache_diag.logs.prefix import LearnedPrefix, learn_prefix, prefix_label
+from hicache_diag.logs.speakers import speaker_in
 from hicache_diag.rules.rank_labels import split_prefix
 
 _DIM = r"[A-Z]{1,8}(?:_[A-Z]{1,8})?\d{1,5}"
@@ -49,19 +51,37 @@ _MESSAGE_WORDS = ("Traceback", 'File "', "Error:", "Exception:")
 class Framing:
     """The wrappers seen so far in one stream, and `unwrap` for each line."""
 
-    __slots__ = ("templates",)
+    __slots__ = ("templates", "learned", "notes", "bulk")
 
-    def __init__(self) -> None:
+    def __init__(self, notes: FramingNotes | None = None) -> None:
         self.templates: list[re.Pattern[str]] = []
+        self.learned: LearnedPrefix | None = None  # the prefix the first lines share
+        self.notes = notes or FramingNotes()  # what was undone, for the report
+        # The learned prefix as a multi-line regex, when it never names a rank: then a chunk
+        # of lines loses it in one C-level pass (a big log), not line by line.
+        self.bulk: re.Pattern[str] | None = None
 
     def unwrap(self, line: str) -> str:
         """The line as SGLang (or Python) printed it: learned wrappers off, a wrapper before
         a label or traceback shape off (and learned), a damaged label made readable."""
         if not line or (line[:1] == "[" and split_prefix(line) is not None):
             return line
+        if self.learned is not None and (m := self.learned.pattern.match(line)):
+            # The prefix most lines share: off, then the rest is read as any line is (a
+            # wrapper behind it, a collector we know, a damaged label).
+            self.notes.stripped += 1
+            rest = _keep_speaker(line[: m.end()], peel(line[m.end() :])[0])
+            return rest if rest[:1] == "[" and split_prefix(rest) else self._behind(rest)
+        return self._behind(line)
+
+    def _behind(self, line: str) -> str:
+        """unwrap's reading of a line that the learned prefix did not start (or is off)."""
+        if not line or (line[:1] == "[" and split_prefix(line) is not None):
+            return line
         for template in self.templates:
             if m := template.match(line):
-                return _restore(peel(line[m.end() :])[0])
+                self.notes.stripped += 1
+                return _keep_speaker(line[: m.end()], _restore(peel(line[m.end() :])[0]))
         if (restored := _restore(line)) is not line:
             return restored
         head = line[:400]
@@ -74,16 +94,36 @@ class Framing:
             start = start if _WRAPPERISH.search(line, 0, start) else -1
         if start > 0 and self._learn(line[:start]):
             # A collector we know may sit behind the unknown wrapper (kubectl's stamp).
-            return _restore(peel(line[start:])[0])
+            self.notes.stripped += 1
+            return _keep_speaker(line[:start], _restore(peel(line[start:])[0]))
         return line
 
-    def learn(self, lines: Iterable[str]) -> None:
+    def learn(self, lines: list[str]) -> None:
         """Learn the wrappers of a stream's first lines before any line is read, so a line
-        before the first label (a fatal error, a dump's header) is unwrapped too."""
+        before the first label (a fatal error, a dump's header) is unwrapped too: first the
+        prefix most of them share (logs/prefix.py), then those found before a label."""
+        self.learned = self.notes.learned = learn_prefix(lines)
+        if self.learned is not None:
+            heads = [m.group() for line in lines if (m := self.learned.pattern.match(line))]
+            if not any(speaker_in(h) or prefix_label(h) for h in heads):
+                # A newline first: the regex engine jumps from line start to line start.
+                self.bulk = re.compile(f"\n(?:{self.learned.pattern.pattern})")
         for line in lines:
             if len(self.templates) >= _MAX_TEMPLATES:
-                return
+                break
             self.unwrap(line)
+        self.notes.stripped = 0  # counted again as the lines are read
+
+    def strip_chunk(self, chunk: list[str]) -> list[str]:
+        """The learned prefix off every line of a chunk that starts with it, in one pass."""
+        if self.bulk is None:
+            return chunk
+        text = "\n".join(chunk)
+        if text.count("\n") != len(chunk) - 1:
+            return chunk  # lines that hold their newline (a list, not a file): line by line
+        text, n = self.bulk.subn("\n", "\n" + text)
+        self.notes.stripped += n
+        return text[1:].split("\n")
 
     def _learn(self, wrapper: str) -> bool:
         """Keep the wrapper's shape; False when it does not look like one (blank, long,
@@ -101,6 +141,15 @@ class Framing:
                 self.templates.pop(0)
             self.templates.append(template)
         return True
+
+
+def _keep_speaker(wrapper: str, text: str) -> str:
+    """The text with the rank the wrapper named (a worker's process name, SGLang's rank
+    tokens) kept as a rank label, when the text has none of its own."""
+    if text[:1] == "[" and split_prefix(text) is not None:
+        return text
+    label = speaker_in(wrapper) or prefix_label(wrapper)
+    return f"[{label}] {text}" if label else text
 
 
 def _template(wrapper: str) -> re.Pattern[str]:

@@ -144,6 +144,7 @@ class LogEvidence:
     notes: list[str] = field(default_factory=list)  # what reading a file noticed (a cut gzip)
     labelled: int = 0  # lines behind SGLang's label: a server's log
     client_lines: int = 0  # lines a benchmark client prints (triage.emitters.CLIENT_STARTS)
+    framing: list[str] = field(default_factory=list)  # what reading undid (logs.framing_notes)
 
     def keep(self, items: list, item: object) -> None:
         """Append unless `items` already holds KEEP entries (counted in `dropped`)."""
@@ -193,6 +194,7 @@ class LogEvidence:
         self.notes += other.notes
         self.labelled += other.labelled
         self.client_lines += other.client_lines
+        self.framing += other.framing
 
     @property
     def watchdog_fired(self) -> bool:
@@ -222,3 +224,10 @@ class ReadCtx:
     thread: str | None = None  # from `Exception in thread X:`, the line before its traceback
     noise_next: bool = False  # `Ignore import error ...` logged with its traceback
     header: tuple[int, str] | None = None  # (line index, kind) of a traceback's announcer
+    prefixed: bool = False  # the line being read carries its own rank label
+
+    @property
+    def own_rank(self) -> RankId | None:
+        """The rank the line itself names: a fatal line with no label names none, whatever
+        the line before it said (a culprit comes from evidence, never from adjacency)."""
+        return self.rank if self.prefixed else None

@@ -18,8 +18,20 @@ from collections.abc import Callable, Iterable
 
 from hicache_diag.evidence.ranks import RankId, parse_rank_tokens
 from hicache_diag.logs.blocks import read_block
+from hicache_diag.logs.chunks import Blank
 from hicache_diag.logs.dumps import on_faulthandler, on_pyspy, on_pyspy_error
 from hicache_diag.logs.emitters import CLIENT_STARTS, header_kind
+from hicache_diag.logs.framing_notes import FramingNotes
+from hicache_diag.logs.handlers import (
+    THREAD_EXC,
+    on_bare_exception,
+    on_fatal,
+    on_headless,
+    on_terminate,
+    on_thread_header,
+    on_traceback,
+)
+from hicache_diag.logs.incidents import INCIDENT_GAP_S, describe, gap_inside, gap_s
 from hicache_diag.logs.lines import Block, normalise_blocks
 from hicache_diag.logs.model import (  # noqa: F401 - re-exported for triage's callers
     CUT_SHORT,
@@ -30,7 +42,12 @@ from hicache_diag.logs.model import (  # noqa: F401 - re-exported for triage's c
     PyspyFailure,
     ReadCtx,
 )
-from hicache_diag.logs.tracebacks import MAX_BLOCK, TRACEBACK, read_traceback  # noqa: F401
+from hicache_diag.logs.tracebacks import (  # noqa: F401
+    MAX_BLOCK,
+    TRACEBACK,
+    is_frame,
+    read_traceback,
+)
 from hicache_diag.logs.triggers import (
     PROGRESS_HINT,
     SCHEDULER_PROGRESS,
@@ -44,16 +61,6 @@ from hicache_diag.rules.rank_labels import NCCL_RANK, split_prefix
 from hicache_diag.rules.signatures import Context
 
 _TRACEBACK = TRACEBACK
-# An exception line with no traceback above it (a logger that printed only `str(e)` with its
-# type, a paste that kept the last line): `torch.distributed.DistBackendError: ...`.
-_BARE_EXC = re.compile(
-    r"^(?P<type>(?:[a-z_]\w{0,80}\.){0,16}[A-Z]\w{0,120}(?:Error|Exception))(?::\s(?P<msg>.*))?$"
-)
-_TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']{1,300})'")
-_WHAT = re.compile(r"^\s*what\(\):\s*(.*)$")
-_THREAD_EXC = re.compile(
-    r"Exception in thread ([^:]{1,200}?):\s*$|Exception in thread ([^:]{1,200}?):(?= Traceback)"
-)
 PROGRESS = sig.PROGRESS
 # Lines between the tracebacks of one chained exception.
 _CHAIN = re.compile(
@@ -68,7 +75,7 @@ def _split_prefix(line: str, ctx: ReadCtx, ev: LogEvidence) -> tuple[str, bool]:
         head = _bracket(line[1:j])  # the usual line: one cached look-up for stamp and rank
         if head is not None:
             ts, rank, pp = head
-            ctx.ts = ts or ctx.ts
+            ctx.ts = _dated(ts, ctx.ts) if ts else ctx.ts
             ctx.rank = rank
             if pp and not ev.context.pp:
                 ev.context = ev.context | Context(pp=True)
@@ -80,7 +87,7 @@ def _split_prefix(line: str, ctx: ReadCtx, ev: LogEvidence) -> tuple[str, bool]:
             ctx.rank = None  # a global rank number; PP/TP unknown without the topology
         return line, False
     ts, tokens, msg = parts
-    ctx.ts = ts or ctx.ts
+    ctx.ts = _dated(ts, ctx.ts) if ts else ctx.ts
     if tokens:
         ctx.rank = _rank_of(tokens)
         if not ev.context.pp and "PP" in tokens:
@@ -88,6 +95,14 @@ def _split_prefix(line: str, ctx: ReadCtx, ev: LogEvidence) -> tuple[str, bool]:
     else:
         ctx.rank = None  # the launcher / tokenizer process: no rank tokens
     return msg, True
+
+
+def _dated(ts: str, last: str | None) -> str:
+    """A stamp that lost its date (a time-only label, a cut paste) takes the date of the last
+    full stamp, so stamps compare in time order."""
+    if len(ts) > 12 or not last or len(last) < 19:
+        return ts
+    return f"{last[:10]} {ts}"
 
 
 # A log names few ranks, on every line: parse each token string once.
@@ -106,53 +121,115 @@ def _bracket(inside: str) -> tuple[str | None, RankId | None, bool] | None:
 
 
 def parse_log_lines(
-    lines: Iterable[str],
+    lines: Iterable[str | Blank],
     source: str,
     on_line: Callable[[int], None] | None = None,
     *,
     fast: bool = True,
+    notes: FramingNotes | None = None,
 ) -> LogEvidence:
     """Evidence from one log's lines (any iterable: a file streams through). `on_line(n)` is
     called every few thousand lines with the count read so far (a progress display); `fast`
-    False sends every line through every handler (the reference the fast path is tested on)."""
-    window = LineWindow(normalise_blocks(lines))
-    ev = LogEvidence()
-    ctx = ReadCtx()
-    # Each rank's last line, keyed by the RankId object's identity (one per token string, from
-    # _rank_of's cache): a dataclass hash per line would cost more than the line.
-    last_seen: dict[int, tuple[RankId, str | None, int, str]] = {}
-    i = 0
-    while (raw := window.take(i, fast)) is not None:
-        if type(raw) is Block:  # a run of plain SGLang lines: recorded at once
-            nxt = i + read_block(raw, i, source, ctx, ev, last_seen, _bracket)
-            window.resume(raw, nxt)
-            if on_line is not None and nxt >> 12 != i >> 12:
-                on_line(nxt)
+    False sends every line through every handler (the reference the fast path is tested on);
+    `notes` gathers what reading undid (logs/framing_notes.py), kept on the evidence."""
+    return _Reader(lines, source, on_line, fast, notes or FramingNotes()).run()
+
+
+class _Reader:
+    """One log read line by line (a Block of plain lines, a Blank run at once), split into
+    incidents at a long silence (logs/incidents.py): the evidence is the latest one's."""
+
+    def __init__(self, lines, source: str, on_line, fast: bool, notes: FramingNotes) -> None:
+        self.window = LineWindow(normalise_blocks(lines, notes))
+        self.source, self.on_line, self.fast, self.notes = source, on_line, fast, notes
+        self.ev = LogEvidence()
+        self.ctx = ReadCtx()
+        # Each rank's last line, keyed by the RankId object's identity (one per token string,
+        # from _rank_of's cache): a dataclass hash per line would cost more than the line.
+        self.last_seen: dict[int, tuple[RankId, str | None, int, str]] = {}
+        self.hour: str | None = None  # the last stamp's date and hour: gaps are looked for
+        self.stamp: str | None = None  # when it changes, against the latest stamp
+        self.latest: str | None = None  # the latest full stamp (a paste may go back in time)
+        self.first: str | None = None  # this incident's first stamp and line
+        self.start = 0
+        self.earlier: list[str] = []
+
+    def run(self) -> LogEvidence:
+        i = 0
+        while (raw := self.window.take(i, self.fast)) is not None:
+            if type(raw) is Blank:  # a run of blank lines: counted, nothing else
+                nxt = i + raw.n
+                self.notes.blank_runs += 1
+                self.notes.blank_lines += raw.n
+            elif type(raw) is Block:  # a run of plain SGLang lines: recorded at once
+                nxt = self._block(raw, i)
+            else:
+                nxt = self._line(raw, i)  # type: ignore[arg-type]
+            if self.on_line is not None and nxt >> 12 != i >> 12:
+                self.on_line(nxt)
             i = nxt
-            continue
-        msg, prefixed = _split_prefix(raw, ctx, ev)
+        return self._finish(i)
+
+    def _block(self, block: Block, i: int) -> int:
+        last = block.line(len(block.raw) - 1)[1:20]
+        if last[:13] != self.hour and gap_inside(block, self.latest):
+            self.window.expand(block)  # read line by line, so the gap splits the incident
+            return i
+        ev, ctx = self.ev, self.ctx
+        nxt = i + read_block(block, i, self.source, ctx, ev, self.last_seen, _bracket)
+        self.window.resume(block, nxt)
+        if ctx.ts:
+            self.first = self.first or ctx.ts
+            self._seen(ctx.ts)
+        return nxt
+
+    def _line(self, raw: str, i: int) -> int:
+        ctx = self.ctx
+        msg, prefixed = _split_prefix(raw, ctx, self.ev)
+        if prefixed and ctx.ts is not self.stamp and ctx.ts:
+            if ctx.ts[:13] != self.hour and gap_s(self.latest, ctx.ts) > INCIDENT_GAP_S:
+                self._split(i)
+            self.first = self.first or ctx.ts
+            self._seen(ctx.ts)
+        ev = self.ev
         if prefixed:
             ev.labelled += 1
             if ctx.rank is not None:
-                last_seen[id(ctx.rank)] = (ctx.rank, ctx.ts, i + 1, msg)
+                self.last_seen[id(ctx.rank)] = (ctx.rank, ctx.ts, i + 1, msg)
         elif msg[:1] in _CLIENT_FIRST and msg.startswith(CLIENT_STARTS):
             ev.client_lines += 1
         if not ev.context.hicache and has_hicache_word(msg):
             ev.context = ev.context | sig.text_context(msg)
-        if fast and _plain(msg, prefixed, i, source, ctx, ev):
-            nxt = i + 1
-        else:
-            nxt = _consume(window, i, msg, prefixed, source, ctx, ev) + 1
-        if on_line is not None and nxt >> 12 != i >> 12:
-            on_line(nxt)
-        i = nxt
-    for rank, ts, lineno, msg in sorted(last_seen.values(), key=lambda v: v[2]):
-        ev.ranks_seen[rank] = LogLine(rank, ts, source, lineno, msg.strip())  # latest wins
-    ev.lines = i
-    if ev.client_lines and not ev.labelled:  # a benchmark client's own log: its tracebacks
-        for exc in ev.exceptions:
-            exc.header = exc.header or "client"
-    return ev
+        if self.fast and _plain(msg, prefixed, i, self.source, ctx, ev):
+            return i + 1
+        ctx.prefixed = prefixed
+        return _consume(self.window, i, msg, prefixed, self.source, ctx, ev) + 1
+
+    def _seen(self, ts: str) -> None:
+        self.stamp, self.hour = ts, ts[:13]
+        if len(ts) >= 19 and (self.latest is None or ts > self.latest):
+            self.latest = ts
+
+    def _split(self, i: int) -> None:
+        """A silence longer than INCIDENT_GAP_S before line i: what came before is set aside."""
+        self.earlier.append(describe(self.ev, self.first, self.latest, i - self.start))
+        self.ev = LogEvidence(context=self.ev.context)
+        self.last_seen = {}
+        self.first, self.start = None, i
+        ctx = self.ctx
+        ctx.torn_down, ctx.noise_next, ctx.thread, ctx.header = False, False, None, None
+
+    def _finish(self, i: int) -> LogEvidence:
+        ev = self.ev
+        for rank, ts, lineno, msg in sorted(self.last_seen.values(), key=lambda v: v[2]):
+            ev.ranks_seen[rank] = LogLine(rank, ts, self.source, lineno, msg.strip())
+        ev.lines = i
+        if ev.client_lines and not ev.labelled:  # a benchmark client's own log: its tracebacks
+            for exc in ev.exceptions:
+                exc.header = exc.header or "client"
+        ev.notes[:0] = [f"{self.source}: {note}" for note in self.earlier]
+        ev.framing = [f"{self.source}: {line}" for line in self.notes.describe(i)]
+        return ev
 
 
 _CLIENT_FIRST = frozenset(s[0] for s in CLIENT_STARTS)
@@ -191,23 +268,24 @@ def _consume(
     if not _CHAIN.match(msg.strip()):
         ctx.noise_next = False  # only the noise's own (chained) traceback follows it
     handlers = (
-        _on_traceback,
-        _on_terminate,
+        on_traceback,
+        on_terminate,
         on_pyspy,
         on_pyspy_error,
         on_faulthandler,
-        _on_fatal,
-        _on_bare_exception,
+        on_fatal,
+        on_bare_exception,
+        on_headless,
     )
     for handler in handlers:
         end = handler(lines, i, msg, source, ctx, ev)
         if end is not None:
             ev.recognised += 1
-            if handler is not _on_traceback:  # it keeps a noise's chained tracebacks together
+            if handler is not on_traceback:  # it keeps a noise's chained tracebacks together
                 ctx.noise_next = False
             return end
-    if thread := _THREAD_EXC.search(msg):
-        _on_thread_header(lines, i, thread.group(1) or thread.group(2), source, ctx, ev)
+    if thread := THREAD_EXC.search(msg):
+        on_thread_header(lines, i, thread.group(1) or thread.group(2), source, ctx, ev)
         return i
     if kind := header_kind(msg):
         ctx.header = (i, kind)  # the traceback it announces follows within a few lines
@@ -244,96 +322,3 @@ def _one_line(msg: str, line: LogLine, ev: LogEvidence) -> bool:
     else:
         return False
     return True
-
-
-def _on_traceback(
-    lines: LineWindow, i: int, msg: str, source: str, ctx: ReadCtx, ev: LogEvidence
-) -> int | None:
-    if _TRACEBACK not in msg:
-        return None
-    tb = read_traceback(lines, i)
-    if ctx.noise_next:  # `Ignore import error when loading ...` with its traceback: benign
-        ev.noise += 1
-        return tb.end
-    thread = _THREAD_EXC.search(msg)
-    name = (thread.group(1) or thread.group(2)) if thread else ctx.thread
-    header = header_kind(msg)
-    if header is None and ctx.header is not None and i - ctx.header[0] <= _HEADER_REACH:
-        header = ctx.header[1]
-    exc = LogException(
-        ctx.rank,
-        ctx.ts,
-        source,
-        i + 1,
-        tb.exc_type,
-        tb.message,
-        tb.frames,
-        name,
-        tb.last_frame,
-        tb.files,
-        scheduler="Scheduler hit an exception" in msg,
-        header=header,
-    )
-    ev.keep(ev.exceptions, exc)
-    ev.context = ev.context | sig.frames_context(tb.frames, tb.files)
-    ctx.thread, ctx.header = None, None
-    return tb.end
-
-
-# Lines between an announcing line and its traceback (asyncio prints `future: <Task ...>`).
-_HEADER_REACH = 3
-
-
-def _on_thread_header(
-    lines: LineWindow, i: int, name: str, source: str, ctx: ReadCtx, ev: LogEvidence
-) -> None:
-    """`Exception in thread Thread-3 (backup_thread_func):`: its traceback follows, or, cut
-    off, the header alone still says which thread died (recorded as a traceback cut short)."""
-    ev.recognised += 1
-    follows = any(lines.has(k) and _TRACEBACK in lines[k] for k in (i + 1, i + 2))
-    if follows:
-        ctx.thread = name
-        return
-    exc = LogException(ctx.rank, ctx.ts, source, i + 1, "UnknownError", CUT_SHORT, thread=name)
-    ev.keep(ev.exceptions, exc)
-
-
-def _on_terminate(
-    lines: LineWindow, i: int, msg: str, source: str, ctx: ReadCtx, ev: LogEvidence
-) -> int | None:
-    """A C++ abort (gloo enforce, NCCL watchdog): no Python traceback, `what():` next line."""
-    if not (m := _TERMINATE.search(msg)):
-        return None
-    what = _WHAT.match(lines[i + 1]) if lines.has(i + 1) else None
-    exc_type = m.group(1).rsplit("::", 1)[-1]
-    text = what.group(1).strip() if what else "terminate called"
-    exc = LogException(ctx.rank, ctx.ts, source, i + 1, exc_type, text, fatal_signal=True)
-    ev.keep(ev.exceptions, exc)
-    return i + 1 if what else i
-
-
-def _on_fatal(
-    lines: LineWindow, i: int, msg: str, source: str, ctx: ReadCtx, ev: LogEvidence
-) -> int | None:
-    if not any(p.search(msg) for p in sig.FATAL_PATTERNS):
-        return None
-    fact = read_fate(msg)
-    if fact is not None and fact.stopped_from_outside:
-        return None  # a child stopped by SIGTERM / SIGINT: a fate (read next), not its crash
-    if fact is not None:
-        ev.keep(ev.fates, FateLine(fact, LogLine(ctx.rank, ctx.ts, source, i + 1, msg.strip())))
-    kind = "RankDivergence" if "rank divergence" in msg else "SubprocessCrash"
-    ev.keep(ev.exceptions, LogException(ctx.rank, ctx.ts, source, i + 1, kind, msg.strip()))
-    return i
-
-
-def _on_bare_exception(
-    lines: LineWindow, i: int, msg: str, source: str, ctx: ReadCtx, ev: LogEvidence
-) -> int | None:
-    """`RuntimeError: ...` on a line of its own with no `Traceback` header above it."""
-    if msg[:1].isspace() or not (m := _BARE_EXC.match(msg.strip())):
-        return None
-    exc = LogException(ctx.rank, ctx.ts, source, i + 1, m["type"], (m["msg"] or "").strip())
-    exc.thread, ctx.thread = ctx.thread, None
-    ev.keep(ev.exceptions, exc)
-    return i

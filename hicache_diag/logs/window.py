@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from hicache_diag.logs.chunks import Blank
 from hicache_diag.logs.lines import Block
 
 
@@ -15,13 +16,14 @@ class LineWindow:
     """The normalised lines as a sliding window over the stream: handlers index it like a list
     (`lines[i]`, `lines.has(i)`, slices), and lines before the one being read are forgotten."""
 
-    def __init__(self, lines: Iterable[str | Block]) -> None:
-        self._it: Iterator[str | Block] = iter(lines)
+    def __init__(self, lines: Iterable[str | Block | Blank]) -> None:
+        self._it: Iterator[str | Block | Blank] = iter(lines)
         self._buf: list[str] = []
         self._base = 0  # stream index of _buf[0]
-        self._back: list[str | Block] = []  # items handed back, read before the stream (a stack)
+        # items handed back, read before the stream (a stack)
+        self._back: list[str | Block | Blank] = []
 
-    def _next(self) -> str | Block | None:
+    def _next(self) -> str | Block | Blank | None:
         return self._back.pop() if self._back else next(self._it, None)
 
     def has(self, i: int) -> bool:
@@ -31,6 +33,11 @@ class LineWindow:
                 return False
             if type(nxt) is Block:
                 self._buf += nxt.rest()
+            elif type(nxt) is Blank:  # only the blank lines a look-ahead needs, the rest later
+                need = min(nxt.n, i - self._base - len(self._buf) + 1)
+                self._buf += [""] * need
+                if nxt.n > need:
+                    self._back.append(Blank(nxt.n - need))
             else:
                 self._buf.append(nxt)  # type: ignore[arg-type]
         return i >= self._base
@@ -44,7 +51,7 @@ class LineWindow:
         self.has(end - 1)
         return self._buf[max(start - self._base, 0) : end - self._base]
 
-    def take(self, i: int, blocks: bool = False) -> str | Block | None:
+    def take(self, i: int, blocks: bool = False) -> str | Block | Blank | None:
         """Line i, forgetting the lines before it; None past the end. Reading goes forward
         only, so once i passes the buffered lines the buffer starts afresh at i. With `blocks`,
         a Block that starts at i is returned whole (the reader records it at once)."""
@@ -55,7 +62,7 @@ class LineWindow:
             if type(nxt) is str:
                 self._base = i
                 buf[0] = nxt
-                return nxt
+                return nxt  # type: ignore[return-value]
             if nxt is not None:
                 self._back.append(nxt)
         if k >= len(buf):
@@ -64,6 +71,9 @@ class LineWindow:
             if blocks and i == self._base:
                 nxt = self._next()
                 if type(nxt) is Block:
+                    return nxt
+                if type(nxt) is Blank:  # the reader counts them; the window skips past
+                    self._base = i + nxt.n
                     return nxt
                 if nxt is not None:
                     self._back.append(nxt)
@@ -77,6 +87,10 @@ class LineWindow:
             del buf[:k]
             self._base, k = i, 0
         return buf[k]
+
+    def expand(self, block: Block) -> None:
+        """Hand a Block taken whole back as its lines, each read on its own."""
+        self._back.extend(reversed(block.rest()))
 
     def resume(self, block: Block, i: int) -> None:
         """The reader recorded `block` up to its line `block.start`, stream index i. If lines

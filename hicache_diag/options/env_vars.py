@@ -55,8 +55,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("HICACHE_DIAG_RANK_START", "how builtin ranks start", _choice("fork", "spawn")),
     EnvVar("HICACHE_DIAG_TRIAL_START", "how bisect trials start", _choice("fork", "spawn")),
     EnvVar("HICACHE_DIAG_RECORD", "whether ranks record their steps", _switch),
-    EnvVar("HICACHE_DIAG_RECORD_DIR", "where a recorded launch keeps its session", _directory),
-    EnvVar("HICACHE_DIAG_RECORD_SESSION", "the recorded launch's own folder", _directory),
+    EnvVar("HICACHE_DIAG_RECORD_DIR", "where `record` puts each launch's session", _directory),
+    EnvVar("HICACHE_DIAG_RECORD_CPU_SHIMS", "`record` loads the CPU shims", _switch),
     EnvVar("HICACHE_DIAG_SGLANG_READY_TIMEOUT", "seconds SGLang may take to serve", _seconds),
     EnvVar("HICACHE_DIAG_SGLANG_VENVS", "one venv per SGLang release", _directory),
     EnvVar("HICACHE_DIAG_SGLANG_RELEASES", "unzipped SGLang wheels by version", _directory),
@@ -71,6 +71,7 @@ INTERNAL = (
     "HICACHE_DIAG_LAUNCHER_PID",
     "HICACHE_DIAG_LAUNCHED_AT",
     "HICACHE_DIAG_RANK",
+    "HICACHE_DIAG_RECORD_SESSION",  # `record`: named by a launch's first process
 )
 # Read by the test suite and benches, not by the tool.
 TESTS_ONLY = ("HICACHE_DIAG_SGLANG_SRC", "HICACHE_DIAG_TEST_CRASH")

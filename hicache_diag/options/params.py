@@ -7,7 +7,7 @@ name written twice. No typer here: the options layer stays importable without th
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any
 
 # The `run --help` panels, in the order they are shown; an engine's own options get a panel
@@ -96,6 +96,13 @@ HOSTS = Param(
     "A,B",
 )
 SSH_CONFIG = Param("--ssh-config", "ssh -F FILE.", "FILE")
+
+
+def restated(cls: type, name: str, help: str, metavar: str | None = None) -> Param:
+    """Field `name`'s option as another command takes it (bisect's axis of values, the Python
+    `sources` scans): the same flag and spellings, declared once on the field; its own help."""
+    base = field_param(cls, name)
+    return replace(base, help=help, metavar=metavar or base.metavar, panel=None)
 
 
 def field_param(cls: type, name: str) -> Param:

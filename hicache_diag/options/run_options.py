@@ -32,7 +32,9 @@ SGLANG_WORKLOADS = ("session-timeout", "session-close", "flush-timeout", "overlo
 WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 STORAGE_BACKENDS = ("none", "file")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
-DEVICES = ("cpu", "cuda")
+# auto: --engine sglang takes CUDA when the release's torch sees a GPU per rank, else the CPU
+# (engines/sglang/device.py); the builtin runtime has the CPU only.
+DEVICES = ("auto", "cpu", "cuda")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -133,7 +135,16 @@ class RunOptions:
             COMMON,
         ),
     )
-    device: str = option("cpu", Param("--device", "cpu or cuda.", "NAME", COMMON))
+    device: str = option(
+        "auto",
+        Param(
+            "--device",
+            "auto, cpu or cuda. auto: --engine sglang runs on CUDA when the release's torch "
+            "sees a GPU per rank, else on the CPU; cuda is refused where it cannot run.",
+            "NAME",
+            COMMON,
+        ),
+    )
     seed: int = option(0, Param("--seed", "Workload and fault seed.", "N", COMMON))
     out: str | None = option(
         None,

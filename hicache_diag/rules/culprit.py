@@ -40,6 +40,8 @@ class Reason(str, enum.Enum):
     OWN_WAIT = "own-wait"  # at a HiCache-local wait (its own DMA or storage thread)
     HICACHE = "hicache-wait"  # at a HiCache sync point its peers are not at
     MISMATCH = "comm-mismatch"  # a different call, caller or micro-batch slot than its peers
+    # Not at the CUDA host sync where its TP peers wait for the collective they launched
+    NCCL_ABSENT = "absent-from-collective"
     NONE = "none"  # no rank stands out (symmetric, idle, every rank computing, progress)
 
 
@@ -85,7 +87,8 @@ class Judgement:
 
 
 _IDLE = frozenset({WaitKind.IDLE, WaitKind.REQUEST})
-_OUTSIDE = frozenset({WaitKind.OTHER, WaitKind.DEVICE})  # asleep, on a lock, on the device
+# asleep, on a lock, on its device
+_OUTSIDE = frozenset({WaitKind.OTHER, WaitKind.DEVICE, WaitKind.CUDA_SYNC})
 _SEND_SITES = frozenset({"pp-send", "p2p-send"})
 _KIND_RANK = {WaitKind.HICACHE_LOCAL: 0, WaitKind.HICACHE_COMM: 1}
 # A rank using at least this share of one CPU between samples is going round, not stuck.
@@ -110,7 +113,10 @@ def view_of(
         sigs = {m.signature if (m := d.main_thread()) else () for d in dumps}
         # Spinning between idle-poll lines is not progress; anything else that moved is.
         progressed = len(sigs) > 1 and not all(s.kind in _IDLE for s in sites)
-        if not progressed and (cpu_fraction or 0.0) >= BUSY_CPU_FRACTION:
+        # A CUDA host sync spin-waits by default (a core at 100% while the stream is stuck):
+        # its CPU is no sign of progress.
+        spinning = sites[-1].kind is WaitKind.CUDA_SYNC
+        if not progressed and not spinning and (cpu_fraction or 0.0) >= BUSY_CPU_FRACTION:
             # Same stack in every sample, yet burning CPU: a loop that goes round (an idle PP0
             # sending empty request lists to PP1 every slot), not a wait that never returns
             # (a blocked gloo wait sleeps on a condition variable and uses no CPU).
@@ -146,11 +152,16 @@ def _judge_stacks(live: list[RankView], hang_hint: bool) -> Judgement | None:
     hicache = [v for v in stuck if v.kind in HICACHE_KINDS]
     if moving and not hang_hint:
         return _busy(live, moving)
+    absent = _nccl_absent(stuck, multi or hang_hint)
+    if absent is not None:
+        return absent
     holding = _holding_up(stuck, multi or hang_hint)
     if holding is not None:
         return holding
     if hicache:
         return _hicache_hang(live, hicache)
+    if all(v.kind is WaitKind.CUDA_SYNC for v in live):
+        return _cuda_wait_hang(live, multi or hang_hint)
     if all(v.idle for v in live):
         if hang_hint:
             return _found("hang", None, [], ["every rank waits for requests, yet logs time out"])
@@ -291,3 +302,59 @@ def _busy(live: list[RankView], moving: list[RankView]) -> Judgement:
         ev.append(f"{outside[0].rank.label} is the only rank outside communication")
         return _found("busy", "straggler", outside, ev, Reason.OUTSIDE)
     return _found("busy", None, [], ev)
+
+
+# -- NCCL: a collective only enqueues a kernel; the rank blocks later, at a CUDA host sync -------
+
+
+def _labels(views: list[RankView]) -> str:
+    return ", ".join(v.rank.label for v in views)
+
+
+def _tp_groups(views: list[RankView]) -> list[list[RankView]]:
+    """Ranks that share a TP group (same DP, PP and node), each group in rank order."""
+    groups: dict[tuple, list[RankView]] = {}
+    for v in sorted(views, key=lambda v: v.rank.key):
+        if v.rank.known:
+            groups.setdefault((v.rank.dp, v.rank.attn_dp, v.rank.pp, v.rank.node), []).append(v)
+    return list(groups.values())
+
+
+def _nccl_absent(stuck: list[RankView], confirmed: bool) -> Judgement | None:
+    """TP ranks waiting at a CUDA host sync wait for the TP collectives their step launched,
+    which need every rank of the group: a TP peer stuck anywhere else is the one missing from
+    them (gloo-shaped rules would call the syncing ranks stragglers instead)."""
+    if not confirmed:
+        return None
+    for group in _tp_groups(stuck):
+        syncing = [v for v in group if v.kind is WaitKind.CUDA_SYNC]
+        absent = [v for v in group if v.kind is not WaitKind.CUDA_SYNC]
+        if not (syncing and absent):
+            continue
+        where = ", ".join(sorted({f"{v.rank.label} at {v.site}" for v in absent}))
+        ev = [
+            f"{_labels(syncing)} wait(s) on the CUDA stream ({syncing[0].site}): under NCCL a "
+            "rank launches its collectives and blocks at its next host sync",
+            f"their TP group's collective needs {_labels(absent)}, which sit(s) elsewhere: {where}",
+        ]
+        lone = all(not v.in_comm and not v.idle for v in absent)
+        cause = "straggler" if lone else "protocol-deadlock"
+        return _found("hang", cause, absent, ev, Reason.NCCL_ABSENT)
+    return None
+
+
+def _cuda_wait_hang(live: list[RankView], confirmed: bool) -> Judgement:
+    """Every rank waits on its CUDA stream: the collective that hangs is not on a host stack."""
+    sites = ", ".join(sorted({str(v.site) for v in live}))
+    if not confirmed:
+        return _found("busy", None, [], [f"one snapshot: every rank waits on its GPU ({sites})"])
+    if len({v.path for v in live}) > 1:
+        culprits = _pick_minority_path(live)
+        ev = f"every rank waits on its CUDA stream ({sites}), reached from different callers"
+        return _found("hang", "protocol-deadlock", culprits, [ev], Reason.MISMATCH)
+    ev = [
+        f"every rank waits on its CUDA stream ({sites}), symmetric and without progress",
+        "NCCL collectives are asynchronous, so the one that hangs is on no host stack; NCCL's "
+        "Flight Recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) names it",
+    ]
+    return _found("hang", None, [], ev)

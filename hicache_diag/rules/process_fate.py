@@ -49,6 +49,8 @@ _NCCL_ABORT = re.compile(r"Terminating the process after attempting to dump debu
 # After SIGTERM, SGLang's tokenizer manager drains: every 5 s while requests remain it reports
 # them (`sigterm_watchdog`, same wording 0.5.12.post1-0.5.23), then stops the schedulers.
 _DRAIN_REPORT = re.compile(r"Gracefully exiting\.\.\. Remaining number of requests (\d{1,9})\.")
+# What the log reader asks of a line here (logs/triggers.py derives its fast path's words).
+FATE_SIGNATURES = (_OPERATOR_STOP, _TEARDOWN, _CHILD_EXIT, _NCCL_ABORT, _DRAIN_REPORT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +130,9 @@ def pyspy_fate(text: str, gave_up: bool = False) -> RankFate | None:
         return RankFate.STOPPED
     if _PYSPY_GONE.search(text):
         return RankFate.EXITED
-    if "Failed to suspend" in text or (gave_up and not _PYSPY_TOOLING.search(text)):
+    # A suspend refused for want of permission (ptrace denied) says nothing of the process.
+    tooling = _PYSPY_TOOLING.search(text)
+    suspend = "Failed to suspend" in text or "could not suspend" in text
+    if (suspend or gave_up) and not tooling:
         return RankFate.STOPPED
     return None

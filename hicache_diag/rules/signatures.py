@@ -117,6 +117,12 @@ CUR_BATCH_DEBUG = re.compile(r"^self\.cur_batch\.batch_size\(\)=\d+")
 # utils/watchdog.py `_watchdog_thread` / `_watchdog_once`): a faulthandler dump taken from one
 # of them is the watchdog's dump, i.e. the watchdog fired.
 WATCHDOG_FUNCS = frozenset({"watchdog_thread", "watchdog_once", "watchdog_loop"})
+# Flight Recorder's dump signal: `from this local rank` or `from  rank 13` (the rank whose
+# collective timed out, a global rank), releases 2.3-2.15 (`timeout signal` in the oldest).
+FLIGHT_RECORDER_SIGNAL = re.compile(
+    r"Received a (?:global )?(?:dump|timeout) signal (?:due to a collective timeout )?from"
+    r"(?: this local rank|\s+rank (?P<rank>\d{1,7}))"
+)
 # NCCL's heartbeat monitor: the NCCL watchdog itself made no progress (a hang below it), then
 # `Terminating the process after attempting to dump debug info` (F-level) ends the process.
 NCCL_HEARTBEAT = re.compile(r"ProcessGroupNCCL's watchdog got stuck for \d+ seconds")
@@ -128,7 +134,17 @@ TIMEOUT_PATTERNS = (
     re.compile(r"Timed out waiting"),  # gloo's other waits (connect, barrier)
     re.compile(r"Exception \(either an error or timeout\) detected by watchdog"),
     re.compile(r"Some NCCL operations have failed or timed out"),
-    re.compile(r"DistBackendError.*(?:timeout|Timed out)", re.I),
+    re.compile(r"DistBackendError.*(?:[Tt]imeout|[Tt]imed out|TIMEOUT)"),
+    # NCCL's watchdog found the collective past its limit (`Timeout at NCCL work: 47, last
+    # enqueued NCCL work: 47, ...`), or raised from its check (the C++ frames printed without
+    # the `Watchdog caught` line: `Exception raised from checkTimeout at ...`).
+    re.compile(r"Timeout at NCCL work: \d+"),
+    re.compile(r"Exception raised from checkTimeout at "),
+    # PyTorch's Flight Recorder: a rank's collective timed out and every rank is asked to dump
+    # its trace (the dump signal, from this rank or another through the TCPStore).
+    FLIGHT_RECORDER_SIGNAL,
+    re.compile(r"Observed flight recorder dump signal from another rank"),
+    re.compile(r"ProcessGroupNCCL preparing to dump debug info"),
     re.compile(r"^Timeout \(\d+:\d\d:\d\d\)!$"),  # faulthandler.dump_traceback_later
     # vLLM's executor waiting on its workers' answer to an RPC (`collective_rpc`).
     re.compile(r"RPC call to \w{1,80} timed out"),
@@ -201,6 +217,8 @@ def is_cascade(text: str) -> bool:
 FATAL_PATTERNS = (
     re.compile(r"Found rank divergence for \d+ event"),  # the consensus checker, then os._exit
     re.compile(r"Subprocess .+ crashed with exit code"),  # SGLang's SubprocessWatchdog
+    # vLLM's executor: a worker process died without a word (killed, OOM, a signal)
+    re.compile(r"Worker proc \S{1,80} died unexpectedly"),
 )
 FATAL_PYTHON = re.compile(r"^Fatal Python error: (?P<what>.+)$")
 # py-spy could not stop the process to read it: stopped (SIGSTOP, a debugger) or in the kernel.
@@ -228,5 +246,24 @@ def is_noise(text: str) -> bool:
 # (health checks answer during a hang too), so it only decides when nothing else does.
 SERVED = re.compile(r'"(?:GET|POST|PUT|DELETE|PATCH) /[^" ]{0,2000} HTTP/\d(?:\.\d)?" [23]\d\d\b')
 PROGRESS = re.compile(
-    r"(?:Prefill|Decode) batch[,.]|#running-req|gen throughput|The server is fired up", re.I
+    r"(?:Prefill|Decode) batch[,.]|#running-req|gen throughput|The server is fired up"
+    # an engine's periodic stats line (rules.engine_stats reads its numbers: busy or idle)
+    r"|Avg generation throughput: [\d.]+ tokens/s",
+    re.I,
+)
+
+
+# --- every pattern the log reader asks of a line: the fast path's words derive from these -----
+
+LINE_SIGNATURES = (
+    *TIMEOUT_PATTERNS,
+    *CASCADE_PATTERNS,
+    *FATAL_PATTERNS,
+    *NOISE_PATTERNS,
+    SGLANG_WATCHDOG,
+    FATAL_PYTHON,
+    PYSPY_FAILED,
+    PEER_WAIT,
+    DEBUG_INFO,
+    CUR_BATCH_DEBUG,
 )

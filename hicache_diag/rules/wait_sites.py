@@ -25,7 +25,12 @@ class WaitKind(str, enum.Enum):
     P2P = "p2p"  # PP stage-to-stage tensors or objects
     REQUEST = "request"  # waiting for the next requests (normal when idle)
     COLLECTIVE = "collective"  # a collective outside HiCache (forward all-reduce, NCCL)
-    DEVICE = "device"  # device/stream synchronize outside HiCache
+    DEVICE = "device"  # device/stream synchronize on a non-CUDA device, outside HiCache
+    # The host waits on a CUDA stream, event or device: Event/Stream.synchronize,
+    # torch.cuda.synchronize, the D2H copy of `.item()` / `.tolist()` / `.cpu()`. NCCL collectives
+    # only enqueue a kernel, so under NCCL this is where a rank waits for the collectives it
+    # launched (rules/culprit.py reads it so); seen on a CUDA frame only.
+    CUDA_SYNC = "cuda-sync"
     IDLE = "idle"  # idle loop, polling
     COMPUTE = "compute"  # running the model or other work
     OTHER = "other"
@@ -42,9 +47,12 @@ class Signature:
     names: frozenset[str]  # this frame's (normalized) function name
     outer: frozenset[str] = frozenset()  # if set, one caller further out must be one of these
     file_hint: str = ""  # if set, the frame's file name must contain it
+    caller: frozenset[str] = frozenset()  # if set, the frame's own caller must be one of these
 
     def matches(self, frames: list[str], files: list[str], i: int) -> bool:
         if frames[i] not in self.names or self.file_hint not in files[i]:
+            return False
+        if self.caller and (i + 1 >= len(frames) or frames[i + 1] not in self.caller):
             return False
         return not self.outer or any(name in self.outer for name in frames[i + 1 :])
 
@@ -88,6 +96,33 @@ _STORAGE_THREADS = _s(
     "backup_thread_func",
 )
 
+# SGLang 0.5.23's scheduler waits for a step's sampled tokens on the CUDA stream that ran the
+# step (`result.copy_done.synchronize()` in batch_result_processor.py, `d2h_event.synchronize()`
+# in scheduler_pp_mixin.py); that stream holds the step's TP collectives.
+_RESULT_SYNCS = _s(
+    "process_batch_result_prefill",
+    "process_batch_result_decode",
+    "process_batch_result_idle",
+    "advance_grammar_fsm",
+    "event_loop_pp",
+    "event_loop_pp_disagg_prefill",
+    "event_loop_pp_disagg_decode",
+)
+# Native frames (`py-spy dump --native`, SGLang's watchdog dumps) of a host blocked on CUDA:
+# the runtime and driver calls, and c10's wrappers around them (c10/cuda/CUDAFunctions.h).
+_CUDA_HOST_SYNCS = _s(
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cudaDeviceSynchronize",
+    "cuStreamSynchronize",
+    "cuEventSynchronize",
+    "cuCtxSynchronize",
+    "memcpy_and_sync",
+    "stream_synchronize",
+    "device_synchronize",
+)
+_CUDA = "torch/cuda"  # torch/cuda/streams.py (Event, Stream), torch/cuda/__init__.py
+
 K = WaitKind
 CONTEXT_RULES: tuple[Signature, ...] = (
     # PP0 relays its counts down the chain (isend); PPn receives them (recv).
@@ -105,6 +140,9 @@ CONTEXT_RULES: tuple[Signature, ...] = (
     Signature("l3-progress-allreduce", K.HICACHE_COMM, _s("reduce_prefetch_ack")),
     Signature("l3-progress-allreduce", K.HICACHE_COMM, _s("all_reduce"), _STORAGE_THREADS),
     Signature("ack-event-synchronize", K.HICACHE_LOCAL, _s("synchronize"), _ACK_CHECKS),
+    Signature(
+        "result-copy-sync", K.CUDA_SYNC, _s("synchronize"), file_hint=_CUDA, caller=_RESULT_SYNCS
+    ),
     Signature("layer-load-wait", K.HICACHE_LOCAL, _s("wait_until")),
     Signature("storage-queue-get", K.HICACHE_LOCAL, _s("drain_queue")),
     Signature("storage-queue-get", K.HICACHE_LOCAL, _s("get"), _HICACHE_SYNCS, "queue"),
@@ -134,8 +172,12 @@ GENERIC_RULES: tuple[Signature, ...] = (
     Signature("p2p-recv", K.P2P, _s("recv", "irecv", "waitRecv")),
     Signature("p2p-send", K.P2P, _s("send", "isend", "waitSend")),
     Signature("comm-wait", K.P2P, _s("wait"), frozenset(), "distributed"),
-    Signature("device-synchronize", K.DEVICE, _s("synchronize", "cuStreamSynchronize")),
-    Signature("device-synchronize", K.DEVICE, _s("cudaStreamSynchronize", "cuEventSynchronize")),
+    Signature("cuda-synchronize", K.CUDA_SYNC, _s("synchronize"), frozenset(), _CUDA),
+    Signature("cuda-synchronize", K.CUDA_SYNC, _CUDA_HOST_SYNCS),
+    # `.item()` that does not return: ATen's copy of one scalar from the device to the host
+    # (a CPU tensor's returns at once)
+    Signature("scalar-read", K.CUDA_SYNC, _s("local_scalar_dense_cuda", "local_scalar_dense")),
+    Signature("device-synchronize", K.DEVICE, _s("synchronize")),
     Signature("queue-get", K.OTHER, _s("get"), frozenset(), "queue"),
     Signature("sleep", K.OTHER, _s("sleep")),
     Signature("lock-wait", K.OTHER, _s("wait", "acquire"), frozenset(), "threading"),
@@ -149,10 +191,14 @@ FALLBACK_RULES: tuple[Signature, ...] = (
 
 
 def normalize(name: str) -> str:
-    """`Class.method` -> `method`, `_pp_sync` -> `pp_sync`; native `a::b::c(args)` -> `c`."""
+    """`Class.method` -> `method`, `_pp_sync` -> `pp_sync`; native `a::b::c(args)` -> `c`, and
+    an ATen dispatcher frame `at::_ops::<op>::call` -> `<op>`."""
     if not name.startswith("<"):
         name = name.split("(", 1)[0]
-    return name.rsplit("::", 1)[-1].rsplit(".", 1)[-1].lstrip("_")
+    parts = name.split("::")
+    if len(parts) >= 3 and parts[-3] == "_ops" and parts[-1] in ("call", "redispatch"):
+        return parts[-2].lstrip("_")
+    return parts[-1].rsplit(".", 1)[-1].lstrip("_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,12 +283,12 @@ LIBRARY_NAMES = _s(  # Python's stdlib, torch.distributed, pyzmq
     "acquire",
     "shutdown",
 )
-NATIVE_NAMES = _s(  # C/C++ frames printed by `py-spy dump --native` (gloo, CUDA driver/runtime)
+NATIVE_NAMES = _s(  # C/C++ frames printed by `py-spy dump --native` (gloo, CUDA, ATen, c10)
     "waitRecv",
     "waitSend",
-    "cuStreamSynchronize",
-    "cudaStreamSynchronize",
-    "cuEventSynchronize",
+    *_CUDA_HOST_SYNCS,
+    "local_scalar_dense_cuda",
+    "local_scalar_dense",  # at::_ops::_local_scalar_dense::call (normalize)
 )
 
 
@@ -250,7 +296,7 @@ def table_names() -> frozenset[str]:
     """Every function name the wait-site rules match on."""
     names: set[str] = set()
     for rule in CONTEXT_RULES + GENERIC_RULES + FALLBACK_RULES:
-        names |= rule.names | rule.outer
+        names |= rule.names | rule.outer | rule.caller
     return frozenset(names | HICACHE_PROTOCOL_FUNCS | RECEIVE_FUNCS | EXIT_FUNCS)
 
 

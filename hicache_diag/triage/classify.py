@@ -10,6 +10,7 @@ from hicache_diag.logs.emitters import Emitter
 from hicache_diag.logs.parse import LogEvidence, LogException, LogLine
 from hicache_diag.logs.teardown import set_aside_teardown
 from hicache_diag.rules import signatures as sig
+from hicache_diag.rules.engine_stats import engine_stats, idle_line
 from hicache_diag.rules.signatures import Context
 from hicache_diag.triage.advice import next_steps
 from hicache_diag.triage.fates import fate_report, survived, survived_notes, thread_death
@@ -169,7 +170,6 @@ def _from_hang(finding: HangFinding, reports: list[RankReport]) -> TriageReport:
     return report
 
 
-_READY = "The server is fired up"
 _SCHED = Emitter.SCHEDULER.value
 
 
@@ -184,7 +184,7 @@ def _logged_hang(logs: LogEvidence, reports: list[RankReport]) -> TriageReport |
     else:
         first = (logs.hang_lines or logs.debug_lines)[0]
     ev = [f"{first.source}:{first.lineno}: {first.text}"]
-    if not logs.hang_lines:
+    if not logs.hang_lines and logs.watchdog_fired:
         ev.append("the scheduler watchdog's own output (its debug block, dump or thread): it fired")
     ev.append("no stacks: run triage live (--discover) or pass the py-spy dumps to name the site")
     return TriageReport(
@@ -212,12 +212,16 @@ def _logs_only(logs: LogEvidence, reports: list[RankReport]) -> TriageReport:
             "scheduler hang",
         ]
         return TriageReport("unknown", ranks=reports, evidence=ev, reason="soft watchdog only")
-    if progress and not progress[-1].text.startswith(_READY):
+    if progress and not idle_line(progress[-1].text):
         last = progress[-1]
-        ev = [f"{logs.progress_count} batch lines, last: {last.text}"]
+        ev = [f"{logs.progress_count} progress lines, last: {last.text}"]
+        if stats := engine_stats(last.text):
+            ev.append(f"the engine's own stats say busy: {stats.describe()}")
         return TriageReport("busy", ranks=reports, evidence=ev, confidence="medium", emitter=_SCHED)
     if progress:
         ev = ["the server is up and idle"]
+        if stats := engine_stats(progress[-1].text):
+            ev.append(f"the engine's own stats say idle: {stats.describe()}")
         return TriageReport("healthy", ranks=reports, evidence=ev, emitter=_SCHED)
     if report := served_only(logs, reports):
         return report
@@ -253,6 +257,7 @@ def classify(
     hang_hint = hang_declared or logs.hang_signal or any(e.is_timeout for e in logs.exceptions)
     report = _decide(logs, ranks, reports, hang_hint, num_heads, hang_declared)
     report.evidence += teardown.evidence
+    report.framing = list(logs.framing)
     _annotate(report, logs, ranks, reports)
     return report
 

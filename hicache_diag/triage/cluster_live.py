@@ -20,6 +20,8 @@ from hicache_diag.triage.cluster_merge import (
     merge,
     save_bundle,
 )
+from hicache_diag.triage.cluster_recorded import cluster_recording
+from hicache_diag.triage.recorded_report import attach_recording
 from hicache_diag.triage.report import TriageReport
 
 LEAD_S = {"local": 0.3, "ssh": 1.5, "slurm": 2.0, "kubectl": 2.0}  # launch time before `at`
@@ -80,9 +82,12 @@ def reread_bundle(folder: Path) -> ClusterSnapshot | None:
 def judge(
     snap: ClusterSnapshot, samples: int, num_heads: int | None, pp_size: int | None
 ) -> TriageReport:
-    report = classify(snap.ranks, None, num_heads=num_heads, pp_size=pp_size)
+    recording = cluster_recording(snap)  # first: a rank py-spy could not read takes its dumps
+    logs = recording.crashes if recording is not None else None
+    report = classify(snap.ranks, logs, num_heads=num_heads, pp_size=pp_size)
     report.samples = max(report.samples, samples)
     report.evidence[:0] = cluster_evidence(snap)
+    attach_recording(report, recording, live=False)
     if snap.missing and report.confidence == "high":
         report.confidence = "medium"  # the verdict is made without some nodes' ranks
     return report

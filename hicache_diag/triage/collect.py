@@ -15,9 +15,11 @@ from hicache_diag.errors import UsageError
 from hicache_diag.evidence.ranks import RankId, parse_rank_tokens, rank_from_title
 from hicache_diag.evidence.stacks import RankDump, parse_dump_text, threads_from_json
 from hicache_diag.logs.files import NotALog, decode_text
+from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.triage.discover import describe_pid
 from hicache_diag.triage.hang import RankSamples
 from hicache_diag.triage.pyspy import dump_stacks
+from hicache_diag.triage.saved_failures import failure_samples
 
 _SAMPLE = re.compile(r"_s(\d+)\b")
 _GLOBAL_RANK = re.compile(r"rank[_-]?(\d+)", re.I)
@@ -78,7 +80,24 @@ def capture_live(
     if native:
         # A separate pass: native frames would make every stack look changed between samples.
         _sample(live, deadline_s, True, "native")
+    _kernel_states(live)
     return ranks
+
+
+def _kernel_states(live: dict[int, RankSamples]) -> None:
+    """A rank py-spy could not read (ptrace denied, a process it could not suspend) that the
+    kernel shows stopped (state T: SIGSTOP, a debugger) is a stopped rank: a process fact
+    read from /proc with no ptrace, for the culprit rule (rules/culprit.py)."""
+    for pid, rs in live.items():
+        if rs.dumps:
+            continue
+        try:
+            stopped = psutil.Process(pid).status() == psutil.STATUS_STOPPED
+        except psutil.Error:
+            continue
+        if stopped:
+            rs.fate = RankFate.STOPPED
+            rs.error = f"{rs.error or 'no stack'}; its kernel state is T (stopped)"
 
 
 def _cpu_seconds(live: dict[int, RankSamples]) -> dict[int, float]:
@@ -146,6 +165,14 @@ def _rank_of(dump: RankDump, path: Path, manifest: dict[int, RankId]) -> RankId 
     return None
 
 
+def _rank_of_file(path: Path, manifest: dict[int, RankId]) -> RankId | None:
+    if (rank := parse_rank_tokens(path.stem)) is not None:
+        return rank
+    if m := _GLOBAL_RANK.search(path.stem):
+        return manifest.get(int(m.group(1)), RankId(tp=int(m.group(1))))
+    return None
+
+
 def load_dumps(folder: Path) -> list[RankSamples]:
     """Every stack file in `folder` (py-spy JSON or text, faulthandler), grouped by rank."""
     if not folder.is_dir():
@@ -155,17 +182,22 @@ def load_dumps(folder: Path) -> list[RankSamples]:
     by_rank: dict[RankId, RankSamples] = {}
     order: list[tuple[int, RankDump]] = []
     unreadable = 0
+    failed: list[RankSamples] = []
     for path in files:
         try:  # UTF-16 from PowerShell's `>` too; a binary file is skipped as unreadable
-            dumps = parse_dump_text(decode_text(path.read_bytes()), str(path))
+            text = decode_text(path.read_bytes())
+            dumps = parse_dump_text(text, str(path))
         except (OSError, NotALog):
             unreadable += 1
+            continue
+        if not dumps and (rs := failure_samples(text, _rank_of_file(path, manifest))):
+            failed.append(rs)  # py-spy's own failure, read as live triage reads it
             continue
         m = _SAMPLE.search(path.stem)
         for dump in dumps:
             dump.rank = _rank_of(dump, path, manifest)
             order.append((int(m.group(1)) if m else 0, dump))
-    if not order:
+    if not order and not failed:
         what = f"{len(files)} files" + (f", {unreadable} unreadable" if unreadable else "")
         raise UsageError(f"--dumps {folder}: no py-spy or faulthandler stacks found ({what})")
     unnamed = 0
@@ -174,4 +206,6 @@ def load_dumps(folder: Path) -> list[RankSamples]:
             dump.rank, unnamed = RankId(anon=unnamed), unnamed + 1
         rs = by_rank.setdefault(dump.rank, RankSamples(dump.rank, dump.pid, dump.title))
         rs.dumps.append(dump)
+    for rs in failed:
+        by_rank.setdefault(rs.rank, rs)
     return sorted(by_rank.values(), key=lambda rs: rs.rank.key)

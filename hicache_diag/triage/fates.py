@@ -8,6 +8,7 @@ from hicache_diag.evidence.ranks import RankId
 from hicache_diag.logs.crash import crash_form
 from hicache_diag.logs.emitters import Emitter
 from hicache_diag.logs.model import LogEvidence, LogException
+from hicache_diag.rules.process_fate import pyspy_fate
 from hicache_diag.rules.rank_fate import RankFate
 from hicache_diag.triage.hang import RankSamples, classify_stacks
 from hicache_diag.triage.report import RankReport, TriageReport, report_for
@@ -140,9 +141,13 @@ def _pyspy_facts(
     found: list[tuple[RankId | None, int | None, str, RankFate]] = [
         (f.rank, f.pid, f.reason, f.fate) for f in logs.pyspy_failures if f.fate is not None
     ]
+    # Live or saved, py-spy's words say the same of the rank; a rank whose fate a process fact
+    # already gave (the kernel's state T, read from /proc) is the culprit rule's, with the stacks.
     for rs in ranks:
-        if rs.error and "suspend" in rs.error.lower() and not rs.dumps:
-            found.append((rs.rank, rs.pid, rs.error, RankFate.STOPPED))
+        if rs.fate is not RankFate.ALIVE or rs.dumps or not rs.error:
+            continue
+        if (fate := pyspy_fate(rs.error)) is not None:
+            found.append((rs.rank, rs.pid, rs.error, fate))
     dumped = {rs.rank for rs in ranks if rs.dumps}
     facts = []
     for rank, pid, reason, fate in found:

@@ -8,6 +8,7 @@ from typing import Any
 from hicache_diag.evidence.ranks import RankId
 from hicache_diag.evidence.verdict import CrashForm, ExitCode, Outcome, exit_code_for
 from hicache_diag.rules.rank_fate import RankFate
+from hicache_diag.triage.recorded import Recording
 from hicache_diag.triage.stacks import StackNode
 
 TRIAGE_SCHEMA = "hicache-diag/triage/v1"
@@ -71,6 +72,11 @@ class TriageReport:
     # Who printed the evidence that decided it (triage.emitters): `scheduler`, `scheduler
     # thread Thread-3 (backup_thread_func) (backup)`, `http-server`, `client`, ...
     emitter: str | None = None
+    # A production recording read beside the stacks (`hicache-diag record`), when one was found
+    recording: Recording | None = None
+    # What reading the logs undid to get at their lines (logs.framing_notes): collectors
+    # peeled, a prefix learned from the file, wrapped or glued lines, JSON decoded, ...
+    framing: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS or (self.cause is not None and self.cause not in CAUSES):
@@ -110,7 +116,10 @@ class TriageReport:
             "samples": self.samples,
             "confidence": self.confidence,
             "emitter": self.emitter,
+            "framing": self.framing,
             "exit_code": int(self.exit_code),
+            "recorded": rec.recorded_json() if (rec := self.recording) and rec.ranks else None,
+            "first_divergence": rec.first_divergence_json() if rec else None,
         }
 
 

@@ -348,6 +348,7 @@ def fallback_verdict(run_dir: Path) -> Verdict:
     manifest = _read_record(ev.Manifest, run_dir / ev.MANIFEST)
     ranks = [RankState(r.rank, r.pp, r.tp, r.pid, r.state) for r in launcher.ranks]
     v = Verdict(Outcome.OK, ranks=ranks, seed=manifest.seed, steps=_count_steps(run_dir))
+    v.device = manifest.ran_on
     if launcher.first_failure:
         rank = launcher.first_failure.rank
         sig = _last_error_line(ev.rank_log(run_dir, rank))

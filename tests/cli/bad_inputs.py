@@ -49,6 +49,7 @@ BAD_INPUTS: list[tuple[list[str], int, str]] = [
     (["run", *["--fault", "rank-stall:ms=1"] * 65], 2, "65 faults in a run; the most is 64"),
     (["run", "--storage-backend", "s3"], 2, "unknown storage backend 's3'"),
     (["run", "--device", "tpu"], 2, "unknown device 'tpu'"),
+    (["run", "--device", "cuda"], 2, "--device cuda: the builtin engine runs on the CPU only"),
     # flag combinations that do nothing
     (["run", "--storage-dir", "{root}/l3"], 2, "does nothing without --hicache-storage-backend"),
     (["run", "--pp", "1", "--fault", "p2p-delay:ms=5"], 2, "does nothing with --pp 1"),

@@ -26,7 +26,7 @@ def fake_run(monkeypatch):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--storage-backend", ""], "--storage-backend needs a comma-separated list"),
+        (["--storage-backend", ""], "--hicache-storage-backend needs a comma-separated list"),
         (["--hicache-size", "16MiB,"], "--hicache-size needs a comma-separated list"),
         (["--switch", "ack-count="], "--switch ack-count needs a comma-separated list"),
         (["--switch", "warp=1,2"], "unknown switch 'warp'; valid: ack-count"),

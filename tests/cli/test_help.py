@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from hicache_diag.cli.main import app
 
-COMMANDS = ["run", "triage", "bisect", "report", "timeline", "sources", "export"]
+COMMANDS = ["run", "record", "triage", "bisect", "report", "timeline", "sources", "export"]
 
 
 def _help(*args: str) -> str:

@@ -54,9 +54,14 @@ NOT_OUTPUTS = {
     "across runs on purpose (storage_dir.py checks it is a writable directory)",
     ("run", "--model"): "read",
     ("run", "--sglang-python"): "read: an interpreter to run",
+    ("run", "--patch"): "read: a unified diff, applied to a cached overlay of the release "
+    "(engines/sglang/patch_overlay.py); the release and the file are never written",
     ("triage", "--dumps"): "read",
     ("triage", "--logs"): "read",
+    ("triage", "--fr"): "read: Flight Recorder dumps",
     ("triage", "--ssh-config"): "read",
+    ("triage", "--record-dir"): "read; live (--pid/--discover) only the recorder's own protocol "
+    "file goes into a live session found there: dump-request.json, replaced whole",
     ("bisect", "--ssh-config"): "read",
     ("run", "--ssh-config"): "read",
     ("triage", "more_logs"): "read",
@@ -67,6 +72,11 @@ NOT_OUTPUTS = {
     ("shrink", "run_dir"): "read",
     ("sources", "--source"): "read",
     ("sources", "--run"): "read",
+    ("record", "--dir"): "the recorder's sessions: each launch writes a new folder of its own "
+    "inside, never a file it did not make",
+    ("record", "--bundle-dir"): "an empty folder or an older copy of the recorder, replaced; "
+    "anything else (a file, a symlink, a folder of the user's) is refused "
+    "(tests/cli/test_record.py)",
 }
 # How an option says it names a path: its metavar, or a name outputs have.
 PATH_METAVARS = {"DIR", "FILE", "PATH", "RUN_DIR", "LOG"}

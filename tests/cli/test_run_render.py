@@ -105,6 +105,18 @@ def test_verdict_panel_names_form_ranks_and_divergence():
     assert "pair.cc" not in text
     assert text.rstrip().splitlines()[-2].split()[1:4] == ["next", "hicache-diag", "report"]
     assert "hicache-diag report /tmp/x" in text
+    assert "device" not in text  # a verdict that does not say (one from before the key)
+
+
+def test_verdict_panel_and_json_say_which_device_ran():
+    v = Verdict(Outcome.OK, seed=0, steps=3, run_dir="/tmp/x", device="cuda")
+    console = Console(record=True, width=120)
+    render_verdict(console, v)
+    (row,) = [ln for ln in console.export_text().splitlines() if " device " in ln]
+    assert row.split()[1:3] == ["device", "cuda"]
+    assert v.to_json()["device"] == "cuda" and Verdict.from_json(v.to_json()) == v
+    old = {k: val for k, val in v.to_json().items() if k != "device"}
+    assert "device" not in Verdict.from_json(old).to_json()  # an old verdict writes back as it was
 
 
 def test_status_line_only_on_a_terminal_and_never_with_json():

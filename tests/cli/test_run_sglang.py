@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 import sys
 
@@ -77,3 +78,27 @@ def test_a_patch_that_does_not_apply_to_the_release_is_refused_before_launch(cap
     assert len(err.splitlines()) == 1, err
     assert "does not apply to sglang" in err and "scheduler.py" in err, err
     assert not (tmp_path / "r").exists() and not live_children()
+
+
+def test_device_cuda_on_this_cpu_host_is_refused_before_anything_starts(capsys, tmp_path):
+    """The release's own torch (here a CPU build) is asked; one line, exit 2, no run dir, no
+    process left; under --json the same refusal as one JSON object on stdout."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU host: --device cuda may run here")
+    out = tmp_path / "run"
+    argv = ["run", "--engine", "sglang", "--device", "cuda", "--out", str(out)]
+    assert run_cli(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("hicache-diag: error: --device cuda: torch "), err
+    assert f"in {sys.executable} (the release's interpreter)" in err, err
+    assert err.endswith("; --pp 2 x --tp 1 needs 2 GPUs"), err
+    assert not out.exists() and not live_children()
+    assert run_cli([*argv, "--json"]) == 2
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["schema"] == "hicache-diag/error/v1" and doc["exit_code"] == 2
+    assert doc["error"] == err.removeprefix("hicache-diag: error: ")
+    assert len(captured.err.strip().splitlines()) == 1 and not out.exists()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,7 +96,11 @@ def test_exported_form_b_test_fails_on_0_5_23_as_the_run_did(tmp_path):
     assert ran.returncode == 1, text[-3000:]
     assert "1 failed" in text, text[-3000:]
     assert "IndexError: pop from empty list" in text, text[-3000:]
-    assert "unified_radix_cache.py:3508: IndexError" in text, text[-3000:]
+    # the pop in writing_check raised it: pytest's own frame line, or the rank's traceback the
+    # test chains onto the re-raised exception
+    assert re.search(
+        r'unified_radix_cache\.py(:3508: IndexError|", line 3508, in writing_check)', text
+    ), text[-3000:]
     assert "hicache_diag" not in test.read_text()
 
 

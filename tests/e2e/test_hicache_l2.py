@@ -46,7 +46,7 @@ def test_host_capacity_local_keeps_per_stage_capacities(tmp_path, no_leftover_pr
     _run(
         "--protocol",
         "full",
-        "--fix",
+        "--switch",
         "host-capacity=local",
         *SMALL,
         "--requests",
@@ -64,8 +64,8 @@ def test_host_capacity_local_keeps_per_stage_capacities(tmp_path, no_leftover_pr
     [
         (["--hicache-size", "1KiB"], "holds fewer tokens than one page"),
         (["--hicache-size", "12 parsecs"], "malformed size"),
-        (["--fix", "ack-count=sometimes"], "valid: local, leader-batched, leader"),
-        (["--fix", "ack-counts=local"], "unknown switch"),
+        (["--switch", "ack-count=sometimes"], "valid: local, leader-batched, leader"),
+        (["--switch", "ack-counts=local"], "unknown switch"),
     ],
 )
 def test_bad_input_one_line_exit_2(args, needle, no_leftover_processes):

@@ -178,7 +178,7 @@ def test_full_protocol_every_fault_with_l3_is_green(tmp_path, no_leftover_proces
 
 def test_local_host_alloc_under_every_fault_with_l3_still_fails(tmp_path, no_leftover_processes):
     """The legacy mode of the governing switch keeps the per-rank decision reproducible."""
-    rc, verdict = _every_fault_run(tmp_path / "run", 1, "--fix", "host-alloc=local")
+    rc, verdict = _every_fault_run(tmp_path / "run", 1, "--switch", "host-alloc=local")
     assert verdict["outcome"] != "ok" and rc in (10, 11, 12, 13, 14), verdict
     assert verdict["first_divergence"]["source"] == "host-alloc", verdict
 

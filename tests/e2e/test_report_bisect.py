@@ -85,7 +85,7 @@ def test_bisect_over_real_trials(tmp_path):
 
 def test_run_leak_with_unbounded_inflight_sends(tmp_path):
     args = ["run", "--requests", "16", "--max-new-tokens", "8", "--protocol", "full"]
-    args += ["--fix", "inflight-sends=unbounded", "--seed", "2"]
+    args += ["--switch", "inflight-sends=unbounded", "--seed", "2"]
     got = _run([*args, "--out", str(tmp_path / "r"), "--json"])
     verdict = json.loads(got.stdout)
     assert got.returncode == 15, got.stderr[-2000:]

@@ -65,7 +65,7 @@ def _run(tmp_path, name: str, args: list[str]) -> tuple[int, dict]:
 def test_switch_legacy_fails_and_fixed_passes(switch, tmp_path):
     legacy, preset, args, fails_with = CASES[switch]
     base = ["--protocol", preset, *args]
-    rc, v = _run(tmp_path, "legacy", [*base, "--fix", f"{switch}={legacy}"])
+    rc, v = _run(tmp_path, "legacy", [*base, "--switch", f"{switch}={legacy}"])
     assert rc in fails_with, (switch, v)
     if switch == "lru-clock":
         # The logical clock reads no clock at all, so clock-skew would touch nothing: that
@@ -135,7 +135,7 @@ def test_tp_collective_conditional_hangs_and_unconditional_leaves_latent_diverge
     workaround, the root cause is #31425)."""
     base = ["--protocol", "l2", "--tp", "2", "--requests", "16", "--hang-timeout", "2"]
     base += ["--fault", "host-alloc-fail:rank=1"]
-    rc, v = _run(tmp_path, "legacy", [*base, "--fix", "tp-collective=conditional"])
+    rc, v = _run(tmp_path, "legacy", [*base, "--switch", "tp-collective=conditional"])
     _assert_tp_hang(tmp_path / "legacy", rc, v)
     rc, v = _run(tmp_path, "fixed", base)
     assert (rc, v["outcome"]) == (13, "diverged"), v

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import stat
 
 import pytest
@@ -41,6 +42,20 @@ def test_steps_read_back_with_their_digests_and_blocks(tmp_path):
     assert view.blocks[1]["n"] == 4 and set(view.blocks[1]["f"]) == set(FIELDS)
     assert view.meta is not None and view.meta.on and view.meta.last_step == 9
     assert view.last_step == 9
+
+
+def test_a_reader_recomputes_the_writers_digests(tmp_path):
+    """Triage may check a line against its digests: both come from the module's own functions."""
+    w = rec.RankRecording(tmp_path / "s", _meta(), _small())
+    w.write_steps([(_line(step, tokens=step), None) for step in range(4, 8)])
+    w.close()
+    view = rec.read_rank(tmp_path / "s", 0)
+    assert [crc for _, crc in view.digests] == [rec.step_digest(ln, FIELDS) for ln in view.lines]
+    (block,) = view.blocks
+    crc = 0
+    for ln in view.lines:
+        crc = rec.field_digest(ln["step"], ln["extend_num_tokens"], crc)
+    assert block["f"]["extend_num_tokens"] == crc and block["n"] == 4
 
 
 def test_files_are_private(tmp_path):
@@ -101,11 +116,25 @@ def test_a_disk_error_turns_the_rank_off_once_and_never_raises(tmp_path, monkeyp
     w.close()
 
 
-def test_a_disk_near_full_is_off_from_the_start(tmp_path):
+def _disk(monkeypatch, total_mib: int, free_mib: int) -> None:
+    usage = shutil._ntuple_diskusage(total_mib << 20, (total_mib - free_mib) << 20, free_mib << 20)
+    monkeypatch.setattr(rec.shutil, "disk_usage", lambda _path: usage)
+
+
+def test_a_disk_near_full_is_off_from_the_start(tmp_path, monkeypatch):
+    _disk(monkeypatch, total_mib=100_000, free_mib=100)  # under the 256 MiB reserve
     said = []
-    w = rec.RankRecording(tmp_path / "s", _meta(), rec.Limits(reserve_bytes=1 << 62), said.append)
+    w = rec.RankRecording(tmp_path / "s", _meta(), rec.Limits(), said.append)
     w.write_step(_line(1))
     assert not w.on and "disk nearly full" in said[0]
+
+
+def test_a_small_volume_of_its_own_records(tmp_path, monkeypatch):
+    """The reserve is at most a tenth of the disk: a 64 MiB volume mounted for recordings."""
+    _disk(monkeypatch, total_mib=64, free_mib=60)
+    w = rec.RankRecording(tmp_path / "s", _meta(), rec.Limits())
+    w.write_step(_line(1))
+    assert w.on and rec.read_rank(tmp_path / "s", 0).last_step == 1
 
 
 def test_a_record_cut_by_a_crash_is_read_up_to_it(tmp_path):

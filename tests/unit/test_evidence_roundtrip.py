@@ -118,6 +118,22 @@ def test_every_sample_run_reclassifies_to_its_committed_verdict(run):
     assert [(r.rank, r.state) for r in fresh.ranks] == [(r.rank, r.state) for r in committed.ranks]
 
 
+@pytest.mark.parametrize("run", SAMPLES, ids=_ids)
+def test_every_sample_run_says_it_ran_on_the_cpu_though_written_before_the_device_key(run):
+    """Every committed run predates manifest.json's `device`: its config says where it ran
+    (the sglang launch's `spec.cpu`, the builtin's `server_args.device`)."""
+    manifest = ev.read_record(ev.Manifest, run / ev.MANIFEST)
+    assert manifest.device is None and "device" in manifest.absent
+    assert manifest.ran_on == "cpu"
+    assert classify_run(run).device == "cpu"
+
+
+def test_a_manifest_device_key_wins_and_a_cuda_launch_reads_as_cuda():
+    assert ev.Manifest.from_json({"device": "cuda"}).ran_on == "cuda"
+    assert ev.Manifest.from_json({"config": {"spec": {"cpu": False}}}).ran_on == "cuda"
+    assert ev.Manifest.from_json({"config": {}}).ran_on is None
+
+
 def test_a_line_without_its_rank_is_read_as_its_files(tmp_path):
     """An old run's line that does not say who wrote it: its rank is the file's, in the frame."""
     (tmp_path / ev.MANIFEST).write_text("{}")

@@ -16,21 +16,10 @@ if TYPE_CHECKING:
     from hicache_diag.engines.builtin.runtime.server_args import RunConfig, ServerArgs
 
 
-def _check_cuda() -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is available on this host")
-    # Honest refusal: the tiny model, its KV pool and the PP transport run on CPU/gloo only.
-    raise UsageError("--device cuda is not supported yet: this runtime runs on CPU (gloo)")
-
-
 def _server_args(options: BuiltinOptions) -> ServerArgs:
     from hicache_diag.engines.builtin.runtime.server_args import ServerArgs
     from hicache_diag.evidence.paths import output_dir
 
-    if options.device == "cuda":
-        _check_cuda()
     if options.storage and options.hicache_storage_dir:
         output_dir(options.how("hicache_storage_dir"), options.hicache_storage_dir)
         from hicache_diag.options.storage_dir import check_storage_dir
@@ -48,7 +37,7 @@ def _server_args(options: BuiltinOptions) -> ServerArgs:
         hicache_storage_backend=options.hicache_storage_backend,
         hicache_storage_dir=options.hicache_storage_dir,
         hicache_storage_prefetch_policy=options.hicache_storage_prefetch_policy,
-        device=options.device,
+        device="cpu",  # auto is the CPU here; cuda was refused with the options
     )
 
 

@@ -42,6 +42,7 @@ def manifest_fields(cfg: RunConfig, argv: list[str], torch_version: str) -> dict
     return {
         **manifest_head(argv),
         "torch": torch_version,
+        "device": cfg.server_args.device,
         "seed": cfg.seed,
         "config": config_to_dict(cfg),
         "protocol": cfg.protocol.as_dict(),

@@ -63,6 +63,11 @@ class BuiltinOptions(RunOptions):
             )
         if self.max_steps is not None:
             check_int(self.how("max_steps"), self.max_steps, 1)
+        if self.device == "cuda":
+            raise UsageError(
+                f"{self.how('device')} cuda: the builtin engine runs on the CPU only (its tiny "
+                "model, KV pools and gloo transport); use --engine sglang for a GPU"
+            )
         why = self._contradicting_switches() or self._fault_past_budget()
         if why:
             raise UsageError(why)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hicache_diag.engines.sglang.config import SglangRunConfig
+from hicache_diag.engines.sglang.device import DeviceChoice, choose_device
 from hicache_diag.engines.sglang.launch_spec import LaunchSpec
 from hicache_diag.engines.sglang.options import SglangOptions
 from hicache_diag.engines.sglang.patch_overlay import NO_PATCH, PatchOverlay, patch_overlay
@@ -31,14 +32,14 @@ def build(options: SglangOptions) -> SglangRunConfig:
     storage_dir = options.hicache_storage_dir
     if storage_dir:
         storage_dir = str(Path(check_storage_dir(storage_dir)).resolve())
-    install = _sglang_install(options)
+    install, device = _sglang_install(options)
     model, vocab = _model(options.model, install, options.pp, options.tp)
-    page, notes = _page_size_for(install, options, cpu=options.device == "cpu")
+    page, notes = _page_size_for(install, options, cpu=device.cpu)
     from hicache_diag.engines.sglang.release import refuse_unhookable
 
     refuse_unhookable(install, faults)
     overlay = _patch_overlay(options, install)
-    spec = _launch_spec(options, install, model, page, storage_dir)
+    spec = _launch_spec(options, install, model, page, storage_dir, cpu=device.cpu)
     if overlay is not None:  # imported before the release's own package, in every process
         spec = replace(spec, pythonpath=(str(overlay.root), *spec.pythonpath))
     workload = WorkloadConfig(
@@ -58,7 +59,8 @@ def build(options: SglangOptions) -> SglangRunConfig:
         package_dir=str(install.package_dir),
         launch_facts=install.launch,
         release={**install.facts(), **({"patch": overlay.facts()} if overlay else {})},
-        notes=notes,
+        device=device.facts(),
+        notes=device.notes + notes,
         hosts=tuple(h.strip() for h in options.hosts.split(",")) if options.hosts else (),
         ssh_config=options.ssh_config,
     )
@@ -93,7 +95,13 @@ def _server_args(options: SglangOptions, install: SglangInstall) -> tuple[tuple[
 
 
 def _launch_spec(
-    options: SglangOptions, install: SglangInstall, model: Path, page: int, storage_dir: str | None
+    options: SglangOptions,
+    install: SglangInstall,
+    model: Path,
+    page: int,
+    storage_dir: str | None,
+    *,
+    cpu: bool,
 ) -> LaunchSpec:
     extra, env = _server_args(options, install)
     policy_given = "hicache_storage_prefetch_policy" in options.given  # else SGLang's own
@@ -112,7 +120,7 @@ def _launch_spec(
             options.hicache_storage_prefetch_policy if policy_given else None
         ),
         extra_args=extra,
-        cpu=options.device == "cpu",
+        cpu=cpu,
         env=env,
         nnodes=options.nnodes,
     )
@@ -137,10 +145,11 @@ def _page_size_for(
     return 1, (f"page size 1 instead of {page}: {why}",)
 
 
-def _sglang_install(options: SglangOptions) -> SglangInstall:
+def _sglang_install(options: SglangOptions) -> tuple[SglangInstall, DeviceChoice]:
     """The release to launch: --sglang-python, else the scenario's `sglang_python`, else the venv
     holding its `sglang_version`, else our own interpreter. A scenario's [expect] belongs to the
-    release it names, so `--check` on another release is refused before anything starts."""
+    release it names, so `--check` on another release is refused before anything starts. The
+    device is that release's torch's to say (device.py), before its source is read."""
     from hicache_diag.engines.sglang import release as inst
 
     want, python = options.sglang_version, options.sglang_python
@@ -154,7 +163,8 @@ def _sglang_install(options: SglangOptions) -> SglangInstall:
             f"this scenario replays sglang {want} but {where} has sglang {install.version}; "
             f"hold {want} in ${inst.VENVS_ENV}/sglang-{want}: {inst.release_command(want)}"
         )
-    return inst.preflight(install, cpu=options.device == "cpu")
+    device = choose_device(options, install.python)
+    return inst.preflight(install, cpu=device.cpu), device
 
 
 def _model(path: str | None, install: SglangInstall, pp: int, tp: int) -> tuple[Path, int]:

@@ -22,6 +22,7 @@ from hicache_diag.engines.sglang.cache import build_once, cache_root
 
 # Where the plugin starts: its entry, what boot imports lazily, and the offline tasks.
 ROOTS = (
+    "hicache_diag.engines.sglang.plugin.start",
     "hicache_diag.engines.sglang.plugin.boot",
     "hicache_diag.engines.sglang.plugin.shims",
     "hicache_diag.engines.sglang.plugin.offline",

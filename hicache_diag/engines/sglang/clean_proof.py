@@ -18,7 +18,7 @@ from typing import Any
 from hicache_diag import evidence as ev
 from hicache_diag.engines.sglang.plugin.clean_state import REQUEST, ack_path
 from hicache_diag.engines.sglang.plugin.l3_state import ZERO_FACTS as L3_ZERO
-from hicache_diag.engines.sglang.plugin.recorder import STORAGE_QUEUES
+from hicache_diag.engines.sglang.plugin.step_fields import STORAGE_QUEUES
 
 ACK_TIMEOUT_S = 60.0  # every rank steps (idle polls) many times a second; a loaded box is slow
 FLUSH_TIMEOUT_S = 60.0

@@ -29,12 +29,25 @@ class SglangRunConfig:
     package_dir: str = ""  # where that release's sglang package lives (release-specific set-up)
     launch_facts: LaunchFacts = field(default_factory=LaunchFacts)
     release: dict = field(default_factory=dict)  # SglangInstall.facts(): what the manifest says
+    # device.py DeviceChoice.facts(): the device the launch runs on and what the release's
+    # torch saw (manifest.json `device`, `device_facts`).
+    device: dict = field(default_factory=lambda: {"device": "cpu"})
     notes: tuple[str, ...] = ()  # how the launch was adapted to this host and release
     hosts: tuple[str, ...] = ()  # --hosts: node i on hosts[i] (--via ssh)
     ssh_config: str | None = None
     # nodes.py NodePlacement: the checked hosts (remote_nodes.py `place`, which
     # `run` calls); a config with hosts and no placement is refused at launch.
     placement: Any = None
+
+    @property
+    def device_name(self) -> str:
+        return self.device.get("device", "cpu")
+
+    @property
+    def cuda_facts(self) -> dict | None:
+        """What the release's torch saw of CUDA (None: it was not asked)."""
+        facts = {k: v for k, v in self.device.items() if k != "device"}
+        return facts or None
 
     @property
     def world_size(self) -> int:

@@ -42,7 +42,14 @@ def _sglang() -> EngineEntry:
         warm=warm_sglang,
         place=_place,
         releases=Releases(_probe, _venv_python, _install_command, VENVS_ENV),
+        record=_record,
     )
+
+
+def _record(record_dir: Path | None, bundle_dir: Path | None, cpu_shims: bool) -> Any:
+    from hicache_diag.engines.sglang.record_setup import record_setup
+
+    return record_setup(record_dir, bundle_dir, cpu_shims)
 
 
 # Each imports its module when called: reading the entry stays free of SGLang's packaging.

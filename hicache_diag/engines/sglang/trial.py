@@ -135,8 +135,10 @@ class SglangEngine(Engine):
         return {
             **manifest_head(argv),
             "engine": "sglang",
+            "device": cfg.device_name,
             "sglang": {
                 **cfg.release,
+                **({"cuda": cfg.cuda_facts} if cfg.cuda_facts else {}),
                 "version": cfg.sglang_version,
                 "python": cfg.python,
                 "argv": launch,

@@ -15,27 +15,6 @@ EXPECTED = json.loads((CORPUS / "expected.json").read_text())["cases"]
 # Files of the corpus folder that are not cases.
 NOT_CASES = ("README.md", "expected.json", "NEW-CASES-SCORE.md")
 
-# Issue 38 part 6: new public cases whose expected verdict (written before triage was run on
-# them) today's triage does not give; samples/corpus/NEW-CASES-SCORE.md says what it answers and
-# why. Strict xfail: a case that starts passing fails here until it is taken off this list.
-KNOWN_MISSES_ISSUE_38 = frozenset(
-    {
-        "llamafactory-8261-numbered-tqdm-flight-recorder",
-        "llmscaler-154-compose-vllm-worker-died.log",
-        "llmscaler-391-apiserver-stats-waiting-14.log",
-        "milabench-269-nolog-tag-cpp-frames.log",
-        "primerl-3186-flight-recorder-dump-signal.log",
-        "proxmoxved-2047-journald-vllm",
-        "sglang-470-client-stream-executor-unindented.log",
-        "torchtune-2651-wrapped-flight-recorder.log",
-        "vllm-11517-python-logging-stats-cut.log",
-        "vllm-12314-metrics-stats-one-running.log",
-        "vllm-2731-old-stats-before-the-stall.log",
-        "vllm-30599-apiserver-stats-one-long-request.log",
-        "vllmascend-6449-worker-tp10-headless-traceback.log",
-    }
-)
-
 
 def triage(case: str) -> tuple[int, dict]:
     path = CORPUS / case
@@ -59,18 +38,7 @@ def test_the_corpus_has_at_least_70_cases_and_every_file_is_pinned():
     assert on_disk == set(EXPECTED) and len(EXPECTED) >= 70
 
 
-def _case_param(case: str):
-    if case in KNOWN_MISSES_ISSUE_38:
-        reason = "issue 38: today's triage misses this case (samples/corpus/NEW-CASES-SCORE.md)"
-        return pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=reason))
-    return case
-
-
-def test_every_known_miss_is_a_case():
-    assert set(EXPECTED) >= KNOWN_MISSES_ISSUE_38
-
-
-@pytest.mark.parametrize("case", [_case_param(c) for c in sorted(EXPECTED)])
+@pytest.mark.parametrize("case", sorted(EXPECTED))
 def test_corpus_case(case):
     want = EXPECTED[case]
     exit_code, data = triage(case)

@@ -26,7 +26,7 @@ _STAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 _EVIDENCE = re.compile(
     r"Traceback|Error|Exception|[Ww]atchdog|Timeout|Timed out|Pyspy|^Thread |^Process \d|Fatal"
     r"|SIG[A-Z]{3,4}|terminate called|^\s+File \"|debug info|cur_batch|Current thread"
-    r"|[Bb]atch[,.]|#running-req|fired up|HTTP/1"
+    r"|[Bb]atch[,.]|#running-req|fired up|HTTP/1|throughput: "
 )
 
 

@@ -1,7 +1,10 @@
 """Metamorphic: every corpus case keeps its verdict (kind, form, culprit) however its logs are
 delivered: behind each collector prefix, coloured, CRLF, behind editor numbers, wrapped at
 80/100/120 columns, with the operator's teardown appended (hang, busy, healthy cases), split
-over per-node files, with the head cut off, gzip'd. In-process, no subprocess per case."""
+over per-node files, with the head cut off, gzip'd; behind wrappers nobody listed; and under
+issue 38's transforms (generated_deliveries.transforms: an unknown tag, a hard wrap at 60-200,
+glued records, JSON-lines shippers, two ranks' dumps shuffled by character, CR-only endings,
+a NUL hole, a front cut). In-process, no subprocess per case."""
 
 from __future__ import annotations
 
@@ -10,31 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.rules.test_corpus import KNOWN_MISSES_ISSUE_38
 from tests.unit.triage.deliveries import DELIVERIES, case_files, triage_case, verdict
 from tests.unit.triage.generated_deliveries import (
     EDITOR_NUMBERS,
     cut_stamp,
     generated,
     random_wrapper,
+    transforms,
 )
 
 CORPUS = Path(__file__).resolve().parents[3] / "samples" / "corpus"
-# Cases today's triage misses even undelivered (issue 38) are left out until it reads them; each
-# is re-admitted when test_corpus's strict xfail for it turns into a pass.
-EXPECTED = {
-    case: want
-    for case, want in json.loads((CORPUS / "expected.json").read_text())["cases"].items()
-    if case not in KNOWN_MISSES_ISSUE_38
-}
-# (case, generated delivery) pairs that lose the verdict today (issue 38: an unknown tag before
-# an already cut stamp).
-KNOWN_DELIVERY_MISSES = frozenset(
-    {
-        ("inferencex-1570-cut-ms-stamp-dp0-startup.log", "wrapper1"),
-        ("inferencex-1570-cut-ms-stamp-dp0-startup.log", "wrapper+cut1"),
-    }
-)
+EXPECTED = json.loads((CORPUS / "expected.json").read_text())["cases"]
 PAIRS = [
     (case, d)
     for case, want in sorted(EXPECTED.items())
@@ -72,7 +61,6 @@ GENERATED_PAIRS = [
     for case, want in sorted(EXPECTED.items())
     if want.get("mode") != "dumps"
     for d in GENERATED
-    if (case, d.name) not in KNOWN_DELIVERY_MISSES
 ]
 
 
@@ -124,3 +112,33 @@ def test_a_cloud_agents_fields_that_vary_per_line_keep_the_verdict(log, tmp_path
     wrapped.write_text("\n".join(lines) + "\n")
     want = verdict(run_triage(TriageRequest(logs=(log,))))
     assert verdict(run_triage(TriageRequest(logs=(wrapped,)))) == want
+
+
+# Issue 38's transforms: what the user's stack did to the text (generated_deliveries.py).
+TRANSFORMS = transforms()
+TRANSFORM_PAIRS = [
+    (case, d)
+    for case, want in sorted(EXPECTED.items())
+    if want.get("mode") != "dumps"
+    for d in TRANSFORMS
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "delivery"), TRANSFORM_PAIRS, ids=[f"{c}-{d.name}" for c, d in TRANSFORM_PAIRS]
+)
+def test_transforms_keep_the_verdict(case, delivery, tmp_path):
+    want = EXPECTED[case]
+    report = triage_case(CORPUS / case, want.get("mode", "logs"), delivery, tmp_path)
+    assert verdict(report) == (want["kind"], want["form"], want["culprit"])
+
+
+@pytest.mark.parametrize("delivery", TRANSFORMS, ids=lambda d: d.name)
+def test_each_transform_changes_the_bytes(delivery):
+    case = (
+        "sglang-10350-segfault.log"
+        if "interleaved" in delivery.name
+        else "sglang0523-cpu-form-a-pp2.log"
+    )
+    files = case_files(CORPUS / case, "logs")
+    assert delivery.deliver(files) != files

@@ -43,7 +43,7 @@ class ServerArgs:
     hicache_storage_backend: str = _DEFAULT.hicache_storage_backend
     hicache_storage_dir: str | None = None
     hicache_storage_prefetch_policy: str = _DEFAULT.hicache_storage_prefetch_policy
-    device: str = _DEFAULT.device
+    device: str = "cpu"  # the runtime runs on the CPU only (options: auto is its CPU)
     model: ModelConfig = field(default_factory=ModelConfig)
 
     def __post_init__(self) -> None:

@@ -1,5 +1,11 @@
 """What the plugin does in each process of one SGLang launch: shims and hook points everywhere;
-per rank, in the scheduler entry, the Hooks table, the faults and the recorder."""
+per rank, in the scheduler entry, the Hooks table, the faults and the recorder.
+
+A production recording (`hicache-diag record`: PluginConfig.production) arms the same recorder
+with no faults and no CPU shims unless asked for, guards every patch (post_import.py) so that
+nothing the plugin does can reach SGLang, and adds the rank's dumps (dumps.py) on SGLang's
+watchdog, on an exception leaving the event loop, on the checker's mismatch, when triage asks
+and on the operator's signal."""
 
 from __future__ import annotations
 
@@ -7,17 +13,19 @@ import functools
 import inspect
 import logging
 import os
+import sys
 import time
 
-from hicache_diag.engines.sglang.plugin import consensus_block, hook_points, source_probes
+from hicache_diag.engines.sglang.plugin import consensus_block, dumps, hook_points, source_probes
 from hicache_diag.engines.sglang.plugin.config import PluginConfig
 from hicache_diag.engines.sglang.plugin.hook_points import STATE
-from hicache_diag.engines.sglang.plugin.post_import import patch_attr, when_imported
+from hicache_diag.engines.sglang.plugin.post_import import guard_patches, patch_attr, when_imported
 from hicache_diag.engines.sglang.plugin.recorder import StepRecorder, jsonl_path
 
 logger = logging.getLogger("hicache_diag.engines.sglang.plugin")
 
 SCHEDULER = "sglang.srt.managers.scheduler"
+WATCHDOG = "sglang.srt.utils.watchdog"  # WatchdogRaw, 0.5.12-0.5.23 (targets.py)
 TREE_MODULES = (
     ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"),
     ("sglang.srt.mem_cache.hiradix_cache", "HiRadixCache"),
@@ -34,7 +42,14 @@ def boot() -> None:
     if _config.cpu_shims:
         from hicache_diag.engines.sglang.plugin.shims import install_cpu_shims
 
-        install_cpu_shims(_config.cpu_kernel_names)
+        install_cpu_shims(_config.cpu_kernel_names or _scanned_kernel_names())
+    if _config.production:
+        if not _config.record:  # HICACHE_DIAG_RECORD=off: SGLang exactly as it is
+            return
+        from hicache_diag.engines.sglang.plugin.production import OFF
+
+        guard_patches(OFF)
+        when_imported(WATCHDOG, _patch_watchdog)
     hook_points.install_hook_points()
     source_probes.install_source_probes()
     when_imported(SCHEDULER, _patch_scheduler)
@@ -62,13 +77,18 @@ def _arm_rank(server_args, tp_rank: int, pp_rank: int) -> None:
         from hicache_diag.faults import link_delay
 
         link_delay.install(hooks, torch.distributed)
-    if _config.record:
+    if _config.record and _config.session_dir is not None:
+        from hicache_diag.engines.sglang.plugin.production import arm_rank
+
+        arm_rank(_config.session_dir, hooks, server_args, (rank, pp_rank, tp_rank))
+    elif _config.record:
         path = jsonl_path(_config.run_dir, rank)
         STATE.recorder = StepRecorder(path, rank, pp_rank, tp_rank, hooks)
+    if STATE.recorder is not None:
         depth = int(getattr(server_args, "pp_async_batch_depth", 0) or 0)
         STATE.recorder.pp_loop_size = int(getattr(server_args, "pp_size", 1) or 1) + depth
-    if consensus_block.checker_enabled():  # --sglang-consensus-checker
-        consensus_block.install(_config.run_dir, rank, pp_rank, tp_rank, STATE)
+    if consensus_block.checker_enabled():  # --sglang-consensus-checker (production: a dump)
+        consensus_block.install(_config.run_dir or None, rank, pp_rank, tp_rank, STATE)
     if _config.control_dir:
         from hicache_diag.engines.sglang.plugin.clean_state import Boundary
 
@@ -144,9 +164,53 @@ def _wrap_loop(original):
         except BaseException as exc:
             if STATE.recorder is not None:
                 STATE.recorder.write_crash(exc)  # once: the step wrapper may have written it
+                dumps.fire("exception", {"error": f"{type(exc).__name__}: {exc}"})
             raise
 
     return event_loop
+
+
+def _patch_watchdog(module) -> None:
+    """SGLang's watchdog thread calls pyspy_dump_schedulers() the moment it fires (the scheduler's
+    hard and soft watchdogs alike), before it logs the timeout and SIGQUITs the launcher."""
+    if hasattr(module, "pyspy_dump_schedulers"):
+        patch_attr(module, "pyspy_dump_schedulers", _wrap_watchdog_dump)
+
+
+def _wrap_watchdog_dump(original):
+    @functools.wraps(original)
+    def pyspy_dump_schedulers(*args, **kwargs):
+        dumps.fire("watchdog", _watchdog_detail())
+        return original(*args, **kwargs)
+
+    return pyspy_dump_schedulers
+
+
+def _watchdog_detail() -> dict:
+    """Which watchdog fired: the WatchdogRaw whose `_watchdog_once` called us (its own fields)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "_watchdog_once":
+        frame = frame.f_back
+    raw = frame.f_locals.get("self") if frame is not None else None
+    return {
+        "watchdog": getattr(raw, "debug_name", None),
+        "soft": getattr(raw, "soft", None),
+        "timeout_s": getattr(raw, "watchdog_timeout", None),
+    }
+
+
+def _scanned_kernel_names() -> dict[str, list[str]]:
+    """A recorded server's CPU shims (asked for; no harness scanned the release): the names
+    this release's own source imports from sgl_kernel on CPU."""
+    import importlib.util
+    from pathlib import Path
+
+    from hicache_diag.engines.sglang.plugin.cpu_kernels import scan_cpu_kernel_names
+
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    return scan_cpu_kernel_names(Path(next(iter(spec.submodule_search_locations))))
 
 
 def _patch_scheduler(module) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from hicache_diag import evidence as ev
 from hicache_diag.engines.sglang.plugin.l3_state import count, storage_facts
-from hicache_diag.engines.sglang.plugin.recorder import STORAGE_QUEUES
+from hicache_diag.engines.sglang.plugin.step_fields import STORAGE_QUEUES
 
 POLL_S = 0.05
 REQUEST = "request.json"

@@ -9,6 +9,10 @@ same min != max at once, logs `Found rank divergence ...` with `logger.critical`
 hangs a logging handler on the checker's own logger, and the handler writes the block in that
 thread, between SGLang's CRITICAL line and its `os._exit`, then returns and SGLang exits as it
 would. No rank needs telling: each rank's checker sees the mismatch itself.
+
+In a recorded server (`hicache-diag record`: no run directory) the block goes into the rank's
+dump instead (dumps.py, reason "mismatch", the block under `detail.block`), its steps taken
+from the recorder's lines held in memory.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import time
 from typing import Any
 
 from hicache_diag import evidence as ev
-from hicache_diag.evidence.divergence import events_of
+from hicache_diag.evidence.divergence import LAST_STEPS, events_of
 
 CHECKER_LOGGER = "sglang.srt.utils.rank_consensus_checker"  # the module's logger, by __name__
 ENV_VAR = "SGLANG_ENABLE_RANK_CONSENSUS_CHECKER"
@@ -29,7 +33,6 @@ MARK = "Found rank divergence for"
 MAX_EVENTS = 64
 MAX_EVENT_CHARS = 2000
 MAX_LINE_CHARS = 4000
-MAX_FRAMES = 40
 
 
 def checker_enabled(environ: dict[str, str] | None = None) -> bool:
@@ -41,7 +44,9 @@ def checker_enabled(environ: dict[str, str] | None = None) -> bool:
 class BlockHandler(logging.Handler):
     """Writes the rank's block once, on the checker's divergence line."""
 
-    def __init__(self, run_dir: str, rank: int, pp_rank: int, tp_rank: int, state: Any) -> None:
+    def __init__(
+        self, run_dir: str | None, rank: int, pp_rank: int, tp_rank: int, state: Any
+    ) -> None:
         super().__init__(level=logging.CRITICAL)
         self.run_dir, self.rank, self.pp_rank, self.tp_rank = run_dir, rank, pp_rank, tp_rank
         self.state = state  # hook_state.STATE: the scheduler and recorder, when set
@@ -55,13 +60,19 @@ class BlockHandler(logging.Handler):
             if MARK not in message:
                 return
             block = build_block(self, message)
+            if self.run_dir is None:  # a recorded server: the rank's dump carries the block
+                from hicache_diag.engines.sglang.plugin import dumps
+
+                dumps.fire("mismatch", {"block": block.to_json()})
+                self.written = "dump"
+                return
             self.written = str(ev.write_block(self.run_dir, block))
         except Exception as exc:  # noqa: BLE001 - SGLang's exit must follow whatever happens
             self.written = ""
             sys.stderr.write(f"hicache-diag: first-divergence block not written: {exc!r}\n")
 
 
-def install(run_dir: str, rank: int, pp_rank: int, tp_rank: int, state: Any) -> BlockHandler:
+def install(run_dir: str | None, rank: int, pp_rank: int, tp_rank: int, state: Any) -> BlockHandler:
     """Hang the handler on the checker's logger (made now if SGLang has not imported it yet:
     logging hands SGLang the same object)."""
     handler = BlockHandler(run_dir, rank, pp_rank, tp_rank, state)
@@ -74,7 +85,11 @@ def build_block(handler: BlockHandler, message: str) -> ev.DivergenceBlock:
     errors: list[str] = []
     fields = _cache_state(handler.state, errors, follower=handler.pp_rank > 0)
     recorder = getattr(handler.state, "recorder", None)
-    steps = ev.tail_steps(ev.rank_jsonl(handler.run_dir, handler.rank))
+    if handler.run_dir is not None:
+        steps = ev.tail_steps(ev.rank_jsonl(handler.run_dir, handler.rank))
+    else:
+        tail = list(getattr(recorder, "tail", None) or [])[-LAST_STEPS:]
+        steps = [s for s in map(ev.StepRecord.parse, tail) if s is not None]
     n_events, local_hash = _head(message)
     return ev.DivergenceBlock(
         rank=handler.rank,
@@ -114,7 +129,7 @@ def _cache_state(state: Any, errors: list[str], follower: bool) -> dict[str, Any
     if scheduler is None:
         errors.append("no scheduler seen yet: queues and pools not read")
         return {}
-    from hicache_diag.engines.sglang.plugin.recorder import cache_fields
+    from hicache_diag.engines.sglang.plugin.step_fields import cache_fields
 
     try:
         return cache_fields(scheduler, follower=follower)
@@ -124,23 +139,9 @@ def _cache_state(state: Any, errors: list[str], follower: bool) -> dict[str, Any
 
 
 def thread_stacks() -> list[ev.ThreadDump]:
-    """Every Python thread's stack, innermost frame last. Frames are named from their code
-    objects, never their source lines: linecache reads files, and the scheduler thread runs on
-    meanwhile (a TP peer's mismatched forward aborts the process within milliseconds)."""
-    frames = sys._current_frames()
-    out = []
-    for thread in threading.enumerate():
-        frame = frames.get(thread.ident) if thread.ident is not None else None
-        if frame is None:
-            continue
-        names = []
-        while frame is not None and len(names) < MAX_FRAMES:
-            code = frame.f_code
-            names.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
-            frame = frame.f_back
-        out.append(
-            ev.ThreadDump(
-                name=thread.name, ident=thread.ident, daemon=thread.daemon, frames=names[::-1]
-            )
-        )
-    return out
+    """Every Python thread's stack (dumps.py: named from code objects, never source lines: the
+    scheduler thread runs on meanwhile, and a TP peer's mismatched forward aborts the process
+    within milliseconds)."""
+    from hicache_diag.engines.sglang.plugin.dumps import thread_dumps
+
+    return thread_dumps()

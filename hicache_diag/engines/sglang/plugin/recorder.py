@@ -10,12 +10,15 @@ so that the hang watch still sees a live, idle rank. Keys SGLang does not have a
 
 from __future__ import annotations
 
-import hashlib
+import os
 import time
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Callable
 from typing import Any
 
 from hicache_diag import evidence as ev
+from hicache_diag.engines.sglang.plugin.sinks import RunSink
+from hicache_diag.engines.sglang.plugin.step_fields import batch_fields, cache_fields
 from hicache_diag.evidence.probes import MAX_VALUES
 
 HEARTBEAT_S = 1.0
@@ -23,64 +26,21 @@ MAX_SHORTAGES = 4  # per step line: the first ones carry the evidence, the count
 # What every rank must hold identically at the same step (only keys actually recorded): the one
 # list (evidence.py, importable here: it imports nothing of ours) and what SGLang aligns besides.
 MUST_AGREE = ev.MUST_AGREE + ev.MUST_AGREE_SGLANG
-STORAGE_QUEUES = (  # SGLang's names; the clean-state proof reads them too
-    "prefetch_queue",
-    "prefetch_buffer",
-    "prefetch_hit_queue",
-    "prefetch_sync_queue",
-    "ack_prefetch_queue",
-    "backup_queue",
-    "ack_backup_queue",
-    "host_mem_release_queue",
-)
-
-
-def _len(obj: Any) -> int | None:
-    if obj is None:
-        return None
-    if hasattr(obj, "qsize"):
-        return int(obj.qsize())
-    try:
-        return len(obj)
-    except TypeError:
-        return None
-
-
-def _size(obj: Any) -> int:
-    """Length of a list or tensor alike (releases differ); never by truthiness, which a tensor
-    of no elements cannot answer."""
-    if obj is None:
-        return 0
-    if hasattr(obj, "numel"):
-        return int(obj.numel())
-    return len(obj)
-
-
-def _as_int(value: Any) -> int:
-    """An int from an int, a one-element tensor or None (0)."""
-    if value is None:
-        return 0
-    if hasattr(value, "item"):
-        return int(value.item())
-    return int(value)
-
-
-def _ready(queue: list) -> int:
-    n = 0
-    for ack in queue:
-        if not ack.finish_event.query():
-            break
-        n += 1
-    return n
+TAIL_LINES = 32  # the last step lines held in memory, for a dump
 
 
 class StepRecorder:
     """Owned by the scheduler thread; DMA-side counters (`count`) may come from other threads
-    but are plain int additions under the GIL."""
+    but are plain int additions under the GIL. `sink`: a run's rank{r}.jsonl path (RunSink) or
+    a production recording's sink (sinks.py). `on_failure`, when set (production), hears a
+    failure of the recorder itself, which then stops recording the rank; without it (a run) a
+    failed step is written as a `recorder_error` line."""
 
-    def __init__(self, path: str, rank: int, pp_rank: int, tp_rank: int, hooks: Any) -> None:
+    def __init__(self, sink: Any, rank: int, pp_rank: int, tp_rank: int, hooks: Any) -> None:
         self.rank, self.pp_rank, self.tp_rank, self.hooks = rank, pp_rank, tp_rank, hooks
-        self._fh = open(path, "a", buffering=1)  # line-buffered: one flush per line
+        self.sink = RunSink(sink) if isinstance(sink, str | os.PathLike) else sink
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)  # rendered lines, oldest first
+        self.on_failure: Callable[[str], None] | None = None
         self.step = 0
         self._counts: Counter[str] = Counter()
         self._consumed: Counter[str] = Counter()
@@ -170,6 +130,9 @@ class StepRecorder:
         try:
             self._end_step(scheduler, batch)
         except Exception as exc:  # noqa: BLE001 - recording must never break SGLang's step
+            if self.on_failure is not None:  # production: the rank stops recording, said once
+                self.on_failure(f"step {self.step}: {type(exc).__name__}: {exc}")
+                return
             # Counted, never swallowed: the verdict names a blind recorder (docs/evidence.md).
             # One line per heartbeat at most, so a failing idle poll cannot flood the file.
             self._errors += 1
@@ -227,7 +190,7 @@ class StepRecorder:
         }
         if self.pp_loop_size:
             line["slot"] = self.step % self.pp_loop_size
-        line.update(_batch_fields(batch))
+        line.update(batch_fields(batch))
         line.update(cache_fields(scheduler, follower=self.pp_rank > 0))
         line["acks_consumed"] = {"write": self._consumed["write"], "load": self._consumed["load"]}
         line["write_backs"] = self._counts["write_backs"]
@@ -265,7 +228,9 @@ class StepRecorder:
 
     def _write(self, line: dict[str, Any]) -> None:
         """The one step-line writer (evidence.StepRecord), shared with our runtime's recorder."""
-        self._fh.write(ev.StepRecord.from_json(line).line() + "\n")
+        text = ev.StepRecord.from_json(line).line()
+        self.sink.write(line, text)
+        self.tail.append(text)
 
     def write_crash(self, exc: BaseException) -> None:
         """The step a scheduler died in, so the verdict sees how far each rank got, with what
@@ -293,12 +258,12 @@ class StepRecorder:
         line.update({k: round(ms, 3) for k, ms in self._waits.items()})
         line["faults_fired"] = self.hooks.drain_fired()
         self._write(line)
+        self.sink.flush()  # the process may be gone in a moment
 
     def switch(self, path: str) -> None:
         """A warm server's next trial (clean_state.py): its lines go to `path` from the next
         step on (the old file kept if it cannot be opened); the step count runs on."""
-        self._fh, old = open(path, "a", buffering=1), self._fh
-        old.close()
+        self.sink.switch(path)
         self._armed_written = self._crash_written = False
         self._idle, self._last_write = 0, 0.0
 
@@ -314,86 +279,13 @@ class StepRecorder:
                         "recorder_errors": self._errors,
                     }
                 )
-            self._fh.close()
         except OSError:
             pass
+        self.sink.close()
 
 
 def _any_queued(queues: dict[str, Any]) -> bool:
     return any(v for v in queues.values() if isinstance(v, int))
-
-
-def _batch_fields(batch: Any) -> dict[str, Any]:
-    if batch is None:
-        return {"rids": []}
-    reqs = list(getattr(batch, "reqs", []) or [])
-    out: dict[str, Any] = {"rids": [r.rid for r in reqs]}
-    mode = getattr(batch, "forward_mode", None)
-    is_extend = bool(mode is not None and hasattr(mode, "is_extend") and mode.is_extend())
-    out["forward_mode"] = getattr(mode, "name", str(mode))
-    if is_extend:
-        out["extend_num_tokens"] = _as_int(getattr(batch, "extend_num_tokens", None))
-        out["prefix_len"] = {r.rid: _prefix_len(r) for r in reqs}
-        out["host_hit_len"] = {r.rid: _as_int(getattr(r, "host_hit_length", None)) for r in reqs}
-        if any(hasattr(r, "host_loaded_length") for r in reqs):  # 0.5.2x: what was loaded back
-            out["host_loaded_len"] = {
-                r.rid: _as_int(getattr(r, "host_loaded_length", None)) for r in reqs
-            }
-        if any(hasattr(r, "storage_hit_length") for r in reqs):
-            out["l3_hit_len"] = {
-                r.rid: _as_int(getattr(r, "storage_hit_length", None)) for r in reqs
-            }
-    return out
-
-
-def _prefix_len(req: Any) -> int:
-    """Device-hit tokens of a request: `prefix_len` in 0.5.2x, `len(prefix_indices)` before."""
-    if hasattr(req, "prefix_len"):
-        return _as_int(req.prefix_len)
-    return _size(getattr(req, "prefix_indices", None))
-
-
-def cache_fields(scheduler: Any, follower: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    allocator = getattr(scheduler, "token_to_kv_pool_allocator", None)
-    if allocator is not None:
-        out["device_free"] = int(allocator.available_size())
-    tree = getattr(scheduler, "tree_cache", None)
-    cc = getattr(tree, "cache_controller", None)
-    if cc is None:
-        return out
-    host = getattr(cc, "mem_pool_host", None)
-    if host is not None:
-        out["host_free"] = int(host.available_size())
-    queues = {
-        name: _len(getattr(cc, name, None))
-        for name in ("write_queue", "load_queue", "ack_write_queue", "ack_load_queue")
-    }
-    for name in STORAGE_QUEUES:
-        if getattr(cc, name, None) is not None:
-            queues[name] = _len(getattr(cc, name))
-    out["queues"] = {k: v for k, v in queues.items() if v is not None}
-    # The recorder's own poll, after the drain. Where SGLang relays PP0's count (0.5.2x's
-    # `_sync_hicache_ready_counts`) a follower never polls: no poll is presented as its own
-    # there (`acks_counted` is what PP0 counted; docs/evidence.md).
-    if not (follower and hasattr(tree, "_sync_hicache_ready_counts")):
-        out["acks_ready"] = {"write": _ready(cc.ack_write_queue), "load": _ready(cc.ack_load_queue)}
-    out["tree_digest"] = _tree_digest(tree)
-    return out
-
-
-def _tree_digest(tree: Any) -> str | None:
-    """A digest of the tree's accounting (evictable / protected / total sizes): equal trees give
-    equal digests; it is cheap enough to take every step, unlike a walk of every node."""
-    parts = []
-    for name in ("evictable_size", "protected_size", "total_size"):
-        fn = getattr(tree, name, None)
-        if callable(fn):
-            try:
-                parts.append(repr(fn()))
-            except Exception:  # noqa: BLE001 - a digest must never break a step
-                return None
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:12] if parts else None
 
 
 def jsonl_path(run_dir: str, rank: int) -> str:

@@ -8,7 +8,8 @@ the method that receives or reads the value costs one call where the read is. Me
 lacks are not wrapped and their probe is not armed (`ARMED`, written on each rank's first line).
 Some reads sit in methods the plugin already wraps (`maybe_reap`, `HostKVCache.alloc`,
 `_count_ready_acks`, `_sync_hicache_ready_counts`, the ack checks): those wrappers record them.
-A probe that fails records the failure (`probe_errors`) and SGLang's call goes on unchanged.
+A probe that fails records the failure (`probe_errors`; in production it turns the rank's
+recording off instead) and SGLang's call goes on unchanged.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def read(name: str, value_of) -> None:
     try:
         recorder.source_read(name, value_of())
     except Exception as exc:  # noqa: BLE001 - a probe must never break SGLang's call
+        if recorder.on_failure is not None:  # production: the rank stops recording, said once
+            recorder.on_failure(f"probe {name}: {type(exc).__name__}: {exc}")
+            return
         recorder.count("probe_errors", 1)
         recorder.source_read(name, f"probe error: {type(exc).__name__}")
 

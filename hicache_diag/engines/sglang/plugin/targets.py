@@ -4,7 +4,9 @@
 harness can refuse a release whose targets are gone before it launches anything. A target with
 alternatives is satisfied by any one of them (older releases used other homes for a name).
 A missing `hook:<point>` target does not refuse the release: only a fault that needs that point
-is refused (`missing_points`); a missing probe or shim target refuses it.
+is refused (`missing_points`); a missing probe or shim target refuses it. A missing `dump`
+target (a recorded server's dump trigger) refuses nothing: that dump is simply never taken.
+A module-level name an SGLang module imports counts as that module's (it is patched there).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 @dataclass(frozen=True, slots=True)
 class Target:
     key: str  # our name for it
-    role: str  # shim | hook:<point> | probe
+    role: str  # shim | hook:<point> | probe | dump
     options: tuple[tuple[str, str], ...]  # (module, qualname) alternatives
     why: str
     until: str | None = None  # the last release that has it: later ones removed it by design
@@ -45,6 +47,14 @@ TARGETS: tuple[Target, ...] = (
             ("sglang.srt.managers.scheduler", "Scheduler.event_loop_normal"),
         ),
         "the step a scheduler died in, wherever in the step it raised (its forward too)",
+    ),
+    # A recorded server's dump when SGLang's own watchdog fires (the scheduler's hard and soft
+    # watchdogs: WatchdogRaw._watchdog_once calls it first, then logs and SIGQUITs).
+    Target(
+        "watchdog_fired",
+        "dump",
+        (("sglang.srt.utils.watchdog", "pyspy_dump_schedulers"),),
+        "the rank's in-process dump the moment its watchdog fires",
     ),
     Target(
         "writing_check",
@@ -276,10 +286,14 @@ def _defined(tree: ast.Module, qualname: str) -> bool:
 
 
 def _walk_defs(body: list[ast.stmt]):
-    """Top-level defs, including those under module-level if/try (platform branches)."""
+    """Top-level defs, including those under module-level if/try (platform branches), and the
+    names a module imports (each as an alias node: its `name` is the name bound)."""
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             yield node
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                yield ast.alias(name=alias.asname or alias.name)
         elif isinstance(node, ast.If | ast.Try):
             yield from _walk_defs(node.body + node.orelse)
             for handler in getattr(node, "handlers", []):
@@ -314,7 +328,8 @@ def missing_targets(site_root: Path, roles: str = "all") -> list[Target]:
     missing = []
     for target in TARGETS:
         is_hook = target.role.startswith("hook:")
-        if (roles == "required" and is_hook) or (roles == "hooks" and not is_hook):
+        optional = is_hook or target.role == "dump"
+        if (roles == "required" and optional) or (roles == "hooks" and not is_hook):
             continue
         ok = False
         for module, qualname in target.options:
