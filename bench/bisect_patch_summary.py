@@ -1,7 +1,7 @@
 """A `bisect --switch patch=none,FILE` run, summed up: per trial what its verdict and manifest
 say, per cell the divergence rate with its Wilson interval and the cache's hit counts.
 
-    python bench/bisect_patch_summary.py RUN_DIR [--trials-json OUT] [--markdown]
+    python bench/bisect_patch_summary.py RUN_DIR [--trials-json OUT] [--markdown] [--partial]
 
 RUN_DIR is bisect's --out (its table.json and one run dir per trial). Per trial: the patch
 (the manifest's `sglang.patch`: file and sha256, none for the release as it is), outcome, form,
@@ -10,6 +10,8 @@ source) and each rank's cache counts from the verdict (`prefix_hit`: tokens serv
 device tree, `host_hit`: from host memory). Per cell: trials, divergences (any outcome but ok),
 the rate's 95% Wilson interval and its upper bound, and the cache counts summed over the cell's
 ok trials, per rank. Prints JSON, or with --markdown the two tables a report quotes.
+--partial reads an interrupted bisect (no table.json): its run dirs as found, a trial with no
+verdict undecided, and no tool verdict.
 """
 
 from __future__ import annotations
@@ -136,9 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--trials-json", type=Path, help="write the per-trial facts here")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--partial", action="store_true", help="an interrupted bisect")
     args = parser.parse_args(argv)
-    if not (args.run_dir / "table.json").is_file():
-        print(f"{args.run_dir}: no table.json (not a finished bisect)", file=sys.stderr)
+    if not args.partial and not (args.run_dir / "table.json").is_file():
+        print(f"{args.run_dir}: no table.json (not a finished bisect; --partial)", file=sys.stderr)
         return 2
     summary = summarize(args.run_dir)
     if args.trials_json:

@@ -20,6 +20,7 @@ Writes `samples/reports/<mechanism>/REPORT.md`. Missing evidence is said as miss
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from dataclasses import dataclass
@@ -250,16 +251,25 @@ def _command(root: Path) -> str:
 def _cost_section(m: Mechanism) -> list[str]:
     out = ["## What the fix costs", ""]
     fix = f"samples/exports/{m.exports[0]}/fix.patch"
-    table = _json(COST / "table.json")
-    if not table:
+    if not (COST / "trials.json").is_file():
         return out + ["The default workload's hit counts were not measured yet.", ""]
     trials = json.loads((COST / "trials.json").read_text())
+    sha = hashlib.sha256((ROOT / fix).read_bytes()).hexdigest()
+    stale = [t for t in trials if t["patch"] == fix and t["patch_sha256"] != sha]
+    if stale:  # measured with an earlier candidate: its rows would speak for another patch
+        trials = [t for t in trials if t not in stale]
+        out += [
+            f"The default workload was measured with an earlier fix.patch (sha256 "
+            f"{stale[0]['patch_sha256'][:12]}), not this one ({sha[:12]}): not shown.",
+            "",
+        ]
     by = {(t["patch"], t["trial"]): t for t in trials}
     seeds = sorted({t["trial"] for t in trials}, key=lambda n: int(n.split("seed")[-1]))
     out += [
         "The default workload (`hicache-diag run --engine sglang --pp 2`: 24 shared-prefix "
         "requests, seed per trial, the same seeds in each cell) on the release and under the "
-        "fix, warm servers, one bisect over every fix (`samples/bisect/sglang-0.5.23-fix-cost/`). "
+        "fix, warm servers, one bisect over every fix (`samples/bisect/sglang-0.5.23-fix-cost/`"
+        f"{'' if (COST / 'table.json').is_file() else ', interrupted: its README says where'}). "
         "Tokens served from the device tree (`prefix_hit`) and from host memory (`host_hit`), "
         "per rank, from each trial's verdict:",
         "",
