@@ -23,8 +23,8 @@ import argparse
 import hashlib
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -38,8 +38,7 @@ COST = BISECTS / "sglang-0.5.23-fix-cost"
 _PULL = "https://github.com/sgl-project/sglang/pull/"
 
 
-@dataclass(frozen=True)
-class Mechanism:
+class Mechanism(NamedTuple):  # no dataclass: the bench tests load this file without a module entry
     name: str
     recipe: str
     exports: tuple[str, ...]  # samples/exports/<finding>, the first one's fix.patch is the fix
