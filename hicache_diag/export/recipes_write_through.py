@@ -126,6 +126,7 @@ URC_WRITE_THROUGH = Recipe(
     follower=None,
     storage=False,
     evidence=("host-shortage",),
+    cache_class="UnifiedRadixCache",
     template="urc_write_through.py.tmpl",
     test_file="test_write_through_rank_symmetry.py",
     error="AssertionError",
