@@ -148,11 +148,20 @@ MECHANISMS = {
         "0 acks so PP1's locks stay and the stages admit different batches (a reshape error on "
         "PP1, form A), a TP rank short makes the MIN 0 and the other TP rank's lock stays (a "
         "hang, form C). Below: one unit test per form on two real gloo ranks with a real "
-        "`UnifiedRadixCache`, and a candidate fix (the host room MIN-reduced over PP0's "
-        "attention group and relayed down the pipeline) that passes the unit tests of forms A "
-        "and C-TP, and what it did on the real server: **under PP it deadlocks the pipeline** "
-        "(the relay it adds at decision time has no partner in the PP loop), so it is not the "
-        "fix; the end-to-end runs say where a PP-safe one has to carry the decision.",
+        "`UnifiedRadixCache`, and a candidate fix: the host room becomes a per-round quantity, "
+        "agreed in the ready-count reduce every rank already runs at the same point of each "
+        "round (PP0's attention-group MIN, relayed down the pipeline), and each backup that "
+        "round spends from it, with no collective at decision time. It passes the unit tests "
+        "of forms A and C-TP and ends form A on the real PP2 server; a first candidate that "
+        "relayed the room at each decision deadlocked the pipeline (history below).",
+        seen=(
+            "Unpatched, `runs/unpatched2-trial1-seed1/`: PP0's host pool held, PP1 backs up "
+            "132 tokens PP0 skips and raises `shape '[60, -1, 16]' is invalid for input of "
+            "size 8000` (form A); every unpatched trial crashed in form A.",
+            "With the per-round room, `runs/fix2-trial0-seed0/`: both stages skip the same "
+            "backups (`write_backs` 0 on each, the same evictions and prefix hits) and the "
+            "outputs equal the reference.",
+        ),
     ),
 }
 

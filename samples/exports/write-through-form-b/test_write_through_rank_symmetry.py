@@ -12,10 +12,11 @@ had (PP0 short, or a TP rank short).
 This test runs the two ranks as two processes joined by real gloo groups (SGLang's own
 `init_distributed_environment` / `initialize_model_parallel`), each with a real
 `UnifiedRadixCache` built by its constructor from `CacheInitParams` carrying those groups (a
-real tree core and device KV pool on the CPU). Both ranks insert the same tokens and apply the
-same `BackupKV` (`tree_core.build_backup_kv_action`, what a write-through insert emits) through
-`_apply_cache_action`; then both run one `check_hicache_events`, whose collectives (`_all_reduce`,
-`_pp_sync`, `_all_reduce_attn_groups`) are the release's own over the real groups. Only the
+real tree core and device KV pool on the CPU). A scheduler round on both ranks: one
+`check_hicache_events` (the round's event poll), then the same insert and the same `BackupKV`
+(`tree_core.build_backup_kv_action`, what a write-through insert emits) through
+`_apply_cache_action`; then both run the next round's `check_hicache_events`, whose collectives
+(`_all_reduce`, `_pp_sync`, `_all_reduce_attn_groups`) are the release's own over the real groups. Only the
 HiCache controller (the DMA engine) is a stand-in: `write` takes host slots from a host pool of
 a given room and returns None when the room is short, `start_writing` turns pending writes into
 one finished ack. The per-rank quantity is that room: the short rank's host pool is one slot
@@ -170,6 +171,9 @@ def _rank(rank, init_file, conn):
         parallel_state.initialize_model_parallel(backend="gloo")
         cache, allocator = _cache(rank)
         host_free = cache.cache_controller.mem_pool_host.available_size()
+        # A scheduler round polls HiCache events (get_next_batch_to_run) before its
+        # batch results insert: the round starts here, as on the server.
+        cache.check_hicache_events()
         tokens = list(range(1, KV_TOKENS + 1))
         key = RadixKey(array("q", tokens))
         cache.insert(InsertParams(key=key, value=allocator.alloc(KV_TOKENS)))
