@@ -48,13 +48,14 @@ class Block:
     prefix or traceback): the log reader records them without per-line handlers. `raw` holds
     them as read (each with its newline when `nl` is 1); `start` is the first not yet read."""
 
-    __slots__ = ("raw", "nl", "start", "hicache_words")
+    __slots__ = ("raw", "nl", "start", "hicache_words", "shapes")
 
     def __init__(self, raw: list[str], nl: int) -> None:
         self.raw = raw
         self.nl = nl
         self.start = 0
         self.hicache_words: bool | None = None  # a line may name HiCache (the reader's test)
+        self.shapes: list[str] | None = None  # raw's shapes (logs/shapes.py), when asked
 
     def line(self, k: int) -> str:
         return self.raw[k][: len(self.raw[k]) - self.nl]
