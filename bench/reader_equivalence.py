@@ -100,7 +100,7 @@ def write_logs(tmp: Path, n: int) -> list[Path]:
     logs = {
         "plain.log": lines,
         "tagged.log": [f"gpu-node-3.cluster [stderr] {k:07d} {s}" for k, s in enumerate(lines)],
-        "interleaved.log": [x for pair in zip(lines, busy(n, 17)) for x in pair],
+        "interleaved.log": [x for pair in zip(lines, busy(n, 17), strict=True) for x in pair],
         "wrapped.log": [p for s in lines for p in (textwrap.wrap(s, 120) or [""])],
     }
     paths = []
