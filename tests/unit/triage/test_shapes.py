@@ -22,7 +22,6 @@ from hicache_diag.logs.triggers import (
     PROGRESS_HINT,
 )
 from hicache_diag.rules import signatures as sig
-
 from tests.unit.triage.test_triage_stream import _summary
 
 
