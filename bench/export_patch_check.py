@@ -10,14 +10,18 @@ ours): on the release as it is, on a copy with `nonfix.patch` applied, on a copy
 lines run in the patched files (imports included), in the test process and in the processes
 it forks; each hunk
 of a patch counts as executed when one of its added lines, or the line that follows one of its
-removals, ran. The patched copy is the release's tree of symlinks with only the patched files
-copied (patch(1) rewrites them), so the installed release is never touched.
+removals, ran. The patched copy is the overlay `run --patch` launches (the release's tree of
+symlinks with only the patched files copied and patch(1) applied), so the installed release is
+never touched. Where the export has a `revert.yaml` (the fix in the shape of 0.5.23's
+`SGLANG_DEBUG_REVERT_PR` registry), a fourth run applies it with SGLang's own source patcher at
+start on top of `fix.patch`: the test should fail again, as on the release.
 
 Prints one JSON object per finding: each run's outcome (`passed` / `failed`, and the failure
 lines pytest printed), each patch's hunks with `executed`, and whether the fix and the non-fix
 differ in outcome. Exit status 1 when a finding breaks the rule the export promises (fails on
 the release, fails under the non-fix, the non-fix's hunks executed; passes under the fix when
-`--expect-fix pass`). Slow: each run imports SGLang (tens of seconds on a loaded 2-core host).
+`--expect-fix pass`; fails again under fix.patch with revert.yaml). Slow: each run imports
+SGLang (tens of seconds on a loaded 2-core host).
 """
 
 from __future__ import annotations
@@ -64,6 +68,20 @@ def pytest_configure(config):  # before collection imports the release's modules
     threading.settrace(_global)
 """
 
+# Applies the export's revert.yaml with SGLang's own source patcher (what
+# `SGLANG_DEBUG_REVERT_PR` does at a scheduler's start-up) before the test imports anything of
+# the release; the forked ranks inherit the patched functions.
+_REVERTER = """
+import os
+
+
+def pytest_configure(config):
+    from sglang.srt.debug_utils.source_patcher import apply_patches_from_config
+
+    with open(os.environ["EXPORT_REVERT_YAML"]) as fh:
+        apply_patches_from_config(fh.read())
+"""
+
 
 def release_dir() -> Path:
     spec = importlib.util.find_spec("sglang")
@@ -99,32 +117,29 @@ def hunks(patch: str) -> list[dict]:
 
 
 def patched_copy(release: Path, patch: Path, root: Path) -> Path:
-    shutil.copytree(
-        release,
-        root / "sglang",
-        symlinks=True,
-        copy_function=os.symlink,
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    for h in hunks(patch.read_text()):
-        target = root / h["file"]
-        if target.is_symlink():
-            target.unlink()
-            shutil.copyfile(release.parent / h["file"], target)
-    done = subprocess.run(
-        ["patch", "-s", "-p1", "-d", str(root), "-i", str(patch)], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"{patch} does not apply: {done.stdout}{done.stderr}")
-    return root
+    """The release with `patch` applied: the overlay `run --patch` launches (a tree of
+    symlinks with only the patched files copied; engines/sglang/patch_overlay.py), built into
+    `root`'s cache so the check never shares one with a user's runs."""
+    import importlib.metadata
+
+    sys.path.insert(0, str(ROOT))
+    os.environ["HICACHE_DIAG_CACHE"] = str(root.parent / "cache")
+    from hicache_diag.engines.sglang.patch_overlay import patch_overlay
+    from hicache_diag.errors import UsageError
+
+    try:
+        return patch_overlay(str(patch), importlib.metadata.version("sglang"), release).root
+    except UsageError as exc:
+        raise SystemExit(str(exc)) from None
 
 
-def run_test(export: Path, path: str, env_extra: dict[str, str], plugin: bool) -> dict:
+def run_test(export: Path, path: str, env_extra: dict[str, str], plugin: bool | str) -> dict:
     test = next(p for p in sorted(export.iterdir()) if _TEST.match(p.name))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HICACHE_DIAG", "VIRTUAL"))}
     env.update(PYTHONPATH=path, PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", **env_extra)
     argv = [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-W", "ignore"]
-    argv += ["-p", "_export_line_tracer"] if plugin else []
+    if plugin:
+        argv += ["-p", plugin if isinstance(plugin, str) else "_export_line_tracer"]
     argv += ["--rootdir", str(export), str(test)]
     ran = subprocess.run(argv, capture_output=True, text=True, timeout=1200, cwd=export, env=env)
     text = ran.stdout + ran.stderr
@@ -172,9 +187,23 @@ def check(finding: str, release: Path, tmp: Path) -> dict:
         ]
         result["runs"][kind] = run
     runs = result["runs"]
+    revert = export / "revert.yaml"
+    if "fix" in runs and revert.is_file():
+        runs["fix+revert"] = reverted(export, release, tmp / "fix" / finding, revert)
     if "fix" in runs and "nonfix" in runs:
         result["fix_and_nonfix_differ"] = runs["fix"]["outcome"] != runs["nonfix"]["outcome"]
     return result
+
+
+def reverted(export: Path, release: Path, where: Path, revert: Path) -> dict:
+    """The test under fix.patch with revert.yaml applied at start, as SGLANG_DEBUG_REVERT_PR
+    would: it should fail as on the release."""
+    root = patched_copy(release, export / "fix.patch", where)
+    plugin_dir = where.parent.parent / "reverter"
+    plugin_dir.mkdir(parents=True, exist_ok=True)
+    (plugin_dir / "_revert_pr_yaml.py").write_text(_REVERTER)
+    env = {"EXPORT_REVERT_YAML": str(revert)}
+    return run_test(export, f"{root}{os.pathsep}{plugin_dir}", env, plugin="_revert_pr_yaml")
 
 
 def broken(result: dict, expect_fix: str) -> list[str]:
@@ -189,6 +218,8 @@ def broken(result: dict, expect_fix: str) -> list[str]:
         out.append("a non-fix hunk the test never executes")
     if expect_fix == "pass" and runs.get("fix", {}).get("outcome") != "passed":
         out.append("fails under fix.patch")
+    if runs.get("fix+revert", {}).get("outcome") == "passed":
+        out.append("passes under fix.patch with revert.yaml: the YAML does not revert the fix")
     return out
 
 

@@ -91,7 +91,7 @@ def _ready(server: Server, timeout_s: float) -> None:
 
 
 def _prompts() -> list[list[int]]:
-    from hicache_diag.options.run_options import SglangOptions
+    from hicache_diag.engines.sglang.options import SglangOptions
     from hicache_diag.options.workloads import Pool, Workload, WorkloadConfig
 
     opts = SglangOptions()

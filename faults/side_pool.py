@@ -63,6 +63,12 @@ class SidePool:
         if pool is None or hooks is None:
             return self.tokens
         capacity = int(getattr(pool, "size", 0) or 0)
+        if capacity and self.tokens + int(pool.available_size()) > capacity:
+            # The pool was cleared under us (SGLang's flush_cache resets the host pool's free
+            # list): our slots are its free slots again, so hold nothing rather than count
+            # them twice (or free them twice).
+            self._chunks.clear()
+            self.tokens = 0
         target = hooks.apply(
             "host_hold",
             self.tokens,

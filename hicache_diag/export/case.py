@@ -41,6 +41,7 @@ class Case:
     numbers: dict[str, int] = field(default_factory=dict)  # values the test template takes
     # first_divergence/rank{r}.json, where SGLang's consensus checker fired (else empty)
     blocks: dict[int, ev.DivergenceBlock] = field(default_factory=dict)
+    cache_class: str | None = None  # the tree cache the ranks ran (None: the run does not say)
 
     @property
     def storage(self) -> bool:
@@ -113,6 +114,21 @@ def _model_config(manifest: ev.Manifest) -> dict[str, Any] | None:
     return config if isinstance(config, dict) else None
 
 
+# SGLang's start-up line naming the tree cache class (0.5.18-0.5.23), else the radix file a
+# traceback ran through.
+_TREE_LINE = re.compile(r"Tree cache initialized: .*?\bimpl=(\w+)")
+_TREE_FILES = {"hiradix_cache.py": "HiRadixCache", "unified_radix_cache.py": "UnifiedRadixCache"}
+
+
+def cache_class(logs: dict[int, str], traceback: list[str]) -> str | None:
+    """The tree cache class the run's ranks ran, from their logs; None when they do not say."""
+    for log in logs.values():
+        if m := _TREE_LINE.search(log):
+            return m.group(1)
+    files = [m["file"] for m in map(_FRAME.match, traceback) if m]
+    return next((_TREE_FILES[f] for f in reversed(files) if f in _TREE_FILES), None)
+
+
 def _exportable(run_dir: Path, data) -> Verdict:
     """The run's verdict, when export has a branch to test: a run of a release (its manifest
     names one) whose failing rank crashed, hung or parted from the others."""
@@ -121,6 +137,13 @@ def _exportable(run_dir: Path, data) -> Verdict:
             f"{run_dir}: a run of the {data.manifest.engine or 'builtin'} engine, which names "
             "no SGLang release; export writes tests for a release's own code (run with "
             "--engine sglang)"
+        )
+    patch = (data.manifest.sglang.get("patch") or {}).get("file")
+    if patch:
+        raise RunDirError(
+            f"{run_dir}: a run of sglang {data.manifest.sglang.get('version')} with --patch "
+            f"{patch}: its code is not the release's, so no file:line of the release describes "
+            "it; export a run of the release as it is"
         )
     verdict = data.verdict
     if verdict is None:
@@ -173,6 +196,7 @@ def load_case(run_dir: Path) -> Case:
         model_config=_model_config(manifest),
         numbers=_numbers(data, rank),
         blocks=_blocks(run_dir),
+        cache_class=cache_class(data.logs, traceback),
     )
 
 

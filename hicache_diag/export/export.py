@@ -13,11 +13,13 @@ from hicache_diag.export.case import Case, load_case
 from hicache_diag.export.evidence_tags import run_tags
 from hicache_diag.export.recipes import RECIPES, Recipe, find_recipe
 from hicache_diag.export.source_lines import present
-from hicache_diag.export.trees import releases, run_release
+from hicache_diag.export.trees import install_command, releases, run_release
 
 TEMPLATES = Path(__file__).parent / "templates"
 # When the run recorded no backup on PP0 (older recorder): a one-page write into a roomy pool.
 DEFAULT_NUMBERS = {"kv_tokens": 8, "leader_host_free": 64}
+# Written by hand beside an export (never by export): REPORT.md describes the ones there.
+HAND_MADE = ("nonfix.patch", "fix.patch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +37,26 @@ def _recipe(case: Case, package: Path | None) -> Recipe:
         return not case.faults and package is not None and present(package, recipe.steps)
 
     tags = frozenset(run_tags(case.run_dir))
-    recipe = find_recipe(
-        case.form, case.function, case.file, case.failed_pp, case.storage, shape, tags
-    )
+    crash = (case.form, case.function, case.file, case.failed_pp, case.storage)
+    recipe = find_recipe(*crash, shape, tags, cache=case.cache_class)
+    other = find_recipe(*crash, shape, tags) if recipe is None else None
+    if other is not None:
+        raise RunDirError(
+            f"{case.run_dir}: the run's ranks ran {case.cache_class}, but the recipe it matches "
+            f"({other.name}) drives {other.cache_class}: no export for this mechanism in "
+            f"{case.cache_class}"
+        )
+    if (
+        recipe is None
+        and package is None
+        and any(r.by_source and r.matches(*crash) for r in RECIPES)
+    ):
+        raise RunDirError(
+            f"{case.run_dir}: export reads SGLang {case.version}'s source to pick a recipe and "
+            f"quote file:line, and none is here; install it with "
+            f"`{install_command(case.version)}` (or unzip its wheel under "
+            "$HICACHE_DIAG_SGLANG_RELEASES)"
+        )
     if recipe is None:
         known = "; ".join(r.describe() for r in RECIPES)
         l3 = "with" if case.storage else "without"
@@ -84,7 +103,8 @@ def export_run(run_dir: Path, out: Path, force: bool = False) -> Exported:
     if case.model_config:
         files["model_config.json"] = json.dumps(case.model_config, indent=2) + "\n"
     names = {"test": recipe.test_file, "launch": "launch.sh", "requests": "requests.json"}
-    files["REPORT.md"] = report.render(case, recipe, package, releases(), names)
+    patches = frozenset(p for p in HAND_MADE if (out / p).is_file())
+    files["REPORT.md"] = report.render(case, recipe, package, releases(), names, patches)
     claim_dir("--out", out, tuple(files), force)  # and the recipe's test file
     written = [write_atomic(out / name, text) for name, text in files.items()]
     (out / "launch.sh").chmod(0o755)

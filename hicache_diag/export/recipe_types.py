@@ -51,6 +51,8 @@ class Recipe:
     fix: str = ""
     # What the exported test fails with for this run's evidence values (None: `error`).
     error_for: Callable[[dict[str, object]], str] | None = None
+    # The tree cache class the test drives; a run of another class is refused (None: any).
+    cache_class: str | None = None
 
     def matches(
         self,

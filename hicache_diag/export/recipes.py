@@ -19,6 +19,7 @@ HIRADIX_STORAGE_DRAIN = Recipe(
     follower=None,
     storage=True,
     by_source=True,
+    cache_class="HiRadixCache",
     template="hiradix_storage_drain.py.tmpl",
     test_file="test_pp_storage_control_drain.py",
     error="AssertionError",
@@ -138,11 +139,15 @@ def find_recipe(
     storage: bool = False,
     shape=None,
     tags=frozenset(),
+    cache: str | None = None,
 ) -> Recipe | None:
     """The first recipe the run matches: by the mechanism its evidence names (`tags`), else
     by its crash; `shape(recipe)` says whether the run's release has a by-source recipe's code
-    (None: no release source at hand, so none of those match)."""
+    (None: no release source at hand, so none of those match). A recipe that drives another
+    tree cache class than the run's (`cache`, when the run says) never matches."""
     for r in RECIPES:
+        if cache and r.cache_class and r.cache_class != cache:
+            continue
         if r.evidence:
             if set(r.evidence) & set(tags):
                 return r

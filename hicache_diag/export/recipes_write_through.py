@@ -126,6 +126,7 @@ URC_WRITE_THROUGH = Recipe(
     follower=None,
     storage=False,
     evidence=("host-shortage",),
+    cache_class="UnifiedRadixCache",
     template="urc_write_through.py.tmpl",
     test_file="test_write_through_rank_symmetry.py",
     error="AssertionError",
@@ -167,17 +168,23 @@ URC_WRITE_THROUGH = Recipe(
     ),
     fix=(
         "`fix.patch` (against the 0.5.23 wheel; idea, cost and limit in its header): the host "
-        "room `_execute_kv_backup` decides on becomes a protocol quantity, a MIN over PP0's "
-        "attention TP/CP ranks relayed down the pipeline by the existing `_all_reduce` / "
-        "`_pp_sync`; every rank evicts for that room and backs up, or skips, alike. Cost: one "
-        "gloo all-reduce and one PP relay per node backed up, and the host cache degrades to "
-        "its most loaded rank. With it the test passes where PP0 or a TP rank is the short "
-        "one (forms A, C-TP). A PP follower short where PP0 is not (form B) cannot be absorbed "
-        "by a decision that only travels down the pipeline (the follower's room would have to "
+        "room `_execute_kv_backup` decides on becomes a per-round protocol quantity. The "
+        "event poll every rank runs at the same point of each round (`check_hicache_events` "
+        "-> `_sync_hicache_ready_counts`) carries PP0's room in the ready-count tensor it "
+        "already reduces: a MIN over PP0's attention TP/CP ranks, relayed down the pipeline "
+        "by the same `_all_reduce`. Each backup that round spends from the agreed room (less "
+        "what the round's backups took, plus what their `evict_host` freed), so every rank "
+        "evicts for that room and backs up, or skips, alike, with no collective at decision "
+        "time (a first candidate relayed at decision time and deadlocked the PP2 server: PP1 "
+        "posts no matching recv). Cost: no extra message; the host cache degrades to its most "
+        "loaded rank, and host slots freed between the poll and a decision count from the "
+        "next round. With it the test passes where PP0 or a TP rank is the short one (forms "
+        "A, C-TP). A PP follower short where PP0 is not (form B) cannot be absorbed by a "
+        "decision that only travels down the pipeline (the follower's room would have to "
         "travel up, and a stage waiting for a later one deadlocks the PP loop): the patch "
-        "then stops at the decision with a named assertion instead of a later `pop from "
-        "empty list`, and the test still fails. Host capacities are MIN-synced and the free "
-        "lists follow identical tree operations, so that case needs an earlier divergence or "
-        "a fault (every committed run injected one)."
+        "then stops at the decision with a named assertion instead of a later `pop from empty "
+        "list`, and the test still fails. Host capacities are MIN-synced and the free lists "
+        "follow identical tree operations, so that case needs an earlier divergence or a "
+        "fault (every committed run injected one)."
     ),
 )

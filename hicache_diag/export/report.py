@@ -12,6 +12,7 @@ from hicache_diag.export.divergence_block import block_section
 from hicache_diag.export.evidence_tags import run_tags
 from hicache_diag.export.recipes import Recipe
 from hicache_diag.export.source_lines import locate, present
+from hicache_diag.export.trees import install_command
 
 _ROW_KEYS = (
     "step",
@@ -70,7 +71,8 @@ def mechanism_lines(recipe: Recipe, package: Path | None, version: str) -> list[
     if package is None:
         out.append(
             f"\n(No copy of SGLang {version}'s source was found at export time, so the "
-            "lines are not given; the traceback below has the crash line.)"
+            "lines are not given; the traceback below has the crash line. To have them: "
+            f"`{install_command(version)}`, then export again.)"
         )
     return out
 
@@ -97,7 +99,12 @@ def range_lines(recipe: Recipe, trees: dict[str, Path]) -> list[str]:
 
 
 def render(
-    case: Case, recipe: Recipe, package: Path | None, trees: dict[str, Path], files: dict[str, str]
+    case: Case,
+    recipe: Recipe,
+    package: Path | None,
+    trees: dict[str, Path],
+    files: dict[str, str],
+    patches: frozenset[str] = frozenset(),
 ) -> str:
     lines = _run_lines(case, recipe)
     lines += ["", f"## Mechanism (SGLang {case.version})", ""]
@@ -105,7 +112,7 @@ def render(
     lines += _evidence_lines(case)
     lines += block_section(case.blocks, sorted(case.last_rows))
     lines += _reproduce_lines(case, recipe, files)
-    lines += report_extra.sections(case, recipe)
+    lines += report_extra.sections(case, recipe, patches)
     lines += ["", "## Related upstream threads", "", "| thread | state | what |", "|---|---|---|"]
     lines += [f"| [{r.ref}]({r.url}) | {r.state} | {r.why} |" for r in recipe.related]
     lines += ["", "## Release range", ""] + range_lines(recipe, trees) + [""]

@@ -85,7 +85,10 @@ def runs_of(recipe: Recipe, case: Case) -> list[str]:
     ]
 
 
-def sections(case: Case, recipe: Recipe) -> list[str]:
+def sections(case: Case, recipe: Recipe, patches: frozenset[str] = frozenset()) -> list[str]:
+    """`patches`: the hand-made `nonfix.patch` / `fix.patch` beside the export (written by hand
+    into the committed exports, never by export): a section describes only a patch that is
+    there."""
     from hicache_diag.export.launch import scripted
 
     out: list[str] = []
@@ -105,7 +108,7 @@ def sections(case: Case, recipe: Recipe) -> list[str]:
     out += runs_of(recipe, case)
     if recipe.upstream:
         out += ["", "## Upstream status", "", recipe.upstream]
-    if recipe.nonfix:
+    if recipe.nonfix and "nonfix.patch" in patches:
         out += [
             "",
             "## A fix, told from a non-fix",
@@ -115,6 +118,6 @@ def sections(case: Case, recipe: Recipe) -> list[str]:
             "",
             recipe.nonfix,
         ]
-    if recipe.fix:
+    if recipe.fix and "fix.patch" in patches:
         out += ["", "## A candidate fix (`fix.patch`)", "", recipe.fix]
     return out

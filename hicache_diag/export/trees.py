@@ -52,3 +52,10 @@ def run_release(version: str, python: str | None, engine: str = "sglang") -> Pat
     except UsageError:
         return None
     return tree.root if tree.version == version else None
+
+
+def install_command(version: str) -> str:
+    """The one command that installs release `version` where the export finds it."""
+    from hicache_diag.engines.registry import release_engine
+
+    return release_engine().releases.install_command(version)

@@ -23,6 +23,7 @@ from hicache_diag.logs.framing_notes import FramingNotes
 from hicache_diag.logs.glue import flattened, split_records, unflatten
 from hicache_diag.logs.interleave import separate
 from hicache_diag.logs.paste import clean_line, paste_damage
+from hicache_diag.logs.shapes import ZERO
 from hicache_diag.logs.shippers import unship
 
 _TRACEBACK = TRACEBACK
@@ -48,13 +49,14 @@ class Block:
     prefix or traceback): the log reader records them without per-line handlers. `raw` holds
     them as read (each with its newline when `nl` is 1); `start` is the first not yet read."""
 
-    __slots__ = ("raw", "nl", "start", "hicache_words")
+    __slots__ = ("raw", "nl", "start", "hicache_words", "shapes")
 
     def __init__(self, raw: list[str], nl: int) -> None:
         self.raw = raw
         self.nl = nl
         self.start = 0
         self.hicache_words: bool | None = None  # a line may name HiCache (the reader's test)
+        self.shapes: list[str] | None = None  # raw's shapes (logs/shapes.py), when asked
 
     def line(self, k: int) -> str:
         return self.raw[k][: len(self.raw[k]) - self.nl]
@@ -67,40 +69,59 @@ class Block:
 
 BLOCK_LINES = 2048  # lines per block: long enough to pay for its tests, short for the window
 _NL = itertools.repeat("\n")
-_ISO_BRACKET = re.compile(r"\n\[20\d\d-\d\d-\d\dT")  # a line's start (the first is tested apart)
 
 
 def _plain_block(chunk: list[str]) -> Block | None:
     """The chunk as a Block when normalise would leave every line as it is (less its newline),
     else None. Lines come from a file (each ends with one newline) or a list (none has one).
-    Only C-level scans of the chunk here: this runs on every line of a big log."""
+    Only C-level passes over the chunk here (this runs on every line of a big log): its
+    lines' shapes (logs/shapes.py), which the reader reads the Block by, and what makes a line
+    not plain asked once per shape."""
     if chunk[0][-1:] == "\n":  # lines that keep their newline (a file iterated)
         nl, text = 1, "".join(chunk)
-        if text.count("\n") != len(chunk) or not all(map(str.endswith, chunk, _NL)):
+        if not all(map(str.endswith, chunk, _NL)):
             return None
     else:
         nl, text = 0, "\n".join(chunk)
-        if text.count("\n") != len(chunk) - 1:
-            return None
+    shapes = text.translate(ZERO).split("\n")
+    if len(shapes) != len(chunk) + nl:  # a line holds a newline of its own
+        return None
+    if nl:
+        shapes.pop()  # after the last line's newline
+    distinct = set(shapes)
     if (
-        "\r" in text
-        or "\x1b" in text
-        or _TRACEBACK in text
-        or max(map(len, chunk)) > MAX_LINE
         # SGLang's `[2026-06-24 ...` starts every line (so no carrier can but the bracketed
         # ISO stamp: normalise's carrier scan would change nothing)
-        or text[:3] != "[20"
+        text[:3] != "[20"
         or text.count("\n[20") != len(chunk) - 1
         or chunk[0][11:12] == "T"
-        or _ISO_BRACKET.search(text)
+        or max(map(len, distinct)) + nl > MAX_LINE
+        or not all(map(_plain_shape, distinct))
     ):
         return None
-    # A prefix glued after a non-blank inside a line: only where a `[` is not a line's first.
-    if text.count("[") != len(chunk) and any(
-        not text[m.start() - 1].isspace() for m in _GLUED.finditer(text, 1)
-    ):
-        return None
-    return Block(chunk, nl)
+    block = Block(chunk, nl)
+    block.shapes = shapes
+    return block
+
+
+_PLAIN: dict[str, bool] = {}
+_ISO_SHAPE = re.compile(r"\[00\d\d-\d\d-\d\dT")  # `[2026-06-24T` as a shape (`[20` tested apart)
+
+
+def _plain_shape(shape: str) -> bool:
+    """A line of this shape that starts with `[20` is left as it is by normalise: no CR,
+    colour, traceback, ISO stamp (a carrier's) or SGLang prefix glued after a non-blank."""
+    if (plain := _PLAIN.get(shape)) is None:
+        if len(_PLAIN) > 65536:
+            _PLAIN.clear()
+        plain = _PLAIN[shape] = not (
+            "\r" in shape
+            or "\x1b" in shape
+            or _TRACEBACK in shape
+            or _ISO_SHAPE.match(shape)
+            or (shape.find("[", 1) > 0 and _glue_points(shape))
+        )
+    return plain
 
 
 def normalise(raw: Iterable[str]) -> Iterator[str]:

@@ -270,3 +270,59 @@ def test_release_axis_names_the_first_fixed_release(fake_run, tmp_path, monkeypa
     ]
     md = (tmp_path / "b" / "table.md").read_text()
     assert "| 0.5.18 | 4 | 4 |" in md
+
+
+_FIX = Path(__file__).resolve().parents[2] / "samples" / "exports" / "session-reap" / "fix.patch"
+
+
+def _needs_0523():
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("sglang")
+    except PackageNotFoundError:
+        found = None
+    if found != "0.5.23":
+        pytest.skip(f"the committed fix.patch is against sglang 0.5.23 (here: {found})")
+
+
+@pytest.mark.process
+def test_a_patch_is_an_axis_each_cell_on_its_own_overlay_and_server(tmp_path):
+    """`--switch patch=none,FILE`: two cells built before any trial, the patched one with the
+    overlay first on its launch's path and the patch's sha in its manifest facts; each trial's
+    line reproduces its cell, and the two cells' warm servers have different keys."""
+    import hashlib
+
+    from hicache_diag.cli.bisect import BisectRequest, plan_bisect
+    from hicache_diag.engines.sglang.warm import _key
+    from hicache_diag.trials.bisect import trial_argv
+
+    _needs_0523()
+    run_args = ["--engine", "sglang", "--pp", "2", "--warm-server"]
+    axis = (f"patch=none,{_FIX}",)
+    req = BisectRequest(run_args, None, None, axis, 2, 1, 0, str(tmp_path / "b"), None, None, None)
+    cfg, _ = plan_bisect(req, quiet=True)
+    assert [a.name for a in cfg.axes] == ["patch"] and cfg.warm is not None
+    plain, fixed = cfg.cells
+    assert plain.spec.pythonpath == () and "patch" not in plain.release
+    facts = fixed.release["patch"]
+    assert facts["sha256"] == hashlib.sha256(_FIX.read_bytes()).hexdigest()
+    assert fixed.spec.pythonpath == (facts["overlay"],)
+    assert "sglang/srt/session/session_controller.py" in facts["files"]
+    assert _key(plain) != _key(fixed)
+    line = trial_argv(cfg, {"patch": str(_FIX)}, 3, tmp_path / "t")
+    assert line[line.index("--patch") + 1] == str(_FIX) and "--warm-server" not in line
+    line = trial_argv(cfg, {"patch": "none"}, 3, tmp_path / "t")
+    assert line[line.index("--patch") + 1] == "none"
+
+
+@pytest.mark.process
+def test_a_patch_axis_value_that_does_not_apply_is_refused_before_any_trial(tmp_path, capsys):
+    _needs_0523()
+    stale = tmp_path / "stale.patch"
+    stale.write_text(_FIX.read_text().replace("     def maybe_reap(", "     def maybe_reaps("))
+    argv = ["bisect", "--engine", "sglang", "--switch", f"patch=none,{stale}"]
+    assert run_cli([*argv, "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not apply to sglang 0.5.23" in err[0], err
+    assert not (tmp_path / "b").exists()

@@ -54,6 +54,8 @@ NOT_OUTPUTS = {
     "across runs on purpose (storage_dir.py checks it is a writable directory)",
     ("run", "--model"): "read",
     ("run", "--sglang-python"): "read: an interpreter to run",
+    ("run", "--patch"): "read: a unified diff, applied to a cached overlay of the release "
+    "(engines/sglang/patch_overlay.py); the release and the file are never written",
     ("triage", "--dumps"): "read",
     ("triage", "--logs"): "read",
     ("triage", "--fr"): "read: Flight Recorder dumps",

@@ -43,6 +43,9 @@ def _fake_sglang_python(tmp_path, version_file: bool = False):
         (["--engine", "sglang", "--pp", "9"], "exceeds the model's 4 layers"),
         (["--engine", "sglang", "--storage-dir", "/tmp/x"], "does nothing without"),
         (["--engine", "sglang", "--sglang-python", "/nonexistent/python"], "cannot run it"),
+        (["--patch", "/tmp/x.patch"], "--patch applies to --engine sglang only"),
+        (["--engine", "sglang", "--patch", "/nonexistent/fix.patch"], "no such file"),
+        (["--engine", "sglang", "--patch", "none,fix.patch"], "--switch patch=none,FILE"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, args, needle):
@@ -60,6 +63,21 @@ def test_a_release_without_the_hook_targets_is_refused_before_launch(capsys, tmp
     assert rc == 2, err
     assert "lacks what hicache-diag hooks" in err and "run_scheduler_process" in err, err
     assert len(err.splitlines()) == 1
+
+
+def test_a_patch_that_does_not_apply_to_the_release_is_refused_before_launch(capsys, tmp_path):
+    """The release's own scheduler.py with a hunk whose context is not in it."""
+    patch = tmp_path / "stale.patch"
+    patch.write_text(
+        "--- a/sglang/srt/managers/scheduler.py\n+++ b/sglang/srt/managers/scheduler.py\n"
+        "@@ -1,3 +1,3 @@\n no such line in any release\n-nor this one\n+but this\n end\n"
+    )
+    rc = run_cli(["run", "--engine", "sglang", "--patch", str(patch), "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1, err
+    assert "does not apply to sglang" in err and "scheduler.py" in err, err
+    assert not (tmp_path / "r").exists() and not live_children()
 
 
 def test_device_cuda_on_this_cpu_host_is_refused_before_anything_starts(capsys, tmp_path):

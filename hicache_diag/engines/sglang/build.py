@@ -3,6 +3,7 @@ before anything starts (the options' own checks ran when they were built: run_op
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,7 @@ from hicache_diag.engines.sglang.config import SglangRunConfig
 from hicache_diag.engines.sglang.device import DeviceChoice, choose_device
 from hicache_diag.engines.sglang.launch_spec import LaunchSpec
 from hicache_diag.engines.sglang.options import SglangOptions
+from hicache_diag.engines.sglang.patch_overlay import NO_PATCH, PatchOverlay, patch_overlay
 from hicache_diag.errors import UsageError
 from hicache_diag.faults.validate import validated_faults
 from hicache_diag.options.parse import from_command_line
@@ -36,7 +38,10 @@ def build(options: SglangOptions) -> SglangRunConfig:
     from hicache_diag.engines.sglang.release import refuse_unhookable
 
     refuse_unhookable(install, faults)
+    overlay = _patch_overlay(options, install)
     spec = _launch_spec(options, install, model, page, storage_dir, cpu=device.cpu)
+    if overlay is not None:  # imported before the release's own package, in every process
+        spec = replace(spec, pythonpath=(str(overlay.root), *spec.pythonpath))
     workload = WorkloadConfig(
         options.workload, options.requests, options.max_new_tokens, options.seed
     )
@@ -53,12 +58,20 @@ def build(options: SglangOptions) -> SglangRunConfig:
         vocab_size=vocab,
         package_dir=str(install.package_dir),
         launch_facts=install.launch,
-        release=install.facts(),
+        release={**install.facts(), **({"patch": overlay.facts()} if overlay else {})},
         device=device.facts(),
         notes=device.notes + notes,
         hosts=tuple(h.strip() for h in options.hosts.split(",")) if options.hosts else (),
         ssh_config=options.ssh_config,
     )
+
+
+def _patch_overlay(options: SglangOptions, install: SglangInstall) -> PatchOverlay | None:
+    """--patch: the release with the patch applied (built once per release and patch), or a
+    one-line refusal when it does not apply to this release."""
+    if options.patch is None or options.patch == NO_PATCH:
+        return None
+    return patch_overlay(options.patch, install.version, install.package_dir, options.how("patch"))
 
 
 def _server_args(options: SglangOptions, install: SglangInstall) -> tuple[tuple[str, ...], tuple]:

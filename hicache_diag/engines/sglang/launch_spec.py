@@ -33,6 +33,8 @@ class LaunchSpec:
     extra_args: tuple[str, ...] = ()
     cpu: bool = True
     env: tuple[tuple[str, str], ...] = ()  # SGLang's own switches (--sglang-consensus-checker)
+    # Directories imported before the release's site-packages (--patch: the patched overlay).
+    pythonpath: tuple[str, ...] = ()
     # SGLang's multi-node launch (docs/cluster.md): this server's share of an `nnodes` launch.
     nnodes: int = _DEFAULT.nnodes
     node_rank: int = 0

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
+from hicache_diag.engines.sglang.patch_overlay import NO_PATCH, check_patch_file
 from hicache_diag.errors import UsageError
 from hicache_diag.options.limits import check_int
 from hicache_diag.options.params import HOSTS, SSH_CONFIG, VIA, Param, again, option
@@ -70,6 +72,18 @@ class SglangOptions(RunOptions):
         ),
     )
     sglang_version: str | None = option(None, None)  # a scenario's release (bisect's axis)
+    # A candidate fix on the real engine: an overlay of the release's package (patch_overlay.py).
+    patch: str | None = option(
+        None,
+        Param(
+            "--patch",
+            "A unified diff against the release's sglang/ package (as `patch -p1` reads it from "
+            "site-packages), applied to a cached overlay the launch imports first; the release "
+            "is never touched. `none`: no patch (bisect: --switch patch=none,FILE).",
+            "FILE",
+        ),
+        scenario=False,
+    )
     sglang_consensus_checker: bool = option(
         False,
         Param(
@@ -106,7 +120,7 @@ class SglangOptions(RunOptions):
 
     def __post_init__(self) -> None:
         RunOptions.__post_init__(self)
-        why = self._idle_nodes() or self._warm_across_nodes() or self._hosts()
+        why = self._idle_nodes() or self._warm_across_nodes() or self._hosts() or self._patch()
         if why:
             raise UsageError(why)
         self._check_nodes()
@@ -150,6 +164,24 @@ class SglangOptions(RunOptions):
                 f"{self.how('warm_server')} and {self.how('nnodes')} {self.nnodes} together: a "
                 "warm server is proven clean on one node only; drop one of them"
             )
+        return None
+
+    def _patch(self) -> str | None:
+        """--patch: one file (bisect compares several with --switch), on this machine's
+        release (the overlay is a local directory)."""
+        if self.patch is None or self.patch == NO_PATCH:
+            return None
+        if "," in self.patch and not Path(self.patch).expanduser().is_file():
+            return (
+                f"{self.how('patch')} {self.patch}: one patch file per run; to compare patches "
+                f"give bisect --switch patch={NO_PATCH},FILE"
+            )
+        if self.hosts:
+            return (
+                f"{self.how('patch')} with {HOSTS}: the patched overlay is a directory on this "
+                "machine; other hosts would run their release unpatched"
+            )
+        check_patch_file(self.patch, self.how("patch"))
         return None
 
     def _hosts(self) -> str | None:

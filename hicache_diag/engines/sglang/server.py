@@ -133,9 +133,9 @@ class SglangServer:
         env = dict(os.environ)
         # The plugin comes from its bundle (plain files), never from the tool's environment:
         # a release's interpreter imports only its own packages.
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (plugin_bundle().pythonpath(boot=True), env.get("PYTHONPATH", "")) if p
-        )
+        # --patch's overlay comes before the release's site-packages, so `import sglang` finds it.
+        path = (plugin_bundle().pythonpath(boot=True), *self.spec.pythonpath, env.get("PYTHONPATH"))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         env["PYTHONNOUSERSITE"] = "1"
         env[plugin_config.ENV_VAR] = str(plugin_path)
         env["PYTHONUNBUFFERED"] = "1"

@@ -44,8 +44,13 @@ PARKED = "between-trials"  # the ranks' idle steps between two trials go here, n
 
 
 def _key(cfg: SglangRunConfig) -> tuple[Any, ...]:
-    """What the server was launched with: a trial with another key needs another server."""
-    return (cfg.python, cfg.sglang_version, cfg.spec, cfg.cpu_kernel_names)
+    """What the server was launched with: a trial with another key needs another server. The
+    release and its --patch lead: a warm server never serves another patch's trials."""
+    return (cfg.python, cfg.sglang_version, _patch_sha(cfg), cfg.spec, cfg.cpu_kernel_names)
+
+
+def _patch_sha(cfg: SglangRunConfig) -> str | None:
+    return (cfg.release.get("patch") or {}).get("sha256")
 
 
 class WarmSglang:
@@ -122,6 +127,8 @@ class WarmSglang:
         storage = storage_refusal(cfg.spec)
         if storage:
             return storage
+        if _key(cfg)[:3] != self.key[:3]:
+            return "this trial's release or --patch differs from the warm server's"
         if _key(cfg) != self.key:
             return "this trial's launch differs from the warm server's"
         if not self.server.alive():

@@ -289,3 +289,55 @@ def test_report_names_the_mechanism_with_lines_from_the_release(tmp_path, monkey
     assert "(not found in this release)" in text  # the synthetic tree lacks the backup steps
     assert "[#29109](https://github.com/sgl-project/sglang/pull/29109)" in text
     assert "host-shortage:leave=0,rank=1" in text and "IndexError" in text
+
+
+HUNT_518_HOST_POOL = RUNS.parent / "hunt" / "sglang-0.5.18" / "runs" / "host-pool"
+
+
+def test_the_tree_cache_class_is_read_from_the_ranks_logs_or_the_traceback():
+    from hicache_diag.export.case import cache_class
+
+    assert load_case(FORM_B).cache_class == "UnifiedRadixCache"
+    assert load_case(HUNT_518_HOST_POOL).cache_class == "HiRadixCache"
+    frame = '  File "sglang/srt/mem_cache/hiradix_cache.py", line 1060, in writing_check'
+    assert cache_class({}, [frame]) == "HiRadixCache"
+    assert cache_class({0: "no such line"}, []) is None
+
+
+def test_a_run_of_another_cache_class_than_the_recipe_drives_is_refused(tmp_path, no_release):
+    """The 0.5.18 host-pool hunt run: the write-through evidence, in HiRadixCache; the recipe
+    drives UnifiedRadixCache, so it would cite and test a class the run never ran."""
+    with pytest.raises(RunDirError, match="ranks ran HiRadixCache, but the recipe it matches "):
+        export_run(HUNT_518_HOST_POOL, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_patched_run_is_refused(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(FORM_B, run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["sglang"]["patch"] = {"file": "/x/fix.patch", "sha256": "ab" * 32}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(RunDirError, match="with --patch /x/fix.patch: its code is not the"):
+        load_case(run)
+
+
+def test_a_missing_release_source_names_the_release_and_its_install_command(tmp_path, no_release):
+    """The L3 drain is picked by the release's code shape: without 0.5.18's source the export
+    cannot choose, and says how to get it."""
+    run = RUNS / "sglang-0.5.18-l3-no-fault"
+    with pytest.raises(RunDirError) as err:
+        export_run(run, tmp_path / "out")
+    said = str(err.value)
+    assert "SGLang 0.5.18's source" in said, said
+    assert "hicache_diag.engines.sglang.install" in said and "--version 0.5.18" in said, said
+
+
+def test_report_describes_only_the_hand_made_patches_beside_it(tmp_path, no_release):
+    bare = export_run(FORM_B, tmp_path / "bare").out / "REPORT.md"
+    assert "nonfix.patch" not in bare.read_text() and "fix.patch" not in bare.read_text()
+    (tmp_path / "with").mkdir()
+    (tmp_path / "with" / "nonfix.patch").write_text("x")
+    (tmp_path / "with" / "fix.patch").write_text("x")
+    text = (export_run(FORM_B, tmp_path / "with").out / "REPORT.md").read_text()
+    assert "## A fix, told from a non-fix" in text and "## A candidate fix (`fix.patch`)" in text

@@ -2,6 +2,7 @@
 refusals, and the evidence they leave for the divergence finder and the verdict."""
 
 import threading
+from collections import deque
 
 import pandas as pd
 import pytest
@@ -57,6 +58,21 @@ def test_the_builtin_pool_with_a_side_pool_makes_write_backup_short():
     pool, side = _pool(), SidePool()
     assert side.hold(hooks, pool) == 64
     assert pool.available_size() == 0
+
+
+def test_a_side_pool_forgets_its_slots_when_the_pool_is_cleared_under_it():
+    # SGLang's flush_cache clears the host pool: the held slots are free again, so the side
+    # pool must not count them as held too (free + held would exceed the capacity).
+    hooks = Hooks(rank=1)
+    install_faults(hooks, ["host-shortage:leave=0"], 0, rank=1, pp_rank=1, tp_rank=0)
+    pool, side = _pool(), SidePool()
+    assert side.hold(hooks, pool) == 64
+    pool.free_pages = deque(range(pool.size // pool.page_size))  # what SGLang's clear() does
+    pool._used.clear()
+    assert side.hold(hooks, pool) == 64 and pool.available_size() == 0
+    side.settle(pool, 0)  # gives back only what it holds now: no double free
+    assert pool.available_size() == 64
+    pool.check_integrity()
 
 
 def _frames(rows):

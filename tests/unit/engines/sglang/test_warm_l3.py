@@ -176,7 +176,13 @@ def test_clear_storage_empties_the_dir_then_asks_sglang(tmp_path, sglang_url):
 def _l3_cfg():
     spec = SimpleNamespace(hicache_storage_backend="file", hicache_storage_dir=None)
     return SimpleNamespace(
-        python="p", sglang_version="v", spec=spec, cpu_kernel_names={}, faults=(), world_size=1
+        python="p",
+        sglang_version="v",
+        spec=spec,
+        cpu_kernel_names={},
+        faults=(),
+        world_size=1,
+        release={},  # unpatched: the warm key's patch sha is None
     )
 
 

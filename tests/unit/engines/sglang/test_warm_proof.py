@@ -247,10 +247,17 @@ def _pool_with_server(tmp_path):
     return pool, closed
 
 
-def _cfg(faults=(), backend=None, storage_dir=None):
+def _cfg(faults=(), backend=None, storage_dir=None, patch=None):
     spec = SimpleNamespace(hicache_storage_backend=backend, hicache_storage_dir=storage_dir)
+    release = {"patch": {"sha256": patch}} if patch else {}
     return SimpleNamespace(
-        python="p", sglang_version="v", spec=spec, cpu_kernel_names={}, faults=faults, world_size=2
+        python="p",
+        sglang_version="v",
+        spec=spec,
+        cpu_kernel_names={},
+        faults=faults,
+        world_size=2,
+        release=release,
     )
 
 
@@ -261,6 +268,7 @@ def _cfg(faults=(), backend=None, storage_dir=None):
         (_cfg(backend="nixl"), "restarted: the L3 backend 'nixl'"),
         (_cfg(backend="file", storage_dir="/data"), "restarted: a user's --hicache-storage-dir"),
         (_cfg(), "restarted: this trial's launch differs"),
+        (_cfg(patch="ab12"), "restarted: this trial's release or --patch"),
     ],
 )
 def test_a_server_is_not_reused_for_faults_an_unproven_l3_or_another_launch(tmp_path, cfg, why):
@@ -271,6 +279,19 @@ def test_a_server_is_not_reused_for_faults_an_unproven_l3_or_another_launch(tmp_
     record = pool.boundary(cfg, tmp_path / "trial")
     assert not record.reused and record.why.startswith(why) and record.server_pid == 4242
     assert closed == [1] and pool.server is None
+
+
+def test_a_warm_server_never_serves_another_patch(tmp_path):
+    """The key leads with (release, patch sha): an unpatched server is not reused for a patched
+    trial, nor a server of one patch for another's, even with every other fact equal."""
+    from hicache_diag.engines.sglang.warm import _key
+
+    keys = [_key(_cfg(patch=p)) for p in (None, "ab12", "cd34")]
+    assert all(a != b for i, a in enumerate(keys) for b in keys[i + 1 :])
+    pool, closed = _pool_with_server(tmp_path)
+    pool.key = _key(_cfg(patch="ab12"))
+    record = pool.boundary(_cfg(patch="cd34"), tmp_path / "trial")
+    assert not record.reused and "--patch differs" in record.why and closed == [1]
 
 
 def test_a_trial_with_faults_or_a_failure_is_always_followed_by_a_restart(tmp_path):
