@@ -238,6 +238,7 @@ def test_export_never_reads_the_run_dirs_beside_it(cli, tmp_path, no_export_prob
 PATH_INPUTS = [
     # (argv before the path, argv after it): each takes a file or folder it reads
     (["run", "--scenario"], []),
+    (["run", "--engine", "sglang", "--patch"], []),
     (["triage", "--dumps"], []),
     (["triage", "--logs"], []),
     (["triage", "--record-dir"], []),
