@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, replace
@@ -12,7 +11,6 @@ import typer
 
 from hicache_diag.cli.bisect_releases import release_labels, release_pythons
 from hicache_diag.cli.params import Check, Parsed, check, flag
-from hicache_diag.cli.render.console import print_json
 from hicache_diag.cli.run_flags import pass_through_names, run_fields
 from hicache_diag.diagnosis.bisect_table import RELEASE_AXIS
 from hicache_diag.engines.registry import release_options
@@ -27,7 +25,6 @@ from hicache_diag.trials.bisect import (
     BisectConfig,
     parse_switch,
     parse_values,
-    run_bisect,
 )
 
 # Axes: a run option's own flag (declared once, on its field), comma-separated values to compare.
@@ -168,30 +165,6 @@ Hosts = flag(HOSTS, str | None)
 SshConfig = flag(SSH_CONFIG, str | None)
 
 
-def _save_table(table, out: Path) -> None:
-    """table.json (hicache-diag/bisect/v1) and table.md beside the trials' run dirs."""
-    from hicache_diag.cli.render.bisect import table_markdown
-    from hicache_diag.evidence.output_paths import write_atomic
-
-    # --out was claimed fresh (check_writable), so these names are ours; written atomically.
-    write_atomic(out / "table.json", json.dumps(table.to_json(), indent=2, sort_keys=True) + "\n")
-    write_atomic(out / "table.md", table_markdown(table))
-
-
-def _render(table, json_out: bool) -> None:
-    if json_out:
-        print_json(table.to_json())
-        return
-    import sys
-
-    from rich.console import Console
-
-    from hicache_diag.cli.render.bisect import render_bisect
-
-    # Piped output gets a wide table instead of rich's 80-column truncation.
-    render_bisect(table, Console(highlight=False, width=None if sys.stdout.isatty() else 140))
-
-
 EXAMPLES = """\b
 Examples:
   hicache-diag bisect --storage-backend none,file --hicache-size 16MiB,64MiB \\
@@ -297,12 +270,9 @@ def bisect(
         cfg = trials_via(cfg, via, hosts, ssh_config)
     cells = _cells(cfg.axes)
     progress, on_result = trial_progress(err_console, cells * trials, quiet=json_out)
-    with progress:
-        table = run_bisect(cfg, on_result)
-    table.releases = labels
-    _save_table(table, cfg.out)
-    _render(table, json_out)
-    raise typer.Exit(table.exit_code)
+    from hicache_diag.cli.bisect_show import run_and_show
+
+    raise typer.Exit(run_and_show(cfg, progress, on_result, labels, json_out))
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ def _the_run(run_dir: Path) -> Path:
 
 
 def _say(done) -> None:
-    from hicache_diag.cli.render.console import err_console
+    from hicache_diag.cli.render.console import err_console, escape_controls
 
     err_console.print(f"export: {done.recipe.title} (SGLang {done.version})")
     if done.lines_from is None:
@@ -47,8 +47,8 @@ def _say(done) -> None:
             "gives the traceback's lines only"
         )
     for path in done.files:
-        typer.echo(str(path))
-    typer.echo(f"run the test: python -m pytest -q {done.test}")
+        typer.echo(escape_controls(str(path)))
+    typer.echo(escape_controls(f"run the test: python -m pytest -q {done.test}"))
 
 
 def register(app: typer.Typer) -> None:

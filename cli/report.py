@@ -124,8 +124,7 @@ def _render(report, json_out: bool) -> None:
     if json_out:
         print_json(report.verdict.to_json())
         return
-    from rich.console import Console
-
+    from hicache_diag.cli.render.console import SafeConsole as Console
     from hicache_diag.cli.render.report import render_report
 
     # Piped output gets wide tables instead of rich's 80-column truncation.

@@ -75,7 +75,7 @@ def report_hunt(hunt_dir: Path, save: bool, json_out: bool) -> None:
     if json_out:
         print_json(rejudge.report.to_json())
     else:
-        from rich.console import Console
+        from hicache_diag.cli.render.console import SafeConsole as Console
 
         width = None if sys.stdout.isatty() else 140
         render_rejudge(Console(highlight=False, width=width), rejudge)

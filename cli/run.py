@@ -254,8 +254,8 @@ def _run_and_render(cfg: EngineConfig, json_: bool, expect: Expectation | None =
             argv = ["hicache-diag", *sys.argv[1:]]
             result = run_trial(cfg, argv, on_progress=progress.update)
     except KeyboardInterrupt:
-        # A second Ctrl-C during classification: the ranks are reaped, the verdict not written.
-        sys.stderr.write("hicache-diag: interrupted; every rank was reaped\n")
+        # Before the run directory existed (checks, imports): nothing was started or written.
+        sys.stderr.write("hicache-diag: interrupted; nothing was left running\n")
         return 130
     if result.verdict.outcome is Outcome.INTERRUPTED:
         sys.stderr.write(
@@ -269,6 +269,10 @@ def _run_and_render(cfg: EngineConfig, json_: bool, expect: Expectation | None =
     if expect is None:
         return int(result.verdict.exit_code)
     # --check: the scenario is a regression test; its exit status is the match, not the form.
+    # A run that decided nothing is never a mismatch: it exits as it ended (3, 130).
+    if (why := expect.undecided(result.verdict)) is not None:
+        render_check(err_console, expect.describe(), [], undecided=why)
+        return int(result.verdict.exit_code)
     mismatches = expect.mismatches(result.verdict)
     render_check(err_console, expect.describe(), mismatches)
     return int(ExitCode.CHECK_MISMATCH if mismatches else ExitCode.OK)

@@ -6,6 +6,7 @@ is found."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 from hicache_diag.cli.params import Check, Parsed
@@ -96,7 +97,7 @@ def _jobid_not_slurm(p: Parsed) -> str | None:
 
 def _read_twice(p: Parsed) -> str | None:
     for flag, paths in ((DUMPS, p.value(DUMPS) or ()), (LOGS, _logs(p))):
-        seen = [Path(x).resolve() for x in paths]
+        seen = [os.path.realpath(x) for x in paths]  # a symlink loop: the input checks' to refuse
         twice = next((x for i, x in enumerate(seen) if x in seen[:i]), None)
         if twice is not None:
             return f"{flag} {str(twice)!r} given twice: each input is read once"

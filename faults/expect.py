@@ -93,6 +93,15 @@ class Expectation:
             parts.append(f"rate_at_most={self.rate_at_most:g}")
         return " ".join(parts)
 
+    def undecided(self, verdict: Verdict) -> str | None:
+        """Why `verdict` cannot be checked: it decided nothing (undecided, interrupted) and
+        [expect] did not ask for that. Never a mismatch: the run says nothing either way."""
+        if verdict.outcome not in (Outcome.UNDECIDED, Outcome.INTERRUPTED):
+            return None
+        if self.outcome is not None and verdict.outcome in self.outcome:
+            return None
+        return f"{verdict.outcome.value}: {verdict.signature or 'no verdict'}"
+
     def mismatches(self, verdict: Verdict) -> list[str]:
         """One `key: expected X, got Y` line per expected key the verdict does not match."""
         out = []
@@ -156,7 +165,52 @@ def parse_expect(table: Any, where: str) -> Expectation:
     source = None
     if "source" in table:
         source = _enum(DivergenceSource, "source", table["source"], where)
-    return Expectation(outcome, form, culprit, source, *_rates(table, where))
+    expect = Expectation(outcome, form, culprit, source, *_rates(table, where))
+    _refuse_unsatisfiable(expect, where)
+    return expect
+
+
+# The forms a verdict of each outcome can carry (evidence/verdict.py): a hang is form C, a crash
+# A, B or neither, every other outcome none. An outcome that names no rank has no culprit, and
+# an `ok` run has no first divergence (a divergence makes it `diverged`).
+_FORMS = {Outcome.CRASH: ("A", "B", _NO_FORM), Outcome.HANG: ("C",)}
+_NAMES_NO_RANK = (Outcome.OK, Outcome.UNDECIDED, Outcome.INTERRUPTED)
+
+
+def _refuse_unsatisfiable(e: Expectation, where: str) -> None:
+    """An [expect] no verdict can ever match (`outcome = "ok"` with `form = "A"`): refused at
+    parse time, naming the pair, instead of failing every run as a mismatch."""
+    outcomes = e.outcome or tuple(Outcome)
+    forms = e.form or (*[f.value for f in CrashForm], _NO_FORM)
+    pairs = [(o, f) for o in outcomes for f in forms if f in _FORMS.get(o, (_NO_FORM,))]
+    if e.culprit_rank is not None:
+        pairs = [(o, f) for o, f in pairs if o not in _NAMES_NO_RANK]
+    if e.source is not None:
+        pairs = [(o, f) for o, f in pairs if o is not Outcome.OK]
+    if pairs:
+        return  # some verdict matches (a list may name a value only another key rules out)
+    first = (e.outcome or tuple(Outcome))[0]
+    raise UsageError(f"{where}: [expect] {_never(e)} can never match: {_why(first, e)}")
+
+
+def _never(e: Expectation) -> str:
+    parts = [] if e.outcome is None else [f"outcome = {_one_of([o.value for o in e.outcome])!r}"]
+    if e.form is not None:
+        parts.append(f"form = {_one_of(list(e.form))!r}")
+    if e.culprit_rank is not None:
+        parts.append(f"culprit_rank = {e.culprit_rank}")
+    if e.source is not None:
+        parts.append(f"source = {e.source.value!r}")
+    return " with ".join(parts)
+
+
+def _why(outcome: Outcome, e: Expectation) -> str:
+    forms = _FORMS.get(outcome, (_NO_FORM,))
+    if e.form is not None and not set(e.form) & set(forms):
+        return "form C is a hang's, A and B a crash's, every other outcome has none"
+    if e.culprit_rank is not None and outcome in _NAMES_NO_RANK:
+        return f"a verdict of {outcome.value} names no rank"
+    return f"a verdict of {outcome.value} has no first divergence"
 
 
 def _rates(table: dict[str, Any], where: str) -> tuple[int, float | None, float | None]:
@@ -172,6 +226,15 @@ def _rates(table: dict[str, Any], where: str) -> tuple[int, float | None, float 
         ):
             raise UsageError(f"{where}: {key} must be a number from 0 to 1 (got {value!r})")
         rates.append(None if value is None else float(value))
+    low, high = rates
+    if low is not None and high is not None and low > high:
+        raise UsageError(
+            f"{where}: rate_at_least = {low:g} and rate_at_most = {high:g} contradict: no rate "
+            "is both"
+        )
+    if (low is not None and low == 0 and high is None) or (high == 1 and low is None):
+        which = "rate_at_least = 0" if low == 0 else "rate_at_most = 1"
+        raise UsageError(f"{where}: {which} holds for every rate: it checks nothing")
     if (trials > 1) != any(r is not None for r in rates):
         raise UsageError(
             f"{where}: a rate needs trials > 1 and trials > 1 needs a rate "

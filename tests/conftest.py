@@ -57,10 +57,11 @@ def _stop_multiprocessing_resource_tracker():
         tracker._stop()
 
 
-# Tiers (pyproject markers): unit and cli tests are process-free unless marked `process`;
+# Tiers (pyproject markers): unit, cli and hostile tests are process-free unless marked
+# `process`;
 # e2e tests start the runtime (`process`); tests/test_packaging.py builds wheels and venvs
 # (`packaging`, `process`). `-m "not process"` is the fast, process-free tier.
-_PROCESS_FREE_DIRS = ("unit", "cli")
+_PROCESS_FREE_DIRS = ("unit", "cli", "hostile")
 
 
 def pytest_configure(config):

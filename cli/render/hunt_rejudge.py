@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import io
 
-from rich.console import Console
 from rich.text import Text
 
+from hicache_diag.cli.render.console import SafeConsole as Console
 from hicache_diag.cli.render.hunt import render_hunt
 from hicache_diag.hunt.rejudge import HuntRejudge, Rejudged
 

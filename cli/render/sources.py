@@ -7,8 +7,9 @@ import json
 import os
 import sys
 
-from rich.console import Console
 from rich.table import Table
+
+from hicache_diag.cli.render.console import SafeConsole as Console
 
 
 def _console(console: Console | None) -> Console:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
+
+from hicache_diag.cli.render.console import SafeConsole as Console
 
 
 def render_timeline(table, console: Console | None = None) -> None:

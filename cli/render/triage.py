@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from hicache_diag.cli.render.console import SafeConsole as Console
 from hicache_diag.cli.render.safe_text import safe_report
 from hicache_diag.triage.recorded import Recording
 from hicache_diag.triage.report import TriageReport

@@ -89,8 +89,16 @@ def render_verdict(console: Console, v: Verdict) -> None:
     console.print(Panel(verdict_table(v), title="hicache-diag run", border_style=style))
 
 
-def render_check(console: Console, expected: str, mismatches: list[str]) -> None:
-    """`run --check`'s line after the verdict: what [expect] said and where the run differed."""
+def render_check(
+    console: Console, expected: str, mismatches: list[str], undecided: str | None = None
+) -> None:
+    """`run --check`'s line after the verdict: what [expect] said and where the run differed
+    (`undecided`: why the run decided nothing to check, never a mismatch)."""
+    if undecided is not None:
+        console.print(
+            Text(f"check: not checked, the run decided nothing ({undecided})", style="yellow")
+        )
+        return
     if not mismatches:
         console.print(Text(f"check: ok, the verdict matches [expect] {expected}", style="green"))
         return

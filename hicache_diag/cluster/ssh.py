@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +32,8 @@ class SshExecutor(Executor):
         self.name = "ssh"
         if not self.nodes:
             raise UsageError("--via ssh needs --hosts HOST[,HOST...]")
+        if self.config is not None:
+            _check_config(self.config)
 
     def argv(self, node: Node, remote: list[str]) -> list[str]:
         opts = ["-F", self.config] if self.config else []
@@ -47,6 +51,19 @@ class SshExecutor(Executor):
         if returncode == 255:
             return f"ssh {node.address}: the connection or the collector ended without a result"
         return f"ssh {node.address}: collector ended without a result (exit status {returncode})"
+
+
+def _check_config(path: str) -> None:
+    """ssh -F reads a regular file: a device (/dev/zero), a FIFO or a folder would make every
+    host look unreachable, so it is refused here in one line, blamed on the file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise UsageError(f"--ssh-config {path!r} cannot be read: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"--ssh-config {path!r} is not a regular file; give an ssh config file")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"--ssh-config {path!r} is not readable")
 
 
 def parse_hosts(text: str) -> list[Node]:

@@ -241,8 +241,9 @@ class BisectTable:
 
     @property
     def concluded(self) -> bool:
-        """Some trial finished: without one there is nothing to conclude from."""
-        return self.total_trials > 0 or not self.total_undecided
+        """Some trial finished: without one there is nothing to conclude from (a Ctrl-C before
+        the first trial ended concludes nothing, never "no failures in 0 trials")."""
+        return self.total_trials > 0
 
     @property
     def exit_code(self) -> int:

@@ -117,11 +117,14 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
     """An interrupted run is `interrupted` whatever it had shown so far; `ok` needs a run that
     finished: launcher.json written, steps recorded, outputs saved. Anything less cannot
     decide (a CLI killed mid-run, a run that never stepped, a torn copy of a run dir)."""
+    seen = "no failure" if found.outcome is Outcome.OK else found.outcome.value
+    if run.launcher is not None and run.launcher.environment_error:
+        return _environment_failed(run.launcher.environment_error, seen, found)
     if run.launcher is not None and run.launcher.interrupted:
-        seen = "no failure" if found.outcome is Outcome.OK else found.outcome.value
-        lines = [f"interrupted by the user (SIGINT/SIGTERM); every rank reaped; so far: {seen}"]
+        by = run.launcher.interrupt_signal or "SIGINT/SIGTERM"
+        lines = [f"interrupted by {by}; every rank reaped; so far: {seen}"]
         stalled = _stalled_at_interrupt(run)
-        signature = "interrupted" + (f"; {stalled}" if stalled else "")
+        signature = f"interrupted by {by}" + (f"; {stalled}" if stalled else "")
         return checks.Finding(
             Outcome.INTERRUPTED,
             signature=signature,
@@ -160,6 +163,13 @@ def _settle(run: RunData, found: checks.Finding) -> checks.Finding:
     return checks.Finding(Outcome.UNDECIDED, signature=reasons[0], evidence=reasons)
 
 
+def _environment_failed(cause: str, seen: str, found: checks.Finding) -> checks.Finding:
+    """The machine failed the run (a full disk, EIO: launcher.json `environment_error`):
+    `undecided`, the cause, no rank judged, whatever the ranks showed as they died of it."""
+    line = f"{cause}: the tool's environment failed, not a rank; no rank is judged (so far: {seen})"
+    return checks.Finding(Outcome.UNDECIDED, signature=cause, evidence=[line, *found.evidence])
+
+
 def _with_aborts(run: RunData, found: checks.Finding) -> checks.Finding:
     """Requests the server answered with its own abort (a waiting timeout) are replies, not
     lost answers: said in the evidence, compared with nothing."""
@@ -187,9 +197,24 @@ def _stalled_at_interrupt(run: RunData) -> str | None:
 
 
 def _faults_line(run: RunData) -> list[str]:
-    """The injected faults, beside the verdict for context; never used to pick a rank."""
-    faults = run.manifest.faults or []
-    return [f"faults injected: {', '.join(map(str, faults))}"] if faults else []
+    """The faults asked for and whether each fired (the step records' `faults_fired`), beside
+    the verdict for context; never used to pick a rank. A fault that never fired was asked
+    for, not injected."""
+    faults = [str(f) for f in run.manifest.faults or []]
+    if not faults:
+        return []
+    if run.frames.empty or "faults_fired" not in run.frames.columns:
+        return [f"faults asked for: {', '.join(faults)} (whether they fired was not recorded)"]
+    fired: set[str] = set()
+    for entries in run.frames["faults_fired"].dropna():
+        for entry in entries if isinstance(entries, list) else []:
+            fired.add(str(entry.get("fault", "?")) if isinstance(entry, dict) else str(entry))
+    out = []
+    if shown := [f for f in faults if f.split(":", 1)[0].strip() in fired]:
+        out.append(f"faults injected: {', '.join(shown)}")
+    if never := [f for f in faults if f not in shown]:
+        out.append(f"faults asked for that never fired: {', '.join(never)}")
+    return out
 
 
 def _sum_map(values: Any) -> int:

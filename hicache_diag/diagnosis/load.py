@@ -12,6 +12,7 @@ from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.logged_facts import with_logged_crashes
 from hicache_diag.diagnosis.outputs import DEFAULT_TIE_TOLERANCE, TieTolerance
 from hicache_diag.errors import RunDirError
+from hicache_diag.evidence import files
 from hicache_diag.evidence.stacks import RankDump, parse_dump_text
 from hicache_diag.evidence.verdict import Verdict
 
@@ -66,12 +67,25 @@ def _read_json(path: Path) -> Any:
         raise RunDirError(f"{path} is unreadable: {exc}") from None
 
 
+def _record(kind: type[ev.Record], path: Path, data: dict[str, Any]) -> Any:
+    """`data` as its record; a key of the wrong type (a hand-edited or damaged file) is damage,
+    named in one line."""
+    try:
+        return kind.from_json(data)
+    except ValueError as exc:
+        raise RunDirError(f"{path} is damaged: {exc}") from None
+
+
 def read_step_records(path: Path, rank: int) -> tuple[list[ev.StepRecord], int]:
     """The lines as records (a line without `rank` gets its file's); a torn last line (a rank
     killed mid-write) is skipped and counted. Any other line that is not a JSON object means
     the file is damaged, not torn: say so."""
     records, bad, total = [], [], 0
-    for i, rec in ev.read_steps(path):
+    try:
+        steps = list(ev.read_steps(path))
+    except (OSError, ValueError) as exc:  # not a regular file, past the size bound
+        raise RunDirError(f"{path} is unreadable: {exc}") from None
+    for i, rec in steps:
         total = i + 1
         if rec is None:
             bad.append(i)
@@ -126,7 +140,7 @@ def _load_stacks(run_dir: Path) -> dict[int, RankDump]:
     readable stack still counts (an empty dump: "an unreadable stack")."""
     stacks: dict[int, RankDump] = {}
     for rank, path in _load_rank_files(run_dir / ev.STACKS).items():
-        text = path.read_text(errors="replace")
+        text = _text(path, damaged=True)
         if not text.strip():
             continue  # the faulthandler file every rank opens at start, never written
         dumps = parse_dump_text(text, str(path))
@@ -136,7 +150,7 @@ def _load_stacks(run_dir: Path) -> dict[int, RankDump]:
 
 def _load_logs(run_dir: Path) -> dict[int, str]:
     return {
-        rank: path.read_text(errors="replace")
+        rank: _text(path, damaged=True)
         for rank, path in ev.rank_files(run_dir, ev.RANK_LOG_GLOB).items()
         if _present(path)
     }
@@ -148,6 +162,13 @@ def _object(path: Path) -> dict[str, Any]:
         kind = type(data).__name__
         raise RunDirError(f"{path} is damaged: it holds a JSON {kind}, not an object")
     return data
+
+
+def _empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 def _present(path: Path) -> bool:
@@ -163,6 +184,9 @@ def _optional(run_dir: Path, name: str, missing: list[str], obj: bool = False) -
     path = run_dir / name
     if not _present(path):
         missing.append(name)
+        return None
+    if _empty(path):  # a write cut short (an older tool on a full disk): as good as missing
+        missing.append(f"{name} (empty: its write was cut short)")
         return None
     return _object(path) if obj else _read_json(path)
 
@@ -188,17 +212,19 @@ def load_run(run_dir: Path | str, tie_tolerance: TieTolerance | None = None) -> 
         )
     if frames.empty:
         missing.append(ev.RANK_JSONL_GLOB)
-    data = RunData(run_dir, ev.Manifest.from_json(manifest), frames, logs=logs, bad_lines=bad)
+    manifest = _record(ev.Manifest, run_dir / ev.MANIFEST, manifest or {})
+    data = RunData(run_dir, manifest, frames, logs=logs, bad_lines=bad)
     if tie_tolerance is not None:
         data.tie_tolerance = tie_tolerance(data.engine)
     launcher = _optional(run_dir, ev.LAUNCHER, missing, obj=True)
-    data.launcher = ev.LauncherRecord.from_json(launcher) if launcher is not None else None
+    if launcher is not None:
+        data.launcher = _record(ev.LauncherRecord, run_dir / ev.LAUNCHER, launcher)
     data.outputs = _optional(run_dir, ev.OUTPUTS, missing)
     data.reference = _optional(run_dir, ev.REFERENCE, missing)
     rpath = run_dir / ev.REQUESTS  # only the sglang engine's client writes it
     data.requests = _object(rpath) if _present(rpath) else None
     bpath = run_dir / ev.BUDGET  # only written when the step budget ran out
-    data.budget = ev.Budget.from_json(_object(bpath)) if _present(bpath) else None
+    data.budget = _record(ev.Budget, bpath, _object(bpath)) if _present(bpath) else None
     data.verdict, data.verdict_error = _read_verdict(run_dir / ev.VERDICT)
     data.stacks = _load_stacks(run_dir)
     data.missing = missing
@@ -212,7 +238,7 @@ def _read_verdict(path: Path) -> tuple[Verdict | None, str | None]:
     """verdict.json as its record, or why it is not one: a damaged verdict is the report's to
     name (or to ignore, with --reclassify)."""
     try:
-        data = _object(path) if _present(path) else None
+        data = _object(path) if _present(path) and not _empty(path) else None
     except RunDirError as exc:
         return None, str(exc).removeprefix(f"{path} is ").removeprefix("damaged: ")
     if data is None:
@@ -225,8 +251,14 @@ def _read_verdict(path: Path) -> tuple[Verdict | None, str | None]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def _text(path: Path) -> str:
+def _text(path: Path, damaged: bool = False) -> str:
+    """A log or a stack dump, its last files.MAX_TEXT_BYTES (where a crash is), from a regular
+    file only. `damaged`: a file that is there but unreadable is said (RunDirError)."""
     try:
-        return path.read_text(errors="replace")
-    except OSError:
+        return files.read_text(path)
+    except FileNotFoundError:
         return ""  # no server log: nothing in it to read
+    except (OSError, ValueError) as exc:
+        if damaged:
+            raise RunDirError(f"{path} is unreadable: {exc}") from None
+        return ""

@@ -82,6 +82,11 @@ def _axis(ax, table: pd.DataFrame, column: str, ranks: list[int]) -> None:
 
 
 def _plot(table: pd.DataFrame, title: str, columns: tuple[str, ...], mark: int | None) -> bytes:
+    import os
+
+    # PNG files through Agg, never a display: the user's MPLBACKEND is not ours to read, and a
+    # value matplotlib does not know makes its import raise.
+    os.environ.pop("MPLBACKEND", None)
     import matplotlib  # only when drawing: PLOT_NAMES is read to check output paths
 
     matplotlib.use("Agg")  # headless: never needs a display

@@ -92,6 +92,12 @@ class LauncherRecord(Record):
     interrupted_at: float | None = None
     interrupt_stall: HangRecord | None = None
     startup_error: str | None = None
+    # What ended the run that is neither a rank's nor the user's verdict to draw: the stop
+    # signal's name (SIGINT, SIGTERM, SIGHUP), or the environment failing the tool itself (a
+    # full disk, EIO), which makes the verdict `undecided` naming no rank.
+    interrupt_signal: str | None = None
+    environment_error: str | None = None
+    notes: list[str] = field(default_factory=list)  # the loop's own adjustments (a raised limit)
     timings: dict[str, float] = field(default_factory=dict)
     oom_kills: int | None = None
     startup: dict[str, Any] = field(default_factory=dict)  # {grace_s, first_step_s}

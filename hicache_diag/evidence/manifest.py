@@ -57,7 +57,7 @@ class Manifest(Record):
     argv: list[str] = field(default_factory=list)
     seed: int | None = None
     config: dict[str, Any] = field(default_factory=dict)  # the engine's run options, as written
-    protocol: dict[str, str] = field(default_factory=dict)  # switch -> mode
+    protocol: dict[str, str] | None = field(default_factory=dict)  # switch -> mode (sglang: null)
     faults: list[str] = field(default_factory=list)  # spec strings
     topology: Topology | None = None
     engine: str | None = None

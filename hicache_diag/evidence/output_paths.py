@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import re
 import stat
-import tempfile
 from pathlib import Path
 
 from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
-from hicache_diag.evidence.paths import kind_of, not_empty, parent_writable
+from hicache_diag.evidence import files
+from hicache_diag.evidence.claims import claim
+from hicache_diag.evidence.paths import kind_of, name_fits, not_empty, parent_writable, reachable
 
 # Every name of docs/evidence.md's layout: what a run dir holds as evidence.
 EVIDENCE_NAMES = frozenset(
@@ -29,35 +30,50 @@ EVIDENCE_NAMES = frozenset(
         ev.BUDGET,
         ev.SERVER_LOG,
         ev.PLUGIN,
+        ev.SCRIPT,
         ev.VERDICT,
         ev.STACKS,
+        ev.FIRST_DIVERGENCE,
+        ev.CLEAN_STATE,
     }
 )
+# Folders of a run dir whose every file is evidence (stacks, consensus blocks, clean proofs).
+EVIDENCE_DIRS = frozenset({ev.STACKS, ev.FIRST_DIVERGENCE, ev.CLEAN_STATE})
+# What a report writes beside the evidence (report --plots RUN_DIR): anything else in a run dir
+# is taken for evidence, a name a newer writer adds included.
+REPORT_SUFFIXES = (".md", ".html", ".png")
 _RANK_FILE = re.compile(r"^rank\d+\.(jsonl|log)$")
 # What makes a directory a run dir: its first file, its last, or a rank's records.
 _RUN_MARKS = (ev.MANIFEST, ev.LAUNCHER, ev.VERDICT)
 
 
 def is_run_dir(path: Path) -> bool:
-    if not path.is_dir():
+    try:
+        if not path.is_dir():
+            return False
+        if any((path / name).exists() for name in _RUN_MARKS):
+            return True
+        return any(_RANK_FILE.match(p.name) for p in path.glob("rank*.*"))
+    except OSError:  # a name too long, a loop: no run dir can be there
         return False
-    if any((path / name).exists() for name in _RUN_MARKS):
-        return True
-    return any(_RANK_FILE.match(p.name) for p in path.glob("rank*.*"))
 
 
 def _evidence_here(path: Path) -> bool:
-    parent = path.parent
-    if (path.name in EVIDENCE_NAMES or _RANK_FILE.match(path.name)) and is_run_dir(parent):
-        return True
-    # anything under a run dir's stacks/
-    return any(a.name == ev.STACKS and is_run_dir(a.parent) for a in path.parents)
+    if is_run_dir(path.parent):
+        named = path.name in EVIDENCE_NAMES or _RANK_FILE.match(path.name)
+        return bool(named) or not path.name.endswith(REPORT_SUFFIXES)
+    # anything under a run dir's stacks/ (first_divergence/, clean_state/)
+    return any(a.name in EVIDENCE_DIRS and is_run_dir(a.parent) for a in path.parents)
 
 
 def evidence_file(path: str | os.PathLike) -> bool:
-    """A run dir's evidence, named directly or through a symlink."""
+    """A run dir's evidence, named directly, through a symlink, or through a folder link."""
     p = Path(os.path.abspath(path))
-    return _evidence_here(p) or (p.is_symlink() and _evidence_here(p.resolve()))
+    try:
+        real = [p.parent.resolve() / p.name, p.resolve()]
+    except (OSError, RuntimeError):  # a symlink loop: it names no file, let the caller say so
+        real = []
+    return any(_evidence_here(c) for c in (p, *real))
 
 
 def _refuse_evidence(flag: str, path: Path, name: str | None = None) -> None:
@@ -87,6 +103,9 @@ def claim_file(flag: str, path: str | os.PathLike | None, force: bool = False) -
         return None
     not_empty(flag, path)
     p = Path(path)
+    name_fits(flag, p)
+    reachable(flag, p)
+    claim(flag, p)  # before the checks: a second invocation cannot pass them meanwhile
     _refuse_evidence(flag, p)
     if p.exists() or p.is_symlink():
         mode = p.stat().st_mode if p.exists() else stat.S_IFREG
@@ -118,6 +137,11 @@ def claim_dir(
         return None
     not_empty(flag, path)
     p = Path(path)
+    name_fits(flag, p)
+    reachable(flag, p)
+    claim(flag, p)
+    for name in names:
+        claim(flag, p / name)
     if p.exists() and not p.is_dir():
         raise UsageError(f"{flag} {str(path)!r} is {kind_of(p.stat().st_mode)}; give a directory")
     _refuse_evidence(flag, p)  # a run dir's stacks/ is evidence as a whole
@@ -143,23 +167,4 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
     at `path` is replaced, never followed). Evidence is refused here too: a last guard."""
     _refuse_evidence("output", path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a plain file would be 0644
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _umask()
+    return files.write_atomic(path, data)

@@ -5,6 +5,7 @@ is one line, exit 2."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -32,6 +33,51 @@ def not_empty(flag: str, value: str | os.PathLike | None) -> None:
         raise UsageError(f"{flag} '' is empty; give a path")
 
 
+def name_fits(flag: str, path: str | os.PathLike) -> None:
+    """Every component within the file system's name limit (NAME_MAX, 255 bytes on Linux) and
+    the whole within PATH_MAX: else the one line here, not Errno 36 from wherever it is used."""
+    raw = os.fsencode(path)
+    try:
+        limit = os.pathconf(_nearest_existing(Path(os.fsdecode(raw))), "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    if longest > limit:
+        raise UsageError(
+            f"{flag}: a name in {_shown(raw)} is {longest} bytes long; the file system "
+            f"allows {limit}"
+        )
+    if len(raw) >= 4096:
+        raise UsageError(f"{flag}: the path {_shown(raw)} is {len(raw)} bytes long; at most 4095")
+
+
+def reachable(flag: str, path: str | os.PathLike) -> None:
+    """An output path the kernel can follow: missing is fine (it is made), a symlink loop or a
+    component that is a file is not (one line, instead of an error wherever it is first used)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the rest (missing, under a file) the callers word
+            raise UsageError(f"{flag} {str(path)!r} cannot be used: {exc.strerror}") from None
+
+
+def _shown(raw: bytes) -> str:
+    text = os.fsdecode(raw)
+    return repr(text if len(text) <= 80 else text[:60] + "..." + text[-16:])
+
+
+def _nearest_existing(path: Path) -> Path:
+    probe = Path(os.path.abspath(path))
+    while probe != probe.parent:
+        try:
+            if probe.exists():
+                return probe
+        except OSError:
+            pass
+        probe = probe.parent
+    return probe
+
+
 def input_file(flag: str, path: str | os.PathLike | None, allow_stdin: bool = False) -> None:
     """An existing regular file (or `-`, stdin, where the command reads it)."""
     if path is None:
@@ -39,6 +85,7 @@ def input_file(flag: str, path: str | os.PathLike | None, allow_stdin: bool = Fa
     not_empty(flag, path)
     if allow_stdin and str(path) == "-":
         return
+    name_fits(flag, path)
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -56,9 +103,16 @@ def input_dir(flag: str, path: str | os.PathLike | None) -> None:
     if path is None:
         return
     not_empty(flag, path)
+    name_fits(flag, path)
     p = Path(path)
-    if not p.exists():
-        raise UsageError(f"{flag} {str(path)!r} does not exist")
+    try:
+        os.stat(p)
+    except FileNotFoundError:
+        if p.is_symlink():
+            raise UsageError(f"{flag} {str(path)!r} is a broken symlink") from None
+        raise UsageError(f"{flag} {str(path)!r} does not exist") from None
+    except OSError as exc:  # a symlink loop (ELOOP), a component that is a file
+        raise UsageError(f"{flag} {str(path)!r} cannot be read: {exc.strerror}") from None
     if not p.is_dir():
         kind = kind_of(p.stat().st_mode)
         raise UsageError(f"{flag} {str(path)!r} is {kind}; give a directory")
@@ -87,6 +141,8 @@ def output_dir(flag: str, path: str | os.PathLike | None) -> None:
     if path is None:
         return
     not_empty(flag, path)
+    name_fits(flag, path)
+    reachable(flag, path)
     p = Path(path)
     if p.exists() and not p.is_dir():
         kind = kind_of(p.stat().st_mode)

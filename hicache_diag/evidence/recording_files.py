@@ -15,11 +15,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hicache_diag.evidence import files
+
 RECORD_DIR_ENV = "HICACHE_DIAG_RECORD_DIR"  # the env-only form: where sessions go
 SESSION_ENV = "HICACHE_DIAG_RECORD_SESSION"  # this launch's folder, set by its first process
 SWITCH_ENV = "HICACHE_DIAG_RECORD"  # "0", "off", "false", "no" (any case): recording off
 CPU_SHIMS_ENV = "HICACHE_DIAG_RECORD_CPU_SHIMS"  # "1": the plugin's CPU shims (a CPU-only host)
 DUMP_REQUEST = "dump-request.json"
+MAX_REQUEST_BYTES = 64 << 10
 DUMP_SIGNAL = "SIGUSR2"  # SGLang 0.5.12-0.5.23 leaves it alone; SIGUSR1 stays faulthandler's
 DIGEST = struct.Struct("<II")  # step, crc32: one written step
 OFF_WORDS = frozenset({"0", "off", "false", "no"})
@@ -126,8 +129,28 @@ class RankMeta:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RankMeta:
+        """TypeError where a key holds a JSON type its readers cannot use (a damaged file)."""
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
+        kwargs = {k: v for k, v in data.items() if k in known}
+        for key, value in kwargs.items():
+            if not isinstance(value, _META_TYPES.get(key, object)):
+                raise TypeError(f"rank meta: {key!r} holds {type(value).__name__}")
+        if not all(isinstance(f, str) for f in kwargs.get("fields", ())):
+            raise TypeError("rank meta: 'fields' holds a name that is not a string")
+        return cls(**kwargs)
+
+
+_NUMBER = (int, float)
+_META_TYPES: dict[str, Any] = {
+    **dict.fromkeys(("rank", "pp_rank", "tp_rank", "pid"), int),
+    **dict.fromkeys(("host", "release", "off_reason", "device", "dump_signal"), (str, type(None))),
+    "fields": list,
+    "limits": dict,
+    "started_at": _NUMBER,
+    "off_at": (*_NUMBER, type(None)),
+    "last_step": (int, type(None)),
+    **dict.fromkeys(("on", "dumper"), bool),
+}
 
 
 def write_private(path: Path, text: str) -> None:
@@ -135,12 +158,16 @@ def write_private(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        data = text.encode()
-        while data:
-            data = data[os.write(fd, data) :]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            data = text.encode()
+            while data:
+                data = data[os.write(fd, data) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: the old file stays whole, no temporary is left
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 # -- asking every rank of a session for a dump ------------------------------------------------
@@ -155,8 +182,8 @@ def write_dump_request(session: Path, request_id: str, now: float | None = None)
 
 def read_dump_request(session: Path) -> dict[str, Any] | None:
     """The request as written, or None (absent, torn, or not a request)."""
-    try:
-        data = json.loads((session / DUMP_REQUEST).read_text())
+    try:  # a small file of ours: anything larger, deeper or not regular is not a request
+        data = files.loads(files.read_bytes(session / DUMP_REQUEST, MAX_REQUEST_BYTES))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("id"), str):

@@ -1,11 +1,12 @@
 """A production recording read back for alignment (triage): recording.py's reader, except the
 step digests, which come as two arrays (a day of serving is 4M steps a rank: 32 MB as arrays,
 not 4M tuples). Reader only; standard library only, like the format itself.
+
+Every file is read bounded, as recording_read.py reads it.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from array import array
 from dataclasses import dataclass, field
@@ -13,6 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag.evidence import recording as rec
+from hicache_diag.evidence.recording_read import (
+    MAX_DIGEST_BYTES,
+    dump_time,
+    is_block,
+    is_step_line,
+    json_lines,
+    read_doc,
+    read_or_none,
+)
 
 
 @dataclass(slots=True)
@@ -41,61 +51,43 @@ class RankRead:
         return min(steps) if steps else None
 
 
-def _json_lines(paths: list[Path]) -> list[dict[str, Any]]:
-    out = []
-    for path in paths:
-        if not path.is_file():
-            continue
-        for raw in path.read_bytes().splitlines():
-            try:
-                item = json.loads(raw)
-            except ValueError:
-                continue  # a line cut by a crash or a full disk
-            if isinstance(item, dict):
-                out.append(item)
-    return out
-
-
 def read_digests(session: Path, rank: int) -> tuple[array, array]:
     """(steps, crcs) of every segment still on disk, oldest first; a record cut short at a
     segment's end (a crash mid-write) is left out, as recording.read_rank does."""
-    words = array("I")
-    for path in sorted(session.glob(f"rank{rank}.digest.*")):
-        data = path.read_bytes()
+    words, left = array("I"), MAX_DIGEST_BYTES
+    for path in sorted(session.glob(f"rank{rank}.digest.*"), reverse=True):  # newest first
+        data = read_or_none(path, left) if left > 0 else None
+        if data is None:
+            break  # past the bound, or unreadable: the older segments would leave a gap
+        left -= len(data)
+        newer, words = words, array("I")
         words.frombytes(data[: len(data) - len(data) % rec.DIGEST.size])
+        words.extend(newer)
     if sys.byteorder == "big":  # the format is little-endian
         words.byteswap()
     return words[0::2], words[1::2]
 
 
 def read_meta(session: Path, rank: int) -> rec.RankMeta | None:
-    path = rec.meta_path(session, rank)
-    if not path.is_file():
-        return None
+    doc = read_doc(rec.meta_path(session, rank))
     try:
-        return rec.RankMeta.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+        return rec.RankMeta.from_json(doc) if doc is not None else None
+    except (ValueError, TypeError):
         return None
 
 
 def read_dumps(session: Path, rank: int) -> list[dict[str, Any]]:
-    out = []
-    for path in session.glob(f"rank{rank}.dump-*.json"):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # one being replaced, or cut short
-        if isinstance(doc, dict):
-            out.append(doc)
-    return sorted(out, key=lambda d: d.get("at") or 0)
+    docs = (read_doc(p) for p in session.glob(f"rank{rank}.dump-*.json"))
+    return sorted((d for d in docs if d is not None), key=dump_time)
 
 
 def read_rank(session: Path, rank: int) -> RankRead:
     steps, crcs = read_digests(session, rank)
-    lines = _json_lines([rec.lines_path(session, rank, older=True), rec.lines_path(session, rank)])
-    blocks = _json_lines(
+    lines = json_lines([rec.lines_path(session, rank, older=True), rec.lines_path(session, rank)])
+    blocks = json_lines(
         [rec.blocks_path(session, rank, older=True), rec.blocks_path(session, rank)]
     )
+    lines, blocks = list(filter(is_step_line, lines)), list(filter(is_block, blocks))
     meta = read_meta(session, rank)
     dumps = read_dumps(session, rank)
     return RankRead(rank, meta, steps, crcs, blocks, lines, dumps, session.name)
@@ -111,8 +103,4 @@ def is_session(folder: Path) -> bool:
 
 def read_request(session: Path) -> dict[str, Any] | None:
     """The last dump request written into the session (triage's), or None."""
-    try:
-        doc = json.loads((session / rec.DUMP_REQUEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
+    return read_doc(session / rec.DUMP_REQUEST)

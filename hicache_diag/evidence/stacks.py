@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hicache_diag.evidence import files
 from hicache_diag.evidence.ranks import RankId, parse_rank_tokens, rank_from_title
 
 _PROCESS = re.compile(r"^Process (\d+): (.*)$")
@@ -72,39 +73,53 @@ def _short_path(path: str) -> str:
 
 
 def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
 def threads_from_json(data: list[dict[str, Any]]) -> list[ThreadStack]:
-    """`py-spy dump --json`: an array of threads; tolerate missing optional keys."""
+    """`py-spy dump --json`: an array of threads; tolerate missing optional keys, and skip what
+    is not a thread or a frame (a damaged or hand-made file is input, never a crash)."""
     threads = []
-    for item in data:
+    for item in data if isinstance(data, list) else []:
+        if not isinstance(item, dict):
+            continue
+        raw = item.get("frames")
         frames = tuple(
             Frame(
                 str(f.get("name", "?")),
                 str(f.get("filename") or f.get("short_filename") or "?"),
-                int(f.get("line") or 0),
+                _int(f.get("line")) or 0,
             )
-            for f in item.get("frames") or []
+            for f in (raw if isinstance(raw, list) else [])
+            if isinstance(f, dict)
         )
         tid = item.get("os_thread_id")
-        threads.append(ThreadStack(item.get("thread_name"), item.get("active"), frames, _int(tid)))
+        name = item.get("thread_name")
+        threads.append(
+            ThreadStack(
+                name if isinstance(name, str) else None, item.get("active"), frames, _int(tid)
+            )
+        )
     return threads
 
 
 def dump_from_json(data: Any, source: str) -> RankDump | None:
     """A JSON file: a py-spy thread list, or our envelope `{pid, title, threads}`."""
     if isinstance(data, dict) and isinstance(data.get("threads"), list):
-        title = data.get("title")
+        title = data.get("title") if isinstance(data.get("title"), str) else None
         rank = rank_from_title(title) or parse_rank_tokens(str(data.get("rank") or ""))
         if rank is not None and data.get("node"):  # a multi-node bundle (hicache_diag/cluster)
             rank = replace(rank, node=str(data["node"]))
-        return RankDump(rank, data.get("pid"), title, threads_from_json(data["threads"]), source)
+        return RankDump(
+            rank, _int(data.get("pid")), title, threads_from_json(data["threads"]), source
+        )
     if isinstance(data, list) and data and all(isinstance(t, dict) and "frames" in t for t in data):
-        pid = data[0].get("pid") if data else None
+        pid = _int(data[0].get("pid")) if data else None
         return RankDump(None, pid, None, threads_from_json(data), source)
     return None
 
@@ -202,7 +217,9 @@ def parse_dump_text(text: str, source: str) -> list[RankDump]:
     stripped = text.lstrip()
     if stripped.startswith(("[", "{")):
         try:
-            docs = [json.loads(stripped)]
+            docs = [files.loads(stripped)]
+        except files.Unreadable:
+            return []  # nested past any dump's depth: no stack to read
         except json.JSONDecodeError:
             docs = _json_lines(stripped)  # one dump per line (JSON Lines)
         dumps = [dump_from_json(doc, source) for doc in docs]
@@ -219,7 +236,7 @@ def _json_lines(text: str) -> list[Any]:
     docs = []
     for line in text.splitlines():
         try:
-            docs.append(json.loads(line))
-        except json.JSONDecodeError:
+            docs.append(files.loads(line))
+        except ValueError:
             continue
     return docs

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hicache_diag.evidence import files
 from hicache_diag.evidence.record import Record
 
 Counts = dict[str, int]
@@ -111,15 +112,16 @@ class StepRecord(Record):
     @classmethod
     def parse(cls, text: str) -> StepRecord | None:
         """One line read back; None for a line that is not a JSON object (a torn last line)."""
-        try:
-            data = json.loads(text)
+        try:  # also a line nested past any writer's (files.MAX_JSON_DEPTH), or a key of the
+            data = files.loads(text)  # wrong type
+            return cls.from_json(data) if isinstance(data, dict) else None
         except ValueError:
             return None
-        return cls.from_json(data) if isinstance(data, dict) else None
 
 
 def read_steps(path: Path) -> Iterator[tuple[int, StepRecord | None]]:
-    """(line number from 0, record or None when torn) for each non-blank line of a step file."""
-    text = Path(path).read_text(errors="replace")
+    """(line number from 0, record or None when torn) for each non-blank line of a step file
+    (a regular file, at most files.MAX_STEPS_BYTES: else files.Unreadable, a ValueError)."""
+    text = files.read_bytes(path, files.MAX_STEPS_BYTES).decode("utf-8", errors="replace")
     for i, line in enumerate(ln for ln in text.splitlines() if ln.strip()):
         yield i, StepRecord.parse(line)

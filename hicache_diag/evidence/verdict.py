@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import enum
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from hicache_diag.evidence import files
 
 VERDICT_SCHEMA = "hicache-diag/verdict/v1"
 
@@ -205,7 +205,7 @@ class Verdict:
     def read(cls, path: Path) -> Verdict:
         """verdict.json read back; OSError, ValueError (not JSON) or KeyError / TypeError (not a
         verdict) are the caller's to word."""
-        data = json.loads(Path(path).read_text())
+        data = files.read_json(path)
         if not isinstance(data, dict):
             raise TypeError(f"it holds a JSON {type(data).__name__}, not an object")
         return cls.from_json(data)
@@ -216,11 +216,6 @@ class Verdict:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON via a temp file + rename so a reader never sees half a verdict."""
+    """Write JSON via a temp file + fsync + rename so a reader never sees half a verdict."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    files.write_atomic(path, json.dumps(data, indent=2, sort_keys=True))

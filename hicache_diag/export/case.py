@@ -3,7 +3,6 @@ rank and where it stopped, the launch and the workload, and the evidence lines w
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 from hicache_diag import evidence as ev
 from hicache_diag.diagnosis.load import RunData, load_run
 from hicache_diag.errors import RunDirError
+from hicache_diag.evidence import files
 from hicache_diag.evidence.verdict import Outcome, Verdict
 
 _SITE = re.compile(r'File "[^"]*?/((?:sglang|torch)/[^"]*)')
@@ -107,10 +107,11 @@ def _model_config(manifest: ev.Manifest) -> dict[str, Any] | None:
     model = (manifest.config.get("spec", {}) or {}).get("model")  # the sglang engine's options
     if not model:
         return None
-    try:
-        return json.loads((Path(model) / "config.json").read_text())
+    try:  # what the manifest names, read as input: a regular file, bounded
+        config = files.read_json(Path(str(model)) / "config.json")
     except (OSError, ValueError):
         return None
+    return config if isinstance(config, dict) else None
 
 
 # SGLang's start-up line naming the tree cache class (0.5.18-0.5.23), else the radix file a

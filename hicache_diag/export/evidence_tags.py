@@ -7,13 +7,13 @@ the model's forward says nothing about what made the stages part)."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hicache_diag.diagnosis.probe_records import WAITING as WAITING_PROBE
 from hicache_diag.diagnosis.probe_records import first_drops, lone_drops, outcomes
+from hicache_diag.evidence import files
 
 SESSION = "session-clock"
 FLUSH = "flush-deadline"
@@ -35,16 +35,31 @@ class Tag:
     values: dict[str, int | str] = field(default_factory=dict)  # what a test template takes
 
 
+def _log(path: Path) -> str:
+    try:
+        return files.read_text(path)
+    except (OSError, ValueError):
+        return ""
+
+
 def _steps(run_dir: Path) -> dict[int, list[dict]]:
     out: dict[int, list[dict]] = {}
     for path in sorted(run_dir.glob("rank*.jsonl")):
+        if not path.stem.removeprefix("rank").isdigit():
+            continue
         rank = int(path.stem.removeprefix("rank"))
         rows = []
-        for line in path.read_text().splitlines():
+        try:  # a regular file, bounded (evidence/files.py): a run dir is input
+            text = files.read_bytes(path, files.MAX_STEPS_BYTES).decode("utf-8", "replace")
+        except (OSError, ValueError):
+            continue
+        for line in text.splitlines():
             try:
-                rows.append(json.loads(line))
+                row = files.loads(line)
             except ValueError:
                 continue  # a torn last line of a killed rank
+            if isinstance(row, dict):
+                rows.append(row)
         out[rank] = rows
     return out
 
@@ -90,8 +105,9 @@ def _flush(run_dir: Path, steps: dict[int, list[dict]]) -> Tag | None:
     if len(fired) >= 2 and len({tuple(v) for v in fired.values()}) > 1:
         return Tag(FLUSH, f"`sources.flush-deadline` ended the flush at steps {fired}")
     logs = {
-        int(p.stem.removeprefix("rank")): _flush_outcomes(p.read_text(errors="replace"))
+        int(p.stem.removeprefix("rank")): _flush_outcomes(_log(p))
         for p in sorted(run_dir.glob("rank*.log"))
+        if p.stem.removeprefix("rank").isdigit()
     }
     if len(logs) < 2:
         return None
@@ -132,8 +148,10 @@ def _waiting(run_dir: Path) -> Tag | None:
     the server answered with its own waiting-timeout abort (runs recorded before the plugin
     probed that clock: `_waiting_probe`)."""
     try:
-        fd = json.loads((run_dir / "verdict.json").read_text()).get("first_divergence") or {}
-        aborted = json.loads((run_dir / "requests.json").read_text()).get("aborted") or {}
+        fd = files.read_json(run_dir / "verdict.json").get("first_divergence") or {}
+        aborted = files.read_json(run_dir / "requests.json").get("aborted") or {}
+        if not isinstance(fd, dict):
+            return None
     except (OSError, ValueError, AttributeError):
         return None
     values = fd.get("values") or {}

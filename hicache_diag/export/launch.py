@@ -9,6 +9,8 @@ import shlex
 from pathlib import Path
 
 from hicache_diag import evidence as ev
+from hicache_diag.errors import RunDirError
+from hicache_diag.evidence.files import MAX_JSON_BYTES, read_text
 from hicache_diag.export.case import Case
 
 # Flags the harness adds for a CPU host (docs/sglang-engine.md); a GPU host drops them.
@@ -165,5 +167,9 @@ def contents(case: Case, title: str) -> dict[str, str]:
         "requests.json": json.dumps(requests(case), indent=None) + "\n",
     }
     if scripted(case) and (case.run_dir / "script.json").is_file():
-        files["script.json"] = (case.run_dir / "script.json").read_text()
+        path = case.run_dir / "script.json"
+        try:
+            files["script.json"] = read_text(path, MAX_JSON_BYTES, tail=False)
+        except (OSError, ValueError) as exc:
+            raise RunDirError(f"{path} is unreadable: {exc}") from None
     return files

@@ -8,40 +8,66 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hicache_diag.evidence import files
 from hicache_diag.export.case import Case
 from hicache_diag.export.evidence_tags import run_tags
 from hicache_diag.export.recipes import Recipe
 
+# At most this many runs are quoted beside the exported one (a hunt has one per trigger).
+MAX_RUNS_QUOTED = 32
+
 
 def _verdict_line(run: Path) -> str | None:
-    try:
-        v = json.loads((run / "verdict.json").read_text())
-        m = json.loads((run / "manifest.json").read_text())
+    try:  # read as input: regular files, bounded (a FIFO or a damaged file is skipped)
+        v = files.read_json(run / "verdict.json")
+        m = files.read_json(run / "manifest.json")
     except (OSError, ValueError):
         return None
-    fd = v.get("first_divergence") or {}
+    if not isinstance(v, dict) or not isinstance(m, dict):
+        return None
+    fd = v.get("first_divergence") if isinstance(v.get("first_divergence"), dict) else {}
     where = (
         f"first divergence at step {fd.get('step')} in `{fd.get('field')}` "
         f"{json.dumps(fd.get('values'))}"
         if fd
         else "no divergence located"
     )
-    faults = ", ".join(m.get("faults") or []) or "none"
-    version = (m.get("sglang") or {}).get("version", "?")
+    faults = m.get("faults") if isinstance(m.get("faults"), list) else []
+    sglang = m.get("sglang") if isinstance(m.get("sglang"), dict) else {}
     secs = v.get("duration_s")
     took = f", {secs:.0f} s" if isinstance(secs, (int, float)) else ""
     return (
-        f"| `{run.name}` | {version} | {faults} | {v.get('outcome')}, form "
-        f"{v.get('form') or '-'} (exit {v.get('exit_code')}) | {where}{took} |"
+        f"| `{run.name}` | {sglang.get('version', '?')} | {', '.join(map(str, faults)) or 'none'}"
+        f" | {v.get('outcome')}, form {v.get('form') or '-'} (exit {v.get('exit_code')}) | "
+        f"{where}{took} |"
     )
 
 
+def hunt_runs(run_dir: Path) -> list[Path]:
+    """The runs a hunt recorded beside this one: its hunt.json (two levels up: HUNT/runs/RUN)
+    names each trigger's first failing run. Export reads only the run it was given and what
+    that record names, never every folder beside it (a FIFO there, 300 siblings)."""
+    hunt_json = run_dir.resolve().parent.parent / "hunt.json"
+    try:
+        hunt = files.read_json(hunt_json)
+    except (OSError, ValueError):
+        return []
+    results = hunt.get("results") if isinstance(hunt, dict) else None
+    named = {
+        Path(str(e["first_failure"])).name
+        for e in (results if isinstance(results, list) else [])
+        if isinstance(e, dict) and e.get("first_failure")
+    }
+    runs = [run_dir.resolve().parent / name for name in sorted(named)]
+    return [r for r in runs if r.is_dir()][:MAX_RUNS_QUOTED]
+
+
 def runs_of(recipe: Recipe, case: Case) -> list[str]:
-    """The committed runs beside this one whose evidence names the same mechanism."""
+    """The hunt's runs beside this one whose evidence names the same mechanism."""
     if not recipe.evidence:
         return []
     rows = []
-    for run in sorted(p for p in case.run_dir.parent.iterdir() if p.is_dir()):
+    for run in hunt_runs(case.run_dir):
         if set(recipe.evidence) & set(run_tags(run)) and (line := _verdict_line(run)):
             rows.append(line)
     if not rows:

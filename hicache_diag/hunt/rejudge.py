@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hicache_diag.errors import RunDirError
+from hicache_diag.evidence.files import read_json
 from hicache_diag.evidence.output_paths import is_run_dir
 from hicache_diag.hunt.model import HuntReport, TriggerResult
 
@@ -74,7 +75,7 @@ def load_hunt(hunt_dir: Path) -> tuple[dict[str, Any], HuntReport]:
     """hunt.json, read and checked (RunDirError: damaged, one line)."""
     path = hunt_dir / HUNT_JSON
     try:
-        raw = json.loads(path.read_text())
+        raw = read_json(path)  # bounded: a regular file, its size and nesting (evidence/files)
         return raw, HuntReport.from_json(raw)
     except (OSError, UnicodeDecodeError) as exc:
         raise RunDirError(f"{path} cannot be read: {exc}") from None

@@ -30,7 +30,11 @@ def _seconds(value: str) -> str | None:
 
 
 def _switch(value: str) -> str | None:
-    return None if value.strip().lower() in _ON + _OFF else f"one of {', '.join(_ON + _OFF)}"
+    """Read as the recorders read it (evidence/recording.py `switch_state`), so a value the
+    check passes is one every reader takes the same way (`OFF` is off everywhere)."""
+    from hicache_diag.evidence.recording import switch_state
+
+    return None if switch_state(value) is not None else f"one of {', '.join(_ON + _OFF)}"
 
 
 def _directory(value: str) -> str | None:

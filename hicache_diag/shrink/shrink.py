@@ -5,13 +5,13 @@ of them). What was removed is said; the last failing trial is the shrunk run."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hicache_diag.errors import UsageError
+from hicache_diag.evidence.files import read_json
 from hicache_diag.evidence.verdict import Verdict
 from hicache_diag.options.run_options import RunOptions
 from hicache_diag.shrink.ddmin import ddmin, smallest_count
@@ -24,7 +24,7 @@ def shrunk_run(shrink_dir: Path) -> Path | None:
     """The run a shrink dir stands for: its last failing trial, the shrunk failure; None when
     the dir holds no shrink that got anywhere (not reproduced, or no trial failed alike)."""
     try:
-        record = json.loads((shrink_dir / SHRINK_JSON).read_text())
+        record = read_json(shrink_dir / SHRINK_JSON)  # bounded (evidence/files.py)
     except (OSError, ValueError):
         return None
     last = record.get("last_failing") if isinstance(record, dict) else None

@@ -4,7 +4,6 @@ missing; their ranks are never in the verdict, so never blamed."""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 from hicache_diag.cluster.base import Executor, Node, NodeResult, Sampling
 from hicache_diag.cluster.fanout import fan_out
 from hicache_diag.errors import UsageError
+from hicache_diag.evidence.files import read_json
 from hicache_diag.triage.classify import classify
 from hicache_diag.triage.cluster_merge import (
     CLUSTER_FILE,
@@ -67,7 +67,7 @@ def reread_bundle(folder: Path) -> ClusterSnapshot | None:
     if not path.is_file():  # a FIFO or device would be read forever
         return None
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path)  # bounded (evidence/files.py)
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("schema") != CLUSTER_SCHEMA:

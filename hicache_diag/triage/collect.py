@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from datetime import datetime, timezone
@@ -12,6 +13,7 @@ import psutil
 
 from hicache_diag import evidence as ev
 from hicache_diag.errors import UsageError
+from hicache_diag.evidence import files as ev_files
 from hicache_diag.evidence.ranks import RankId, parse_rank_tokens, rank_from_title
 from hicache_diag.evidence.stacks import RankDump, parse_dump_text, threads_from_json
 from hicache_diag.logs.files import NotALog, decode_text
@@ -22,6 +24,7 @@ from hicache_diag.triage.pyspy import dump_stacks
 from hicache_diag.triage.saved_failures import failure_samples
 
 _SAMPLE = re.compile(r"_s(\d+)\b")
+MAX_DUMP_FILES = 10_000  # a dumps folder of one incident: a sample per rank per few seconds
 _GLOBAL_RANK = re.compile(r"rank[_-]?(\d+)", re.I)
 
 
@@ -158,11 +161,7 @@ def _manifest_ranks(folder: Path) -> dict[int, RankId]:
 def _rank_of(dump: RankDump, path: Path, manifest: dict[int, RankId]) -> RankId | None:
     if dump.rank is not None:
         return dump.rank
-    if (rank := parse_rank_tokens(path.stem)) is not None:
-        return rank
-    if m := _GLOBAL_RANK.search(path.stem):
-        return manifest.get(int(m.group(1)), RankId(tp=int(m.group(1))))
-    return None
+    return _rank_of_file(path, manifest)
 
 
 def _rank_of_file(path: Path, manifest: dict[int, RankId]) -> RankId | None:
@@ -173,21 +172,39 @@ def _rank_of_file(path: Path, manifest: dict[int, RankId]) -> RankId | None:
     return None
 
 
+def _dump_files(folder: Path) -> list[Path]:
+    """Every regular file under `folder`, walked without following links to folders (a link
+    loop is walked once), at most MAX_DUMP_FILES of them."""
+    found = []
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            path = Path(root) / name
+            if not name.startswith(".") and path.is_file():
+                found.append(path)
+            if len(found) > MAX_DUMP_FILES:
+                raise UsageError(
+                    f"--dumps {folder}: more than {MAX_DUMP_FILES} files; give the "
+                    "folder of one incident's dumps"
+                )
+    return sorted(found)
+
+
 def load_dumps(folder: Path) -> list[RankSamples]:
     """Every stack file in `folder` (py-spy JSON or text, faulthandler), grouped by rank."""
     if not folder.is_dir():
         raise UsageError(f"--dumps {folder}: not a directory")
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    files = _dump_files(folder)
     manifest = _manifest_ranks(folder)
     by_rank: dict[RankId, RankSamples] = {}
     order: list[tuple[int, RankDump]] = []
     unreadable = 0
     failed: list[RankSamples] = []
     for path in files:
-        try:  # UTF-16 from PowerShell's `>` too; a binary file is skipped as unreadable
-            text = decode_text(path.read_bytes())
+        try:  # UTF-16 from PowerShell's `>` too; a binary, huge or odd file is unreadable
+            text = decode_text(ev_files.read_bytes(path, ev_files.MAX_JSON_BYTES))
             dumps = parse_dump_text(text, str(path))
-        except (OSError, NotALog):
+        except (OSError, ValueError, NotALog):
             unreadable += 1
             continue
         if not dumps and (rs := failure_samples(text, _rank_of_file(path, manifest))):

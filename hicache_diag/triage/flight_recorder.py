@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hicache_diag.errors import UsageError
+from hicache_diag.evidence import files
 
 MAX_DUMP_BYTES = 256 * 1024 * 1024
+MAX_FILES = 100_000  # one file a rank: past the largest job a dump folder holds
 _RANK_AT_END = re.compile(r"([\w\-]*?)(\d+)$")
 
 
@@ -61,15 +63,16 @@ class _PlainUnpickler(pickle.Unpickler):
 
 
 def _load(path: Path) -> dict:
-    data = path.read_bytes()[: MAX_DUMP_BYTES + 1]
-    if len(data) > MAX_DUMP_BYTES:
-        raise ValueError("larger than a Flight Recorder dump can be")
+    # Bounded and never blocking (a FIFO, a device), nested no deeper than a dump nests.
+    data = files.read_bytes(path, MAX_DUMP_BYTES)
     if data[:1] in (b"{", b"[") or data.lstrip()[:1] == b"{":
-        value = json.loads(data)
+        value = files.loads(data)
     else:
         import io
 
         value = _PlainUnpickler(io.BytesIO(data)).load()
+        if files.depth(value) > files.MAX_JSON_DEPTH:
+            raise ValueError(f"nested deeper than {files.MAX_JSON_DEPTH} levels")
     if not isinstance(value, dict) or "entries" not in value:
         raise ValueError("no `entries`: not a Flight Recorder dump")
     return value
@@ -168,17 +171,38 @@ def _ranks(value: object) -> list[int]:
     return [int(r) for r in parsed] if isinstance(parsed, list) else []
 
 
+def _dump_files(folder: Path) -> list[Path]:
+    """The folder's regular files (a FIFO or a device is no dump), at most MAX_FILES."""
+    found = []
+    for p in folder.iterdir():
+        if p.is_file():
+            found.append(p)
+        if len(found) > MAX_FILES:
+            raise UsageError(
+                f"--fr {folder}: more than {MAX_FILES} files; give the folder of one job's dumps"
+            )
+    return sorted(found)
+
+
 def read_flight_dir(folder: Path) -> list[FrDump]:
     """Every rank's dump in `folder`; UsageError when none reads as one."""
-    files = sorted(p for p in folder.iterdir() if p.is_file())
-    ranks = _ranks_by_name([p.name for p in files])
+    names = _dump_files(folder)
+    ranks = _ranks_by_name([p.name for p in names])
     dumps, bad = [], []
-    for p in files:
+    for p in names:
         if p.name not in ranks:
             continue
         try:
             dumps.append(read_dump(p, ranks[p.name]))
-        except (OSError, ValueError, pickle.UnpicklingError, EOFError, TypeError) as exc:
+        except (
+            OSError,
+            ValueError,
+            pickle.UnpicklingError,
+            EOFError,
+            TypeError,
+            RecursionError,
+            MemoryError,
+        ) as exc:
             bad.append(f"{p.name}: {exc}")
     if not dumps:
         why = f" ({bad[0]})" if bad else " (a dump file's name ends with its rank)"

@@ -64,8 +64,8 @@ def classify_error(pid: int, stderr: str, returncode: int) -> str:
         return STOPPED.format(status=_status(pid))
     if "python version" in text or "python interpreter" in text or "not a python" in text:
         return f"not a Python process: {pid}"
-    if "no such file or directory" in text:
-        return f"no such process: {pid}"
+    if "no such file or directory" in text:  # a live pid with no /proc/PID/exe: a kernel thread
+        return _not_python(pid) if psutil.pid_exists(pid) else f"no such process: {pid}"
     first = next((ln.strip() for ln in stderr.splitlines() if ln.strip()), "")
     return first.removeprefix("Error: ") or f"py-spy exited with status {returncode}"
 
@@ -81,6 +81,17 @@ def _denied(pid: int) -> str:
         return PTRACE_HINT
     if any(k in what.lower() for k in ("python", "::scheduler", "sglang", "hicache")):
         return PTRACE_HINT
+    return f"not a Python process: {pid} ({what}); give the scheduler processes' pids"
+
+
+def _not_python(pid: int) -> str:
+    """A process py-spy cannot read as Python (a kernel thread has no executable at all)."""
+    try:
+        proc = psutil.Process(pid)
+        name, exe = proc.name(), proc.exe()
+    except psutil.Error:
+        return f"not a Python process: {pid}; give the scheduler processes' pids"
+    what = name if exe else f"{name}, a kernel thread"
     return f"not a Python process: {pid} ({what}); give the scheduler processes' pids"
 
 

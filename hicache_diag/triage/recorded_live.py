@@ -9,7 +9,6 @@ stacks; a rank neither could read keeps py-spy's reason and its kernel state.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from hicache_diag.evidence import files
 from hicache_diag.evidence import recording as rec
 from hicache_diag.evidence.recording_scan import read_meta, read_session
 from hicache_diag.rules.rank_fate import RankFate
@@ -116,15 +116,8 @@ def find_ranks(pids: list[int], record_dirs: tuple[Path, ...] = ()) -> Ask:
 
 
 def write_request(session: Path, request_id: str, at: float) -> None:
-    """Atomically: a rank never reads half a request."""
-    body = json.dumps({"id": request_id, "at": at}).encode()
-    tmp = session / f".{rec.DUMP_REQUEST}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, body)
-    finally:
-        os.close(fd)
-    os.replace(tmp, session / rec.DUMP_REQUEST)
+    """Atomically: a rank never reads half a request (recording_files.write_dump_request)."""
+    rec.write_dump_request(session, request_id, at)
 
 
 def send(ask: Ask, tag: str = "") -> None:
@@ -146,7 +139,7 @@ def _answers(ask: Ask) -> dict[Key, dict[str, Any]]:
             try:
                 mtime = path.stat().st_mtime
                 if ask.seen.get(path, (None,))[0] != mtime:
-                    ask.seen[path] = (mtime, json.loads(path.read_text()))
+                    ask.seen[path] = (mtime, files.read_json(path))
             except (OSError, ValueError):
                 continue  # being replaced, or cut short: read it next time round
             doc = ask.seen[path][1]

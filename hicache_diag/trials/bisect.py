@@ -31,6 +31,7 @@ from hicache_diag.options.run_options import RunOptions
 from hicache_diag.trials.bisect_trials import TRIAL, PlannedTrial, TrialRunner, trial_env
 from hicache_diag.trials.engine import EngineConfig
 from hicache_diag.trials.signals import sigterm_as_interrupt
+from hicache_diag.trials.trial_guard import signals_deferred
 from hicache_diag.trials.trial_server import TrialServer
 
 
@@ -213,11 +214,15 @@ def _run_bisect(cfg: BisectConfig, on_result: OnResult | None) -> BisectTable:
     except KeyboardInterrupt:
         table.interrupted = True
     finally:
-        if not clean:
-            runner.kill_all()
-        pool.shutdown(wait=True, cancel_futures=True)
-        if runner.server is not None:
-            runner.server.close()  # it kills and reaps any trial still running
+        # The reaping is not cut short, and a stop signal meanwhile stops nothing more: the
+        # trials are over or being killed already (a Ctrl-C as the last one ends keeps the
+        # table, whole).
+        with signals_deferred(drop=True):
+            if not clean:
+                runner.kill_all()
+            pool.shutdown(wait=True, cancel_futures=True)
+            if runner.server is not None:
+                runner.server.close()  # it kills and reaps any trial still running
     return table
 
 

@@ -33,6 +33,9 @@ class TrialWatch:
     stops: StopWatch = field(default_factory=StopWatch)
     oom_kills_before: int | None = None
     startup_error: str | None = None  # the engine never became ready (the environment's)
+    interrupt_signal: str | None = None  # SIGINT, SIGTERM or SIGHUP
+    environment_error: str | None = None  # a full disk, EIO: the machine failed, not a rank
+    notes: list[str] = field(default_factory=list)  # the loop's own adjustments, said
     timings: dict[str, float] = field(default_factory=dict)
 
 

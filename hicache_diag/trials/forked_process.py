@@ -94,9 +94,18 @@ def fork_module(
             stream.flush()  # else the child's copy of the buffer could be written twice
         except (AttributeError, OSError, ValueError):
             pass
-    pid = os.fork()
-    if pid == 0:
-        _child_main(module, args, log_fd, env, tuple(close_fds))
+    from hicache_diag.trials.signals import STOP_SIGNALS
+    from hicache_diag.trials.trial_guard import signals_deferred
+
+    # A stop signal handled inside fork's after-fork hooks would be "ignored" and lost: held,
+    # and delivered once the child exists; the child starts from the handlers as they were.
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    with signals_deferred():
+        pid = os.fork()
+        if pid == 0:
+            for sig, handler in before.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            _child_main(module, args, log_fd, env, tuple(close_fds))
     return ForkedProcess(pid)
 
 

@@ -29,6 +29,27 @@ def startup_grace(hang_timeout: float) -> float:
     return max(STARTUP_GRACE_S, hang_timeout)
 
 
+# The shortest silence the watch can tell from a rank between two steps: it reads the step files
+# every poll (engine.poll_s), and a busy rank's step, a reaping or the last outputs take up to
+# about a second on a loaded 2-core box. A --hang-timeout under this measured the watch's own
+# clock (0.01 s: every run "hung"), never a rank.
+MIN_HANG_TIMEOUT_S = 1.0
+POLLS_PER_TIMEOUT = 10
+
+
+def usable_hang_timeout(asked: float, poll_s: float, notes: list[str] | None = None) -> float:
+    """`asked`, or the floor the watch can measure when it is shorter (said in `notes`)."""
+    floor = max(MIN_HANG_TIMEOUT_S, POLLS_PER_TIMEOUT * poll_s)
+    if asked >= floor:
+        return asked
+    if notes is not None:
+        notes.append(
+            f"--hang-timeout {asked:g} s is shorter than the engine can show progress in "
+            f"(a step is read every {poll_s:g} s); raised to {floor:g} s"
+        )
+    return floor
+
+
 @dataclass
 class RankTail:
     path: Path

@@ -21,8 +21,7 @@ import torch
 
 from hicache_diag import evidence as ev
 from hicache_diag.errors import EngineStartError
-from hicache_diag.evidence.verdict import CrashForm, Outcome, RankState, Verdict
-from hicache_diag.rules.signatures import Context, crash_form
+from hicache_diag.evidence.verdict import Verdict
 from hicache_diag.trials.engine import (
     Engine,
     EngineConfig,
@@ -31,11 +30,18 @@ from hicache_diag.trials.engine import (
     TrialWatch,
     rank_process,
 )
-from hicache_diag.trials.hang_watch import HangWatch
+from hicache_diag.trials.hang_watch import HangWatch, usable_hang_timeout
 from hicache_diag.trials.proc_facts import StopWatch, oom_kill_count
-from hicache_diag.trials.reference import compare_outputs
 from hicache_diag.trials.rundir import prepare_run_dir, utc_now, write_json, write_manifest
-from hicache_diag.trials.signals import restore_sigterm, trap_sigterm
+from hicache_diag.trials.signals import last_signal, restore_sigterm, trap_sigterm
+from hicache_diag.trials.trial_guard import (
+    VerdictReserve,
+    disk_full,
+    environment_error,
+    environment_in_logs,
+    signals_deferred,
+)
+from hicache_diag.trials.trial_verdict import judge, write_verdict
 
 STACK_DEADLINE_S = 4.0  # py-spy attaches in well under a second; a stuck one is killed
 FAULTHANDLER_WAIT_S = 1.0
@@ -53,16 +59,41 @@ def run_engine_trial(
     argv: list[str] | None = None,
     on_progress: Progress | None = None,
 ) -> TrialResult:
-    """One run, start to verdict. SIGINT/SIGTERM end it early: every rank is reaped and the
-    verdict (outcome `interrupted`, exit 130) is still written, with the evidence so far."""
+    """One run, start to verdict. SIGINT/SIGTERM/SIGHUP end it early: every rank is reaped and
+    the verdict (outcome `interrupted`, exit 130) is still written, with the evidence so far. A
+    full disk or an I/O error at any point: the ranks reaped, verdict.json `undecided` with the
+    cause, no rank named (trials/trial_guard.py)."""
     torch.set_num_threads(1)  # the reference shares 2 cores with the ranks; threads only thrash
-    run_dir = prepare_run_dir(cfg.out, cfg.seed)
-    engine.prepare(run_dir)
-    write_manifest(run_dir, engine.manifest(argv or []))
-    started, t0 = utc_now(), time.time()
-    watch = TrialWatch(oom_kills_before=oom_kill_count())
     old = trap_sigterm()
     try:
+        with signals_deferred():  # a run dir is made whole, or not at all
+            run_dir = prepare_run_dir(cfg.out, cfg.seed)
+            reserve = VerdictReserve(run_dir)
+        t0 = time.time()
+        watch = TrialWatch(oom_kills_before=oom_kill_count())
+        _run(engine, cfg, run_dir, argv, watch, on_progress, reserve)
+        verdict = judge(run_dir, engine, watch, t0)
+        write_verdict(run_dir, verdict, reserve)
+    finally:
+        restore_sigterm(old)
+    return TrialResult(verdict, run_dir)
+
+
+def _run(
+    engine: Engine,
+    cfg: EngineConfig,
+    run_dir: Path,
+    argv: list[str] | None,
+    watch: TrialWatch,
+    on_progress: Progress | None,
+    reserve: VerdictReserve,
+) -> None:
+    """Start, watch, reap, and write the evidence; whatever ends it, the ranks are reaped and
+    launcher.json says why."""
+    started = utc_now()
+    try:
+        engine.prepare(run_dir)
+        write_manifest(run_dir, engine.manifest(argv or []))
         engine.start()
         engine.wait_ready(watch, on_progress)
         engine.drive()
@@ -71,26 +102,65 @@ def run_engine_trial(
             engine.drained(watch)
     except KeyboardInterrupt:
         watch.interrupted, watch.interrupted_at = True, time.time()
+        watch.interrupt_signal = last_signal() or "SIGINT"
         try:
             _note_interrupt_stall(engine, run_dir, watch)
         except KeyboardInterrupt:  # a second Ctrl-C: reap at once, without the stacks
             pass
     except EngineStartError as exc:  # a run that never started: the environment's failure
         watch.startup_error = str(exc)
+    except OSError as exc:  # a full disk, EIO: the machine's failure, never a rank's
+        _environment(watch, exc, "running the trial")
     finally:
+        _close(engine, run_dir, watch, started, reserve)
+
+
+def _close(
+    engine: Engine, run_dir: Path, watch: TrialWatch, started: str, reserve: VerdictReserve
+) -> None:
+    """Reap every rank (again after a second Ctrl-C), then the rest of the evidence with stop
+    signals held (one that comes marks the run interrupted; the evidence is still finished and
+    launcher.json written), each step kept from stopping the next: a full disk is recorded,
+    never raised."""
+    try:
+        engine.close(watch)
+    except KeyboardInterrupt:  # a second Ctrl-C while reaping: reap anyway
+        engine.close(watch)
+    with signals_deferred(drop=True) as held:  # every rank is reaped: nothing left to stop
+        for doing, step in (
+            ("dropping empty stack files", lambda: drop_empty_stack_files(run_dir)),
+            ("finishing the evidence", lambda: engine.finish_evidence(watch)),
+        ):
+            try:
+                step()
+            except OSError as exc:
+                _environment(watch, exc, doing)
+        _find_environment_error(engine, run_dir, watch)
+        if held and not watch.interrupted:
+            watch.interrupted, watch.interrupted_at = True, time.time()
+            watch.interrupt_signal = signal.Signals(held[-1]).name
         try:
-            engine.close(watch)
-        except KeyboardInterrupt:  # a second Ctrl-C while reaping: reap anyway
-            engine.close(watch)
-        restore_sigterm(old)
-        drop_empty_stack_files(run_dir)
-        engine.finish_evidence(watch)
-        write_launcher_json(run_dir, engine, watch, started)
-    verdict = engine.amend(_classify(run_dir, engine.tie_tolerance), watch)
-    verdict.duration_s = round(time.time() - t0, 3)
-    verdict.run_dir = str(run_dir)
-    verdict.write(run_dir / ev.VERDICT)
-    return TrialResult(verdict, run_dir)
+            reserve.release()  # the ranks are gone: their room is launcher.json's and the verdict's
+            write_launcher_json(run_dir, engine, watch, started)
+        except OSError as exc:
+            _environment(watch, exc, f"writing {ev.LAUNCHER}")
+
+
+def _find_environment_error(engine: Engine, run_dir: Path, watch: TrialWatch) -> None:
+    """A rank that died of the machine (its log's `[Errno 28]`), or a disk left full."""
+    if watch.environment_error is None and (watch.first_failure or watch.hang):
+        ranks = [p.rank for p in engine.ranks()]
+        watch.environment_error = environment_in_logs(run_dir, ranks)
+    if watch.environment_error is None and disk_full(run_dir):
+        watch.environment_error = "disk full: the run directory's file system has no room left"
+
+
+def _environment(watch: TrialWatch, exc: OSError, doing: str) -> None:
+    """Record the machine's failure (the first one); anything else is our bug: raised."""
+    cause = environment_error(exc, doing)
+    if cause is None:
+        raise exc
+    watch.environment_error = watch.environment_error or cause
 
 
 def _watch_loop(
@@ -100,12 +170,13 @@ def _watch_loop(
     watch: TrialWatch,
     on_progress: Progress | None,
 ) -> None:
+    timeout = usable_hang_timeout(cfg.hang_timeout, engine.poll_s, watch.notes)
     hang = watch.hang_watch = HangWatch(
         run_dir,
         cfg.world_size,
-        cfg.hang_timeout,
+        timeout,
         busy=engine.busy,
-        startup_grace_s=engine.startup_grace(cfg.hang_timeout),
+        startup_grace_s=engine.startup_grace(timeout),
     )
     grace_until = None
     while engine.running():
@@ -123,7 +194,9 @@ def _watch_loop(
         if grace_until is not None:
             if now > grace_until:
                 engine.stop("killed")
-        elif _hung(hang, watch.stops, cfg.hang_timeout, now):
+        elif _hung(hang, watch.stops, timeout, now) and engine.live():
+            # a hang needs a rank still there that stopped stepping: ranks that all ended
+            # (the workload done) are not hung, however long the last step was ago
             _handle_hang(engine, hang, run_dir, watch, now)
 
 
@@ -278,6 +351,9 @@ def write_launcher_json(run_dir: Path, engine: Engine, watch: TrialWatch, starte
         interrupted_at=watch.interrupted_at,
         interrupt_stall=watch.interrupt_stall,
         startup_error=watch.startup_error,
+        interrupt_signal=watch.interrupt_signal,
+        environment_error=watch.environment_error,
+        notes=watch.notes,
         timings=watch.timings,
         oom_kills=oom,
         startup={
@@ -295,75 +371,3 @@ def write_launcher_json(run_dir: Path, engine: Engine, watch: TrialWatch, starte
 def _first_failure(record: ev.FirstFailure | None) -> ev.FirstFailure | None:
     """An engine's failure record (typed: trials/engine.py `Failure`)."""
     return record
-
-
-def _classify(run_dir: Path, tie_tolerance: float | None = None) -> Verdict:
-    """The diagnosis classifier; our minimal one if it fails (a checker that crashes must not
-    crash the run: Jepsen's check-safe). `tie_tolerance`: the engine's."""
-    from hicache_diag.diagnosis.classify import classify_run  # lazy: pandas, see diagnosis/
-
-    try:
-        return classify_run(run_dir, None if tie_tolerance is None else lambda _: tie_tolerance)
-    except Exception as exc:  # noqa: BLE001
-        verdict = fallback_verdict(run_dir)
-        verdict.evidence.append(f"classifier failed ({type(exc).__name__}: {exc}); fallback used")
-        return verdict
-
-
-def _read_json(path: Path, default: Any = None) -> Any:
-    try:
-        return ev.read_json(path)
-    except (OSError, ValueError):
-        return default
-
-
-def _read_record(kind: type[ev.Record], path: Path) -> Any:
-    """The file's record; an empty one when it is missing or torn (the fallback's best)."""
-    try:
-        return ev.read_record(kind, path)
-    except (OSError, ValueError):
-        return kind()
-
-
-def _last_error_line(log: Path) -> str | None:
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return None
-    errors = [ln.strip() for ln in lines if ln and not ln.startswith((" ", "[", "Traceback"))]
-    return errors[-1] if errors else None
-
-
-def _count_steps(run_dir: Path) -> int:
-    try:
-        with open(ev.rank_jsonl(run_dir, 0), "rb") as fh:
-            return sum(1 for _ in fh)
-    except OSError:
-        return 0
-
-
-def fallback_verdict(run_dir: Path) -> Verdict:
-    """Minimal classification: hang / crash (A, B by signature) / wrong-output / ok."""
-    launcher = _read_record(ev.LauncherRecord, run_dir / ev.LAUNCHER)
-    manifest = _read_record(ev.Manifest, run_dir / ev.MANIFEST)
-    ranks = [RankState(r.rank, r.pp, r.tp, r.pid, r.state) for r in launcher.ranks]
-    v = Verdict(Outcome.OK, ranks=ranks, seed=manifest.seed, steps=_count_steps(run_dir))
-    v.device = manifest.ran_on
-    if launcher.first_failure:
-        rank = launcher.first_failure.rank
-        sig = _last_error_line(ev.rank_log(run_dir, rank))
-        v.outcome, v.failed_rank, v.culprit_rank, v.signature = Outcome.CRASH, rank, rank, sig
-        # The rule book (rules.signatures); our runtime is always a PP pipeline with HiCache.
-        form = crash_form(sig, (), Context(pp=True, hicache=True)) if sig else None
-        v.form = CrashForm(form) if form else None
-        v.evidence.append(f"rank {rank} failed first: {sig}")
-    elif launcher.hang:
-        v.outcome, v.form = Outcome.HANG, CrashForm.C
-        v.evidence.append(f"no rank progressed; stalled: {launcher.hang.stalled_ranks}")
-    else:
-        outputs = _read_json(run_dir / ev.OUTPUTS, {})
-        problems = compare_outputs(outputs, _read_json(run_dir / ev.REFERENCE, {}))
-        if problems:
-            v.outcome = Outcome.WRONG_OUTPUT
-            v.evidence.extend(problems[:10])
-    return v

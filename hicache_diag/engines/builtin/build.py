@@ -24,7 +24,7 @@ def _server_args(options: BuiltinOptions) -> ServerArgs:
         output_dir(options.how("hicache_storage_dir"), options.hicache_storage_dir)
         from hicache_diag.options.storage_dir import check_storage_dir
 
-        check_storage_dir(options.hicache_storage_dir)  # exit 2 before any rank starts
+        check_storage_dir(options.hicache_storage_dir, before_start=True)  # exit 2, no rank
     return ServerArgs(
         pp_size=options.pp,
         tp_size=options.tp,

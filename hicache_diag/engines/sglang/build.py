@@ -31,7 +31,7 @@ def build(options: SglangOptions) -> SglangRunConfig:
     faults = validated_faults(options)
     storage_dir = options.hicache_storage_dir
     if storage_dir:
-        storage_dir = str(Path(check_storage_dir(storage_dir)).resolve())
+        storage_dir = str(Path(check_storage_dir(storage_dir, before_start=True)).resolve())
     install, device = _sglang_install(options)
     model, vocab = _model(options.model, install, options.pp, options.tp)
     page, notes = _page_size_for(install, options, cpu=device.cpu)

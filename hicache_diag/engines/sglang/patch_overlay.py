@@ -21,9 +21,11 @@ from pathlib import Path
 
 from hicache_diag.engines.sglang.cache import build_once, cache_root
 from hicache_diag.errors import UsageError
+from hicache_diag.evidence import files
 
 # "none" as a bisect axis value: the release as it is (`--switch patch=none,fix.patch`).
 NO_PATCH = "none"
+MAX_PATCH_BYTES = files.MAX_JSON_BYTES  # a diff of the whole sglang package is a few MiB
 _MARKER = "overlay.json"
 _TARGET = re.compile(r"^\+\+\+ (?:b/)?(\S+)")
 
@@ -55,11 +57,15 @@ def patch_targets(text: str) -> tuple[str, ...]:
 def check_patch_file(path: str, how: str) -> Path:
     """The patch file, resolved; UsageError (one line) when it is no readable diff."""
     file = Path(path).expanduser()
-    if not file.is_file():
-        raise UsageError(f"{how} {path}: no such file (give a unified diff, or {NO_PATCH})")
-    try:
-        text = file.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+    try:  # a regular file, bounded: a FIFO never blocks, /dev/zero never fills memory
+        text = files.read_bytes(file, MAX_PATCH_BYTES).decode()
+    except FileNotFoundError:
+        raise UsageError(
+            f"{how} {path}: no such file (give a unified diff, or {NO_PATCH})"
+        ) from None
+    except OSError as exc:  # a symlink loop, a name too long, a file on the way
+        raise UsageError(f"{how} {path}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:  # not a regular file, too large, not UTF-8
         raise UsageError(f"{how} {path}: cannot read it ({exc})") from None
     targets = patch_targets(text)
     if not targets:
@@ -77,7 +83,7 @@ def patch_overlay(path: str, version: str, package_dir: Path, how: str = "--patc
     """The overlay of release `version` (its `sglang/` at `package_dir`) with the patch at
     `path` applied, built on first use; UsageError when the patch does not apply."""
     file = check_patch_file(path, how)
-    data = file.read_bytes()
+    data = files.read_bytes(file, MAX_PATCH_BYTES)
     sha = hashlib.sha256(data).hexdigest()
     release = Path(package_dir).resolve()
     where = hashlib.sha256(str(release).encode()).hexdigest()[:8]

@@ -19,6 +19,7 @@ from typing import Any
 
 from hicache_diag.evidence import BATCH_KEYS as CRASH_KEYS  # a crash record: the batch only
 from hicache_diag.evidence import MUST_AGREE, MUST_AGREE_HOST, MUST_AGREE_L3, StepRecord
+from hicache_diag.evidence.recording import SWITCH_ENV, switch_state
 
 # Per-rank inputs a crash record adds beside the batch (not must-agree: see record_crash).
 CRASH_INPUTS = (
@@ -38,11 +39,12 @@ CRASH_INPUTS = (
     "clock_regressions",
     "evict_victims",
 )
-RECORD_ENV = "HICACHE_DIAG_RECORD"
+RECORD_ENV = SWITCH_ENV
 
 
 def recording_on() -> bool:
-    return os.environ.get(RECORD_ENV, "1").strip() not in ("0", "off", "false", "no")
+    """The switch as every reader reads it (evidence/recording.py: any case, `OFF` is off)."""
+    return switch_state(os.environ.get(RECORD_ENV)) is not False
 
 
 def _defaults() -> dict[str, Any]:

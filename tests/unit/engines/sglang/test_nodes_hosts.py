@@ -38,7 +38,9 @@ def _nodes(tmp_path: Path, monkeypatch) -> SshNodes:
     monkeypatch.delenv("SGLANG_CPU_OMP_THREADS_BIND", raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 4)
     install = SglangInstall(python="/opt/py/bin/python3", version="0.5.23", package_dir=tmp_path)
-    placement = SshPlacement(HOSTS, ADDRS, PORTS, "/etc/my_ssh_config")
+    config = tmp_path / "my_ssh_config"  # the executor checks it is a regular file
+    config.write_text("Host *\n")
+    placement = SshPlacement(HOSTS, ADDRS, PORTS, str(config))
     spec = LaunchSpec(model=tmp_path, pp_size=2, nnodes=2)
     server = make_server(install, spec, tmp_path, placement=placement)
     assert isinstance(server, SshNodes) and server.remote
@@ -58,7 +60,8 @@ def test_a_node_runs_through_ssh_under_the_lifeline(tmp_path, monkeypatch) -> No
     plugin = tmp_path / "plugin.json"
     for i in (0, 1):
         argv = server.launch_argv(i, plugin)
-        assert argv[:3] == ["ssh", "-F", "/etc/my_ssh_config"] and "BatchMode=yes" in argv
+        assert argv[:3] == ["ssh", "-F", str(tmp_path / "my_ssh_config")]
+        assert "BatchMode=yes" in argv
         assert argv[-2] == HOSTS[i]
         remote = shlex.split(argv[-1])
         assert remote[:5] == ["/opt/py/bin/python3", "-c", LIFELINE, str(tmp_path), "env"]
@@ -180,7 +183,9 @@ def test_an_unknown_host_is_one_line_before_anything_starts(tmp_path) -> None:
         place(cfg)
 
 
-def test_ssh_commands_come_from_the_one_executor() -> None:
+def test_ssh_commands_come_from_the_one_executor(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg").write_text("Host *\n")
     ex = SshExecutor(nodes=[Node("node-1", "b")], config="cfg")
     server_argv = ex.argv(ex.nodes[0], ["true"])
     assert server_argv[:3] == ["ssh", "-F", "cfg"] and server_argv[-2:] == ["b", "true"]
