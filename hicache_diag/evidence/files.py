@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from hicache_diag.evidence.paths import kind_of
+
 MIB = 1 << 20
 # The largest side file (manifest, launcher, outputs, stacks...) read whole: outputs.json of a
 # few thousand requests is a few MiB.
@@ -36,18 +38,6 @@ class Unreadable(ValueError):
     """A file that is there but cannot be read as evidence (not regular, too large, too deep)."""
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 def read_bytes(path: Path | str, limit: int = MAX_JSON_BYTES, tail: bool = False) -> bytes:
     """The file's bytes: a regular file only (opened without blocking, so a FIFO never waits
     for a writer), at most `limit` of them: past it, Unreadable, or with `tail` its last
@@ -56,7 +46,7 @@ def read_bytes(path: Path | str, limit: int = MAX_JSON_BYTES, tail: bool = False
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise Unreadable(f"it is {_kind(mode)}, not a regular file")
+            raise Unreadable(f"it is {kind_of(mode)}, not a regular file")
         size = os.fstat(fd).st_size
         if size > limit:
             if not tail:
