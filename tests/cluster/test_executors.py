@@ -64,12 +64,14 @@ def test_kubectl_bad_input_is_one_line():
     assert ex.explain(Node("sglang-9", "sglang-9"), 1, err) == "kubectl sglang-9: pod not found"
 
 
-def test_ssh_and_slurm_commands():
+def test_ssh_and_slurm_commands(tmp_path):
+    cfg = tmp_path / "cfg"
+    cfg.write_text("Host node-2\n")  # the executor checks the file is there and readable
     node = Node("node-2", "node-2")
     remote = collector_args(node, Sampling(at=100.0), 1234)
     assert remote[:5] == ["python3", "-c", BOOTSTRAP, "1234", MARKER]
-    argv = SshExecutor(nodes=[node], config="/tmp/cfg").argv(node, remote)
-    assert argv[:3] == ["ssh", "-F", "/tmp/cfg"] and "BatchMode=yes" in argv
+    argv = SshExecutor(nodes=[node], config=str(cfg)).argv(node, remote)
+    assert argv[:3] == ["ssh", "-F", str(cfg)] and "BatchMode=yes" in argv
     assert argv[-2] == "node-2" and argv[-1].startswith("python3 -c 'import sys")
     srun = SlurmExecutor(jobid="42").argv(Node("c1", "c1"), remote)
     assert srun[:6] == ["srun", "--overlap", "--jobid", "42", "--nodelist", "c1"]
