@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main", "run"]
-SMALL = ["--max-total-tokens", "128", "--hicache-size", "384KiB", "--requests", "24"]
+SMALL_POOLS = ["--max-total-tokens", "128", "--hicache-size", "384KiB"]
+SMALL = [*SMALL_POOLS, "--requests", "24"]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -48,7 +49,7 @@ def test_host_capacity_local_keeps_per_stage_capacities(tmp_path, no_leftover_pr
         "full",
         "--switch",
         "host-capacity=local",
-        *SMALL,
+        *SMALL_POOLS,
         "--requests",
         "4",
         "--out",
