@@ -97,6 +97,8 @@ def l3_runs(tmp_path_factory):
     return l3, runs
 
 
+# CI time: two real L2+L3 servers (the default run keeps real form B, a hang and Ctrl-C)
+@pytest.mark.slow
 def test_real_sglang_l2_l3_run_is_ok_with_every_tier_hit(l3_runs):
     l3, runs = l3_runs
     for out, proc in runs:
@@ -120,6 +122,7 @@ def test_real_sglang_l2_l3_run_is_ok_with_every_tier_hit(l3_runs):
         assert _sum(_lines(warm / f"rank{rank}.jsonl"), "l3_hit_len") > 0, "no L3 hit when warm"
 
 
+@pytest.mark.slow  # CI time: shares the two L3 servers above
 def test_real_sglang_run_dir_has_the_evidence_contract(l3_runs):
     out = l3_runs[1][1][0]  # the warm run
     launcher = json.loads((out / "launcher.json").read_text())
@@ -175,6 +178,7 @@ def _signal_pp1_mid_run(out: Path, sig: signal.Signals, *extra: str):
     return json.loads(stdout), proc
 
 
+@pytest.mark.slow  # CI time: the default run kills a scheduler through form B's crash
 def test_sigkill_of_one_scheduler_is_a_crash_naming_that_rank(tmp_path):
     out = tmp_path / "killed"
     verdict, proc = _signal_pp1_mid_run(out, signal.SIGKILL)
@@ -298,6 +302,7 @@ def test_bisect_on_the_real_engine_prints_its_table(tmp_path):
         assert json.loads((Path(run_dir) / "manifest.json").read_text())["engine"] == "sglang"
 
 
+@pytest.mark.slow  # CI time: the rule itself is unit-tested in test_plugin_parts.py
 def test_a_scheduler_failing_at_start_up_is_the_environments_failure_not_a_rank(tmp_path):
     """A bind list one entry short makes 0.5.2x's numa_utils assert in PP1's scheduler while it
     starts: the server never becomes ready, so the verdict is undecided with SGLang's own error,
