@@ -76,15 +76,7 @@ class Expectation:
 
     def describe(self) -> str:
         """`outcome=crash form=B culprit_rank=1` in the file's own key order."""
-        parts = []
-        if self.outcome is not None:
-            parts.append(f"outcome={_one_of([o.value for o in self.outcome])}")
-        if self.form is not None:
-            parts.append(f"form={_one_of(list(self.form))}")
-        if self.culprit_rank is not None:
-            parts.append(f"culprit_rank={self.culprit_rank}")
-        if self.source is not None:
-            parts.append(f"source={self.source.value}")
+        parts = [f"{key}={value}" for key, value in _verdict_keys(self)]
         if self.is_rate:
             parts.append(f"trials={self.trials}")
         if self.rate_at_least is not None:
@@ -193,15 +185,22 @@ def _refuse_unsatisfiable(e: Expectation, where: str) -> None:
     raise UsageError(f"{where}: [expect] {_never(e)} can never match: {_why(first, e)}")
 
 
-def _never(e: Expectation) -> str:
-    parts = [] if e.outcome is None else [f"outcome = {_one_of([o.value for o in e.outcome])!r}"]
+def _verdict_keys(e: Expectation) -> list[tuple[str, str | int]]:
+    """The verdict keys an [expect] table sets, in the file's order, with their values."""
+    keys: list[tuple[str, str | int]] = []
+    if e.outcome is not None:
+        keys.append(("outcome", _one_of([o.value for o in e.outcome])))
     if e.form is not None:
-        parts.append(f"form = {_one_of(list(e.form))!r}")
+        keys.append(("form", _one_of(list(e.form))))
     if e.culprit_rank is not None:
-        parts.append(f"culprit_rank = {e.culprit_rank}")
+        keys.append(("culprit_rank", e.culprit_rank))
     if e.source is not None:
-        parts.append(f"source = {e.source.value!r}")
-    return " with ".join(parts)
+        keys.append(("source", e.source.value))
+    return keys
+
+
+def _never(e: Expectation) -> str:
+    return " with ".join(f"{key} = {value!r}" for key, value in _verdict_keys(e))
 
 
 def _why(outcome: Outcome, e: Expectation) -> str:
