@@ -100,7 +100,8 @@ def parse_log_file(path: Path, progress: ReadProgress | None = None) -> LogEvide
         on_line = (lambda _n: progress(raw.tell(), total)) if progress else None
         cut: list[int] = []
         notes = FramingNotes()
-        lines = read_lines(text, cut, cr_only=_cr_only(head, encoding), notes=notes)
+        cr_only = _cr_only(head, encoding)
+        lines = read_lines(text, cut, cr_only=cr_only, notes=notes, texts=True)
         ev = parse_log_lines(lines, str(path), on_line, notes=notes)
     if cut:
         ev.notes.append(

@@ -12,6 +12,7 @@ says is kept: the rank it names (`TP3`, `rank=3`) as a rank label in front of th
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -39,6 +40,7 @@ _MESSAGE_START = re.compile(
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)")
 
 
+@functools.lru_cache(maxsize=16384)  # a stream's first lines repeat most of their fields
 def _shape(field: str, letters: bool = False) -> str:
     """A field's regex: figures (and runs of letters mixed with figures: a hex id) vary, a
     level or stream name is any of them, the rest is kept; with `letters`, a field's words
@@ -137,10 +139,15 @@ def learn_prefix(head: Sequence[str]) -> LearnedPrefix | None:
     if len(lines) < 2:
         return None
     split = [_fields(h) for h in lines]
-    skeletons = [tuple(map(_skeleton, f)) for f in split]
+    # Each line's field skeletons, a column more per k (the loop stops where the message
+    # starts: the fields after it are never shaped).
+    skeletons: list[tuple[str, ...]] = [()] * len(split)
     best: LearnedPrefix | None = None
     for k in range(1, MAX_FIELDS + 1):
-        keys = Counter(sk[:k] for f, sk in zip(split, skeletons, strict=True) if len(f) > k)
+        for n, f in enumerate(split):
+            if len(f) > k:
+                skeletons[n] = (*skeletons[n], _skeleton(f[k - 1]))
+        keys = Counter(sk for f, sk in zip(split, skeletons, strict=True) if len(f) > k)
         if not keys:
             break
         key, count = keys.most_common(1)[0]
