@@ -12,8 +12,7 @@ import textwrap
 import pytest
 
 from hicache_diag.logs import block as block_mod
-from hicache_diag.logs import textblock
-from hicache_diag.logs import shapes
+from hicache_diag.logs import shapes, textblock
 from hicache_diag.logs.files import parse_log_file
 from hicache_diag.logs.parse import parse_log_lines
 from hicache_diag.logs.triggers import (
