@@ -26,6 +26,7 @@ _FIELD = re.compile(r"\S{1,120}\s{1,8}")
 MAX_FIELDS = 12
 MAX_PREFIX = 240  # characters: a longer run of shared fields is a message template
 MIN_SHARE = 0.5  # of the non-blank lines the prefix must start
+LEARN_LINES = 500  # the first non-blank lines it is learned from (a fixed cost per log)
 _LEVELS = frozenset(
     "INFO WARNING WARN ERROR DEBUG CRITICAL FATAL NOTICE TRACE DEFAULT ALERT EMERGENCY E I W F D "
     "info warn warning error err debug fatal notice trace stdout stderr".split()
@@ -107,13 +108,13 @@ class LearnedPrefix:
         )
 
 
-def _fields(line: str) -> list[str]:
-    fields: list[str] = []
-    pos = 0
-    while len(fields) < MAX_FIELDS and (m := _FIELD.match(line, pos)):
+def _fields(line: str, fields: list[str], need: int) -> None:
+    """Cut `line`'s next fields onto `fields` until it holds `need` (or the line ends): the
+    loop looks one field further each round, so the message's words are seldom cut."""
+    pos = sum(map(len, fields))
+    while len(fields) < need and (m := _FIELD.match(line, pos)):
         fields.append(m.group())
         pos = m.end()
-    return fields
 
 
 def _stops(field: str, rest: str) -> bool:
@@ -135,16 +136,20 @@ def _stops(field: str, rest: str) -> bool:
 def learn_prefix(head: Sequence[str]) -> LearnedPrefix | None:
     """The prefix most of `head`'s lines share, or None. `head`: the first lines, carriers we
     know already peeled."""
-    lines = [h for h in head if h.strip() and not ANY_CARRIER.match(h)]
+    lines = [h for h in head if h.strip() and not ANY_CARRIER.match(h)][:LEARN_LINES]
     if len(lines) < 2:
         return None
-    split = [_fields(h) for h in lines]
-    # Each line's field skeletons, a column more per k (the loop stops where the message
-    # starts: the fields after it are never shaped).
+    # Each line's fields and their skeletons, a column more per k (the loop stops where the
+    # message starts: the fields after it are never cut or shaped).
+    split: list[list[str]] = [[] for _ in lines]
     skeletons: list[tuple[str, ...]] = [()] * len(split)
     best: LearnedPrefix | None = None
     for k in range(1, MAX_FIELDS + 1):
         for n, f in enumerate(split):
+            if len(f) == k:  # it had k fields last round: one more if the line has it
+                _fields(lines[n], f, min(k + 1, MAX_FIELDS))
+            elif k == 1:
+                _fields(lines[n], f, 2)
             if len(f) > k:
                 skeletons[n] = (*skeletons[n], _skeleton(f[k - 1]))
         keys = Counter(sk for f, sk in zip(split, skeletons, strict=True) if len(f) > k)

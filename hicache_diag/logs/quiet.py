@@ -11,6 +11,7 @@ block's last progress lines replace the last block's, so only the final ones are
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -88,15 +89,20 @@ def record_text(
     stop = _stop(block, present, ev)
     if stop == 0:
         return 0, held
-    data = np.frombuffer(block.text.encode("ascii"), np.uint8)
-    idarr = np.array(ids, dtype=np.int32)
+    data = _Words(block.data)
+    idarr = np.fromiter(ids, np.int32, len(ids))
     # A line is as long as its shape: the offsets come from the ids, no search for newlines.
-    ends = np.cumsum(np.array(block.lengths, dtype=np.int64)[idarr]) - 1
-    starts = ends - np.array(block.lengths, dtype=np.int64)[idarr] + 1
+    lengths = np.array(block.lengths, dtype=np.int64)[idarr]
+    ends = np.cumsum(lengths) - 1
+    starts = ends - lengths + 1
     lines = _Lines(block, starts, ends, bracket)
     if stop < len(ids):
         present, idarr = set(ids[:stop]), idarr[:stop]
-    newest = _newest(lines, data, idarr, present)
+    counts = np.bincount(idarr)
+    # Each shape's lines, ascending (a stable sort of the ids, cut at each shape's count).
+    order, bounds = np.argsort(idarr, kind="stable"), np.cumsum(counts)
+    groups = {k: order[bounds[k] - counts[k] : bounds[k]] for k in present}
+    newest = _newest(lines, data, groups)
     if gap_s(latest, newest) > INCIDENT_GAP_S:
         return 0, held
     recorded = [infos[k] for k in present]
@@ -106,12 +112,12 @@ def record_text(
         ev.context = ev.context | Context(pp=True)
     if ctx.noise_next and any(info.says for info in recorded):
         ctx.noise_next = False
-    ev.served += _served(data, starts, idarr, present, infos)
-    for n in _rank_lasts(data, starts, idarr, present, infos):
+    ev.served += _served(data, starts, groups, infos)
+    for n in _rank_lasts(data, starts, groups, infos):
         stamp, rank, msg = lines.head(n)
         if rank is not None:  # in line order: a rank's later line (another shape's) wins
             last_seen[id(rank)] = (rank, stamp, i + n + 1, msg)
-    held = _progress(lines, np.bincount(idarr), present, stop, i, source, ev, held)
+    held = _progress(lines, counts, present, stop, i, source, ev, held)
     ctx.ts, ctx.rank, _ = lines.head(stop - 1)
     ctx.newest = newest
     return stop, held
@@ -125,55 +131,89 @@ def _stop(block: TextBlock, present: set[int], ev: LogEvidence) -> int:
     return min(map(block.ids.index, bad)) if bad else len(block.ids)
 
 
-def _served(data, starts, idarr, present: set[int], infos: list[TextShape]) -> int:
+class _Words:
+    """A text's bytes, and the 8 bytes from any offset read as one big-endian integer: a
+    figure is gathered per line in one step (`keys(offsets, cols)`), not a byte at a time."""
+
+    def __init__(self, buf: bytes) -> None:
+        import numpy as np
+
+        # Not padded for a word past the end (a copy: memory a big text would fault in).
+        self.bytes = np.frombuffer(buf, np.uint8)
+        self.limit = len(buf) - 8  # the last offset a whole word starts at
+        self.words = np.ndarray((self.limit + 1,), ">u8", buffer=buf, strides=(1,))
+
+    def keys(self, offsets, cols: tuple[int, ...]) -> list:
+        """For each line (its offset, ascending), the bytes at `cols` (columns into the line,
+        ascending) as integers, one per 8 columns with the other bytes masked off: compared
+        as tuples they order the lines as the bytes at `cols` do."""
+        import numpy as np
+
+        out = []
+        for base, mask in _masks(cols):
+            at = offsets + base
+            word = self.words[np.minimum(at, self.limit)]
+            if len(at) and at[-1] > self.limit:  # a word past the end: no bytes there (zeros)
+                word = word << (np.maximum(at - self.limit, 0) * 8).astype(np.uint64)
+            out.append(word & np.uint64(mask))
+        return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _masks(cols: tuple[int, ...]) -> list[tuple[int, int]]:
+    """The words `cols` fall in (each word's first column) and the mask of their bytes."""
+    return [
+        (base, sum(0xFF << 8 * (7 - c + base) for c in cols if base <= c < base + 8))
+        for base in range(cols[0], cols[-1] + 1, 8)
+    ]
+
+
+def _served(data: _Words, starts, groups: dict, infos: list[TextShape]) -> int:
     """Requests answered: the access lines whose status figure (at the column their shape
     gives) is 2 or 3, as rules.signatures.SERVED reads them."""
     import numpy as np
 
     served = 0
-    for k in present:
-        info = infos[k]
-        if info.kind == SERVED:
-            figure = data[starts[np.flatnonzero(idarr == k)] + info.status]
+    for k, sel in groups.items():
+        if infos[k].kind == SERVED:
+            figure = data.bytes[starts[sel] + infos[k].status]
             served += int(np.count_nonzero((figure == 50) | (figure == 51)))
     return served
 
 
-def _rank_lasts(data, starts, idarr, present: set[int], infos: list[TextShape]) -> list[int]:
-    """The index of each distinct rank label's last line, in line order: the rank figures
-    gathered at the columns of each shape's tokens make a key per line (with its shape), and
-    the last line of each key is kept."""
+def _rank_lasts(data: _Words, starts, groups: dict, infos: list[TextShape]) -> list[int]:
+    """The index of each distinct rank label's last line, in line order (the rank figures,
+    gathered at the columns of each shape's tokens, tell the labels apart)."""
     import numpy as np
 
-    sels, keys = [], []
-    for k in present:
-        cols = infos[k].ranked
-        if cols:
-            sel = np.flatnonzero(idarr == k)
-            figures = data[starts[sel][:, None] + np.array(cols)].astype(np.int64) - 48
-            sels.append(sel)
-            keys.append(figures @ (10 ** np.arange(len(cols), dtype=np.int64)) * 65536 + k)
-    if not sels:
-        return []
-    sel, key = np.concatenate(sels), np.concatenate(keys)
-    _, first = np.unique(key[::-1], return_index=True)
-    return sorted(sel[len(sel) - 1 - first].tolist())
+    out: list[int] = []
+    for k, sel in groups.items():
+        if cols := infos[k].ranked:
+            keys = data.keys(starts[sel], cols)
+            if len(keys) == 1:  # a 1-D key sorts as numbers; rows of several, row-wise
+                _, first = np.unique(keys[0][::-1], return_index=True)
+            else:
+                _, first = np.unique(np.stack(keys, 1)[::-1], return_index=True, axis=0)
+            out += sel[len(sel) - 1 - first].tolist()
+    return sorted(out)
 
 
-def _newest(lines: _Lines, data, idarr, present: set[int]) -> str | None:
-    """The latest stamp among the recorded lines: within a shape the stamp's figures, read as
-    one number, order as its text does; the latest of each shape is compared as text."""
+def _newest(lines: _Lines, data: _Words, groups: dict) -> str | None:
+    """The latest stamp among the recorded lines: within a shape a stamp's characters stand
+    at the same columns, so its bytes read as big-endian integers order as its text does;
+    the latest of each shape is compared as text."""
     import numpy as np
 
     best: list[str] = []
-    for k in present:
+    for k, sel in groups.items():
         info = lines.block.infos[k]
         if info.stamped:
-            sel = np.flatnonzero(idarr == k)
-            figures = data[lines.starts[sel][:, None] + np.array(info.stamped)]  # type: ignore[index]
-            keys = (figures.astype(np.int64) - 48) @ (10 ** np.arange(len(info.stamped))[::-1])
-            n = int(sel[int(np.argmax(keys))])
-            best.append(lines.head(n)[0])
+            cols = tuple(range(info.stamped[0], info.stamped[-1] + 1))
+            rows = np.arange(len(sel))
+            for word in data.keys(lines.starts[sel], cols):  # type: ignore[index]
+                column = word[rows]  # the rows holding the greatest word so far, word by word
+                rows = rows[column == column.max()]
+            best.append(lines.head(int(sel[rows[0]]))[0])
     return max(best) if best else None
 
 
