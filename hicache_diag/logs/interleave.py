@@ -18,8 +18,9 @@ import itertools
 import re
 from collections.abc import Iterator
 
-from hicache_diag.logs.chunks import Blank, Text
+from hicache_diag.logs.chunks import Blank
 from hicache_diag.logs.framing_notes import FramingNotes
+from hicache_diag.logs.texts import Text
 
 _HEADERS = ("Fatal Python error", "Thread 0x", "Current thread 0x", "Process ", "Stack (most")
 _FIRST = frozenset(h[0] for h in _HEADERS)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 
 from hicache_diag.logs.block import Block, glue_points, plain_shape
 from hicache_diag.logs.carriers import ANY_CARRIER, TRACEBACK, peel
-from hicache_diag.logs.chunks import MAX_LINE, Blank, Text
+from hicache_diag.logs.chunks import MAX_LINE, Blank
 from hicache_diag.logs.framing import Framing
 from hicache_diag.logs.framing_notes import FramingNotes
 from hicache_diag.logs.glue import flattened, split_records, unflatten
@@ -26,6 +26,7 @@ from hicache_diag.logs.paste import clean_line, paste_damage
 from hicache_diag.logs.shapes import ZERO
 from hicache_diag.logs.shippers import unship
 from hicache_diag.logs.textblock import TextBlock, TextBook, prefixed_lines, text_block
+from hicache_diag.logs.texts import Text
 
 _TRACEBACK = TRACEBACK
 # A line longer than this (a tensor's repr, a base64 blob, a batch of requests) is read by its

@@ -193,7 +193,8 @@ class _Reader:
         else:
             self.window.passed(i + stop)
         if self.first is None:  # the incident's first stamp: the block's first line's
-            line, info = block.text[: block.text.find("\n")], block.infos[block.ids[0]]
+            line = block.data[: block.data.find(b"\n")].decode("ascii")
+            info = block.infos[block.ids[0]]
             self.first = _bracket(line[info.inside])[0]  # type: ignore[index]
         self._seen(ctx.ts, ctx.newest)  # type: ignore[arg-type]
         return i + stop

@@ -10,9 +10,10 @@ import re
 from collections.abc import Iterable, Iterator
 
 from hicache_diag.logs.carriers import ANY_CARRIER, TS, carrier_names, peel
-from hicache_diag.logs.chunks import MAX_LINE, Blank, Text, expand
+from hicache_diag.logs.chunks import MAX_LINE, Blank
 from hicache_diag.logs.framing import Framing
 from hicache_diag.logs.framing_notes import FramingNotes
+from hicache_diag.logs.texts import Text, expand
 
 _TS = TS
 # ANSI SGR colours and other CSI sequences a coloured terminal or `docker logs` leaves in.

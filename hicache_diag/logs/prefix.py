@@ -13,6 +13,7 @@ says is kept: the rank it names (`TP3`, `rank=3`) as a rank label in front of th
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -136,7 +137,8 @@ def _stops(field: str, rest: str) -> bool:
 def learn_prefix(head: Sequence[str]) -> LearnedPrefix | None:
     """The prefix most of `head`'s lines share, or None. `head`: the first lines, carriers we
     know already peeled."""
-    lines = [h for h in head if h.strip() and not ANY_CARRIER.match(h)][:LEARN_LINES]
+    kept = (h for h in head if h.strip() and not ANY_CARRIER.match(h))
+    lines = list(itertools.islice(kept, LEARN_LINES))
     if len(lines) < 2:
         return None
     # Each line's fields and their skeletons, a column more per k (the loop stops where the

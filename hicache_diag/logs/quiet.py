@@ -37,7 +37,7 @@ class _Lines:
         return self.block.infos[self.block.ids[n]]
 
     def text(self, n: int) -> str:
-        return self.block.text[self.starts[n] : self.ends[n]]  # type: ignore[index]
+        return self.block.data[self.starts[n] : self.ends[n]].decode("ascii")  # type: ignore[index]
 
     def head(self, n: int) -> tuple[str, object, str]:
         """Line n's (stamp, rank, message)."""
@@ -85,23 +85,21 @@ def record_text(
     incidents, logs/incidents.py; no line of it can if none is)."""
     import numpy as np  # here: a log too small to make a TextBlock never pays for the import
 
-    infos, ids, present = block.infos, block.ids, block.present
-    stop = _stop(block, present, ev)
+    infos, idarr, present, counts = block.infos, block.ids, block.present, block.counts
+    stop = _stop(block, ev)
     if stop == 0:
         return 0, held
     data = _Words(block.data)
-    idarr = np.fromiter(ids, np.int32, len(ids))
     # A line is as long as its shape: the offsets come from the ids, no search for newlines.
     lengths = np.array(block.lengths, dtype=np.int64)[idarr]
     ends = np.cumsum(lengths) - 1
     starts = ends - lengths + 1
     lines = _Lines(block, starts, ends, bracket)
-    if stop < len(ids):
-        present, idarr = set(ids[:stop]), idarr[:stop]
-    counts = np.bincount(idarr)
-    # Each shape's lines, ascending (a stable sort of the ids, cut at each shape's count).
-    order, bounds = np.argsort(idarr, kind="stable"), np.cumsum(counts)
-    groups = {k: order[bounds[k] - counts[k] : bounds[k]] for k in present}
+    if stop < len(idarr):
+        idarr = idarr[:stop]
+        counts = np.bincount(idarr)
+        present = np.flatnonzero(counts).tolist()
+    groups = {k: np.flatnonzero(idarr == k) for k in present}  # each shape's lines, ascending
     newest = _newest(lines, data, groups)
     if gap_s(latest, newest) > INCIDENT_GAP_S:
         return 0, held
@@ -117,18 +115,17 @@ def record_text(
         stamp, rank, msg = lines.head(n)
         if rank is not None:  # in line order: a rank's later line (another shape's) wins
             last_seen[id(rank)] = (rank, stamp, i + n + 1, msg)
-    held = _progress(lines, counts, present, stop, i, source, ev, held)
+    held = _progress(lines, counts, idarr, present, i, source, ev, held)
     ctx.ts, ctx.rank, _ = lines.head(stop - 1)
     ctx.newest = newest
     return stop, held
 
 
-def _stop(block: TextBlock, present: set[int], ev: LogEvidence) -> int:
+def _stop(block: TextBlock, ev: LogEvidence) -> int:
     """The first line the quiet path cannot record (len(ids) if none)."""
-    infos = block.infos
-    hicache = not ev.context.hicache
-    bad = [k for k in present if not infos[k].recordable or (hicache and infos[k].hicache)]
-    return min(map(block.ids.index, bad)) if bad else len(block.ids)
+    infos, hicache = block.infos, not ev.context.hicache
+    bad = [k for k in block.present if not infos[k].recordable or (hicache and infos[k].hicache)]
+    return min(int((block.ids == k).argmax()) for k in bad) if bad else len(block.ids)
 
 
 class _Words:
@@ -217,10 +214,12 @@ def _newest(lines: _Lines, data: _Words, groups: dict) -> str | None:
     return max(best) if best else None
 
 
-def _progress(lines: _Lines, counts, present, stop, i, source, ev: LogEvidence, held):
-    """Count the progress lines among the first `stop` and keep the last ones as
-    ev.add_progress one at a time would (logs/blocks.py's _add_progress); returns what the
-    caller holds from now."""
+def _progress(lines: _Lines, counts, idarr, present, i, source, ev: LogEvidence, held):
+    """Count the progress lines among the recorded ones (`idarr`: their shape ids) and keep
+    the last ones as ev.add_progress one at a time would (logs/blocks.py's _add_progress);
+    returns what the caller holds from now."""
+    import numpy as np
+
     block = lines.block
     found = sum(int(counts[k]) for k in present if block.progress[k])
     if not found:
@@ -229,13 +228,8 @@ def _progress(lines: _Lines, counts, present, stop, i, source, ev: LogEvidence, 
     keep = total = len(recent) + (len(held.picked) if held else 0) + found
     if total > 2 * KEEP_PROGRESS:
         keep = KEEP_PROGRESS + 1 + (total - KEEP_PROGRESS - 1) % KEEP_PROGRESS
-    flags, ids, want, picked = block.progress, block.ids, min(keep, found), []
-    for n in range(stop - 1, -1, -1):
-        if flags[ids[n]]:
-            picked.append(n)
-            if len(picked) >= want:
-                break
-    picked.reverse()
+    flags = np.array(block.progress, dtype=bool)[idarr]
+    picked = np.flatnonzero(flags)[-min(keep, found) :].tolist()
     ev.progress_count += found
     ev.progress_last[source] = i + picked[-1] + 1
     pending = Pending(lines, picked, i, source)

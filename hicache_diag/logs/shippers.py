@@ -15,8 +15,9 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from hicache_diag.logs.chunks import Blank, Text, expand
+from hicache_diag.logs.chunks import Blank
 from hicache_diag.logs.framing_notes import FramingNotes
+from hicache_diag.logs.texts import Text, expand
 
 _PROBE = 50  # first non-blank lines looked at
 _FIELDS = ("log", "textPayload", "line", "MESSAGE", "message", "msg")

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from hicache_diag.logs.block import Block, plain_shape
-from hicache_diag.logs.chunks import MAX_LINE, Text
+from hicache_diag.logs.chunks import MAX_LINE
 from hicache_diag.logs.shapes import (
     BAD,
     BATCH,
@@ -24,6 +24,7 @@ from hicache_diag.logs.shapes import (
     kind_of,
     shapes_of,
 )
+from hicache_diag.logs.texts import Text
 from hicache_diag.logs.triggers import has_hicache_word
 from hicache_diag.rules.rank_labels import split_prefix
 
@@ -104,11 +105,14 @@ class TextBook:
         self.progress: list[bool] = []  # each shape's `progress`, indexed by id
         self.lengths: list[int] = []  # each shape's length (its lines', newline included)
 
-    def ids_of(self, shapes: list[bytes]) -> list[int]:
-        """Each shape's id (its bytes: ASCII, as read), a new one learned on first sight."""
+    def ids_of(self, shapes: list[bytes]):
+        """Each shape's id (shapes are bytes: ASCII, as read), as a numpy array; a new shape
+        is learned on first sight."""
+        import numpy as np  # here: a log too small to make a Text never pays for the import
+
         ids = self.ids
         try:
-            return list(map(ids.__getitem__, shapes))
+            return np.fromiter(map(ids.__getitem__, shapes), np.int32, len(shapes))
         except KeyError:
             pass
         if len(ids) > _MAX_SHAPES:
@@ -119,31 +123,27 @@ class TextBook:
             self.infos.append(info := learn_shape(shape.decode("ascii"), self.prefix))
             self.progress.append(info.progress)
             self.lengths.append(len(shape) + 1)
-        return list(map(ids.__getitem__, shapes))
+        return np.fromiter(map(ids.__getitem__, shapes), np.int32, len(shapes))
 
 
 class TextBlock:
     """A Text whose every line normalise leaves as it is (but for the learned prefix): its
-    text (and its bytes), each line's shape id and the shapes the ids index. `block()` is the
+    bytes, each line's shape id and the shapes the ids index. `block()` is the
     Block normalise would have made of it (the prefix off every line that has it)."""
 
-    __slots__ = ("text", "data", "ids", "present", "infos", "progress", "lengths", "bulk")
+    __slots__ = ("data", "ids", "counts", "present", "infos", "progress", "lengths", "bulk")
 
-    def __init__(
-        self,
-        text: str,
-        data: bytes,
-        ids: list[int],
-        present: set[int],
-        book: TextBook,
-        bulk: re.Pattern[str] | None,
-    ) -> None:
-        self.text, self.data, self.ids, self.present, self.bulk = text, data, ids, present, bulk
+    def __init__(self, data: bytes, ids, book: TextBook, bulk: re.Pattern[str] | None) -> None:
+        import numpy as np
+
+        self.data, self.ids, self.bulk = data, ids, bulk  # ids: a numpy array, one per line
+        self.counts = np.bincount(ids)  # lines of each shape id
+        self.present: list[int] = np.flatnonzero(self.counts).tolist()  # the ids it holds
         # The book's lists as they are now (a book that starts afresh makes new ones).
         self.infos, self.progress, self.lengths = book.infos, book.progress, book.lengths
 
     def block(self) -> Block:
-        text = self.text[:-1]
+        text = self.data[:-1].decode("ascii")
         if self.bulk is not None:
             text = self.bulk.sub("\n", "\n" + text)[1:]
         lines = text.split("\n")
@@ -155,22 +155,13 @@ class TextBlock:
 def text_block(text: Text, book: TextBook, bulk: re.Pattern[str] | None) -> TextBlock | None:
     """The Text as a TextBlock when normalise leaves every line as it is (but for the learned
     prefix), else None (its lines go through every stage)."""
-    data = text.text.encode("ascii")  # bytes: translated and split faster than text
+    data = text.data
     shapes = data.translate(ZERO_BYTES).split(b"\n")
     shapes.pop()  # after the last line's newline
-    ids = book.ids_of(shapes)
-    infos, present = book.infos, set(ids)
-    if not all(infos[k].plain for k in present):
-        return None
-    return TextBlock(text.text, data, ids, present, book, bulk)
+    block = TextBlock(data, book.ids_of(shapes), book, bulk)
+    return block if all(block.infos[k].plain for k in block.present) else None
 
 
 def prefixed_lines(block: TextBlock) -> int:
     """How many of the block's lines lose the learned prefix (the report's share)."""
-    infos, present = block.infos, block.present
-    if all(infos[k].prefix for k in present):
-        return len(block.ids)
-    if not any(infos[k].prefix for k in present):
-        return 0
-    flags = [bool(info.prefix) for info in infos]
-    return sum(map(flags.__getitem__, block.ids))
+    return sum(int(block.counts[k]) for k in block.present if block.infos[k].prefix)
