@@ -33,6 +33,16 @@ class _Lines:
     ends: object
     bracket: Bracket
 
+    @classmethod
+    def of(cls, block: TextBlock, bracket: Bracket) -> _Lines:
+        """A line is as long as its shape: the offsets come from the ids (no search for
+        newlines)."""
+        import numpy as np
+
+        lengths = np.array(block.lengths, dtype=np.int64)[block.ids]
+        ends = np.cumsum(lengths) - 1
+        return cls(block, ends - lengths + 1, ends, bracket)
+
     def info(self, n: int) -> TextShape:
         return self.block.infos[self.block.ids[n]]
 
@@ -89,12 +99,7 @@ def record_text(
     stop = _stop(block, ev)
     if stop == 0:
         return 0, held
-    data = _Words(block.data)
-    # A line is as long as its shape: the offsets come from the ids, no search for newlines.
-    lengths = np.array(block.lengths, dtype=np.int64)[idarr]
-    ends = np.cumsum(lengths) - 1
-    starts = ends - lengths + 1
-    lines = _Lines(block, starts, ends, bracket)
+    data, lines = _Words(block.data), _Lines.of(block, bracket)
     if stop < len(idarr):
         idarr = idarr[:stop]
         counts = np.bincount(idarr)
@@ -103,15 +108,14 @@ def record_text(
     newest = _newest(lines, data, groups)
     if gap_s(latest, newest) > INCIDENT_GAP_S:
         return 0, held
-    recorded = [infos[k] for k in present]
     ev.recognised += stop
     ev.labelled += stop
-    if not ev.context.pp and any(info.pp for info in recorded):
+    if not ev.context.pp and any(infos[k].pp for k in present):
         ev.context = ev.context | Context(pp=True)
-    if ctx.noise_next and any(info.says for info in recorded):
+    if ctx.noise_next and any(infos[k].says for k in present):
         ctx.noise_next = False
-    ev.served += _served(data, starts, groups, infos)
-    for n in _rank_lasts(data, starts, groups, infos):
+    ev.served += _served(data, lines.starts, groups, infos)
+    for n in _rank_lasts(data, lines.starts, groups, infos):
         stamp, rank, msg = lines.head(n)
         if rank is not None:  # in line order: a rank's later line (another shape's) wins
             last_seen[id(rank)] = (rank, stamp, i + n + 1, msg)
