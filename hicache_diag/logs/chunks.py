@@ -13,8 +13,8 @@ import gzip
 import itertools
 import re
 import zlib
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar
 
 from hicache_diag.logs.framing_notes import FramingNotes
 
@@ -39,6 +39,9 @@ class Blank:
 
     def __repr__(self) -> str:
         return f"Blank({self.n})"
+
+
+_Read = TypeVar("_Read", str, bytes)
 
 
 class _Text(Protocol):
@@ -85,11 +88,12 @@ def bounded(line: str) -> str:
     return f"{line[:_KEEP]} ... {line[-_KEEP:]}"
 
 
-def _reads(text: _Text, cut: list[int]) -> Iterator[str]:
-    """The text a chunk at a time; a gzip member without its end appends to `cut`."""
+def reads(read: Callable[[], _Read], cut: list[int]) -> Iterator[_Read]:
+    """What `read()` gives, a read at a time, until it gives nothing; a gzip member without
+    its end appends to `cut` (what was read before it is kept)."""
     while True:
         try:
-            data = text.read(CHUNK)
+            data = read()
         except EOFError:  # a gzip member without its end: keep what was read
             cut.append(1)
             return
@@ -120,7 +124,7 @@ def read_chunks(
     of the line the text goes on with (logs/texts.py hands its reading over)."""
     notes = notes or FramingNotes()
     notes.cr_only = cr_only
-    for data in _reads(text, cut):
+    for data in reads(lambda: text.read(CHUNK), cut):
         if cr_only:
             data = data.replace("\r", "\n")
         if "\x00" in data:

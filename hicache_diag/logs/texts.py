@@ -8,8 +8,6 @@ characters, as it always has."""
 from __future__ import annotations
 
 import ctypes
-import gzip
-import zlib
 from collections.abc import Iterable, Iterator
 
 from hicache_diag.logs.chunks import (
@@ -20,6 +18,7 @@ from hicache_diag.logs.chunks import (
     Decoded,
     bounded,
     read_chunks,
+    reads,
     split_lines,
 )
 from hicache_diag.logs.framing_notes import FramingNotes
@@ -68,8 +67,8 @@ def read_items(
 def _read(source: Decoded, cut: list[int], notes: FramingNotes) -> Iterator[list]:
     carry = b""
     given = 0  # items handed on as lines so far
-    size = [CHUNK]
-    for data in _raw(source, cut, size):
+    size = [CHUNK]  # the next read's size: a Text's reads ask for more
+    for data in reads(lambda: source.raw(size[0]), cut):
         end = data.rfind(b"\n") + 1
         if end == 0 and len(carry) + len(data) <= MAX_LINE:
             carry += data
@@ -152,19 +151,3 @@ def _whole(data: bytes) -> bool:
         and b"\x00" not in data
         and data.find(b"\n", 0, MAX_LINE + 1) >= 0
     )
-
-
-def _raw(source: Decoded, cut: list[int], size: list[int]) -> Iterator[bytes]:
-    """The stream's bytes size[0] at a time (changed between reads); a gzip member without
-    its end appends to `cut`."""
-    while True:
-        try:
-            data = source.raw(size[0])
-        except EOFError:  # a gzip member without its end: keep what was read
-            cut.append(1)
-            return
-        except (zlib.error, gzip.BadGzipFile) as exc:
-            raise OSError(f"not a gzip stream ({exc})") from None
-        if not data:
-            return
-        yield data
