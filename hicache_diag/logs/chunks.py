@@ -1,4 +1,4 @@
-"""A log file's text cut into lines a megabyte at a time, at C speed, surviving what a file does
+"""A log file's text cut into lines 256 KB at a time, at C speed, surviving what a file does
 to its lines: a run of blank lines (a flood of `\\n`, a 100 KB gzip of them) is handed on as one
 `Blank` marker, never as millions of strings; a file with CR-only line endings (classic Mac,
 some serial consoles and Windows tools) is split at its CRs; a hole of NUL bytes (a file
