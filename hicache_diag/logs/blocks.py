@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 
 from hicache_diag.evidence.ranks import RankId
-from hicache_diag.logs.lines import Block
+from hicache_diag.logs.block import Block
 from hicache_diag.logs.model import KEEP_PROGRESS, LogEvidence
 from hicache_diag.logs.shapes import BAD, BATCH, BOOK, SERVED, TRIGGER, WORDED, shapes_of
 from hicache_diag.rules import signatures as sig
@@ -59,6 +59,8 @@ def read_block(
     ev.served += _served(block.raw, start, kinds, count)
     last = dict(zip(insides[:count], range(start, stop), strict=True))  # last wins
     heads = {inside: bracket(inside) for inside in last}
+    stamps = [h[0] for h in heads.values() if h[0] and len(h[0]) >= 19]  # type: ignore[index]
+    ctx.newest = max(stamps) if stamps else None
     if not ev.context.pp and any(h[2] for h in heads.values()):  # type: ignore[index]
         ev.context = ev.context | Context(pp=True)
     lines = _Lines(block, start, insides, heads, ctx.ts)

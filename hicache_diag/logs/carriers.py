@@ -103,6 +103,8 @@ def peel(line: str) -> tuple[str, bool]:
     """Remove collector prefixes from one line, several stacked in any order (CRI around
     docker around Loki); True when a CRI layer marked it partial (`P`: continued next line).
     A layer that names a worker rank (logs/speakers.py) leaves that rank as a label."""
+    if line[:1] != "(" and not ANY_CARRIER.match(line):
+        return line, False  # no layer starts it (every carrier is anchored at the start)
     partial = False
     speaker = None
     for _ in range(6):

@@ -1,4 +1,4 @@
-"""A log file's text cut into lines a megabyte at a time, at C speed, surviving what a file does
+"""A log file's text cut into lines 256 KB at a time, at C speed, surviving what a file does
 to its lines: a run of blank lines (a flood of `\\n`, a 100 KB gzip of them) is handed on as one
 `Blank` marker, never as millions of strings; a file with CR-only line endings (classic Mac,
 some serial consoles and Windows tools) is split at its CRs; a hole of NUL bytes (a file
@@ -13,14 +13,14 @@ import gzip
 import itertools
 import re
 import zlib
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar
 
 from hicache_diag.logs.framing_notes import FramingNotes
 
 MAX_LINE = 256 * 1024  # logs/lines.py reads a longer line by its head and tail
 # Characters read at a time: no line inside one read is longer than MAX_LINE, so only the line
-# a read continues from the one before can be.
+# a read continues from the one before can be (logs/texts.py's bigger reads check theirs).
 CHUNK = MAX_LINE
 BLANK_RUN = 32  # blank lines in a row handed on as one Blank
 _RUN = "\n" * BLANK_RUN
@@ -41,6 +41,9 @@ class Blank:
         return f"Blank({self.n})"
 
 
+_Read = TypeVar("_Read", str, bytes)
+
+
 class _Text(Protocol):
     def read(self, size: int = -1, /) -> str: ...
 
@@ -59,6 +62,16 @@ class Decoded:
         self._decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
         self._done = False
 
+    def raw(self, size: int) -> bytes:
+        """One read of the stream's bytes, not decoded (b"" at its end)."""
+        data = b"" if self._done else self._binary.read1(size)
+        self._done = not data
+        return data
+
+    def decode(self, data: bytes, final: bool = False) -> str:
+        """Bytes `raw` gave, decoded (a character they end inside waits for the next)."""
+        return self._decoder.decode(data, final=final)
+
     def read(self, size: int = -1, /) -> str:
         while not self._done:
             data = self._binary.read1(size)
@@ -69,17 +82,18 @@ class Decoded:
         return ""
 
 
-def _bounded(line: str) -> str:
+def bounded(line: str) -> str:
     if len(line) <= MAX_LINE:
         return line
     return f"{line[:_KEEP]} ... {line[-_KEEP:]}"
 
 
-def _reads(text: _Text, cut: list[int]) -> Iterator[str]:
-    """The text a chunk at a time; a gzip member without its end appends to `cut`."""
+def reads(read: Callable[[], _Read], cut: list[int]) -> Iterator[_Read]:
+    """What `read()` gives, a read at a time, until it gives nothing; a gzip member without
+    its end appends to `cut` (what was read before it is kept)."""
     while True:
         try:
-            data = text.read(CHUNK)
+            data = read()
         except EOFError:  # a gzip member without its end: keep what was read
             cut.append(1)
             return
@@ -100,13 +114,17 @@ def read_lines(
 
 
 def read_chunks(
-    text: _Text, cut: list[int], cr_only: bool = False, notes: FramingNotes | None = None
+    text: _Text,
+    cut: list[int],
+    cr_only: bool = False,
+    notes: FramingNotes | None = None,
+    carry: str = "",
 ) -> Iterator[list[str | Blank]]:
-    """read_lines' items a chunk at a time (no generator step per line)."""
+    """read_lines' items a chunk at a time (no generator step per line); `carry`: the start
+    of the line the text goes on with (logs/texts.py hands its reading over)."""
     notes = notes or FramingNotes()
     notes.cr_only = cr_only
-    carry = ""
-    for data in _reads(text, cut):
+    for data in reads(lambda: text.read(CHUNK), cut):
         if cr_only:
             data = data.replace("\r", "\n")
         if "\x00" in data:
@@ -114,16 +132,16 @@ def read_chunks(
             data = data.replace("\x00", "")  # a hole of NUL bytes: nothing was written there
         end = data.rfind("\n") + 1
         if end == 0:
-            carry = _bounded(carry + data)
+            carry = bounded(carry + data)
             continue
         first, data = carry + data[:end], data[end:]
-        carry = _bounded(data)
-        yield _split(first)
+        carry = bounded(data)
+        yield split_lines(first)
     if carry:
         yield [carry]
 
 
-def _split(data: str) -> list[str | Blank]:
+def split_lines(data: str) -> list[str | Blank]:
     """Lines of `data` (which ends with a newline), a run of blank lines as one Blank."""
     if data.isspace():  # a chunk of blank lines only: one test, no line objects
         return [Blank(data.count("\n"))]
@@ -145,6 +163,8 @@ def _lines(data: str) -> list[str]:
     """`data` (ending with a newline) as its lines without newlines; a long line by head and
     tail."""
     lines = data[:-1].split("\n")
-    if len(lines[0]) > MAX_LINE:  # the line a read continued (one read holds no longer one)
-        lines[0] = _bounded(lines[0])
+    if len(lines[0]) > MAX_LINE:  # the line a read continued (a CHUNK holds no longer one)
+        lines[0] = bounded(lines[0])
+    if len(data) > 2 * CHUNK and max(map(len, lines)) > MAX_LINE:  # a Text-sized read's
+        lines = list(map(bounded, lines))
     return lines

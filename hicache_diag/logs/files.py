@@ -16,13 +16,14 @@ import io
 import os
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from hicache_diag.logs.chunks import Decoded, read_lines
+from hicache_diag.logs.chunks import Blank, Decoded, read_lines
 from hicache_diag.logs.framing_notes import FramingNotes
 from hicache_diag.logs.model import LogEvidence
 from hicache_diag.logs.parse import parse_log_lines
+from hicache_diag.logs.texts import Text, read_items
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _SNIFF = 4096  # bytes looked at to tell the encoding, or that it is no text
@@ -100,7 +101,11 @@ def parse_log_file(path: Path, progress: ReadProgress | None = None) -> LogEvide
         on_line = (lambda _n: progress(raw.tell(), total)) if progress else None
         cut: list[int] = []
         notes = FramingNotes()
-        lines = read_lines(text, cut, cr_only=_cr_only(head, encoding), notes=notes)
+        cr_only = _cr_only(head, encoding)
+        if encoding.startswith("utf-8") and not cr_only:  # read as bytes, plain runs as Texts
+            lines: Iterator[str | Blank | Text] = read_items(text, cut, notes)
+        else:
+            lines = read_lines(text, cut, cr_only=cr_only, notes=notes)
         ev = parse_log_lines(lines, str(path), on_line, notes=notes)
     if cut:
         ev.notes.append(

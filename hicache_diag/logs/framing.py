@@ -15,6 +15,7 @@ import re
 from hicache_diag.logs.carriers import peel
 from hicache_diag.logs.framing_notes import FramingNotes
 from hicache_diag.logs.prefix import LearnedPrefix, learn_prefix, prefix_label
+from hicache_diag.logs.shapes import ZERO
 from hicache_diag.logs.speakers import speaker_in
 from hicache_diag.rules.rank_labels import split_prefix
 
@@ -103,6 +104,12 @@ class Framing:
         before the first label (a fatal error, a dump's header) is unwrapped too: first the
         prefix most of them share (logs/prefix.py), then those found before a label."""
         self.learned = self.notes.learned = learn_prefix(lines)
+        # What the lines teach depends on their words, not on their figures: one line of each
+        # shape (figures zeroed, logs/shapes.py) is asked, the first of them.
+        firsts: dict[str, str] = {}
+        for line in lines:
+            firsts.setdefault(line.translate(ZERO), line)
+        lines = list(firsts.values())
         if self.learned is not None:
             heads = [m.group() for line in lines if (m := self.learned.pattern.match(line))]
             if not any(speaker_in(h) or prefix_label(h) for h in heads):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from hicache_diag.logs.lines import Block
+from hicache_diag.logs.block import Block
 from hicache_diag.logs.model import LogEvidence
 
 INCIDENT_GAP_S = 6 * 3600  # a busy or idle server's log is never silent this long

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 from hicache_diag.logs.chunks import Blank
 from hicache_diag.logs.framing_notes import FramingNotes
+from hicache_diag.logs.texts import Text
 
 _HEADERS = ("Fatal Python error", "Thread 0x", "Current thread 0x", "Process ", "Stack (most")
 _FIRST = frozenset(h[0] for h in _HEADERS)
@@ -85,33 +86,38 @@ def _starts(line: str) -> bool:
 
 
 def separate(
-    items: list[str | Blank], more: Iterator[str | Blank], notes: FramingNotes
-) -> list[str | Blank]:
+    items: list[str | Blank | Text], more: Iterator[str | Blank | Text], notes: FramingNotes
+) -> list[str | Blank | Text]:
     """A chunk of the stream with each shuffled region in it replaced by the text its writers
-    shared (a region that runs past the chunk takes its lines from `more`)."""
+    shared (a region that runs past the chunk takes its lines from `more`; a Blank or a Text
+    ends it)."""
     # Most chunks hold no line a shuffle could start (its first letter again within the next
     # three: `FFa`, `TtT`): handed back as they are after one C-level search.
-    if Blank not in set(map(type, items)) and not _GATE.search("\n" + "\n".join(items)):  # type: ignore[arg-type]
+    kinds = set(map(type, items))
+    lines = items if kinds == {str} else [x for x in items if type(x) is str]
+    if Blank not in kinds and not _GATE.search("\n" + "\n".join(lines)):  # type: ignore[arg-type]
         return items
-    out: list[str | Blank] = []
+    out: list[str | Blank | Text] = []
     rest = iter(items)
     for item in rest:
-        if type(item) is Blank or not _starts(item):  # type: ignore[arg-type]
+        if type(item) is not str or not _starts(item):
             out.append(item)
             continue
         out += _region(item, itertools.chain(rest, more), notes)  # type: ignore[arg-type]
     return out
 
 
-def _region(first: str, it: Iterator[str | Blank], notes: FramingNotes) -> list[str | Blank]:
+def _region(
+    first: str, it: Iterator[str | Blank | Text], notes: FramingNotes
+) -> list[str | Blank | Text]:
     """Read the region that starts at `first` up to its last line where both copies were
     whole; the lines after that point pass on as they are."""
     shuffle = _Shuffle()
-    taken: list[str | Blank] = []
+    taken: list[str | Blank | Text] = []
     whole_at, shared = 0, ""  # lines taken when both copies were last whole, and their text
     size = 0
-    nxt: str | Blank | None = first
-    while nxt is not None and type(nxt) is not Blank and size < MAX_REGION:
+    nxt: str | Blank | Text | None = first
+    while type(nxt) is str and size < MAX_REGION:
         taken.append(nxt)
         size += len(nxt)  # type: ignore[arg-type]
         if not shuffle.feed(nxt + "\n"):  # type: ignore[operator]

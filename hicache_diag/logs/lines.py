@@ -13,9 +13,9 @@ one wrapped line and one numbered line back, so a log of any length streams thro
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterable, Iterator
 
+from hicache_diag.logs.block import Block, glue_points, plain_shape
 from hicache_diag.logs.carriers import ANY_CARRIER, TRACEBACK, peel
 from hicache_diag.logs.chunks import MAX_LINE, Blank
 from hicache_diag.logs.framing import Framing
@@ -25,12 +25,10 @@ from hicache_diag.logs.interleave import separate
 from hicache_diag.logs.paste import clean_line, paste_damage
 from hicache_diag.logs.shapes import ZERO
 from hicache_diag.logs.shippers import unship
+from hicache_diag.logs.textblock import TextBlock, TextBook, prefixed_lines, text_block
+from hicache_diag.logs.texts import Text
 
 _TRACEBACK = TRACEBACK
-# An SGLang prefix glued onto the end of the previous line (two writers on one stream).
-_GLUED = re.compile(
-    r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]{1,8}(?:_[A-Z]{1,8})?\d{1,5}){0,8}\] "
-)
 # A line longer than this (a tensor's repr, a base64 blob, a batch of requests) is read by its
 # head and tail: what a line means is in its prefix, its first words and its end, and every
 # stage after this one then works on a bounded line, however long the input.
@@ -41,30 +39,6 @@ def _bounded(line: str) -> str:
     if len(line) <= MAX_LINE:
         return line
     return f"{line[:_KEEP_END]} ... {line[-_KEEP_END:]}"
-
-
-class Block:
-    """A run of plain SGLang log lines that normalising leaves as they are but for their
-    newline (each starts with SGLang's own `[20..-..-.. ` prefix; no carrier, colour, CR, glued
-    prefix or traceback): the log reader records them without per-line handlers. `raw` holds
-    them as read (each with its newline when `nl` is 1); `start` is the first not yet read."""
-
-    __slots__ = ("raw", "nl", "start", "hicache_words", "shapes")
-
-    def __init__(self, raw: list[str], nl: int) -> None:
-        self.raw = raw
-        self.nl = nl
-        self.start = 0
-        self.hicache_words: bool | None = None  # a line may name HiCache (the reader's test)
-        self.shapes: list[str] | None = None  # raw's shapes (logs/shapes.py), when asked
-
-    def line(self, k: int) -> str:
-        return self.raw[k][: len(self.raw[k]) - self.nl]
-
-    def rest(self) -> list[str]:
-        """The lines from `start` on, newlines off (a handler that looks ahead into them)."""
-        raw = self.raw[self.start :]
-        return [s[:-1] for s in raw] if self.nl else raw
 
 
 BLOCK_LINES = 2048  # lines per block: long enough to pay for its tests, short for the window
@@ -96,7 +70,7 @@ def _plain_block(chunk: list[str]) -> Block | None:
         or text.count("\n[20") != len(chunk) - 1
         or chunk[0][11:12] == "T"
         or max(map(len, distinct)) + nl > MAX_LINE
-        or not all(map(_plain_shape, distinct))
+        or not all(map(plain_shape, distinct))
     ):
         return None
     block = Block(chunk, nl)
@@ -104,30 +78,12 @@ def _plain_block(chunk: list[str]) -> Block | None:
     return block
 
 
-_PLAIN: dict[str, bool] = {}
-_ISO_SHAPE = re.compile(r"\[00\d\d-\d\d-\d\dT")  # `[2026-06-24T` as a shape (`[20` tested apart)
-
-
-def _plain_shape(shape: str) -> bool:
-    """A line of this shape that starts with `[20` is left as it is by normalise: no CR,
-    colour, traceback, ISO stamp (a carrier's) or SGLang prefix glued after a non-blank."""
-    if (plain := _PLAIN.get(shape)) is None:
-        if len(_PLAIN) > 65536:
-            _PLAIN.clear()
-        plain = _PLAIN[shape] = not (
-            "\r" in shape
-            or "\x1b" in shape
-            or _TRACEBACK in shape
-            or _ISO_SHAPE.match(shape)
-            or (shape.find("[", 1) > 0 and _glue_points(shape))
-        )
-    return plain
-
-
 def normalise(raw: Iterable[str]) -> Iterator[str]:
     """Every carrier undone, wrapped / partial lines joined, glued and flattened lines split."""
     for item in normalise_blocks(raw):
-        if type(item) is Block:
+        if type(item) is TextBlock:
+            yield from item.block().rest()
+        elif type(item) is Block:
             yield from item.rest()
         elif type(item) is Blank:
             yield from itertools.repeat("", item.n)
@@ -148,7 +104,7 @@ def _plain_line(line: str) -> int:
         or "\x1b" in line
         or len(line) > MAX_LINE
         or _TRACEBACK in line
-        or (line.find("[", 1) > 0 and _glue_points(line))
+        or (line.find("[", 1) > 0 and glue_points(line))
     ):
         return -1
     newlines = line.count("\n")
@@ -166,31 +122,48 @@ def _runs(chunk: list[str]) -> Iterator[tuple[int, list[str]]]:
 
 
 def normalise_blocks(
-    raw: Iterable[str | Blank], notes: FramingNotes | None = None
-) -> Iterator[str | Block | Blank]:
+    raw: Iterable[str | Blank | Text], notes: FramingNotes | None = None
+) -> Iterator[str | Block | Blank | TextBlock]:
     """normalise's lines, with runs of plain SGLang lines handed on as Blocks (the hot path of
-    a big log: a busy server's batch lines) and runs of blank lines as Blanks; every other
-    line goes through each stage."""
+    a big log: a busy server's batch lines; a Text of them as a TextBlock) and runs of blank
+    lines as Blanks; every other line goes through each stage."""
     state = _Stages(notes)
     notes = state.framing.notes
     lines, cleaned = paste_damage(unship(iter(raw), notes), state.framing)
-    while items := list(itertools.islice(lines, BLOCK_LINES)):
-        for chunk in _without_blanks(separate(items, lines, notes)):
+    for items in _batches(lines):
+        for chunk in _parts(separate(items, lines, notes)):
             if type(chunk) is Blank:
                 yield from state.end()
                 yield chunk
+            elif type(chunk) is Text:
+                yield from state.text(chunk, cleaned)
             else:
                 yield from _chunk(chunk, cleaned, state)
     yield from state.end()
 
 
-def _without_blanks(items: list) -> list:
-    """The items as runs of lines, with each Blank on its own (most chunks have none)."""
-    if Blank not in set(map(type, items)):
+def _batches(lines: Iterator[str | Blank | Text]) -> Iterator[list]:
+    """The stream BLOCK_LINES items at a time, a batch ending at a Text (which ends it: a
+    batch never holds more than one read's worth of text)."""
+    batch: list = []
+    for item in lines:
+        batch.append(item)
+        if type(item) is Text or len(batch) >= BLOCK_LINES:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _parts(items: list) -> list:
+    """The items as runs of lines, with each Blank and Text on its own (most batches have
+    neither)."""
+    kinds = set(map(type, items))
+    if Blank not in kinds and Text not in kinds:
         return [items]
     parts: list = []
     for x in items:
-        if type(x) is Blank:
+        if type(x) is Blank or type(x) is Text:
             parts.append(x)
         elif parts and type(parts[-1]) is list:
             parts[-1].append(x)
@@ -219,11 +192,25 @@ def _chunk(chunk: list[str], cleaned: bool, state: _Stages) -> Iterator[str | Bl
 class _Stages:
     """normalise's stages for one line at a time, holding a CRI partial line until its end."""
 
-    __slots__ = ("partial", "framing")
+    __slots__ = ("partial", "framing", "book")
 
     def __init__(self, notes: FramingNotes | None = None) -> None:
         self.partial = ""
         self.framing = Framing(notes)  # wrappers no carrier names, learned from this stream
+        self.book: TextBook | None = None  # the shapes of this stream's Texts
+
+    def text(self, text: Text, cleaned: bool) -> Iterator[str | Block | TextBlock]:
+        """A Text as one TextBlock when normalise would leave its every line as it is (but
+        for the learned prefix), else its lines through the stages."""
+        framing = self.framing
+        if not cleaned and not self.partial and (framing.learned is None or framing.bulk):
+            if self.book is None:
+                self.book = TextBook(framing.learned.pattern if framing.learned else None)
+            if (block := text_block(text, self.book, framing.bulk)) is not None:
+                framing.notes.stripped += prefixed_lines(block)
+                yield block
+                return
+        yield from _chunk(text.lines(), cleaned, self)
 
     def line(self, line: str, cleaned: bool = False) -> Iterator[str]:
         if len(line) > MAX_LINE:
@@ -276,8 +263,3 @@ def _split_glued(line: str, notes: FramingNotes) -> Iterator[str]:
             yield from unflatten(piece)
         else:
             yield piece
-
-
-def _glue_points(line: str) -> list[int]:
-    """Where an SGLang prefix starts in the middle of a line, right after a non-blank."""
-    return [m.start() for m in _GLUED.finditer(line, 1) if not line[m.start() - 1].isspace()]

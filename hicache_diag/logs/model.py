@@ -225,6 +225,9 @@ class ReadCtx:
     noise_next: bool = False  # `Ignore import error ...` logged with its traceback
     header: tuple[int, str] | None = None  # (line index, kind) of a traceback's announcer
     prefixed: bool = False  # the line being read carries its own rank label
+    # The latest full stamp of the lines a block recorded (a paste or two writers sharing a
+    # stream may go back in time: its last line's stamp need not be the latest).
+    newest: str | None = None
 
     @property
     def own_rank(self) -> RankId | None:

@@ -13,10 +13,13 @@ by the longest block (a traceback, a dump), not by the log.
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 import re
 from collections.abc import Callable, Iterable
 
 from hicache_diag.evidence.ranks import RankId, parse_rank_tokens
+from hicache_diag.logs.block import Block
 from hicache_diag.logs.blocks import read_block
 from hicache_diag.logs.chunks import Blank
 from hicache_diag.logs.dumps import on_faulthandler, on_pyspy, on_pyspy_error
@@ -32,7 +35,7 @@ from hicache_diag.logs.handlers import (
     on_traceback,
 )
 from hicache_diag.logs.incidents import INCIDENT_GAP_S, describe, gap_inside, gap_s
-from hicache_diag.logs.lines import Block, normalise_blocks
+from hicache_diag.logs.lines import normalise_blocks
 from hicache_diag.logs.model import (  # noqa: F401 - re-exported for triage's callers
     CUT_SHORT,
     FateLine,
@@ -42,6 +45,8 @@ from hicache_diag.logs.model import (  # noqa: F401 - re-exported for triage's c
     PyspyFailure,
     ReadCtx,
 )
+from hicache_diag.logs.quiet import Pending, record_text
+from hicache_diag.logs.textblock import TextBlock
 from hicache_diag.logs.tracebacks import (  # noqa: F401
     MAX_BLOCK,
     TRACEBACK,
@@ -105,6 +110,7 @@ def _dated(ts: str, last: str | None) -> str:
     return f"{last[:10]} {ts}"
 
 
+_STAMP = operator.itemgetter(slice(1, 20))  # a Block line's stamp (each starts with its label)
 # A log names few ranks, on every line: parse each token string once.
 _rank_of = functools.lru_cache(maxsize=4096)(parse_rank_tokens)
 
@@ -153,6 +159,7 @@ class _Reader:
         self.first: str | None = None  # this incident's first stamp and line
         self.start = 0
         self.earlier: list[str] = []
+        self.held: Pending | None = None  # progress lines record_text holds back
 
     def run(self) -> LogEvidence:
         i = 0
@@ -161,6 +168,8 @@ class _Reader:
                 nxt = i + raw.n
                 self.notes.blank_runs += 1
                 self.notes.blank_lines += raw.n
+            elif type(raw) is TextBlock:  # a read of plain SGLang lines: at C speed
+                nxt = self._text(raw, i)
             elif type(raw) is Block:  # a run of plain SGLang lines: recorded at once
                 nxt = self._block(raw, i)
             else:
@@ -170,20 +179,54 @@ class _Reader:
             i = nxt
         return self._finish(i)
 
+    def _text(self, block: TextBlock, i: int) -> int:
+        ctx = self.ctx
+        stop, self.held = record_text(
+            block, i, self.source, ctx, self.ev, self.last_seen, _bracket, self.latest, self.held
+        )
+        if stop == 0:
+            return self._block(block.block(), i)
+        if stop < len(block.ids):  # the rest from the line the full path must read
+            rest = block.block()
+            rest.start = stop
+            self.window.resume(rest, i + stop)
+        else:
+            self.window.passed(i + stop)
+        if self.first is None:  # the incident's first stamp: the block's first line's
+            line = block.data[: block.data.find(b"\n")].decode("ascii")
+            info = block.infos[block.ids[0]]
+            self.first = _bracket(line[info.inside])[0]  # type: ignore[index]
+        self._seen(ctx.ts, ctx.newest)  # type: ignore[arg-type]
+        return i + stop
+
+    def _release(self) -> None:
+        """The progress lines record_text held back, kept now (anything else that keeps
+        progress lines comes after them)."""
+        self.ev.recent_progress += self.held.items()  # type: ignore[union-attr]
+        self.held = None
+
     def _block(self, block: Block, i: int) -> int:
-        last = block.line(len(block.raw) - 1)[1:20]
-        if last[:13] != self.hour and gap_inside(block, self.latest):
+        if self.held is not None:
+            self._release()
+        # No line of the block can split the incident unless one is more than the gap past
+        # the latest stamp so far (a stream may go back in time: not only its last line).
+        newest = max(map(_STAMP, itertools.islice(block.raw, block.start, None)))
+        if gap_s(self.latest, newest) > INCIDENT_GAP_S and gap_inside(block, self.latest):
             self.window.expand(block)  # read line by line, so the gap splits the incident
             return i
         ev, ctx = self.ev, self.ctx
+        first = block.line(block.start)
         nxt = i + read_block(block, i, self.source, ctx, ev, self.last_seen, _bracket)
         self.window.resume(block, nxt)
-        if ctx.ts:
-            self.first = self.first or ctx.ts
-            self._seen(ctx.ts)
+        if ctx.ts and nxt > i:
+            if self.first is None:  # the incident's first stamp: the block's first line's
+                self.first = _bracket(first[1 : first.find("]", 1, 200)])[0]  # type: ignore[index]
+            self._seen(ctx.ts, ctx.newest)
         return nxt
 
     def _line(self, raw: str, i: int) -> int:
+        if self.held is not None:
+            self._release()
         ctx = self.ctx
         msg, prefixed = _split_prefix(raw, ctx, self.ev)
         if prefixed and ctx.ts is not self.stamp and ctx.ts:
@@ -205,10 +248,13 @@ class _Reader:
         ctx.prefixed = prefixed
         return _consume(self.window, i, msg, prefixed, self.source, ctx, ev) + 1
 
-    def _seen(self, ts: str) -> None:
+    def _seen(self, ts: str, newest: str | None = None) -> None:
+        """`ts`: the stamp the reader holds now; `newest`: the latest full stamp of the lines
+        a block recorded (the latest may be neither, in a stream that goes back in time)."""
         self.stamp, self.hour = ts, ts[:13]
-        if len(ts) >= 19 and (self.latest is None or ts > self.latest):
-            self.latest = ts
+        for stamp in (ts, newest):
+            if stamp and len(stamp) >= 19 and (self.latest is None or stamp > self.latest):
+                self.latest = stamp
 
     def _split(self, i: int) -> None:
         """A silence longer than INCIDENT_GAP_S before line i: what came before is set aside."""
@@ -220,6 +266,8 @@ class _Reader:
         ctx.torn_down, ctx.noise_next, ctx.thread, ctx.header = False, False, None, None
 
     def _finish(self, i: int) -> LogEvidence:
+        if self.held is not None:
+            self._release()
         ev = self.ev
         for rank, ts, lineno, msg in sorted(self.last_seen.values(), key=lambda v: v[2]):
             ev.ranks_seen[rank] = LogLine(rank, ts, self.source, lineno, msg.strip())

@@ -13,6 +13,7 @@ from hicache_diag.logs.carriers import ANY_CARRIER, TS, carrier_names, peel
 from hicache_diag.logs.chunks import MAX_LINE, Blank
 from hicache_diag.logs.framing import Framing
 from hicache_diag.logs.framing_notes import FramingNotes
+from hicache_diag.logs.texts import Text, expand
 
 _TS = TS
 # ANSI SGR colours and other CSI sequences a coloured terminal or `docker logs` leaves in.
@@ -164,8 +165,8 @@ def _unnumbered(item: str | Blank) -> str | Blank:
 
 
 def paste_damage(
-    raw: Iterator[str | Blank], framing: Framing
-) -> tuple[Iterator[str | Blank], bool]:
+    raw: Iterator[str | Blank | Text], framing: Framing
+) -> tuple[Iterator[str | Blank | Text], bool]:
     """Undo editor numbers and terminal wrap where the first lines show them (a paste is
     numbered or wrapped from its first line). Returns the lines and whether they are cleaned
     already; a plain log skips both stages and is cleaned in normalise's own loop. `framing`
@@ -185,7 +186,7 @@ def paste_damage(
     notes.carriers = carrier_names(head[:200])
     if not numbered and not width:
         return itertools.chain(items, raw), False
-    rest: Iterable[str | Blank] = _clean(raw)
+    rest: Iterable[str | Blank] = _clean(expand(raw))  # a paste's lines, each on its own
     if numbered:  # the head is stripped already; the rest goes through the stage
         rest = _line_numbers(rest)
     stream: Iterable[str | Blank] = itertools.chain(items, rest)

@@ -12,6 +12,8 @@ says is kept: the rank it names (`TP3`, `rank=3`) as a rank label in front of th
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -25,6 +27,7 @@ _FIELD = re.compile(r"\S{1,120}\s{1,8}")
 MAX_FIELDS = 12
 MAX_PREFIX = 240  # characters: a longer run of shared fields is a message template
 MIN_SHARE = 0.5  # of the non-blank lines the prefix must start
+LEARN_LINES = 500  # the first non-blank lines it is learned from (a fixed cost per log)
 _LEVELS = frozenset(
     "INFO WARNING WARN ERROR DEBUG CRITICAL FATAL NOTICE TRACE DEFAULT ALERT EMERGENCY E I W F D "
     "info warn warning error err debug fatal notice trace stdout stderr".split()
@@ -39,6 +42,7 @@ _MESSAGE_START = re.compile(
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)")
 
 
+@functools.lru_cache(maxsize=16384)  # a stream's first lines repeat most of their fields
 def _shape(field: str, letters: bool = False) -> str:
     """A field's regex: figures (and runs of letters mixed with figures: a hex id) vary, a
     level or stream name is any of them, the rest is kept; with `letters`, a field's words
@@ -105,13 +109,13 @@ class LearnedPrefix:
         )
 
 
-def _fields(line: str) -> list[str]:
-    fields: list[str] = []
-    pos = 0
-    while len(fields) < MAX_FIELDS and (m := _FIELD.match(line, pos)):
+def _fields(line: str, fields: list[str], need: int) -> None:
+    """Cut `line`'s next fields onto `fields` until it holds `need` (or the line ends): the
+    loop looks one field further each round, so the message's words are seldom cut."""
+    pos = sum(map(len, fields))
+    while len(fields) < need and (m := _FIELD.match(line, pos)):
         fields.append(m.group())
         pos = m.end()
-    return fields
 
 
 def _stops(field: str, rest: str) -> bool:
@@ -133,14 +137,24 @@ def _stops(field: str, rest: str) -> bool:
 def learn_prefix(head: Sequence[str]) -> LearnedPrefix | None:
     """The prefix most of `head`'s lines share, or None. `head`: the first lines, carriers we
     know already peeled."""
-    lines = [h for h in head if h.strip() and not ANY_CARRIER.match(h)]
+    kept = (h for h in head if h.strip() and not ANY_CARRIER.match(h))
+    lines = list(itertools.islice(kept, LEARN_LINES))
     if len(lines) < 2:
         return None
-    split = [_fields(h) for h in lines]
-    skeletons = [tuple(map(_skeleton, f)) for f in split]
+    # Each line's fields and their skeletons, a column more per k (the loop stops where the
+    # message starts: the fields after it are never cut or shaped).
+    split: list[list[str]] = [[] for _ in lines]
+    skeletons: list[tuple[str, ...]] = [()] * len(split)
     best: LearnedPrefix | None = None
     for k in range(1, MAX_FIELDS + 1):
-        keys = Counter(sk[:k] for f, sk in zip(split, skeletons, strict=True) if len(f) > k)
+        for n, f in enumerate(split):
+            if len(f) == k:  # it had k fields last round: one more if the line has it
+                _fields(lines[n], f, min(k + 1, MAX_FIELDS))
+            elif k == 1:
+                _fields(lines[n], f, 2)
+            if len(f) > k:
+                skeletons[n] = (*skeletons[n], _skeleton(f[k - 1]))
+        keys = Counter(sk for f, sk in zip(split, skeletons, strict=True) if len(f) > k)
         if not keys:
             break
         key, count = keys.most_common(1)[0]

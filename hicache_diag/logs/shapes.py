@@ -51,7 +51,7 @@ def shapes_of(lines: list[str], nl: int) -> list[str]:
     return out
 
 
-def _kind(shape: str) -> tuple[int, slice]:
+def kind_of(shape: str) -> tuple[int, slice]:
     """(what the reader does with the shape's lines, where their label's inside stands)."""
     j = shape.find("]", 1, 200) if shape[:1] == "[" else -1
     if j < 0:
@@ -89,7 +89,7 @@ class ShapeBook:
             self.__init__()  # type: ignore[misc]
             kind = self.kind
         for shape in set(shapes).difference(kind):
-            kind[shape], self.inside[shape] = _kind(shape)
+            kind[shape], self.inside[shape] = kind_of(shape)
         return list(map(kind.__getitem__, shapes))
 
     def hicache(self, shape: str) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from hicache_diag.logs.chunks import Blank
 from hicache_diag.logs.framing_notes import FramingNotes
+from hicache_diag.logs.texts import Text, expand
 
 _PROBE = 50  # first non-blank lines looked at
 _FIELDS = ("log", "textPayload", "line", "MESSAGE", "message", "msg")
@@ -89,12 +90,12 @@ def _value(record: dict, field: str) -> str | None:
 
 
 def decode(
-    raw: Iterable[str | Blank], shipper: Shipper, notes: FramingNotes
+    raw: Iterable[str | Blank | Text], shipper: Shipper, notes: FramingNotes
 ) -> Iterator[str | Blank]:
     """The lines the records hold; a line that is no record of the shipper passes as it is."""
     notes.json_shipper = shipper.name
     partial = ""
-    for item in raw:
+    for item in expand(raw):  # a Text's lines are records each
         if type(item) is Blank:
             yield item
             continue
@@ -117,7 +118,7 @@ def decode(
         yield from partial.split("\n")
 
 
-def unship(raw: Iterator[str | Blank], notes: FramingNotes) -> Iterator[str | Blank]:
+def unship(raw: Iterator[str | Blank | Text], notes: FramingNotes) -> Iterator[str | Blank | Text]:
     """`raw` decoded when its first lines are a shipper's JSON lines, else as it is."""
     head = list(itertools.islice(raw, _PROBE * 2))
     shipper = detect([x for x in head if type(x) is str])

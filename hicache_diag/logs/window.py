@@ -8,22 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from hicache_diag.logs.block import Block
 from hicache_diag.logs.chunks import Blank
-from hicache_diag.logs.lines import Block
+from hicache_diag.logs.textblock import TextBlock
 
 
 class LineWindow:
     """The normalised lines as a sliding window over the stream: handlers index it like a list
     (`lines[i]`, `lines.has(i)`, slices), and lines before the one being read are forgotten."""
 
-    def __init__(self, lines: Iterable[str | Block | Blank]) -> None:
-        self._it: Iterator[str | Block | Blank] = iter(lines)
+    def __init__(self, lines: Iterable[str | Block | Blank | TextBlock]) -> None:
+        self._it: Iterator[str | Block | Blank | TextBlock] = iter(lines)
         self._buf: list[str] = []
         self._base = 0  # stream index of _buf[0]
         # items handed back, read before the stream (a stack)
-        self._back: list[str | Block | Blank] = []
+        self._back: list[str | Block | Blank | TextBlock] = []
 
-    def _next(self) -> str | Block | Blank | None:
+    def _next(self) -> str | Block | Blank | TextBlock | None:
         return self._back.pop() if self._back else next(self._it, None)
 
     def has(self, i: int) -> bool:
@@ -33,6 +34,8 @@ class LineWindow:
                 return False
             if type(nxt) is Block:
                 self._buf += nxt.rest()
+            elif type(nxt) is TextBlock:
+                self._buf += nxt.block().rest()
             elif type(nxt) is Blank:  # only the blank lines a look-ahead needs, the rest later
                 need = min(nxt.n, i - self._base - len(self._buf) + 1)
                 self._buf += [""] * need
@@ -51,10 +54,11 @@ class LineWindow:
         self.has(end - 1)
         return self._buf[max(start - self._base, 0) : end - self._base]
 
-    def take(self, i: int, blocks: bool = False) -> str | Block | Blank | None:
+    def take(self, i: int, blocks: bool = False) -> str | Block | Blank | TextBlock | None:
         """Line i, forgetting the lines before it; None past the end. Reading goes forward
         only, so once i passes the buffered lines the buffer starts afresh at i. With `blocks`,
-        a Block that starts at i is returned whole (the reader records it at once)."""
+        a Block or TextBlock that starts at i is returned whole (the reader records it at
+        once)."""
         buf = self._buf
         k = i - self._base
         if k == len(buf) == 1 and not self._back:  # the usual case: the next line, in place
@@ -70,7 +74,7 @@ class LineWindow:
             buf.clear()
             if blocks and i == self._base:
                 nxt = self._next()
-                if type(nxt) is Block:
+                if type(nxt) is Block or type(nxt) is TextBlock:
                     return nxt
                 if type(nxt) is Blank:  # the reader counts them; the window skips past
                     self._base = i + nxt.n
@@ -91,6 +95,10 @@ class LineWindow:
     def expand(self, block: Block) -> None:
         """Hand a Block taken whole back as its lines, each read on its own."""
         self._back.extend(reversed(block.rest()))
+
+    def passed(self, i: int) -> None:
+        """The reader recorded a whole block: its next line is stream index i."""
+        self._base = i
 
     def resume(self, block: Block, i: int) -> None:
         """The reader recorded `block` up to its line `block.start`, stream index i. If lines

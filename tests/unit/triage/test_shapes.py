@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from hicache_diag.logs import lines as normalise_mod
-from hicache_diag.logs import shapes
+from hicache_diag.logs import block as block_mod
+from hicache_diag.logs import shapes, textblock
 from hicache_diag.logs.files import parse_log_file
 from hicache_diag.logs.parse import parse_log_lines
 from hicache_diag.logs.triggers import (
@@ -21,6 +21,7 @@ from hicache_diag.logs.triggers import (
     HICACHE_WORDS,
     PROGRESS_HINT,
 )
+from hicache_diag.rules import rank_labels
 from hicache_diag.rules import signatures as sig
 from tests.unit.triage.test_triage_stream import _summary
 
@@ -35,8 +36,11 @@ def test_the_tests_asked_of_a_shape_hold_no_figure_but_zero():
         sig.PROGRESS.pattern,
         shapes._BATCH.pattern,
         shapes.SERVED_SHAPE.pattern,
-        normalise_mod._GLUED.pattern,
-        normalise_mod._ISO_SHAPE.pattern[4:],  # after its `[00`: the `[20` is tested apart
+        block_mod._GLUED.pattern,
+        block_mod._ISO_SHAPE.pattern[4:],  # after its `[00`: the `[20` is tested apart
+        textblock._DATED.pattern,
+        rank_labels._INSIDE.pattern,  # a label read from its shape (logs/textblock.py)
+        rank_labels._DAMAGED_INSIDE.pattern,
     ]
     assert [t for t in texts if re.search(r"(?<!\\)[1-9]", re.sub(r"\{\d+(,\d*)?\}", "", t))] == []
 
