@@ -25,6 +25,7 @@ from hicache_diag.logs.triggers import (
 from hicache_diag.rules import signatures as sig
 
 ZERO = str.maketrans("123456789", "000000000")
+ZERO_BYTES = bytes.maketrans(b"123456789", b"000000000")  # the same for bytes (logs/textblock.py)
 
 # What the block reader does with a line of a shape (logs/blocks.py).
 BAD = 0  # no `[...]` head where SGLang's label stands: the block ends before it

@@ -1,10 +1,10 @@
-"""A Text (logs/chunks.py: a read's worth of whole ASCII lines) read by its line shapes, with no
+"""A Text (logs/texts.py: a read's worth of whole ASCII lines) read by its line shapes, with no
 string made per line but its shape: what normalise would do to each line (nothing, or take
 the prefix the stream's first lines taught off) and what the log reader needs of it (its kind,
-where its label, rank figures and access status stand) are learned once per shape, and a line
-is one integer, its shape's id. The reader records such a block at C speed
-(logs/quiet.py); a block it cannot (a trigger, the hour changes) becomes the `Block` normalise
-would have made of the same lines.
+where its label, rank figures, stamp and access status stand) are learned once per shape, and a
+line is one integer, its shape's id. The reader records such a block at C speed
+(logs/quiet.py); a block it cannot (a trigger, a stamp past an incident's gap) becomes the
+`Block` normalise would have made of the same lines.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from hicache_diag.logs.shapes import (
     SERVED_SHAPE,
     TRIGGER,
     WORDED,
+    ZERO_BYTES,
     kind_of,
     shapes_of,
 )
@@ -28,7 +29,6 @@ from hicache_diag.logs.texts import Text
 from hicache_diag.logs.triggers import has_hicache_word
 from hicache_diag.rules.rank_labels import split_prefix
 
-ZERO_BYTES = bytes.maketrans(b"123456789", b"000000000")  # logs/shapes.py's ZERO, for bytes
 _DATED = re.compile(r"\[0000-00-00 ")  # a label's full date as a shape (no ISO `T`: a carrier's)
 _MAX_SHAPES = 65536  # a stream whose every line has its own shape: the book starts afresh
 

@@ -8,6 +8,7 @@ characters, as it always has."""
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Iterable, Iterator
 
 from hicache_diag.logs.chunks import (
@@ -115,17 +116,13 @@ def _text(source: Decoded, data: bytes, notes: FramingNotes, final: bool = False
 
 
 _M_TOP_PAD = -2  # glibc's mallopt parameter: heap kept past its top when it grows or shrinks
-_KEPT = []  # set once keep_freed_memory has run
 
 
+@functools.cache  # once per process
 def keep_freed_memory() -> None:
     """Keep 64 MB of heap past its top. Each megabyte a Text's reading frees, glibc hands
     back to the kernel and faults in again for the next (a fifth of a big log's read went to
-    page faults); once per process, where the C library has mallopt (glibc; elsewhere
-    nothing is done)."""
-    if _KEPT:
-        return
-    _KEPT.append(True)
+    page faults), where the C library has mallopt (glibc; elsewhere nothing is done)."""
     try:
         ctypes.CDLL(None).mallopt(_M_TOP_PAD, 64 << 20)
     except (OSError, AttributeError):
