@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import psutil
 import pytest
@@ -23,18 +24,25 @@ def live_children() -> list[psutil.Process]:
     return out
 
 
-def assert_no_children(timeout_s: float = 5.0) -> None:
-    """Children get `timeout_s` to finish exiting; any still alive fail the test (and are
-    killed, so one failure does not cascade into the next test)."""
+def assert_gone(
+    find: Callable[[], list[psutil.Process]], timeout_s: float, poll_s: float, what: str
+) -> None:
+    """The processes `find` lists get `timeout_s` to finish exiting; any still alive fail the
+    test (and are killed, so one failure does not cascade into the next test)."""
     deadline = time.time() + timeout_s
-    while (left := live_children()) and time.time() < deadline:
-        time.sleep(0.1)
+    while (left := find()) and time.time() < deadline:
+        time.sleep(poll_s)
     for p in left:
         try:
             p.kill()
-        except psutil.NoSuchProcess:
+        except psutil.Error:
             pass
-    assert not left, f"leftover processes: {[(p.pid, p.cmdline()[:4]) for p in left]}"
+    assert not left, f"{what}: {[(p.pid, p.cmdline()[:5]) for p in left]}"
+
+
+def assert_no_children(timeout_s: float = 5.0) -> None:
+    """This process's children, gone within `timeout_s` (assert_gone)."""
+    assert_gone(live_children, timeout_s, 0.1, "leftover processes")
 
 
 @pytest.fixture

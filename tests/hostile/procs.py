@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from tests.conftest import assert_gone
 from tests.hostile.invariants import Ran
 
 CLI = [sys.executable, "-m", "hicache_diag.cli.main"]
@@ -35,15 +36,8 @@ def marked(mark: str) -> list[psutil.Process]:
 
 
 def assert_none_left(mark: str, grace_s: float = 10.0) -> None:
-    deadline = time.time() + grace_s
-    while (left := marked(mark)) and time.time() < deadline:
-        time.sleep(0.2)
-    for p in left:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    assert not left, f"left running: {[(p.pid, p.cmdline()[:5]) for p in left]}"
+    """Every process carrying `mark`, gone within `grace_s` (tests/conftest.py's assert_gone)."""
+    assert_gone(lambda: marked(mark), grace_s, 0.2, "left running")
 
 
 class Cli:
