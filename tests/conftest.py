@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -112,3 +116,23 @@ def _process_free_unless_marked(request, monkeypatch):
             monkeypatch.setattr(subprocess.Popen, "_execute_child", _refuse)
             monkeypatch.setattr(multiprocessing.util, "spawnv_passfds", _refuse)
     yield
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` (`4m`, `64k`) mounted at `where` for the block and unmounted after: a
+    disk that fills. The test is skipped where mount is refused (not root) or missing."""
+    where.mkdir(exist_ok=True)
+    if shutil.which("mount") is None:
+        pytest.skip("cannot mount a tmpfs here (no mount)")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or 'not root'})")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 
 from hicache_diag.engines.sglang.ports import free_port
 from hicache_diag.evidence import recording as rec
-from tests.conftest import assert_no_children
+from tests.conftest import assert_no_children, tiny_tmpfs
 from tests.e2e.record_launch import (
     cpu_env,
     generate,
@@ -122,19 +121,9 @@ def test_the_environment_alone_records_a_plain_launch(tmp_path):
 def test_a_full_record_dir_leaves_the_server_serving(tmp_path):
     """A 64 KiB tmpfs as the record dir: the ranks fill it within seconds, each turns its
     recording off and says so once in the server's log, and the server answers on."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
+    if os.geteuid() != 0:
         pytest.skip("mounting a tiny tmpfs needs root")
-    record_dir = tmp_path / "tiny"
-    record_dir.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(record_dir)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with tiny_tmpfs(tmp_path / "tiny", "64k") as record_dir:
         port, log = free_port(), tmp_path / "server.log"
         argv = hicache_diag(
             "record", "--cpu-shims", "--dir", str(record_dir), "--", *server_argv(port)
@@ -150,8 +139,6 @@ def test_a_full_record_dir_leaves_the_server_serving(tmp_path):
         # reserve checked before a new file (the other rank's writes took the last bytes).
         full = ("No space left on device", "disk nearly full")
         assert all(any(why in ln for why in full) for ln in said), said
-    finally:
-        subprocess.run(["umount", "-l", str(record_dir)], check=False)
     assert_no_children()
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from hicache_diag.evidence.verdict import Outcome
+from tests.conftest import tiny_tmpfs
 from tests.hostile.invariants import (
     BUILTIN_HANG,
     ROOT,
@@ -75,19 +76,8 @@ def test_a_hang_timeout_below_what_the_watch_sees_never_blames_a_rank(tmp_path, 
 @pytest.fixture
 def small_disk(tmp_path):
     """A 4 MiB tmpfs, mounted and unmounted here (root); skipped where mount is refused."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or 'not root'})")
-    try:
+    with tiny_tmpfs(tmp_path / "disk", "4m") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
 def _fill(disk: Path) -> None:
